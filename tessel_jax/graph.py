@@ -1,0 +1,326 @@
+"""BlockGraph: the placement IR shared by search, validation and lowering.
+
+A placement is a DAG of *blocks* for ONE micro-batch. Each block has a kind
+(``F`` forward, ``B`` backward, ``W`` weight-gradient), an integer ``span``
+(time steps), a ``memory`` delta (added to every device of the block when it
+starts, may be negative) and the tuple of devices it occupies. Edges are
+dependencies inside one micro-batch; an edge may carry a ``delay`` (time steps
+of communication between the end of its source and the start of its
+destination).
+
+This module imports neither jax nor ortools (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+BLOCK_KINDS = ("F", "B", "W")
+
+
+class PlacementError(ValueError):
+  """A placement (BlockGraph) is malformed; the message says how to fix it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+  """One block of a micro-batch.
+
+  Attributes:
+    id: Unique integer id of the block inside its graph.
+    kind: ``"F"``, ``"B"`` or ``"W"``.
+    span: Number of integer time steps the block occupies its devices (> 0).
+    memory: Memory delta added to each of its devices when the block starts.
+    devices: Devices (indices on the pipeline axis) the block occupies.
+    name: Optional human-readable label (for pictures and errors).
+  """
+
+  id: int
+  kind: str
+  span: int
+  memory: int
+  devices: tuple[int, ...]
+  name: str = ""
+
+  @property
+  def label(self) -> str:
+    """Short label used in grids and plots, e.g. ``F3``."""
+    return self.name or f"{self.kind}{self.id}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+  """Dependency ``src -> dst`` inside one micro-batch.
+
+  Attributes:
+    src: Id of the producing block.
+    dst: Id of the consuming block.
+    delay: Time steps between the end of ``src`` and the earliest start of
+      ``dst`` (communication time); 0 for no delay.
+  """
+
+  src: int
+  dst: int
+  delay: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockGraph:
+  """A validated placement: blocks, dependency edges and the device count.
+
+  Construction checks every invariant and raises ``PlacementError`` with a
+  fix for the first problem found.
+
+  Attributes:
+    name: Placement name, e.g. ``"vshape.train.d4"``.
+    num_devices: Number of devices on the pipeline axis.
+    blocks: Blocks in a canonical order (the order given).
+    edges: Dependency edges.
+  """
+
+  name: str
+  num_devices: int
+  blocks: tuple[Block, ...]
+  edges: tuple[Edge, ...] = ()
+  _positions: Mapping[int, int] = dataclasses.field(
+      init=False, repr=False, compare=False, hash=False, default=None)
+
+  def __post_init__(self) -> None:
+    object.__setattr__(self, "blocks", tuple(self.blocks))
+    object.__setattr__(
+        self, "edges",
+        tuple(e if isinstance(e, Edge) else Edge(*e) for e in self.edges))
+    object.__setattr__(self, "_positions",
+                       {b.id: i for i, b in enumerate(self.blocks)})
+    _check_graph(self)
+
+  # --- lookups -------------------------------------------------------------
+
+  @property
+  def num_blocks(self) -> int:
+    return len(self.blocks)
+
+  @property
+  def ids(self) -> tuple[int, ...]:
+    return tuple(b.id for b in self.blocks)
+
+  def block(self, block_id: int) -> Block:
+    """Returns the block with id ``block_id``."""
+    return self.blocks[self.index(block_id)]
+
+  def index(self, block_id: int) -> int:
+    """Position of block ``block_id`` in ``self.blocks``."""
+    try:
+      return self._positions[block_id]
+    except KeyError:
+      raise PlacementError(
+          f"placement {self.name!r} has no block with id {block_id}; its ids"
+          f" are {sorted(self.ids)}") from None
+
+  def predecessors(self, block_id: int) -> tuple[Edge, ...]:
+    """Edges entering ``block_id``."""
+    return tuple(e for e in self.edges if e.dst == block_id)
+
+  def successors(self, block_id: int) -> tuple[Edge, ...]:
+    """Edges leaving ``block_id``."""
+    return tuple(e for e in self.edges if e.src == block_id)
+
+  def blocks_on(self, device: int) -> tuple[Block, ...]:
+    """Blocks that occupy ``device``, in canonical order."""
+    return tuple(b for b in self.blocks if device in b.devices)
+
+  def device_load(self, device: int) -> int:
+    """Busy steps of ``device`` per micro-batch (sum of its blocks' spans)."""
+    return sum(b.span for b in self.blocks_on(device))
+
+  def topological_order(self) -> tuple[int, ...]:
+    """Block ids in a deterministic topological order (ties by position)."""
+    return _topological_order(self)
+
+  @property
+  def is_inference(self) -> bool:
+    """True when every block is a forward block with zero memory."""
+    return all(b.kind == "F" and b.memory == 0 for b in self.blocks)
+
+  def with_delays(self, delay: int | Mapping[tuple[int, int], int]) -> "BlockGraph":
+    """Returns a copy whose edges between different device sets get a delay.
+
+    Args:
+      delay: One delay for every edge whose endpoints run on different device
+        sets, or a mapping ``(src, dst) -> delay`` for chosen edges.
+    """
+    edges = []
+    for e in self.edges:
+      if isinstance(delay, Mapping):
+        d = delay.get((e.src, e.dst), e.delay)
+      elif self.block(e.src).devices != self.block(e.dst).devices:
+        d = delay
+      else:
+        d = e.delay
+      edges.append(Edge(e.src, e.dst, d))
+    return dataclasses.replace(self, edges=tuple(edges))
+
+  # --- JSON (DESIGN.md §4) -------------------------------------------------
+
+  def to_dict(self) -> dict[str, Any]:
+    """The placement as the DESIGN §4 JSON object."""
+    out: dict[str, Any] = {
+        "name": self.name,
+        "num_devices": self.num_devices,
+        "blocks": [_block_to_dict(b) for b in self.blocks],
+        "edges": [[e.src, e.dst] for e in self.edges],
+    }
+    if any(e.delay for e in self.edges):
+      out["edge_delays"] = [e.delay for e in self.edges]
+    return out
+
+  def to_json(self, indent: int | None = None) -> str:
+    return json.dumps(self.to_dict(), indent=indent)
+
+  @classmethod
+  def from_dict(cls, data: Mapping[str, Any]) -> "BlockGraph":
+    """Builds a graph from the DESIGN §4 JSON object (validated)."""
+    for key in ("name", "num_devices", "blocks"):
+      if key not in data:
+        raise PlacementError(
+            f"placement JSON has no {key!r} field; expected the keys name,"
+            " num_devices, blocks and edges (DESIGN.md §4)")
+    blocks = []
+    for raw in data["blocks"]:
+      missing = {"id", "kind", "span", "memory", "devices"} - set(raw)
+      if missing:
+        raise PlacementError(
+            f"placement JSON block {raw!r} lacks {sorted(missing)}; every"
+            " block needs id, kind, span, memory and devices")
+      blocks.append(Block(id=int(raw["id"]), kind=str(raw["kind"]),
+                          span=int(raw["span"]), memory=int(raw["memory"]),
+                          devices=tuple(int(d) for d in raw["devices"]),
+                          name=str(raw.get("name", ""))))
+    raw_edges = data.get("edges", [])
+    delays = data.get("edge_delays", [0] * len(raw_edges))
+    if len(delays) != len(raw_edges):
+      raise PlacementError(
+          f"placement JSON has {len(raw_edges)} edges but"
+          f" {len(delays)} edge_delays; give one delay per edge")
+    edges = []
+    for raw, delay in zip(raw_edges, delays):
+      if len(raw) not in (2, 3):
+        raise PlacementError(
+            f"placement JSON edge {raw!r} must be [src, dst] or"
+            " [src, dst, delay]")
+      edges.append(Edge(int(raw[0]), int(raw[1]),
+                        int(raw[2]) if len(raw) == 3 else int(delay)))
+    return cls(name=str(data["name"]), num_devices=int(data["num_devices"]),
+               blocks=tuple(blocks), edges=tuple(edges))
+
+  @classmethod
+  def from_json(cls, text: str) -> "BlockGraph":
+    return cls.from_dict(json.loads(text))
+
+
+def _block_to_dict(block: Block) -> dict[str, Any]:
+  out: dict[str, Any] = {"id": block.id, "kind": block.kind,
+                         "span": block.span, "memory": block.memory,
+                         "devices": list(block.devices)}
+  if block.name:
+    out["name"] = block.name
+  return out
+
+
+# --- invariants --------------------------------------------------------------
+
+def _fail(graph: BlockGraph, problem: str) -> None:
+  raise PlacementError(f"placement {graph.name!r}: {problem}")
+
+
+def _check_graph(graph: BlockGraph) -> None:
+  """Raises PlacementError for the first broken invariant of ``graph``."""
+  if graph.num_devices <= 0:
+    _fail(graph, f"num_devices is {graph.num_devices}; it must be >= 1")
+  if not graph.blocks:
+    _fail(graph, "has no blocks; give at least one block per device")
+  seen: set[int] = set()
+  for b in graph.blocks:
+    if b.id in seen:
+      _fail(graph, f"block id {b.id} is used twice; give every block its own"
+            " id")
+    seen.add(b.id)
+    if b.kind not in BLOCK_KINDS:
+      _fail(graph, f"block {b.id} has kind {b.kind!r}; use one of"
+            f" {', '.join(BLOCK_KINDS)}")
+    if b.span <= 0:
+      _fail(graph, f"block {b.id} has span {b.span}; spans must be >= 1"
+            " integer steps (quantise measured times up)")
+    if not b.devices:
+      _fail(graph, f"block {b.id} has no devices; give it at least one")
+    if len(set(b.devices)) != len(b.devices):
+      _fail(graph, f"block {b.id} lists a device twice: {list(b.devices)}")
+    for d in b.devices:
+      if not 0 <= d < graph.num_devices:
+        _fail(graph, f"block {b.id} uses device {d}, but devices are"
+              f" 0..{graph.num_devices - 1}; raise num_devices or fix the"
+              " block's devices")
+  for e in graph.edges:
+    for end in (e.src, e.dst):
+      if end not in seen:
+        _fail(graph, f"edge {e.src}->{e.dst} names block {end}, which does"
+              f" not exist; block ids are {sorted(seen)}")
+    if e.src == e.dst:
+      _fail(graph, f"edge {e.src}->{e.dst} is a self loop; remove it")
+    if e.delay < 0:
+      _fail(graph, f"edge {e.src}->{e.dst} has delay {e.delay}; delays must"
+            " be >= 0")
+  pairs = [(e.src, e.dst) for e in graph.edges]
+  if len(set(pairs)) != len(pairs):
+    dup = next(p for p in pairs if pairs.count(p) > 1)
+    _fail(graph, f"edge {dup[0]}->{dup[1]} is given twice; keep one")
+  _topological_order(graph)  # raises on a cycle
+  for d in range(graph.num_devices):
+    on_d = [b for b in graph.blocks if d in b.devices]
+    if not on_d:
+      _fail(graph, f"device {d} runs no block; lower num_devices or place a"
+            " block on it")
+    total = sum(b.memory for b in on_d)
+    if total != 0:
+      _fail(graph, f"memory on device {d} never returns to zero (blocks"
+            f" {[b.id for b in on_d]} add up to {total:+d} per micro-batch);"
+            " every allocation needs a matching release, e.g. B.memory ="
+            " -F.memory")
+
+
+def _topological_order(graph: BlockGraph) -> tuple[int, ...]:
+  position = {b.id: i for i, b in enumerate(graph.blocks)}
+  indegree = {b.id: 0 for b in graph.blocks}
+  succ: dict[int, list[int]] = {b.id: [] for b in graph.blocks}
+  for e in graph.edges:
+    indegree[e.dst] += 1
+    succ[e.src].append(e.dst)
+  ready = sorted((i for i, n in indegree.items() if n == 0),
+                 key=position.__getitem__)
+  order: list[int] = []
+  while ready:
+    node = ready.pop(0)
+    order.append(node)
+    for nxt in succ[node]:
+      indegree[nxt] -= 1
+      if indegree[nxt] == 0:
+        ready.append(nxt)
+    ready.sort(key=position.__getitem__)
+  if len(order) != len(graph.blocks):
+    cycle = sorted(i for i, n in indegree.items() if n > 0)
+    _fail(graph, f"edges form a cycle through blocks {cycle}; a micro-batch"
+          " must be a DAG")
+  return tuple(order)
+
+
+def make_graph(name: str, num_devices: int,
+               blocks: Iterable[Block | Sequence[Any]],
+               edges: Iterable[Edge | Sequence[int]] = ()) -> BlockGraph:
+  """Convenience constructor accepting tuples for blocks and edges."""
+  blocks = tuple(b if isinstance(b, Block) else Block(*b) for b in blocks)
+  return BlockGraph(name=name, num_devices=num_devices, blocks=blocks,
+                    edges=tuple(e if isinstance(e, Edge) else Edge(*e)
+                                for e in edges))
