@@ -1,0 +1,11 @@
+"""Schedule search: CP-SAT repetend search, completion and baselines."""
+
+from tessel_jax.search.completion import CompletionError
+from tessel_jax.search.repetend import (InfeasibleScheduleError,
+                                        SearchTimeoutError, min_memory_limit,
+                                        period_lower_bound, search_repetend)
+
+__all__ = [
+    "CompletionError", "InfeasibleScheduleError", "SearchTimeoutError",
+    "min_memory_limit", "period_lower_bound", "search_repetend",
+]

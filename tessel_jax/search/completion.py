@@ -1,0 +1,296 @@
+"""Completion: compact the warmup and cooldown around a repetend with CP-SAT.
+
+The steady state (full iterations ``K .. N-1``, ``K = max_b k_b``) is rigid.
+The warmup holds the actions of iterations ``< K`` and the cooldown those of
+iterations ``>= N``; both are re-timed by CP-SAT under the same memory limit:
+
+* warmup: minimise the step ``S`` at which steady iteration ``K`` starts;
+  every warmup action on device ``d`` ends before the first steady action of
+  ``d`` (at ``S + min r_b``), so the warmup's memory events precede the steady
+  ones on every device and a reservoir constraint from level 0 is exact;
+* cooldown: minimise the last end, every cooldown action on ``d`` starting
+  after the last steady action of ``d`` ends; the level at the start is the
+  steady level, ``-sum`` of the cooldown's own memory on ``d``.
+
+For ``N >= 2K`` no micro-batch has actions in both the warmup and the
+cooldown, so the two templates are independent of ``N`` and are shifted by
+``Schedule.unroll``. Smaller ``N`` are solved whole (``complete_all``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from ortools.sat.python import cp_model
+
+from tessel_jax.graph import BlockGraph
+from tessel_jax.schedule import Action, Repetend
+
+_NO_FLOOR = -(10**12)
+
+
+class CompletionError(RuntimeError):
+  """CP-SAT found no warmup/cooldown under the memory limit in time."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Templates:
+  """Compacted warmup and cooldown (see ``tessel_jax.schedule.Schedule``)."""
+
+  warmup: tuple[Action, ...]
+  steady_start: int
+  cooldown: tuple[Action, ...]
+  status: str
+
+
+@dataclasses.dataclass(frozen=True)
+class _Task:
+  """One action to time: block position ``index`` of micro-batch ``mb``."""
+
+  index: int
+  mb: int
+
+
+class _ActionModel:
+  """Shared CP-SAT pieces: free actions, devices, edges, order, memory."""
+
+  def __init__(self, graph: BlockGraph, tasks: Sequence[_Task], low: int,
+               high: int):
+    self.graph = graph
+    self.model = cp_model.CpModel()
+    self.tasks = list(tasks)
+    self.key = {(t.index, t.mb): n for n, t in enumerate(self.tasks)}
+    self.start = []
+    self.intervals = []
+    for t in self.tasks:
+      block = graph.blocks[t.index]
+      s = self.model.NewIntVar(low, high, f"s_{block.id}_{t.mb}")
+      self.start.append(s)
+      self.intervals.append(self.model.NewFixedSizeIntervalVar(
+          s, block.span, f"I_{block.id}_{t.mb}"))
+    self.pos = {b.id: i for i, b in enumerate(graph.blocks)}
+
+  def span(self, n: int) -> int:
+    return self.graph.blocks[self.tasks[n].index].span
+
+  def end(self, n: int):
+    return self.start[n] + self.span(n)
+
+  def devices(self, n: int) -> tuple[int, ...]:
+    return self.graph.blocks[self.tasks[n].index].devices
+
+  def add_no_overlap(self) -> None:
+    for d in range(self.graph.num_devices):
+      ivs = [self.intervals[n] for n in range(len(self.tasks))
+             if d in self.devices(n)]
+      if len(ivs) > 1:
+        self.model.AddNoOverlap(ivs)
+
+  def add_edges_between_free(self) -> None:
+    for e in self.graph.edges:
+      src, dst = self.pos[e.src], self.pos[e.dst]
+      for n, t in enumerate(self.tasks):
+        if t.index == dst and (src, t.mb) in self.key:
+          m = self.key[(src, t.mb)]
+          self.model.Add(self.start[n] >= self.end(m) + e.delay)
+
+  def add_microbatch_order(self) -> None:
+    for n, t in enumerate(self.tasks):
+      prev = self.key.get((t.index, t.mb - 1))
+      if prev is not None:
+        self.model.Add(self.start[n] >= self.start[prev] + 1)
+
+  def add_memory(self, limit: int | None, initial: dict[int, int],
+                 initial_time: int) -> None:
+    if limit is None:
+      return
+    for d in range(self.graph.num_devices):
+      times, changes = [], []
+      if initial.get(d):
+        times.append(initial_time)
+        changes.append(initial[d])
+      for n, t in enumerate(self.tasks):
+        block = self.graph.blocks[t.index]
+        if d in block.devices and block.memory != 0:
+          times.append(self.start[n])
+          changes.append(block.memory)
+      if changes:
+        self.model.AddReservoirConstraint(times, changes, _NO_FLOOR, limit)
+
+  def solve(self, time_limit_s: float, seed: int, num_workers: int):
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+    solver.parameters.random_seed = seed
+    solver.parameters.num_workers = num_workers
+    code = solver.Solve(self.model)
+    return solver, code
+
+
+def _first_phase_on(graph: BlockGraph, rep: Repetend, d: int) -> int:
+  return min(rep.phases[i] for i, b in enumerate(graph.blocks)
+             if d in b.devices)
+
+
+def _last_end_on(graph: BlockGraph, rep: Repetend, d: int) -> int:
+  """End of device d's last steady action, relative to the end of the last
+  full iteration."""
+  return max(rep.phases[i] + b.span - rep.period
+             for i, b in enumerate(graph.blocks) if d in b.devices)
+
+
+def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
+                   *, time_limit_s: float = 10.0, seed: int = 0,
+                   num_workers: int = 1) -> tuple[tuple[Action, ...], int, str]:
+  """Returns (warmup actions, steady start S, CP-SAT status)."""
+  first = rep.max_offset
+  tasks = [_Task(i, j) for i, _ in enumerate(graph.blocks)
+           for j in range(first - rep.offsets[i])]
+  modulo_start = first * rep.period
+  if not tasks:
+    return (), 0, "OPTIMAL"
+  horizon = modulo_start + sum(b.span for b in graph.blocks) + sum(
+      e.delay for e in graph.edges)
+  am = _ActionModel(graph, tasks, 0, horizon)
+  model = am.model
+  steady = model.NewIntVar(0, horizon, "steady_start")
+
+  # --- Warmup ends, per device, before that device's first steady action ---
+  for n in range(len(tasks)):
+    for d in am.devices(n):
+      model.Add(am.end(n) <= steady + _first_phase_on(graph, rep, d))
+  # --- Edges: inside the warmup, and from the warmup into the steady state --
+  am.add_edges_between_free()
+  for e in graph.edges:
+    src, dst = am.pos[e.src], am.pos[e.dst]
+    for n, t in enumerate(tasks):
+      if t.index == src and (dst, t.mb) not in am.key:
+        iteration = t.mb + rep.offsets[dst]
+        model.Add(am.end(n) + e.delay <= steady + (iteration - first) *
+                  rep.period + rep.phases[dst])
+  am.add_microbatch_order()
+  am.add_no_overlap()
+  am.add_memory(memory_limit, {}, 0)
+
+  # --- Hint: the plain modulo schedule; objective: earliest steady state ---
+  for n, t in enumerate(tasks):
+    model.AddHint(am.start[n], (rep.offsets[t.index] + t.mb) * rep.period +
+                  rep.phases[t.index])
+  model.AddHint(steady, modulo_start)
+  # Earliest steady state first; among those, every action as early as it
+  # can (the familiar 1F1B-style warmup).
+  model.Minimize(steady * (len(tasks) * (horizon + 1) + 1) + sum(am.start))
+  solver, code = am.solve(time_limit_s, seed, num_workers)
+  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    raise CompletionError(
+        f"no warmup fits under memory limit {memory_limit} for placement"
+        f" {graph.name!r} (CP-SAT {solver.StatusName(code)}); raise the limit"
+        " or the completion time limit")
+  actions = tuple(sorted(
+      Action(solver.Value(am.start[n]), graph.blocks[t.index].id, t.mb)
+      for n, t in enumerate(tasks)))
+  return actions, solver.Value(steady), solver.StatusName(code)
+
+
+def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
+                     *, time_limit_s: float = 10.0, seed: int = 0,
+                     num_workers: int = 1) -> tuple[tuple[Action, ...], str]:
+  """Returns (cooldown actions relative to N and to the steady end, status)."""
+  tasks = [_Task(i, -j) for i, _ in enumerate(graph.blocks)
+           for j in range(1, rep.offsets[i] + 1)]
+  if not tasks:
+    return (), "OPTIMAL"
+  horizon = (rep.max_offset + 1) * rep.period + sum(
+      b.span for b in graph.blocks) + sum(e.delay for e in graph.edges)
+  am = _ActionModel(graph, tasks, -rep.period, horizon)
+  model = am.model
+
+  # --- Cooldown starts, per device, after that device's last steady end ----
+  for n in range(len(tasks)):
+    for d in am.devices(n):
+      model.Add(am.start[n] >= _last_end_on(graph, rep, d))
+  # --- Edges: from the steady state into the cooldown, and inside it -------
+  am.add_edges_between_free()
+  for e in graph.edges:
+    src, dst = am.pos[e.src], am.pos[e.dst]
+    for n, t in enumerate(tasks):
+      if t.index == dst and (src, t.mb) not in am.key:
+        iteration = t.mb + rep.offsets[src]  # relative to N, so < 0
+        src_end = iteration * rep.period + rep.phases[src] + graph.blocks[src].span
+        model.Add(am.start[n] >= src_end + e.delay)
+  am.add_microbatch_order()
+  am.add_no_overlap()
+  initial = {}
+  for d in range(graph.num_devices):
+    initial[d] = -sum(graph.blocks[t.index].memory for t in tasks
+                      if d in graph.blocks[t.index].devices)
+  am.add_memory(memory_limit, initial, -rep.period - 1)
+
+  # --- Hint: the plain modulo schedule; objective: earliest last end -------
+  for n, t in enumerate(tasks):
+    model.AddHint(am.start[n], (rep.offsets[t.index] + t.mb) * rep.period +
+                  rep.phases[t.index])
+  last = model.NewIntVar(-rep.period, horizon + rep.period, "last_end")
+  model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
+  weight = len(tasks) * (horizon + 2 * rep.period + 1) + 1
+  model.Minimize(last * weight + sum(am.start))
+  solver, code = am.solve(time_limit_s, seed, num_workers)
+  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    raise CompletionError(
+        f"no cooldown fits under memory limit {memory_limit} for placement"
+        f" {graph.name!r} (CP-SAT {solver.StatusName(code)}); raise the limit"
+        " or the completion time limit")
+  actions = tuple(sorted(
+      Action(solver.Value(am.start[n]), graph.blocks[t.index].id, t.mb)
+      for n, t in enumerate(tasks)))
+  return actions, solver.StatusName(code)
+
+
+def compact_templates(graph: BlockGraph, rep: Repetend,
+                      memory_limit: int | None, *, time_limit_s: float = 10.0,
+                      seed: int = 0, num_workers: int = 1) -> Templates:
+  """Warmup and cooldown templates for ``rep`` (valid for ``N >= 2K``)."""
+  warmup, steady_start, s1 = compact_warmup(
+      graph, rep, memory_limit, time_limit_s=time_limit_s / 2, seed=seed,
+      num_workers=num_workers)
+  cooldown, s2 = compact_cooldown(
+      graph, rep, memory_limit, time_limit_s=time_limit_s / 2, seed=seed,
+      num_workers=num_workers)
+  status = "OPTIMAL" if s1 == s2 == "OPTIMAL" else "FEASIBLE"
+  return Templates(warmup, steady_start, cooldown, status)
+
+
+def complete_all(graph: BlockGraph, rep: Repetend, num_microbatches: int,
+                 memory_limit: int | None, *, time_limit_s: float = 10.0,
+                 seed: int = 0, num_workers: int = 1) -> tuple[Action, ...]:
+  """Times all ``N`` micro-batches at once (for ``N`` below the templates).
+
+  Minimises the makespan, hinted with the modulo schedule.
+
+  Raises:
+    CompletionError: if CP-SAT finds no schedule under the limit in time.
+  """
+  tasks = [_Task(i, j) for j in range(num_microbatches)
+           for i, _ in enumerate(graph.blocks)]
+  horizon = (rep.max_offset + num_microbatches + 1) * rep.period + sum(
+      b.span for b in graph.blocks) + sum(e.delay for e in graph.edges)
+  am = _ActionModel(graph, tasks, 0, horizon)
+  am.add_edges_between_free()
+  am.add_microbatch_order()
+  am.add_no_overlap()
+  am.add_memory(memory_limit, {}, 0)
+  for n, t in enumerate(tasks):
+    am.model.AddHint(am.start[n], (rep.offsets[t.index] + t.mb) * rep.period +
+                     rep.phases[t.index])
+  last = am.model.NewIntVar(0, horizon + rep.period, "makespan")
+  am.model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
+  am.model.Minimize(last)
+  solver, code = am.solve(time_limit_s, seed, num_workers)
+  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    raise CompletionError(
+        f"no schedule of {num_microbatches} micro-batches fits under memory"
+        f" limit {memory_limit} for placement {graph.name!r} (CP-SAT"
+        f" {solver.StatusName(code)}); raise the limit or the time limit")
+  return tuple(sorted(
+      Action(solver.Value(am.start[n]), graph.blocks[t.index].id, t.mb)
+      for n, t in enumerate(tasks)))

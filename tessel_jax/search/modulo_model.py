@@ -1,0 +1,189 @@
+"""CP-SAT model of one repetend (modulo schedule) at a fixed period.
+
+For a fixed period ``P`` every block ``b`` gets a phase ``r_b`` in ``[0, P)``
+and a micro-batch offset ``k_b >= 0``; micro-batch ``j`` runs ``b`` at
+``(k_b + j) * P + r_b`` (DESIGN.md §3). With ``P`` fixed all constraints are
+linear:
+
+* edges: ``s_dst >= s_src + span_src + delay`` with ``s_b = k_b * P + r_b``;
+* devices: the occupied steps of all blocks of a device, taken modulo ``P``,
+  are disjoint; with wrap-around allowed each block is an interval at ``r_b``
+  and a copy at ``r_b + P`` (exact since every span is <= P), otherwise
+  ``r_b + span_b <= P``;
+* memory: in the steady state the level of device ``d`` at phase ``t`` is
+  ``sum_b m_b [r_b <= t] - sum_b m_b k_b`` (sums over the blocks of ``d``,
+  whose memory adds up to zero). Its maximum is reached at the phase of a
+  block with positive memory, so one linear constraint per such block, with a
+  boolean per pair of blocks of the device for "starts earlier in the period".
+
+Feasibility is monotone in ``P`` (a schedule at ``P`` stays valid at any
+larger period with the same ``k`` and ``r``), which the period search uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ortools.sat.python import cp_model
+
+from tessel_jax.graph import BlockGraph
+
+
+@dataclasses.dataclass(frozen=True)
+class ModuloSolution:
+  """Result of one solve of the modulo model.
+
+  Attributes:
+    status: CP-SAT status name (``OPTIMAL``, ``FEASIBLE``, ``INFEASIBLE``,
+      ``UNKNOWN``, ``MODEL_INVALID``).
+    offsets: ``k_b`` per block in graph order (empty unless a solution).
+    phases: ``r_b`` per block in graph order (empty unless a solution).
+    objective: Objective value (latency or memory), None if no objective.
+    bound: CP-SAT's proven bound on the objective.
+    seconds: Wall time of the solve.
+  """
+
+  status: str
+  offsets: tuple[int, ...] = ()
+  phases: tuple[int, ...] = ()
+  objective: int | None = None
+  bound: int | None = None
+  seconds: float = 0.0
+
+  @property
+  def found(self) -> bool:
+    return self.status in ("OPTIMAL", "FEASIBLE")
+
+
+def latency_horizon(graph: BlockGraph, period: int) -> int:
+  """Upper bound on the start of any block in the micro-batch frame."""
+  spans = sum(b.span for b in graph.blocks)
+  delays = sum(e.delay for e in graph.edges)
+  return period * (graph.num_blocks + 1) + spans + delays
+
+
+def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
+                 allow_wrap: bool = True, objective: str = "none",
+                 time_limit_s: float = 10.0, seed: int = 0,
+                 num_workers: int = 1) -> ModuloSolution:
+  """Builds and solves the modulo model at ``period``.
+
+  Args:
+    graph: The placement.
+    period: Fixed period ``P`` (>= the busiest device's load).
+    memory_limit: Per-device memory limit; None for no limit. Ignored when
+      ``objective == "memory"``.
+    allow_wrap: Let a block run across the end of the period.
+    objective: ``"none"`` (feasibility), ``"latency"`` (one micro-batch from
+      first start to last end) or ``"memory"`` (the largest steady-state
+      level over all devices).
+    time_limit_s: CP-SAT time limit.
+    seed: CP-SAT random seed.
+    num_workers: CP-SAT workers (1 is deterministic).
+
+  Returns:
+    A ModuloSolution.
+  """
+  model = cp_model.CpModel()
+  blocks = graph.blocks
+  horizon = latency_horizon(graph, period)
+  max_offset = horizon // period + 1
+
+  # --- Variables: phase r_b, offset k_b, start s_b = k_b * P + r_b ----------
+  phase, offset, start = [], [], []
+  for b in blocks:
+    last_phase = period - 1 if allow_wrap else period - b.span
+    if last_phase < 0:
+      return ModuloSolution("INFEASIBLE")
+    phase.append(model.NewIntVar(0, last_phase, f"r_{b.id}"))
+    offset.append(model.NewIntVar(0, max_offset, f"k_{b.id}"))
+    start.append(offset[-1] * period + phase[-1])
+  pos = {b.id: i for i, b in enumerate(blocks)}
+
+  # --- Dependencies inside one micro-batch ---------------------------------
+  for e in graph.edges:
+    src, dst = pos[e.src], pos[e.dst]
+    model.Add(start[dst] >= start[src] + blocks[src].span + e.delay)
+
+  # --- Symmetry: rotating all phases is free, so pin one block at phase 0 --
+  model.Add(phase[pos[graph.topological_order()[0]]] == 0)
+
+  # --- One block at a time per device, modulo P ----------------------------
+  intervals = []
+  for i, b in enumerate(blocks):
+    copies = [model.NewFixedSizeIntervalVar(phase[i], b.span, f"I_{b.id}")]
+    if allow_wrap:
+      copies.append(model.NewFixedSizeIntervalVar(
+          phase[i] + period, b.span, f"I_{b.id}_next"))
+    intervals.append(copies)
+  for d in range(graph.num_devices):
+    on_d = [i for i, b in enumerate(blocks) if d in b.devices]
+    model.AddNoOverlap([iv for i in on_d for iv in intervals[i]])
+
+  # --- Steady-state memory per device --------------------------------------
+  earlier: dict[tuple[int, int], cp_model.IntVar] = {}
+
+  def starts_earlier(a: int, b: int) -> cp_model.IntVar:
+    """Boolean: block a has a smaller phase than block b (same device)."""
+    if (a, b) not in earlier:
+      lit = model.NewBoolVar(f"before_{blocks[a].id}_{blocks[b].id}")
+      model.Add(phase[a] + 1 <= phase[b]).OnlyEnforceIf(lit)
+      model.Add(phase[b] + 1 <= phase[a]).OnlyEnforceIf(lit.Not())
+      earlier[(a, b)] = lit
+      earlier[(b, a)] = lit.Not()
+    return earlier[(a, b)]
+
+  peak = None
+  if objective == "memory":
+    bound = sum(abs(b.memory) for b in blocks) * (max_offset + 1)
+    peak = model.NewIntVar(0, bound, "peak_memory")
+  for d in range(graph.num_devices):
+    on_d = [i for i, b in enumerate(blocks)
+            if d in b.devices and b.memory != 0]
+    if not on_d:
+      continue
+    in_flight = -sum(blocks[i].memory * offset[i] for i in on_d)
+    for a in on_d:
+      if blocks[a].memory <= 0:
+        continue
+      level = blocks[a].memory + in_flight + sum(
+          blocks[b].memory * starts_earlier(b, a) for b in on_d if b != a)
+      if peak is not None:
+        model.Add(level <= peak)
+      elif memory_limit is not None:
+        model.Add(level <= memory_limit)
+
+  # --- Objective -------------------------------------------------------------
+  if objective == "latency":
+    first = model.NewIntVar(0, horizon, "first_start")
+    last = model.NewIntVar(0, horizon + period + max(b.span for b in blocks),
+                           "last_end")
+    model.AddMinEquality(first, start)
+    model.AddMaxEquality(last, [start[i] + b.span for i, b in enumerate(blocks)])
+    model.Minimize(last - first)
+  elif objective == "memory":
+    model.Minimize(peak)
+
+  solver = cp_model.CpSolver()
+  solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
+  solver.parameters.random_seed = seed
+  solver.parameters.num_workers = num_workers
+  code = solver.Solve(model)
+  status = solver.StatusName(code)
+  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    return ModuloSolution(status, seconds=solver.WallTime())
+  has_objective = objective in ("latency", "memory")
+  return ModuloSolution(
+      status=status,
+      offsets=tuple(solver.Value(k) for k in offset),
+      phases=tuple(solver.Value(r) for r in phase),
+      objective=int(solver.ObjectiveValue()) if has_objective else None,
+      bound=int(round(solver.BestObjectiveBound())) if has_objective else None,
+      seconds=solver.WallTime())
+
+
+def normalise(offsets: tuple[int, ...]) -> tuple[int, ...]:
+  """Shifts offsets so the smallest is 0 (a whole-period shift is free)."""
+  low = min(offsets)
+  return tuple(k - low for k in offsets)
+
