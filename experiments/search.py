@@ -1,0 +1,24 @@
+"""Search one placement's schedule: print, check, save, plot.
+
+  python -m experiments.search --placement=mshape --devices=4 --memory=6 \
+      --microbatches=128 --output=out.json --plot=out.png
+
+Exit codes: 0 ok, 1 bad placement or nothing found in time, 2 no schedule
+fits under --memory (the smallest limit that works is printed).
+"""
+
+import sys
+
+from absl import app
+
+from experiments import search_args, search_lib
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  sys.exit(search_lib.main(search_args.from_flags()))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,93 @@
+"""Flags of ``python -m experiments.search``, read into ``SearchArgs``.
+
+Importing this module defines the flags; only the binary imports it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from absl import app, flags
+
+flags.DEFINE_string("placement", None,
+                    "Named placement (vshape, xshape, mshape, ...); see"
+                    " tessel_jax.placements.PLACEMENTS.")
+flags.DEFINE_string("placement_file", None,
+                    "Placement JSON (DESIGN.md §4) instead of --placement.")
+flags.DEFINE_integer("devices", 4, "Devices on the pipeline axis.")
+flags.DEFINE_enum("mode", "train", ["train", "infer"],
+                  "Training (F+B blocks, memory) or inference (F only).")
+flags.DEFINE_integer("memory", None,
+                     "Per-device memory limit in the placement's units"
+                     " (default: unlimited).")
+flags.DEFINE_integer("microbatches", 128, "Micro-batches N to unroll.")
+flags.DEFINE_integer("f_span", None, "Span of a forward block (default: the"
+                     " placement's).")
+flags.DEFINE_integer("b_span", None, "Span of a backward block (default: the"
+                     " placement's).")
+flags.DEFINE_bool("no_wrap", False,
+                  "Keep every block inside one period (Tessel's rule); by"
+                  " default blocks may wrap around the period end.")
+flags.DEFINE_float("time_limit", 30.0, "CP-SAT time limit in seconds.")
+flags.DEFINE_integer("seed", 0, "CP-SAT random seed.")
+flags.DEFINE_integer("workers", 1, "CP-SAT worker threads (1: reproducible).")
+flags.DEFINE_string("output", None, "Write the schedule JSON here.")
+flags.DEFINE_string("plot", None, "Write a Gantt chart here (.png/.svg/.pdf).")
+flags.DEFINE_integer("plot_steps", -1,
+                     "Steps the Gantt chart shows: -1 the warmup and four"
+                     " periods, 0 the whole schedule.")
+flags.DEFINE_string("trace", None, "Write a Chrome/Perfetto trace JSON here.")
+flags.DEFINE_integer("grid_steps", 64,
+                     "Steps of the text grid to print (0: no grid).")
+flags.DEFINE_bool("timing", True,
+                  "Report search seconds; --notiming gives byte-identical"
+                  " output for the same flags.")
+
+
+class SearchArgs(NamedTuple):
+  """Everything ``search_lib.run`` needs; see the flags for meanings."""
+
+  placement: str | None = None
+  placement_file: str | None = None
+  devices: int = 4
+  mode: str = "train"
+  memory: int | None = None
+  microbatches: int = 128
+  f_span: int | None = None
+  b_span: int | None = None
+  allow_wrap: bool = True
+  time_limit: float = 30.0
+  seed: int = 0
+  workers: int = 1
+  output: str | None = None
+  plot: str | None = None
+  plot_steps: int = -1
+  trace: str | None = None
+  grid_steps: int = 64
+  timing: bool = True
+
+
+def from_flags() -> SearchArgs:
+  """Reads the parsed flags into ``SearchArgs``.
+
+  Raises:
+    app.UsageError: for contradictory or out-of-range flags.
+  """
+  f = flags.FLAGS
+  if (f.placement is None) == (f.placement_file is None):
+    raise app.UsageError("give exactly one of --placement=NAME or"
+                         " --placement_file=PATH")
+  for name in ("devices", "microbatches", "workers"):
+    if getattr(f, name) < 1:
+      raise app.UsageError(f"--{name} must be >= 1, got {getattr(f, name)}")
+  if f.memory is not None and f.memory < 0:
+    raise app.UsageError(f"--memory must be >= 0, got {f.memory}")
+  if f.time_limit <= 0:
+    raise app.UsageError(f"--time_limit must be > 0, got {f.time_limit}")
+  return SearchArgs(
+      placement=f.placement, placement_file=f.placement_file,
+      devices=f.devices, mode=f.mode, memory=f.memory,
+      microbatches=f.microbatches, f_span=f.f_span, b_span=f.b_span,
+      allow_wrap=not f.no_wrap, time_limit=f.time_limit, seed=f.seed, workers=f.workers,
+      output=f.output, plot=f.plot, plot_steps=f.plot_steps, trace=f.trace,
+      grid_steps=max(0, f.grid_steps), timing=f.timing)

@@ -1,0 +1,27 @@
+"""The benchmark: searched schedules vs baselines over all named placements.
+
+  python -m experiments.search_cases --devices=4,8 --modes=train \
+      --microbatches=128 --time_limit=30 --markdown=results/cases.md
+
+Writes results/search_cases_<hash of flags>.json (or --output) after every
+case and prints the markdown table at the end.
+"""
+
+from absl import app
+
+from experiments import search_cases_args, search_cases_lib
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  results = search_cases_lib.run(search_cases_args.from_flags())
+  table = search_cases_lib.markdown(results)
+  if results["args"]["markdown"]:
+    search_cases_lib.write_text(results["args"]["markdown"], table + "\n")
+  print(table)
+  print(f"\nwrote {results['output']}")
+
+
+if __name__ == "__main__":
+  app.run(main)
