@@ -30,7 +30,7 @@ flags.DEFINE_bool("no_wrap", False,
                   " default blocks may wrap around the period end.")
 flags.DEFINE_float("time_limit", 30.0, "CP-SAT time limit in seconds.")
 flags.DEFINE_integer("seed", 0, "CP-SAT random seed.")
-flags.DEFINE_integer("workers", 1, "CP-SAT worker threads (1: reproducible).")
+flags.DEFINE_integer("workers", 1, "CP-SAT subsolvers (interleaved deterministically).")
 flags.DEFINE_string("output", None, "Write the schedule JSON here.")
 flags.DEFINE_string("plot", None, "Write a Gantt chart here (.png/.svg/.pdf).")
 flags.DEFINE_integer("plot_steps", -1,

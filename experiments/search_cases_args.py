@@ -23,7 +23,7 @@ flags.DEFINE_integer("microbatches", 128, "Micro-batches N to unroll.")
 flags.DEFINE_float("time_limit", 60.0,
                    "CP-SAT time limit per search (seconds).")
 flags.DEFINE_integer("seed", 0, "CP-SAT random seed.")
-flags.DEFINE_integer("workers", 1, "CP-SAT worker threads.")
+flags.DEFINE_integer("workers", 1, "CP-SAT subsolvers (interleaved deterministically).")
 flags.DEFINE_bool("no_wrap", False, "Forbid blocks wrapping the period end.")
 flags.DEFINE_string("output", None,
                     "Results JSON (default:"

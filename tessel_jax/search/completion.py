@@ -26,6 +26,7 @@ from ortools.sat.python import cp_model
 
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Action, Repetend
+from tessel_jax.search.modulo_model import make_solver
 
 _NO_FLOOR = -(10**12)
 
@@ -119,10 +120,7 @@ class _ActionModel:
         self.model.AddReservoirConstraint(times, changes, _NO_FLOOR, limit)
 
   def solve(self, time_limit_s: float, seed: int, num_workers: int):
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-    solver.parameters.random_seed = seed
-    solver.parameters.num_workers = num_workers
+    solver = make_solver(time_limit_s, seed, num_workers, interleave=False)
     code = solver.Solve(self.model)
     return solver, code
 

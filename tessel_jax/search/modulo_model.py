@@ -41,6 +41,7 @@ class ModuloSolution:
     objective: Objective value (latency or memory), None if no objective.
     bound: CP-SAT's proven bound on the objective.
     seconds: Wall time of the solve.
+    work: CP-SAT deterministic time of the solve (reproducible).
   """
 
   status: str
@@ -49,6 +50,7 @@ class ModuloSolution:
   objective: int | None = None
   bound: int | None = None
   seconds: float = 0.0
+  work: float = 0.0
 
   @property
   def found(self) -> bool:
@@ -79,7 +81,7 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
       level over all devices).
     time_limit_s: CP-SAT time limit.
     seed: CP-SAT random seed.
-    num_workers: CP-SAT workers (1 is deterministic).
+    num_workers: CP-SAT subsolvers, interleaved deterministically.
 
   Returns:
     A ModuloSolution.
@@ -143,6 +145,14 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
     if not on_d:
       continue
     in_flight = -sum(blocks[i].memory * offset[i] for i in on_d)
+    # Redundant but strong: the level averaged over one period is
+    # -sum_b m_b s_b / P (each block's memory is held from its start on) and
+    # cannot exceed the peak. Lets CP-SAT prove small periods infeasible fast.
+    average_times_period = -sum(blocks[i].memory * start[i] for i in on_d)
+    if peak is not None:
+      model.Add(average_times_period <= peak * period)
+    elif memory_limit is not None:
+      model.Add(average_times_period <= memory_limit * period)
     for a in on_d:
       if blocks[a].memory <= 0:
         continue
@@ -164,14 +174,12 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
   elif objective == "memory":
     model.Minimize(peak)
 
-  solver = cp_model.CpSolver()
-  solver.parameters.max_time_in_seconds = max(0.01, time_limit_s)
-  solver.parameters.random_seed = seed
-  solver.parameters.num_workers = num_workers
+  solver = make_solver(time_limit_s, seed, num_workers)
   code = solver.Solve(model)
   status = solver.StatusName(code)
+  work = solver.ResponseProto().deterministic_time
   if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-    return ModuloSolution(status, seconds=solver.WallTime())
+    return ModuloSolution(status, seconds=solver.WallTime(), work=work)
   has_objective = objective in ("latency", "memory")
   return ModuloSolution(
       status=status,
@@ -179,7 +187,29 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
       phases=tuple(solver.Value(r) for r in phase),
       objective=int(solver.ObjectiveValue()) if has_objective else None,
       bound=int(round(solver.BestObjectiveBound())) if has_objective else None,
-      seconds=solver.WallTime())
+      seconds=solver.WallTime(), work=work)
+
+
+def make_solver(time_limit_s: float, seed: int, num_workers: int,
+                interleave: bool = True) -> cp_model.CpSolver:
+  """A CP-SAT solver whose result depends only on the model and the seed.
+
+  Subsolvers are interleaved deterministically (``interleave_search``) and
+  the cut-off is CP-SAT's deterministic time; wall time is limited too, at
+  four times the budget, as a safety net. Measured on vshape with 16 and 32
+  devices: with ``interleave_search`` one worker finds feasible repetends at
+  large periods in milliseconds where the default single worker needs tens
+  of seconds, and more interleaved workers were 8x slower in total. The
+  completion models (thousands of hinted actions) are 30x faster without it
+  (``interleave=False``).
+  """
+  solver = cp_model.CpSolver()
+  solver.parameters.max_deterministic_time = max(0.01, time_limit_s)
+  solver.parameters.max_time_in_seconds = 4 * max(0.01, time_limit_s) + 1
+  solver.parameters.random_seed = seed
+  solver.parameters.num_workers = num_workers
+  solver.parameters.interleave_search = interleave
+  return solver
 
 
 def normalise(offsets: tuple[int, ...]) -> tuple[int, ...]:

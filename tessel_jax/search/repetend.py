@@ -94,26 +94,34 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
     SearchTimeoutError: if no schedule was found in time.
   """
   t0 = time.perf_counter()
-  deadline = t0 + time_limit_s
-
-  def left() -> float:
-    return max(0.05, deadline - time.perf_counter())
-
+  budget = _Budget(time_limit_s)
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
+
+  tried: dict[int, str] = {}  # period -> status of its feasibility solve
+
+  def solve(period: int, share: float = 1.0, **kw):
+    sol = solve_modulo(graph, period, memory_limit,
+                       time_limit_s=budget.left(share), **solve_kw, **kw)
+    budget.spend(sol.work)
+    if not kw:
+      tried[period] = sol.status
+    return sol
+
   low, high = period_lower_bound(graph), period_upper_bound(graph)
   proven_low = low  # every period below this is proven infeasible
   found = None  # (period, solution)
 
-  first = solve_modulo(graph, low, memory_limit, time_limit_s=left(), **solve_kw)
+  # --- The busiest device's load is the answer whenever memory allows ------
+  first = solve(low)
   if first.found:
     found = (low, first)
   else:
     if first.status == "INFEASIBLE":
       proven_low = low + 1
-    top = solve_modulo(graph, high, memory_limit, time_limit_s=left(),
-                       **solve_kw)
+    # --- Infeasible at the largest useful period: infeasible everywhere ----
+    top = solve(high)
     if top.status == "INFEASIBLE":
-      needed = min_memory_limit(graph, time_limit_s=left(), **solve_kw)
+      needed = min_memory_limit(graph, time_limit_s=budget.left(), **solve_kw)
       hint = (f"the smallest limit that works is {needed}" if needed is not None
               else "the smallest workable limit was not found in time")
       raise InfeasibleScheduleError(
@@ -126,22 +134,38 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
           f"CP-SAT found no schedule of placement {graph.name!r} in"
           f" {time_limit_s:.1f} s; raise the time limit")
     found = (high, top)
-    lo, hi = low + 1, high - 1  # search [lo, hi] for something smaller
-    while lo <= hi and time.perf_counter() < deadline:
-      mid = (lo + hi) // 2
-      sol = solve_modulo(graph, mid, memory_limit, time_limit_s=left(),
-                         **solve_kw)
+    # --- Gallop up from the bound: proofs of infeasibility near the optimum
+    # are cheap, feasible solutions at large periods are not always. -------
+    # Each step gets at most an eighth of the budget: a period CP-SAT cannot
+    # decide in that time is passed over (the bound stays unproven).
+    step, period = 1, low + 1
+    while period < found[0] and not budget.spent():
+      sol = solve(period, share=1 / 8)
+      if sol.found:
+        found = (period, sol)
+        break
+      if sol.status == "INFEASIBLE":  # monotone: all P <= period fail too
+        proven_low = max(proven_low, period + 1)
+      period = min(period + step, found[0])
+      step = step * 2 if budget.used > budget.total / 2 else step
+    # --- Then bisect between the last failure and the first success -------
+    lo, hi = proven_low, found[0] - 1
+    while lo <= hi and not budget.spent():
+      untried = [p for p in range(lo, hi + 1) if p not in tried]
+      if not untried:
+        break
+      mid = untried[len(untried) // 2]
+      sol = solve(mid, share=1 / 8)
       if sol.found:
         found = (mid, sol)
         hi = mid - 1
       else:
-        if sol.status == "INFEASIBLE":  # monotone: all P <= mid fail too
+        if sol.status == "INFEASIBLE":
           proven_low = max(proven_low, mid + 1)
         lo = mid + 1
 
   period, _ = found
-  best = solve_modulo(graph, period, memory_limit, objective="latency",
-                      time_limit_s=left(), **solve_kw)
+  best = solve(period, objective="latency")
   if not best.found:
     best = found[1]
   rep = Repetend(period=period, offsets=normalise(best.offsets),
@@ -154,11 +178,37 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                       source="tessel")
   if complete:
     templates = completion.compact_templates(
-        graph, rep, memory_limit, time_limit_s=max(1.0, left()), seed=seed,
+        graph, rep, memory_limit, time_limit_s=max(1.0, budget.left()), seed=seed,
         num_workers=num_workers)
     schedule = _with_templates(schedule, templates, solve_kw)
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
+
+
+class _Budget:
+  """Solver time budget counted in CP-SAT's deterministic time.
+
+  Deterministic time makes the same input and seed give the same schedule
+  even when solves are cut by the limit (wall time would not).
+  """
+
+  def __init__(self, total: float):
+    self.total = total
+    self.used = 0.0
+    # Safety net on a loaded machine (deterministic time can run slower
+    # than the wall clock): never more than twice the budget in wall time.
+    self.wall_deadline = time.perf_counter() + 2 * total
+
+  def spend(self, work: float) -> None:
+    self.used += work
+
+  def left(self, share: float = 1.0) -> float:
+    """Time for the next solve: ``share`` of the total, at most what is left."""
+    return max(0.05, min(self.total * share, self.total - self.used))
+
+  def spent(self) -> bool:
+    return (self.used >= self.total or
+            time.perf_counter() >= self.wall_deadline)
 
 
 def _with_templates(schedule: Schedule, templates: completion.Templates,
