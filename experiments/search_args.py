@@ -5,9 +5,9 @@ Importing this module defines the flags; only the binary imports it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from absl import app, flags
+
+from experiments.search_lib import SearchArgs
 
 flags.DEFINE_string("placement", None,
                     "Named placement (vshape, xshape, mshape, ...); see"
@@ -43,28 +43,6 @@ flags.DEFINE_bool("timing", True,
                   "Report search seconds; --notiming gives byte-identical"
                   " output for the same flags.")
 
-
-class SearchArgs(NamedTuple):
-  """Everything ``search_lib.run`` needs; see the flags for meanings."""
-
-  placement: str | None = None
-  placement_file: str | None = None
-  devices: int = 4
-  mode: str = "train"
-  memory: int | None = None
-  microbatches: int = 128
-  f_span: int | None = None
-  b_span: int | None = None
-  allow_wrap: bool = True
-  time_limit: float = 30.0
-  seed: int = 0
-  workers: int = 1
-  output: str | None = None
-  plot: str | None = None
-  plot_steps: int = -1
-  trace: str | None = None
-  grid_steps: int = 64
-  timing: bool = True
 
 
 def from_flags() -> SearchArgs:

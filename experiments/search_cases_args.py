@@ -5,9 +5,9 @@ Importing this module defines the flags; only the binary imports it.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from absl import app, flags
+
+from experiments.search_cases_lib import CasesArgs
 
 flags.DEFINE_list("placements", None,
                   "Named placements to run (default: every one in"
@@ -32,21 +32,6 @@ flags.DEFINE_string("markdown", None,
                     "Also write the markdown table here (it is always"
                     " printed).")
 
-
-class CasesArgs(NamedTuple):
-  """Everything ``search_cases_lib.run`` needs; see the flags for meanings."""
-
-  placements: tuple[str, ...] | None = None
-  devices: tuple[int, ...] = (4, 8, 16, 32)
-  modes: tuple[str, ...] = ("train", "infer")
-  memories: tuple[str, ...] = ("tight", "loose")
-  microbatches: int = 128
-  time_limit: float = 60.0
-  seed: int = 0
-  workers: int = 1
-  allow_wrap: bool = True
-  output: str | None = None
-  markdown: str | None = None
 
 
 def from_flags() -> CasesArgs:

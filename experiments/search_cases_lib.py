@@ -20,12 +20,28 @@ import os
 import platform
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import NamedTuple, Any
 
 from experiments import search_lib
 from tessel_jax import placements
 from tessel_jax.graph import BlockGraph
 from tessel_jax.search import baselines, min_memory_limit
+
+class CasesArgs(NamedTuple):
+  """Everything ``search_cases_lib.run`` needs; see the flags for meanings."""
+
+  placements: tuple[str, ...] | None = None
+  devices: tuple[int, ...] = (4, 8, 16, 32)
+  modes: tuple[str, ...] = ("train", "infer")
+  memories: tuple[str, ...] = ("tight", "loose")
+  microbatches: int = 128
+  time_limit: float = 60.0
+  seed: int = 0
+  workers: int = 1
+  allow_wrap: bool = True
+  output: str | None = None
+  markdown: str | None = None
+
 
 RESULTS_DIR = "results"
 
@@ -153,7 +169,7 @@ def run(args: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
   """Runs the benchmark; writes the results JSON (after every case).
 
   Args:
-    args: An ``experiments.search_cases_args.CasesArgs``.
+    args: An ``CasesArgs``.
     log: Receives one progress line per case.
 
   Returns:

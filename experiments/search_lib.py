@@ -8,13 +8,36 @@ Nothing here reads flags.
 from __future__ import annotations
 
 import sys
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from tessel_jax import placements, plot, simulate, validate
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.schedule import Schedule, UnrolledSchedule
 from tessel_jax.search import (CompletionError, InfeasibleScheduleError,
                                SearchTimeoutError, search_repetend)
+
+class SearchArgs(NamedTuple):
+  """Everything ``search_lib.run`` needs; see the flags for meanings."""
+
+  placement: str | None = None
+  placement_file: str | None = None
+  devices: int = 4
+  mode: str = "train"
+  memory: int | None = None
+  microbatches: int = 128
+  f_span: int | None = None
+  b_span: int | None = None
+  allow_wrap: bool = True
+  time_limit: float = 30.0
+  seed: int = 0
+  workers: int = 1
+  output: str | None = None
+  plot: str | None = None
+  plot_steps: int = -1
+  trace: str | None = None
+  grid_steps: int = 64
+  timing: bool = True
+
 
 #: Exit code when no schedule fits under the memory limit.
 EXIT_INFEASIBLE = 2
@@ -143,7 +166,7 @@ def run(args: Any) -> dict[str, Any]:
   """Searches, checks, measures and saves one placement.
 
   Args:
-    args: An ``experiments.search_args.SearchArgs`` (or anything with its
+    args: An ``SearchArgs`` (or anything with its
       fields).
 
   Returns:

@@ -84,8 +84,12 @@ class Schedule:
     cooldown: Actions after the steady state; micro-batch indices relative to
       ``N`` (``-1`` is the last micro-batch), starts relative to the end of the
       last full iteration.
-    status: Solver status of the period search (``OPTIMAL``, ``FEASIBLE``).
+    status: Status of the period: ``OPTIMAL`` when no smaller period is
+      feasible (proven by CP-SAT), else ``FEASIBLE``.
     period_lower_bound: Proven lower bound on the period.
+    latency_status: CP-SAT status of minimising one micro-batch's latency at
+      that period.
+    latency_lower_bound: CP-SAT's proven bound on that latency.
     search_seconds: Wall time of the search.
     source: Who made it (``"tessel"``, ``"1f1b"``, ...).
     completer: Optional ``N -> actions`` used when ``N`` is too small for the
@@ -100,6 +104,8 @@ class Schedule:
   cooldown: tuple[Action, ...] = ()
   status: str = "FEASIBLE"
   period_lower_bound: int = 0
+  latency_status: str = ""
+  latency_lower_bound: int = 0
   search_seconds: float = 0.0
   source: str = "tessel"
   completer: Callable[[int], Sequence[Action]] | None = dataclasses.field(
@@ -108,6 +114,13 @@ class Schedule:
   @property
   def period(self) -> int:
     return self.repetend.period
+
+  @property
+  def latency(self) -> int:
+    """Steps from the first start to the last end of one micro-batch."""
+    rep, blocks = self.repetend, self.graph.blocks
+    starts = [rep.start_in_microbatch_frame(i) for i in range(len(blocks))]
+    return max(s + b.span for s, b in zip(starts, blocks)) - min(starts)
 
   @property
   def min_template_microbatches(self) -> int:

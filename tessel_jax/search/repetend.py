@@ -164,21 +164,25 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
           proven_low = max(proven_low, mid + 1)
         lo = mid + 1
 
-  period, _ = found
-  best = solve(period, objective="latency")
+  # --- At that period, the shortest latency of one micro-batch -------------
+  period, feasible = found
+  best = solve(period, share=1 / 4, objective="latency", hint=feasible)
   if not best.found:
-    best = found[1]
+    best = feasible
   rep = Repetend(period=period, offsets=normalise(best.offsets),
                  phases=best.phases)
-  period_proven = proven_low >= period
-  status = ("OPTIMAL" if period_proven and best.status == "OPTIMAL"
-            else "FEASIBLE")
-  schedule = Schedule(graph=graph, repetend=rep, memory_limit=memory_limit,
-                      status=status, period_lower_bound=min(proven_low, period),
-                      source="tessel")
+  schedule = Schedule(
+      graph=graph, repetend=rep, memory_limit=memory_limit,
+      status="OPTIMAL" if proven_low >= period else "FEASIBLE",
+      period_lower_bound=min(proven_low, period),
+      latency_status=best.status, latency_lower_bound=best.bound or 0,
+      source="tessel")
   if complete:
+    # Warmup and cooldown start from the modulo schedule (a valid hint) and
+    # get at most a quarter of the budget, at least one second.
     templates = completion.compact_templates(
-        graph, rep, memory_limit, time_limit_s=max(1.0, budget.left()), seed=seed,
+        graph, rep, memory_limit,
+        time_limit_s=max(1.0, budget.left(share=1 / 4)), seed=seed,
         num_workers=num_workers)
     schedule = _with_templates(schedule, templates, solve_kw)
   return dataclasses.replace(schedule,
