@@ -166,7 +166,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
 
   # --- At that period, the shortest latency of one micro-batch -------------
   period, feasible = found
-  best = solve(period, share=1 / 4, objective="latency", hint=feasible)
+  best = solve(period, share=1 / 8, objective="latency", hint=feasible)
   if not best.found:
     best = feasible
   rep = Repetend(period=period, offsets=normalise(best.offsets),
@@ -179,10 +179,10 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       source="tessel")
   if complete:
     # Warmup and cooldown start from the modulo schedule (a valid hint) and
-    # get at most a quarter of the budget, at least one second.
+    # share at most an eighth of the budget, at least one second.
     templates = completion.compact_templates(
         graph, rep, memory_limit,
-        time_limit_s=max(1.0, budget.left(share=1 / 4)), seed=seed,
+        time_limit_s=max(1.0, budget.left(share=1 / 8)), seed=seed,
         num_workers=num_workers)
     schedule = _with_templates(schedule, templates, solve_kw)
   return dataclasses.replace(schedule,
