@@ -7,9 +7,9 @@ from hypothesis import strategies as st
 import pytest
 
 from tessel_jax.graph import Block, BlockGraph, Edge, make_graph
+from tessel_jax import placements, validate
 from tessel_jax.search import (InfeasibleScheduleError, min_memory_limit,
-                               search_repetend)
-from tessel_jax import validate
+                               period_lower_bound, search_repetend)
 
 
 def chain_vshape(num_devices: int, f: int = 1, b: int = 3) -> BlockGraph:
@@ -160,3 +160,16 @@ def test_random_dags_give_valid_schedule_or_infeasibility(case):
   for n in sorted({1, 2, k + 1, max(1, 2 * k), 2 * k + 3}):
     unrolled = schedule.unroll(n)
     assert not validate.check(unrolled), validate.check(unrolled)[:3]
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+@pytest.mark.parametrize("name", sorted(placements.PLACEMENTS))
+def test_every_named_placement_gets_a_valid_schedule(name, mode):
+  graph = placements.get(name, 2, mode=mode)
+  # Twice one whole micro-batch's activations: feasible, and binding.
+  one_microbatch = max(sum(b.memory for b in graph.blocks_on(d) if b.memory > 0)
+                       for d in range(graph.num_devices))
+  limit = None if mode == "infer" else 2 * one_microbatch
+  schedule = search_repetend(graph, memory_limit=limit, time_limit_s=5.0)
+  assert schedule.period >= period_lower_bound(graph)
+  assert_valid_for(schedule, [1, 5, 2 * schedule.repetend.max_offset + 2])
