@@ -71,6 +71,7 @@ class _ActionModel:
       self.intervals.append(self.model.NewFixedSizeIntervalVar(
           s, block.span, f"I_{block.id}_{t.mb}"))
     self.pos = {b.id: i for i, b in enumerate(graph.blocks)}
+    self.hint: list[int] = []
 
   def span(self, n: int) -> int:
     return self.graph.blocks[self.tasks[n].index].span
@@ -119,10 +120,53 @@ class _ActionModel:
       if changes:
         self.model.AddReservoirConstraint(times, changes, _NO_FLOOR, limit)
 
+  def hint_modulo(self, rep: Repetend) -> None:
+    """Hints every action at its plain modulo time ``(k_b + j) P + r_b``."""
+    self.hint = [(rep.offsets[t.index] + t.mb) * rep.period +
+                 rep.phases[t.index] for t in self.tasks]
+    for var, value in zip(self.start, self.hint):
+      self.model.AddHint(var, value)
+
   def solve(self, time_limit_s: float, seed: int, num_workers: int):
     solver = make_solver(time_limit_s, seed, num_workers, interleave=False)
     code = solver.Solve(self.model)
     return solver, code
+
+  def starts(self, solver: cp_model.CpSolver, code: int, what: str,
+             limit: int | None, initial: dict[int, int] | None = None,
+             ) -> tuple[list[int], str]:
+    """Solved starts; the modulo hint if CP-SAT ran out of time first.
+
+    The hint meets every constraint but memory by construction, so it is
+    used when its memory levels stay under ``limit``.
+
+    Raises:
+      CompletionError: if neither CP-SAT nor the hint gives a schedule.
+    """
+    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+      return [solver.Value(v) for v in self.start], solver.StatusName(code)
+    if code != cp_model.INFEASIBLE and self._fits(self.hint, limit,
+                                                  initial or {}):
+      return list(self.hint), "MODULO"
+    raise CompletionError(
+        f"no {what} fits under memory limit {limit} for placement"
+        f" {self.graph.name!r} (CP-SAT {solver.StatusName(code)}); raise the"
+        " limit or the search time limit")
+
+  def _fits(self, starts: Sequence[int], limit: int | None,
+            initial: dict[int, int]) -> bool:
+    if limit is None:
+      return True
+    for d in range(self.graph.num_devices):
+      events = sorted((s, self.graph.blocks[t.index].memory)
+                      for s, t in zip(starts, self.tasks)
+                      if d in self.graph.blocks[t.index].devices)
+      level = initial.get(d, 0)
+      for n, (time, change) in enumerate(events):
+        level += change
+        if (n + 1 == len(events) or events[n + 1][0] != time) and level > limit:
+          return False
+    return True
 
 
 def _first_phase_on(graph: BlockGraph, rep: Repetend, d: int) -> int:
@@ -171,26 +215,20 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   am.add_memory(memory_limit, {}, 0)
 
   # --- Hint: the plain modulo schedule; objective: earliest steady state ---
-  for n, t in enumerate(tasks):
-    model.AddHint(am.start[n], (rep.offsets[t.index] + t.mb) * rep.period +
-                  rep.phases[t.index])
+  am.hint_modulo(rep)
   model.AddHint(steady, modulo_start)
   model.Minimize(steady)
   solver, code = am.solve(time_limit_s, seed, num_workers)
-  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-    raise CompletionError(
-        f"no warmup fits under memory limit {memory_limit} for placement"
-        f" {graph.name!r} (CP-SAT {solver.StatusName(code)}); raise the limit"
-        " or the completion time limit")
-  timed = [Action(solver.Value(am.start[n]), graph.blocks[t.index].id, t.mb)
-           for n, t in enumerate(tasks)]
+  starts, status = am.starts(solver, code, "warmup", memory_limit)
+  steady_start = solver.Value(steady) if status != "MODULO" else modulo_start
+  timed = [Action(start, graph.blocks[t.index].id, t.mb)
+           for start, t in zip(starts, tasks)]
   # Then every warmup action as early as its device order allows (the
   # familiar 1F1B-style warmup). Keeping each device's order keeps its
   # memory levels, and moving earlier keeps every bound towards the steady
   # state; done here rather than as a CP-SAT objective, which made proofs of
   # optimality 100x slower.
-  return (compact_in_order(graph, timed), solver.Value(steady),
-          solver.StatusName(code))
+  return compact_in_order(graph, timed), steady_start, status
 
 
 def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
@@ -228,22 +266,14 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   am.add_memory(memory_limit, initial, -rep.period - 1)
 
   # --- Hint: the plain modulo schedule; objective: earliest last end -------
-  for n, t in enumerate(tasks):
-    model.AddHint(am.start[n], (rep.offsets[t.index] + t.mb) * rep.period +
-                  rep.phases[t.index])
+  am.hint_modulo(rep)
   last = model.NewIntVar(-rep.period, horizon + rep.period, "last_end")
   model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
   model.Minimize(last)
   solver, code = am.solve(time_limit_s, seed, num_workers)
-  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-    raise CompletionError(
-        f"no cooldown fits under memory limit {memory_limit} for placement"
-        f" {graph.name!r} (CP-SAT {solver.StatusName(code)}); raise the limit"
-        " or the completion time limit")
-  actions = tuple(sorted(
-      Action(solver.Value(am.start[n]), graph.blocks[t.index].id, t.mb)
-      for n, t in enumerate(tasks)))
-  return actions, solver.StatusName(code)
+  starts, status = am.starts(solver, code, "cooldown", memory_limit, initial)
+  return tuple(sorted(Action(start, graph.blocks[t.index].id, t.mb)
+                      for start, t in zip(starts, tasks))), status
 
 
 def compact_templates(graph: BlockGraph, rep: Repetend,
@@ -279,18 +309,15 @@ def complete_all(graph: BlockGraph, rep: Repetend, num_microbatches: int,
   am.add_microbatch_order()
   am.add_no_overlap()
   am.add_memory(memory_limit, {}, 0)
-  for n, t in enumerate(tasks):
-    am.model.AddHint(am.start[n], (rep.offsets[t.index] + t.mb) * rep.period +
-                     rep.phases[t.index])
+  am.hint_modulo(rep)
   last = am.model.NewIntVar(0, horizon + rep.period, "makespan")
   am.model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
   am.model.Minimize(last)
   solver, code = am.solve(time_limit_s, seed, num_workers)
-  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-    raise CompletionError(
-        f"no schedule of {num_microbatches} micro-batches fits under memory"
-        f" limit {memory_limit} for placement {graph.name!r} (CP-SAT"
-        f" {solver.StatusName(code)}); raise the limit or the time limit")
-  return tuple(sorted(
-      Action(solver.Value(am.start[n]), graph.blocks[t.index].id, t.mb)
-      for n, t in enumerate(tasks)))
+  starts, status = am.starts(solver, code,
+                             f"schedule of {num_microbatches} micro-batches",
+                             memory_limit)
+  timed = [Action(start, graph.blocks[t.index].id, t.mb)
+           for start, t in zip(starts, tasks)]
+  return compact_in_order(graph, timed) if status == "MODULO" else tuple(
+      sorted(timed))
