@@ -16,6 +16,7 @@ Procedure (modulo model in ``modulo_model``):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 from tessel_jax.graph import BlockGraph
@@ -184,7 +185,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
         graph, rep, memory_limit,
         time_limit_s=max(1.0, budget.left(share=1 / 8)), seed=seed,
         num_workers=num_workers)
-    schedule = _with_templates(schedule, templates, solve_kw)
+    schedule = _with_templates(schedule, templates, solve_kw,
+                               completion_time_s=max(1.0, time_limit_s / 8))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
 
@@ -216,13 +218,16 @@ class _Budget:
 
 
 def _with_templates(schedule: Schedule, templates: completion.Templates,
-                    solve_kw: dict) -> Schedule:
+                    solve_kw: dict, completion_time_s: float) -> Schedule:
+  """Adds the templates and a completer for N too small for them."""
   graph, rep, limit = schedule.graph, schedule.repetend, schedule.memory_limit
-
   complete_kw = {k: v for k, v in solve_kw.items() if k != "allow_wrap"}
 
+  @functools.lru_cache(maxsize=16)
   def completer(n: int):
-    return completion.complete_all(graph, rep, n, limit, **complete_kw)
+    return completion.complete_all(graph, rep, n, limit,
+                                   time_limit_s=completion_time_s,
+                                   **complete_kw)
 
   return dataclasses.replace(
       schedule, warmup=templates.warmup, steady_start=templates.steady_start,
