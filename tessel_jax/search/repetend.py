@@ -2,13 +2,16 @@
 
 Procedure (modulo model in ``modulo_model``):
 
-1. ``P_lb`` = the busiest device's load per micro-batch; ``P_max`` = the sum
-   of all spans and delays (one micro-batch at a time fits in it).
+1. ``P_lb`` = the larger of the busiest device's load per micro-batch and
+   the period the memory limit allows on average (``memory_period_bound``);
+   ``P_max`` = the sum of all spans and delays (one micro-batch at a time
+   fits in it).
 2. If the limit is infeasible even at ``P_max`` it is infeasible at every
    period (feasibility is monotone in ``P``): solve for the smallest memory
    and raise ``InfeasibleScheduleError`` naming it.
-3. Binary search the smallest feasible ``P`` in ``[P_lb, P_max]``; a solve
-   that times out counts as "not found" but leaves the bound unproven.
+3. Gallop up from ``P_lb`` (steps 1, 2, 4, ...) to the first feasible
+   period, then bisect below it; a solve that times out counts as "not
+   found" but leaves the bound unproven.
 4. At that ``P`` minimise the latency of one micro-batch.
 5. Compact the warmup and cooldown (``completion``).
 """
@@ -19,10 +22,12 @@ import dataclasses
 import functools
 import time
 
+from ortools.sat.python import cp_model
+
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Schedule, Repetend
 from tessel_jax.search import completion
-from tessel_jax.search.modulo_model import normalise, solve_modulo
+from tessel_jax.search.modulo_model import make_solver, normalise, solve_modulo
 
 
 class InfeasibleScheduleError(ValueError):
@@ -45,6 +50,37 @@ class SearchTimeoutError(RuntimeError):
 def period_lower_bound(graph: BlockGraph) -> int:
   """Busiest device's total span per micro-batch."""
   return max(graph.device_load(d) for d in range(graph.num_devices))
+
+
+def memory_period_bound(graph: BlockGraph, memory_limit: int | None, *,
+                        time_limit_s: float = 5.0) -> int:
+  """Smallest period the memory limit allows, from the average level.
+
+  In the steady state a device's level averaged over one period is
+  ``-sum_b m_b s_b / P`` (``s_b`` the start of block ``b`` in the frame of
+  one micro-batch) and cannot exceed the limit, so
+  ``P >= min_s(-sum_b m_b s_b) / limit`` where the minimum is over start
+  times that respect the edges alone: a small LP-like CP-SAT model per
+  device. Returns 1 when there is no limit or it proves nothing.
+  """
+  if not memory_limit or memory_limit <= 0:
+    return 1
+  horizon = period_upper_bound(graph) * (graph.num_blocks + 1)
+  bound = 1
+  for d in range(graph.num_devices):
+    on_d = [b for b in graph.blocks_on(d) if b.memory != 0]
+    if not on_d:
+      continue
+    model = cp_model.CpModel()
+    start = {b.id: model.NewIntVar(0, horizon, f"s_{b.id}") for b in graph.blocks}
+    for e in graph.edges:
+      model.Add(start[e.dst] >= start[e.src] + graph.block(e.src).span + e.delay)
+    model.Minimize(-sum(b.memory * start[b.id] for b in on_d))
+    solver = make_solver(time_limit_s, 0, 1, interleave=False)
+    if solver.Solve(model) == cp_model.OPTIMAL:
+      area = int(round(solver.ObjectiveValue()))
+      bound = max(bound, -(-area // memory_limit))
+  return bound
 
 
 def period_upper_bound(graph: BlockGraph) -> int:
@@ -108,7 +144,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       tried[period] = sol.status
     return sol
 
-  low, high = period_lower_bound(graph), period_upper_bound(graph)
+  high = period_upper_bound(graph)
+  low = min(high, max(period_lower_bound(graph),
+                      memory_period_bound(graph, memory_limit)))
   proven_low = low  # every period below this is proven infeasible
   found = None  # (period, solution)
 
@@ -135,8 +173,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
           f"CP-SAT found no schedule of placement {graph.name!r} in"
           f" {time_limit_s:.1f} s; raise the time limit")
     found = (high, top)
-    # --- Gallop up from the bound: proofs of infeasibility near the optimum
-    # are cheap, feasible solutions at large periods are not always. -------
+    # --- Gallop up from the bound (steps 1, 2, 4, ...): proofs of
+    # infeasibility near the optimum are usually cheap. --------------------
     # Each step gets at most an eighth of the budget: a period CP-SAT cannot
     # decide in that time is passed over (the bound stays unproven).
     step, period = 1, low + 1
@@ -148,7 +186,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       if sol.status == "INFEASIBLE":  # monotone: all P <= period fail too
         proven_low = max(proven_low, period + 1)
       period = min(period + step, found[0])
-      step = step * 2 if budget.used > budget.total / 2 else step
+      step *= 2
     # --- Then bisect between the last failure and the first success -------
     lo, hi = proven_low, found[0] - 1
     while lo <= hi and not budget.spent():
