@@ -1,1 +1,20 @@
-"""Jaxpr-level passes (markers, partition, backward split, lowering); installed as tessel_jax.passes."""
+"""Jaxpr-level passes (markers, partition, backward split, lowering); installed as tessel_jax.passes.
+
+Modules, in pipeline order (``tessel_jax.api`` drives them):
+
+* ``boundary``  -- ``tj.boundary``, the identity marker (primitive in
+  ``tessel_jax.compat``);
+* ``partition`` -- trace ``fn(params, microbatch)``, cut the jaxpr at the
+  boundaries into forward blocks, find their inputs/outputs/parameters and
+  the epilogue that combines block outputs into the function's outputs;
+* ``kernels``   -- per placement block (F, B, W) the function a device runs:
+  backward via ``jax.vjp`` (keep residuals or recompute), shared blocks split
+  along the batch axis;
+* ``packing``   -- parameter layout: slot arrays and flat regions, so each
+  device holds only its blocks' parameters;
+* ``plan``      -- static tick tables from the unrolled schedule: stash
+  stores and pools, read/out ports, message rounds, loops;
+* ``interp``    -- table-driven ramps (warmup/cooldown as one loop);
+* ``lower``     -- the ``jax.jit(jax.shard_map(...))`` program;
+* ``errors``    -- ``TesselError``.
+"""

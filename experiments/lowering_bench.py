@@ -1,0 +1,49 @@
+"""Measure the lowering: compile time vs N, memory, copies, real speed-up.
+
+  python -m experiments.lowering_bench                 # everything
+  python -m experiments.lowering_bench --parts=compile --compile_n=8,256
+
+Parts (JSON to --output):
+
+* compile: lower + compile time for each N (ratio of the largest to the
+  smallest N; the steady state is a fori_loop, so it should stay flat);
+* memory: ``compiled.memory_analysis()`` against the plan's stash and the
+  schedule's predicted peak, and HLO copies of stash-sized buffers inside
+  the loop body (target 0);
+* speedup: the same training step on 2 fake single-threaded CPU devices
+  (vshape, 1F1B-like searched schedule) against one device running plain
+  ``jax.jit(jax.value_and_grad)``, each in its own process
+  (``--xla_cpu_multi_thread_eigen=false``, one intra-op thread), with wall
+  and CPU seconds (CPU seconds show the work overhead even when other
+  processes share the cores).
+"""
+
+import os
+import sys
+
+from absl import app
+
+from experiments import lowering_bench_args
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  args = lowering_bench_args.from_flags()
+  # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
+  if args.worker is not None:
+    devices = 2 if args.worker == "pipe" else 1
+    flags = [f"--xla_force_host_platform_device_count={devices}",
+             "--xla_cpu_multi_thread_eigen=false",
+             "intra_op_parallelism_threads=1"]
+  else:
+    flags = [f"--xla_force_host_platform_device_count={max(args.devices, 8)}"]
+  os.environ["XLA_FLAGS"] = " ".join(
+      x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  from experiments import lowering_bench_lib  # pylint: disable=import-outside-toplevel
+  sys.exit(lowering_bench_lib.main(args))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,54 @@
+"""Flags of ``python -m experiments.lowering_bench``, read into ``BenchArgs``.
+
+Importing this module defines the flags; only the binary imports it.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from experiments.lowering_bench_lib import PARTS, BenchArgs
+
+flags.DEFINE_list("parts", list(PARTS),
+                  "What to measure: compile (time vs N), memory"
+                  " (memory_analysis vs predicted, HLO stash copies), speedup"
+                  " (2 single-threaded devices vs 1).")
+flags.DEFINE_list("compile_n", ["8", "32", "128", "256"],
+                  "Micro-batch counts for the compile-time part.")
+flags.DEFINE_string("placement", "vshape", "Placement of the compile and"
+                    " memory parts.")
+flags.DEFINE_integer("devices", 4, "Devices of the compile and memory parts.")
+flags.DEFINE_integer("speed_hidden", 1024, "Width of the speed-up model.")
+flags.DEFINE_integer("speed_layers", 4, "Layers of the speed-up model.")
+flags.DEFINE_integer("speed_rows", 256, "Rows per micro-batch (speed-up).")
+flags.DEFINE_integer("speed_n", 16, "Micro-batches of the speed-up part.")
+flags.DEFINE_integer("repeats", 5, "Timed runs per measurement (best kept).")
+flags.DEFINE_string("output", "out/lowering_bench.json",
+                    "Where to write the JSON results ('': stdout only).")
+flags.DEFINE_string("worker", None, "Internal: run one speed-up worker"
+                    " ('plain' or 'pipe') and print its JSON.")
+
+
+def from_flags() -> BenchArgs:
+  """Reads the parsed flags into ``BenchArgs``.
+
+  Raises:
+    app.UsageError: for unknown parts or out-of-range numbers.
+  """
+  f = flags.FLAGS
+  bad = [p for p in f.parts if p not in PARTS]
+  if bad:
+    raise app.UsageError(f"unknown --parts {bad}; choose from {PARTS}")
+  try:
+    ns = tuple(int(n) for n in f.compile_n)
+  except ValueError:
+    raise app.UsageError(f"--compile_n must be integers: {f.compile_n}") from None
+  if f.worker not in (None, "plain", "pipe"):
+    raise app.UsageError("--worker is internal ('plain' or 'pipe')")
+  if f.speed_layers % 2:
+    raise app.UsageError("--speed_layers must be even (two pipeline stages)")
+  return BenchArgs(parts=tuple(f.parts), compile_n=ns, placement=f.placement,
+                   devices=f.devices, speed_hidden=f.speed_hidden,
+                   speed_layers=f.speed_layers, speed_rows=f.speed_rows,
+                   speed_n=f.speed_n, repeats=f.repeats,
+                   output=f.output or None, worker=f.worker)

@@ -1,0 +1,35 @@
+"""Train a small GPT with a searched pipeline schedule on fake CPU devices.
+
+  python -m experiments.train --placement=mshape --devices=4
+
+Character-level GPT (embedding, --layers transformer layers, head tied to
+the embedding) on the source text of Python's own standard library (no
+download). Prints the schedule grid and the loss of every step, checks step 0
+against ``jax.value_and_grad``, saves the schedule picture and a JSON record.
+"""
+
+import os
+import sys
+
+from absl import app
+
+from experiments import train_args
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  args = train_args.from_flags()
+  # XLA reads XLA_FLAGS once, when jax creates its CPU client (the first
+  # device use, after this point): set the fake device count first.
+  flag = f"--xla_force_host_platform_device_count={args.devices * args.data}"
+  os.environ["XLA_FLAGS"] = " ".join(
+      x for x in (os.environ.get("XLA_FLAGS", ""), flag) if x)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  os.environ.setdefault("MPLBACKEND", "Agg")
+  from experiments import train_lib  # pylint: disable=import-outside-toplevel
+  sys.exit(train_lib.main(args))
+
+
+if __name__ == "__main__":
+  app.run(main)

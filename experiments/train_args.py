@@ -1,0 +1,59 @@
+"""Flags of ``python -m experiments.train``, read into ``TrainArgs``.
+
+Importing this module defines the flags; only the binary imports it.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from experiments.train_lib import TrainArgs
+
+flags.DEFINE_string("placement", "mshape",
+                    "Named placement (vshape, mshape, interleaved, ...); see"
+                    " tessel_jax.placements.PLACEMENTS.")
+flags.DEFINE_integer("devices", 4, "Devices on the pipeline axis.")
+flags.DEFINE_integer("data", 1, "Data-parallel replicas (a 'data' mesh axis).")
+flags.DEFINE_integer("layers", 4, "Transformer layers.")
+flags.DEFINE_integer("d_model", 64, "Model width.")
+flags.DEFINE_integer("heads", 4, "Attention heads.")
+flags.DEFINE_integer("seq", 32, "Sequence length (characters).")
+flags.DEFINE_integer("microbatches", 16, "Micro-batches per step.")
+flags.DEFINE_integer("microbatch_size", 4, "Sequences per micro-batch.")
+flags.DEFINE_integer("steps", 30, "Training steps.")
+flags.DEFINE_float("lr", 3e-3, "Adam learning rate.")
+flags.DEFINE_integer("seed", 0, "Random seed (data, init, CP-SAT).")
+flags.DEFINE_string("schedule", None,
+                    "Baseline instead of the search (gpipe, 1f1b, ...).")
+flags.DEFINE_float("time_limit", 30.0, "CP-SAT time limit in seconds.")
+flags.DEFINE_bool("check", True,
+                  "Check step 0 against jax.value_and_grad of the plain"
+                  " function (mean over micro-batches).")
+flags.DEFINE_string("plot", "out/train_schedule.png",
+                    "Where to save the schedule picture ('' : none).")
+flags.DEFINE_string("output", "out/train.json",
+                    "Where to write the JSON results ('' : none).")
+flags.DEFINE_integer("grid_steps", 48, "Steps of the schedule grid to print.")
+
+
+def from_flags() -> TrainArgs:
+  """Reads the parsed flags into ``TrainArgs``.
+
+  Raises:
+    app.UsageError: for out-of-range flags.
+  """
+  f = flags.FLAGS
+  for name in ("devices", "data", "layers", "d_model", "heads", "seq",
+               "microbatches", "microbatch_size", "steps"):
+    if getattr(f, name) < 1:
+      raise app.UsageError(f"--{name} must be >= 1, got {getattr(f, name)}")
+  if f.d_model % f.heads:
+    raise app.UsageError(f"--d_model={f.d_model} must be a multiple of"
+                         f" --heads={f.heads}")
+  return TrainArgs(
+      placement=f.placement, devices=f.devices, data=f.data, layers=f.layers,
+      d_model=f.d_model, heads=f.heads, seq=f.seq,
+      microbatches=f.microbatches, microbatch_size=f.microbatch_size,
+      steps=f.steps, lr=f.lr, seed=f.seed, schedule=f.schedule,
+      time_limit=f.time_limit, check=f.check, plot=f.plot or None,
+      output=f.output or None, grid_steps=f.grid_steps)

@@ -1,0 +1,272 @@
+"""A small character-level GPT trained with ``tj.schedule`` (no flags here).
+
+``run(args)`` trains and returns the record; ``main(args)`` prints it and
+writes the JSON and the schedule picture. The text is the source of a few
+Python standard-library modules, read from the running interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tessel_jax as tj
+from tessel_jax import placements
+
+
+class TrainArgs(NamedTuple):
+  """Everything ``train_lib.run`` needs; see the flags for meanings."""
+
+  placement: str = "mshape"
+  devices: int = 4
+  data: int = 1
+  layers: int = 4
+  d_model: int = 64
+  heads: int = 4
+  seq: int = 32
+  microbatches: int = 16
+  microbatch_size: int = 4
+  steps: int = 30
+  lr: float = 3e-3
+  seed: int = 0
+  schedule: str | None = None
+  time_limit: float = 30.0
+  check: bool = True
+  plot: str | None = "out/train_schedule.png"
+  output: str | None = "out/train.json"
+  grid_steps: int = 48
+
+
+# --- data -----------------------------------------------------------------
+
+_MODULES = ("textwrap", "string", "functools", "heapq", "bisect", "fnmatch")
+
+
+def corpus() -> str:
+  """Source text of a few standard-library modules (about 100 KB)."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  parts = []
+  for name in _MODULES:
+    mod = importlib.import_module(name)
+    with open(mod.__file__, encoding="utf-8") as f:
+      parts.append(f.read())
+  return "\n".join(parts)
+
+
+class CharData:
+  """Random windows of the corpus as (tokens, labels) batches."""
+
+  def __init__(self, text: str, seq: int, seed: int):
+    chars = sorted(set(text))
+    self.vocab = len(chars)
+    index = {c: i for i, c in enumerate(chars)}
+    self.ids = np.array([index[c] for c in text], np.int32)
+    self.seq = seq
+    self.rng = np.random.default_rng(seed)
+
+  def batch(self, rows: int) -> dict[str, np.ndarray]:
+    starts = self.rng.integers(0, len(self.ids) - self.seq - 1, rows)
+    win = np.stack([self.ids[s:s + self.seq + 1] for s in starts])
+    return {"tokens": win[:, :-1], "labels": win[:, 1:]}
+
+
+# --- model ----------------------------------------------------------------
+
+
+def init_params(key: Any, vocab: int, d: int, layers: int,
+                seq: int) -> dict[str, Any]:
+  keys = jax.random.split(key, 2 + 4 * layers)
+  normal = lambda k, shape, s: jax.random.normal(k, shape, jnp.float32) * s
+  out = {"wte": normal(keys[0], (vocab, d), 0.05),
+         "wpe": normal(keys[1], (seq, d), 0.02),
+         "lnf": {"g": jnp.ones((d,)), "b": jnp.zeros((d,))},
+         "layers": []}
+  for i in range(layers):
+    k = keys[2 + 4 * i: 6 + 4 * i]
+    out["layers"].append({
+        "ln1": {"g": jnp.ones((d,)), "b": jnp.zeros((d,))},
+        "qkv": normal(k[0], (d, 3 * d), d ** -0.5),
+        "proj": normal(k[1], (d, d), (2 * d * layers) ** -0.5),
+        "ln2": {"g": jnp.ones((d,)), "b": jnp.zeros((d,))},
+        "fc": normal(k[2], (d, 4 * d), d ** -0.5),
+        "fc_b": jnp.zeros((4 * d,)),
+        "out": normal(k[3], (4 * d, d), (8 * d * layers) ** -0.5),
+        "out_b": jnp.zeros((d,)),
+    })
+  return out
+
+
+def _norm(p: Any, x: Any) -> Any:
+  mu = x.mean(-1, keepdims=True)
+  var = ((x - mu) ** 2).mean(-1, keepdims=True)
+  return (x - mu) * jax.lax.rsqrt(var + 1e-5) * p["g"] + p["b"]
+
+
+def _layer(p: Any, x: Any, heads: int) -> Any:
+  b, s, d = x.shape
+  q, k, v = jnp.split(_norm(p["ln1"], x) @ p["qkv"], 3, axis=-1)
+  split = lambda t: t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
+  q, k, v = split(q), split(k), split(v)
+  att = (q @ k.transpose(0, 1, 3, 2)) * (d // heads) ** -0.5
+  mask = jnp.tril(jnp.ones((s, s), bool))
+  att = jax.nn.softmax(jnp.where(mask, att, -1e9), axis=-1)
+  y = (att @ v).transpose(0, 2, 1, 3).reshape(b, s, d)
+  x = x + y @ p["proj"]
+  h = jax.nn.gelu(_norm(p["ln2"], x) @ p["fc"] + p["fc_b"])
+  return x + h @ p["out"] + p["out_b"]
+
+
+def layer_groups(layers: int, num_blocks: int) -> list[list[int]]:
+  """Layers of each block: block 0 is the embedding, the rest share layers."""
+  if num_blocks < 2:
+    raise ValueError("the GPT needs at least 2 blocks (embedding, head)")
+  groups = np.array_split(np.arange(layers), num_blocks - 1)
+  return [[]] + [list(map(int, g)) for g in groups]
+
+
+def make_loss_fn(num_blocks: int, layers: int, heads: int):
+  """``loss_fn(params, batch)`` with ``num_blocks - 1`` boundaries."""
+  groups = layer_groups(layers, num_blocks)
+
+  def gpt_loss(params, batch):
+    tokens = batch["tokens"]
+    x = params["wte"][tokens] + params["wpe"][None, :tokens.shape[1]]
+    for block in range(1, num_blocks):
+      x = tj.boundary(x)                       # ends block `block - 1`
+      for i in groups[block]:
+        x = _layer(params["layers"][i], x, heads)
+    logits = _norm(params["lnf"], x) @ params["wte"].T     # tied head
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    nll = -jnp.take_along_axis(logp, batch["labels"][..., None], axis=-1)
+    return nll.mean()
+
+  return gpt_loss
+
+
+# --- optimiser --------------------------------------------------------------
+
+
+@jax.jit
+def adam(params, grads, state, lr):
+  m, v, t = state
+  t = t + 1
+  m = jax.tree_util.tree_map(lambda m, g: 0.9 * m + 0.1 * g, m, grads)
+  v = jax.tree_util.tree_map(lambda v, g: 0.999 * v + 0.001 * g * g, v, grads)
+  scale = lr * jnp.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+  params = jax.tree_util.tree_map(
+      lambda p, m, v: p - scale * m / (jnp.sqrt(v) + 1e-8), params, m, v)
+  return params, (m, v, t)
+
+
+def _rel_err(got: Any, want: Any) -> float:
+  errs = []
+  for a, b in zip(jax.tree_util.tree_leaves(got),
+                  jax.tree_util.tree_leaves(want)):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    errs.append(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)))
+  return max(errs)
+
+
+# --- run ------------------------------------------------------------------
+
+
+def run(args: Any, log=print) -> dict[str, Any]:
+  """Trains; returns the JSON record."""
+  graph = placements.get(args.placement, args.devices)
+  num_blocks = sum(1 for b in graph.blocks if b.kind == "F")
+  data = CharData(corpus(), args.seq, args.seed)
+  params = init_params(jax.random.PRNGKey(args.seed), data.vocab,
+                       args.d_model, args.layers, args.seq)
+  loss_fn = make_loss_fn(num_blocks, args.layers, args.heads)
+  if args.data > 1:
+    mesh = jax.make_mesh((args.data, args.devices), ("data", "pipe"))
+  else:
+    mesh = jax.make_mesh((args.devices,), ("pipe",))
+  n = args.microbatches
+  step = tj.schedule(loss_fn, mesh=mesh, placement=graph, num_microbatches=n,
+                     plan=args.schedule, solver_time_limit_s=args.time_limit,
+                     seed=args.seed)
+  rows = n * args.microbatch_size
+  batch = data.batch(rows)
+
+  t0 = time.perf_counter()
+  built = step.build(params, batch)
+  build_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  compiled = step.lower(params, batch).compile()
+  compile_s = time.perf_counter() - t0
+  groups = layer_groups(args.layers, num_blocks)
+  log(f"placement {graph.name}: {num_blocks} blocks, layers per block"
+      f" {[len(g) for g in groups]} (block 0: embedding; head tied to it in"
+      f" the last block)")
+  log(f"vocab {data.vocab}, {sum(x.size for x in jax.tree_util.tree_leaves(params))}"
+      f" parameters, {n} micro-batches of {args.microbatch_size} x {args.seq}")
+  sched = built.schedule
+  if sched is not None:
+    log(f"searched repetend: period {sched.period}, offsets"
+        f" {sched.repetend.offsets}, status {sched.status},"
+        f" {sched.search_seconds:.2f} s")
+  log(f"schedule ({built.unrolled.source}): makespan {built.unrolled.makespan},"
+      f" lowered as {built.plan.loop_summary()} ticks;"
+      f" build {build_s:.2f} s, compile {compile_s:.2f} s")
+  log(built.unrolled.grid(max_steps=args.grid_steps or None))
+  record: dict[str, Any] = {
+      "placement": graph.name, "devices": args.devices, "data": args.data,
+      "microbatches": n, "microbatch_size": args.microbatch_size,
+      "layers": args.layers, "d_model": args.d_model,
+      "period": built.unrolled.period, "makespan": built.unrolled.makespan,
+      "source": built.unrolled.source, "loops": built.plan.loop_summary(),
+      "build_seconds": round(build_s, 3),
+      "compile_seconds": round(compile_s, 3), "losses": [],
+      "step_seconds": []}
+  if args.check:
+    def mean_loss(p):
+      mbs = jax.tree_util.tree_map(
+          lambda x: x.reshape((n, -1) + x.shape[1:]), batch)
+      return jnp.mean(jax.lax.map(lambda mb: loss_fn(p, mb), mbs))
+    ref_loss, ref_grads = jax.jit(jax.value_and_grad(mean_loss))(params)
+    loss, grads = compiled(params, batch)
+    record["check_loss_rel_err"] = _rel_err(loss, ref_loss)
+    record["check_grad_rel_err"] = _rel_err(grads, ref_grads)
+    log(f"step 0 vs jax.value_and_grad: loss rel err"
+        f" {record['check_loss_rel_err']:.2e}, grad rel err"
+        f" {record['check_grad_rel_err']:.2e}")
+  state = (jax.tree_util.tree_map(jnp.zeros_like, params),
+           jax.tree_util.tree_map(jnp.zeros_like, params), 0)
+  for i in range(args.steps):
+    batch = data.batch(rows)
+    t0 = time.perf_counter()
+    loss, grads = compiled(params, batch)
+    loss = float(loss)
+    dt = time.perf_counter() - t0
+    params, state = adam(params, grads, state, args.lr)
+    record["losses"].append(round(loss, 5))
+    record["step_seconds"].append(round(dt, 4))
+    log(f"step {i:3d}  loss {loss:.4f}  ({dt * 1e3:.0f} ms)")
+  if args.plot:
+    from tessel_jax import plot  # pylint: disable=import-outside-toplevel
+    os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
+    plot.gantt(built.unrolled, args.plot)
+    record["plot"] = args.plot
+    log(f"schedule picture: {args.plot}")
+  return record
+
+
+def main(args: Any) -> int:
+  record = run(args)
+  if args.output:
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w") as f:
+      json.dump(record, f, indent=1)
+    print(f"results: {args.output}")
+  losses = record["losses"]
+  if len(losses) >= 2 and not losses[-1] < losses[0]:
+    print("loss did not fall")
+    return 1
+  return 0

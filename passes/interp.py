@@ -1,0 +1,185 @@
+"""Interpreted segments: long warmups and cooldowns as one table-driven loop.
+
+Unrolling every tick of a long warmup or cooldown puts a copy of each
+kernel into the program for every tick it runs at, and XLA's compile time
+grows with it. An *interp* segment instead runs ``fori_loop`` over its ticks
+with one ``lax.switch`` over every kernel of the segment; all per-tick
+choices (kernel, stash slots, batch rows, message routes) are numpy tables
+indexed by ``(tick, device)``. Messages go through one ``ppermute`` per
+(payload shape, ring shift) lane and round, with every device taking part
+(devices with nothing to send send a dummy, devices with nothing to receive
+write it to the pool's sink slot).
+
+The result is a :class:`plan.Tick` whose tables are 2-D ``(ticks, devices)``
+(sends: ``(ticks + 1, devices)``, row ``t`` holds the messages produced at
+tick ``t - 1``), so the lowering runs it with the same code as a pruned tick.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+import numpy as np
+
+from .plan import (Dyn, GradPort, ReadPort, Round, Target, TermAcc, Tick,
+                   _Env, _grad_ports, _read_port, _rows, assign_inputs,
+                   assign_outputs, tick_messages)
+
+
+def _static(values: np.ndarray) -> Dyn:
+  v = np.asarray(values, np.int64)
+  z = np.zeros_like(v)
+  return Dyn(v, z, z, z)
+
+
+def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
+                 end: int) -> Tick:
+  """The table-driven tick for ticks ``[start, end)``."""
+  D, b, kernels, layout = env.D, env.b, env.kernels, env.layout
+  seg = list(ticks[start:end])
+  T = len(seg)
+  kids = sorted({k for t in seg for k in t.kernels if k is not None})
+  idle = any(k is None for t in seg for k in t.kernels)
+  branches = ((None,) if idle else ()) + tuple(kids)
+  branch_of = np.array([[branches.index(k) for k in t.kernels] for t in seg],
+                       np.int64)
+  row_offset = np.array(
+      [[_rows(kernels[k], d, b)[0] if k is not None else 0
+        for d, k in enumerate(t.kernels)] for t in seg], np.int64)
+
+  # Reads.
+  port_list, in_map = assign_inputs(env, kids)
+  reads = []
+  for p, cls in enumerate(port_list):
+    index = np.zeros((T, D), np.int64)
+    row = np.zeros((T, D), np.int64)
+    rowed = False
+    for tau, t in enumerate(seg):
+      users = {}
+      for d, k in enumerate(t.kernels):
+        if k is not None and p in in_map[k]:
+          users[d] = (k, in_map[k].index(p))
+      rp = _read_port(env, cls, users, t.mb)
+      index[tau] = rp.index.at(0)
+      row[tau] = rp.row
+      rowed = rowed or rp.rowed
+    reads.append(ReadPort(rp.kind, rp.source, rp.aval, rowed, _static(index),
+                          row))
+
+  # Out ports and sends (lanes: payload shape x ring shift).
+  out_ports, out_map = assign_outputs(env, kids)
+  per_tick: list[dict[tuple, dict[int, list]]] = []
+  lanes: dict[tuple, int] = {}
+  for t in seg:
+    msgs = tick_messages(env, t.kernels, t.mb, out_map)
+    msgs.sort(key=lambda m: (m.src, m.store.device, str(m.store.key),
+                             m.dst_row))
+    by_lane: dict[tuple, dict[int, list]] = {}
+    for m in msgs:
+      lane = (m.payload, (m.store.device - m.src) % D)
+      by_lane.setdefault(lane, {}).setdefault(m.src, []).append(m)
+    for lane, srcs in by_lane.items():
+      lanes[lane] = max(lanes.get(lane, 0), max(len(v) for v in srcs.values()))
+    per_tick.append(by_lane)
+  sends = []
+  for lane in sorted(lanes, key=lambda l: (l[1] == 0, l[0].shape, l[0].dtype,
+                                           l[1])):
+    payload, shift = lane
+    for r in range(lanes[lane]):
+      chosen = [[] for _ in range(T + 1)]   # row tau+1: messages of tick tau
+      for tau, by_lane in enumerate(per_tick):
+        for src, ms in by_lane.get(lane, {}).items():
+          if r < len(ms):
+            chosen[tau + 1].append(ms[r])
+      cands = tuple(sorted({m.port for row_ in chosen for m in row_}))
+      cand = np.zeros((T + 1, D), np.int64)
+      src_row = np.zeros((T + 1, D), np.int64)
+      pools = sorted({m.store.pool for row_ in chosen for m in row_})
+      slot = {p: np.full((T + 1, D), env.pools[p].slots, np.int64)
+              for p in pools}
+      dst_row = {p: np.zeros((T + 1, D), np.int64) for p in pools}
+      rowed = False
+      for tau, row_ in enumerate(chosen):
+        for m in row_:
+          cand[tau, m.src] = cands.index(m.port)
+          src_row[tau, m.src] = m.src_row
+          s = m.store
+          slot[s.pool][tau, s.device] = s.base + m.mb % s.slots
+          dst_row[s.pool][tau, s.device] = m.dst_row
+          rowed = rowed or m.rowed
+      perm = (tuple((d, (d + shift) % D) for d in range(D)) if shift else ())
+      sends.append(Round(
+          remote=bool(shift), payload=payload, rowed=rowed, candidates=cands,
+          cand=cand, src_row=src_row, perm=perm,
+          targets=tuple(Target(p, _static(slot[p]), dst_row[p])
+                        for p in pools)))
+
+  # Gradient ports: flat regions per dtype, then the union of slot ports.
+  grads: list[GradPort] = []
+  for dt in layout.dtypes:
+    length = max((layout.regions[dt][kernels[k].fwd].length for k in kids
+                  if kernels[k].grads and kernels[k].fwd in layout.regions[dt]),
+                 default=0)
+    if not length:
+      continue
+    offset = np.zeros((T, D), np.int64)
+    for tau, t in enumerate(seg):
+      for d, k in enumerate(t.kernels):
+        if k is not None and kernels[k].grads:
+          region = layout.regions[dt].get(kernels[k].fwd)
+          if region is not None and region.length:
+            offset[tau, d] = region.offsets[d]
+    grads.append(GradPort("flat", dt, length, offset))
+  slot_ports, slot_map = _grad_ports(env, [None] * D, kids)
+  slot_ports = [g for g in slot_ports if g.kind == "slot"]
+  shift = len(grads)
+  grad_map = {k: {l: gi + shift for l, gi in m.items()}
+              for k, m in slot_map.items()}
+  for g in slot_ports:
+    offset = np.full((T, D), layout.classes[g.cls].count, np.int64)
+    grads.append(GradPort("slot", g.dtype, 0, offset, g.cls))
+  for tau, t in enumerate(seg):
+    for d, k in enumerate(t.kernels):
+      if k is None:
+        continue
+      for leaf, gi in grad_map[k].items():
+        grads[gi].offset[tau, d] = layout.slot_of[(leaf, d)][1]
+
+  # Terminals.
+  terms = []
+  for kid in kids:
+    k = kernels[kid]
+    for o, key in enumerate(k.outputs):
+      j = env.terminal_index.get(key)
+      if j is None:
+        continue
+      mask = np.zeros((T, D), bool)
+      row = np.zeros((T, D), np.int64)
+      scale = np.ones((T, D))
+      mb = np.full((T, D), env.n, np.int64)
+      for tau, t in enumerate(seg):
+        for d in k.devices:
+          if t.kernels[d] != kid:
+            continue
+          mask[tau, d] = True
+          if k.out_split[o]:
+            row[tau, d] = _rows(k, d, b)[0]
+          elif k.split > 1:
+            scale[tau, d] = 1.0 / k.split
+          mb[tau, d] = t.mb[d]
+      terms.append(TermAcc(terminal=j, port=out_map[kid][o], mask=mask,
+                           row=row, rowed=bool(k.out_split[o]),
+                           mb=_static(mb), scale=scale))
+
+  return Tick(step=seg[0].step, kernels=(), mb=np.zeros((T, D), np.int64),
+              branches=branches, branch_of=branch_of, reads=tuple(reads),
+              in_map=in_map, out_ports=tuple(out_ports), out_map=out_map,
+              sends=tuple(sends), grads=tuple(grads), grad_map=grad_map,
+              terms=tuple(terms), row_offset=row_offset)
+
+
+def num_ticks(tick: Tick) -> int:
+  """Ticks of an interp tick (rows of its tables)."""
+  return int(tick.branch_of.shape[0])
+
+
+__all__ = ["build_interp", "num_ticks"]

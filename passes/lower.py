@@ -1,0 +1,425 @@
+"""Lowering: a tick plan becomes ONE ``jax.jit(jax.shard_map(...))`` program.
+
+Per tick (DESIGN §5): the previous tick's messages are written into the stash
+(one ``ppermute`` per round of a partial permutation, local rounds are plain
+writes), then the tick's inputs are read, then one ``lax.switch`` over only
+the kernels present at that tick runs (no switch where one kernel runs on
+every device), then parameter gradients returned by the switch are added to
+the accumulators outside it. The stash is written before it is read, with
+``dynamic_update_slice`` / ``dynamic_slice`` at per-device indices taken
+from numpy tables by ``lax.axis_index``.
+
+Segments of the plan: straight runs are unrolled; loops become a
+``fori_loop`` whose body unrolls one period (the micro-batch of every slot
+index is the iteration plus a constant); long ramps become a ``fori_loop``
+over ticks with one switch over all their kernels (``passes.interp``). Each
+run, loop iteration and ramp ends by writing its last tick's messages, so no
+out ports cross a boundary.
+
+No collective runs inside a branch: shared blocks split their rows, and
+their partial results are combined by ``ppermute`` and by the final sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from .kernels import KernelSet
+from .packing import Layout, pack, read_region, unpack_grads
+from .partition import Partition
+from .plan import Dyn, Plan, Tick
+
+_NO_MOD = 1 << 30
+
+
+class _Ctx:
+  """Trace-time helpers bound to one device index (and an interp tick)."""
+
+  def __init__(self, dev: Any, tau: Any = None):
+    self.dev = dev
+    self.tau = tau
+
+  def at(self, tau: Any) -> "_Ctx":
+    return _Ctx(self.dev, tau)
+
+  def table(self, values: np.ndarray, dtype: Any = jnp.int32) -> Any:
+    """Per-device value: a Python scalar when uniform, else a lookup.
+
+    1-D tables are indexed by device; 2-D (interp) tables by (tick, device).
+    """
+    values = np.asarray(values)
+    if values.size and np.all(values == values.flat[0]):
+      v = values.flat[0]
+      return v.item() if hasattr(v, "item") else v
+    if values.ndim == 2:
+      return jnp.asarray(values, dtype)[self.tau, self.dev]
+    return jnp.asarray(values, dtype)[self.dev]
+
+  def dyn(self, d: Dyn, it: Any) -> Any:
+    """Evaluates a :class:`Dyn` for iteration ``it`` (int or traced)."""
+    if isinstance(it, (int, np.integer)) or d.is_static:
+      return self.table(d.at(int(it) if isinstance(it, (int, np.integer))
+                             else 0))
+    mod = np.where(d.mod > 0, d.mod, _NO_MOD)
+    base, scale = self.table(d.base), self.table(d.scale)
+    c, m = self.table(d.c), self.table(mod)
+    k = it + c
+    if not (isinstance(m, int) and m == _NO_MOD):
+      k = k % m
+    return base + scale * k
+
+
+def _read_rows(x: Any, start: Any, rows: int) -> Any:
+  if isinstance(start, int) and start == 0 and x.shape[0] == rows:
+    return x
+  return lax.dynamic_slice_in_dim(x, start, rows, axis=0)
+
+
+def _write(pool: Any, value: Any, slot: Any, row: Any) -> Any:
+  if value.shape == pool.shape[1:]:
+    return lax.dynamic_update_index_in_dim(pool, value, slot, 0)
+  starts = (slot, row) + (0,) * (value.ndim - 1)
+  return lax.dynamic_update_slice(pool, value[None], starts)
+
+
+def _read(pool: Any, slot: Any, row: Any, shape: tuple[int, ...]) -> Any:
+  if tuple(shape) == pool.shape[1:]:
+    return lax.dynamic_index_in_dim(pool, slot, 0, keepdims=False)
+  starts = (slot, row) + (0,) * (len(shape) - 1)
+  return lax.dynamic_slice(pool, starts, (1,) + tuple(shape))[0]
+
+
+class Lowering:
+  """Builds the SPMD program of a plan.
+
+  Args:
+    plan: The tick plan.
+    part: The partition (epilogue, avals).
+    layout: Parameter layout.
+    mesh: Mesh with Auto axes (see ``compat.auto_mesh``).
+    pipe_axis: Name of the pipeline axis.
+    data_axes: Other mesh axes (data parallel), in mesh order.
+    train: Training or inference.
+    total_microbatches: N over all data replicas.
+  """
+
+  def __init__(self, plan: Plan, part: Partition, layout: Layout, mesh: Any,
+               pipe_axis: str, data_axes: Sequence[str], train: bool,
+               total_microbatches: int):
+    self.plan = plan
+    self.part = part
+    self.layout = layout
+    self.mesh = mesh
+    self.pipe = pipe_axis
+    self.data_axes = tuple(data_axes)
+    self.train = train
+    self.total_n = total_microbatches
+    self.ks: KernelSet = plan.kernel_set
+    self.param_avals = part.traced.param_avals
+
+  # --- one tick -------------------------------------------------------------
+
+  def _sends(self, ctx: _Ctx, tick: Tick, ports: Sequence[Any],
+             pools: list[Any], it: Any) -> None:
+    for rd in tick.sends:
+      rows = rd.payload.shape[0] if rd.payload.shape else 0
+      vals = []
+      for c in rd.candidates:
+        v = ports[c]
+        if rd.rowed and tuple(v.shape) != rd.payload.shape:
+          v = _read_rows(v, ctx.table(rd.src_row), rows)
+        vals.append(v)
+      if len(vals) == 1:
+        payload = vals[0]
+      else:
+        payload = lax.select_n(ctx.table(rd.cand), *vals)
+      if rd.remote:
+        payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
+      for tg in rd.targets:
+        pools[tg.pool] = _write(pools[tg.pool], payload,
+                                ctx.dyn(tg.slot, it), ctx.table(tg.row))
+
+  def _reads(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
+             batch: Sequence[Any], it: Any) -> list[Any]:
+    vals = []
+    for rp in tick.reads:
+      if rp.kind == "pool":
+        vals.append(_read(pools[rp.source], ctx.dyn(rp.index, it),
+                          ctx.table(rp.row), rp.aval.shape))
+      else:
+        vals.append(_read_rows(batch[rp.source], ctx.dyn(rp.index, it),
+                               rp.aval.shape[0]))
+    return vals
+
+  def _params(self, ctx: _Ctx, kernel: Any, pbuf: dict[str, Any],
+              slots: Sequence[Sequence[Any]]) -> list[Any]:
+    by_leaf: dict[int, Any] = {}
+    for l in kernel.params:
+      where = self.layout.slot_of.get((l, kernel.devices[0]))
+      if where is not None:
+        c, j = where
+        if any(self.layout.slot_of[(l, d)] != where for d in kernel.devices):
+          raise AssertionError("a shared block's leaf sits in different slots")
+        by_leaf[l] = slots[c][j][0]
+    for dt in self.layout.dtypes:
+      region = self.layout.regions[dt].get(kernel.fwd)
+      if region is None or not region.leaves:
+        continue
+      offsets = np.array([region.offsets[d] for d in kernel.devices])
+      if len(kernel.devices) == 1 or np.all(offsets == offsets[0]):
+        off = int(offsets[0])
+      else:
+        table = np.array([max(o, 0) for o in region.offsets])
+        off = jnp.asarray(table, jnp.int32)[ctx.dev]
+      for l, v in zip(region.leaves,
+                      read_region(pbuf[dt], region, self.param_avals, off)):
+        by_leaf[l] = v
+    return [by_leaf[l] for l in kernel.params]
+
+  def _grad_shape(self, gp: Any) -> tuple[int, ...]:
+    if gp.kind == "flat":
+      return (gp.length,)
+    return self.layout.classes[gp.cls].shape
+
+  def _branch(self, ctx: _Ctx, tick: Tick, kid: int | None,
+              pbuf: dict[str, Any],
+              slots: Sequence[Sequence[Any]]) -> Callable[..., Any]:
+    grad_ports = tick.grads
+
+    def zeros_out() -> tuple[list[Any], list[Any]]:
+      ports = [jnp.zeros(a.shape, a.dtype) for a in tick.out_ports]
+      grads = [jnp.zeros(self._grad_shape(gp), gp.dtype) for gp in grad_ports]
+      return ports, grads
+
+    if kid is None:
+      def idle(vals: Sequence[Any]) -> Any:
+        del vals
+        ports, grads = zeros_out()
+        return tuple(ports), tuple(grads)
+      return idle
+
+    kernel = self.plan.kernels[kid]
+
+    def run(vals: Sequence[Any]) -> Any:
+      ports, grads = zeros_out()
+      dvals = [vals[p] for p in tick.in_map[kid]]
+      pvals = self._params(ctx, kernel, pbuf, slots)
+      kctx = {"row_offset": ctx.table(tick.row_offset)}
+      outs, gvals = kernel.fn(kctx, pvals, dvals)
+      for o, v in zip(tick.out_map[kid], outs):
+        ports[o] = v.astype(tick.out_ports[o].dtype)
+      if kernel.grads:
+        by_leaf = dict(zip(kernel.grads, gvals))
+        for leaf, gi in tick.grad_map[kid].items():
+          grads[gi] = by_leaf[leaf].astype(grad_ports[gi].dtype)
+        for gi, gp in enumerate(grad_ports):
+          if gp.kind != "flat":
+            continue
+          region = self.layout.regions[gp.dtype].get(kernel.fwd)
+          if region is None or not region.leaves:
+            continue
+          parts = []
+          for l, n in zip(region.leaves, region.sizes):
+            gl = by_leaf.get(l)
+            parts.append(jnp.zeros((n,), gp.dtype) if gl is None
+                         else jnp.ravel(gl).astype(gp.dtype))
+          if region.length < gp.length:
+            parts.append(jnp.zeros((gp.length - region.length,), gp.dtype))
+          grads[gi] = jnp.concatenate(parts) if len(parts) > 1 else parts[0]
+      return tuple(ports), tuple(grads)
+    return run
+
+  def _compute(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
+               accs: tuple, tacc: Sequence[Any], it: Any,
+               pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
+               batch: Sequence[Any]) -> tuple:
+    """Reads, runs the tick's kernels, accumulates; returns the out ports."""
+    gacc, sacc = dict(accs[0]), list(accs[1])
+    tacc = list(tacc)
+    vals = self._reads(ctx, tick, pools, batch, it)
+    branches = [self._branch(ctx, tick, kid, pbuf, slots)
+                for kid in tick.branches]
+    if len(branches) == 1:
+      out_ports, out_grads = branches[0](vals)
+    else:
+      out_ports, out_grads = lax.switch(ctx.table(tick.branch_of), branches,
+                                        vals)
+    for gp, g in zip(tick.grads, out_grads):
+      off = ctx.table(gp.offset)
+      if gp.kind == "flat":
+        acc = gacc[gp.dtype]
+        cur = lax.dynamic_slice_in_dim(acc, off, gp.length)
+        gacc[gp.dtype] = lax.dynamic_update_slice_in_dim(acc, cur + g, off, 0)
+      else:
+        # One array per slot: a plain add, no dynamic slice of a stacked
+        # buffer (which XLA copies when two ticks of a loop body touch it).
+        count = self.layout.classes[gp.cls].count
+        group = list(sacc[gp.cls])
+        for j in sorted(int(x) for x in np.unique(gp.offset) if x < count):
+          if isinstance(off, int):
+            group[j] = group[j] + g
+          else:
+            group[j] = group[j] + jnp.where(off == j, g, jnp.zeros_like(g))
+        sacc[gp.cls] = tuple(group)
+    for ta in tick.terms:
+      v = out_ports[ta.port]
+      scale = ta.scale / (self.total_n if self.train else 1)
+      s = ctx.table(scale.astype(np.float64), jnp.float32)
+      mask = ctx.table(ta.mask, jnp.bool_)
+      v = v * jnp.asarray(s, v.dtype) if not (isinstance(s, float) and
+                                              s == 1.0) else v
+      if not (isinstance(mask, (bool, np.bool_)) and mask):
+        v = jnp.where(mask, v, jnp.zeros_like(v))
+      acc = tacc[ta.terminal]
+      row = ctx.table(ta.row)
+      if self.train:
+        if ta.rowed:
+          cur = lax.dynamic_slice_in_dim(acc, row, v.shape[0])
+          tacc[ta.terminal] = lax.dynamic_update_slice_in_dim(
+              acc, cur + v, row, 0)
+        else:
+          tacc[ta.terminal] = acc + v
+      else:
+        mb = ctx.dyn(ta.mb, it)
+        starts = (mb,) + ((row,) + (0,) * (v.ndim - 1) if v.ndim else ())
+        cur = lax.dynamic_slice(acc, starts, (1,) + v.shape)
+        tacc[ta.terminal] = lax.dynamic_update_slice(acc, cur + v[None],
+                                                     starts)
+    return (gacc, tuple(sacc)), tuple(tacc), tuple(out_ports)
+
+  def _straight(self, ctx: _Ctx, ticks: Sequence[int], state: tuple, it: Any,
+                pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
+                batch: Sequence[Any]) -> tuple:
+    """Pruned ticks in order; the last tick's messages are written at the
+    end, so nothing is pending when the run ends (write before read)."""
+    pools, accs, tacc = state
+    pools = list(pools)
+    ports, prev = None, None
+    for t in ticks:
+      tick = self.plan.ticks[t]
+      if ports is not None:
+        self._sends(ctx, self.plan.ticks[prev], ports, pools, it)
+      accs, tacc, ports = self._compute(ctx, tick, pools, accs, tacc, it,
+                                        pbuf, slots, batch)
+      prev = t
+    if ports is not None:
+      self._sends(ctx, self.plan.ticks[prev], ports, pools, it)
+    return tuple(pools), accs, tacc
+
+  def _interp(self, ctx: _Ctx, seg: Any, state: tuple, pbuf: dict[str, Any],
+              slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:
+    """A table-driven segment: fori_loop over its ticks (passes.interp)."""
+    spec = self.plan.interps[seg.start]
+    n = seg.period
+    ports0 = tuple(jnp.zeros(a.shape, a.dtype) for a in spec.out_ports)
+
+    def body(tau, carry):
+      pools, accs, tacc, ports = carry
+      pools = list(pools)
+      c = ctx.at(tau)
+      self._sends(c, spec, ports, pools, 0)
+      accs, tacc, ports = self._compute(c, spec, pools, accs, tacc, 0, pbuf,
+                                        slots, batch)
+      return tuple(pools), accs, tacc, ports
+
+    pools, accs, tacc, ports = lax.fori_loop(0, n, body, state + (ports0,))
+    pools = list(pools)
+    self._sends(ctx.at(n), spec, ports, pools, 0)
+    return tuple(pools), accs, tacc
+
+  # --- the whole program ----------------------------------------------------
+
+  def body(self, packed: dict[str, Any], slots: Sequence[Sequence[Any]],
+           batch: Sequence[Any]) -> Any:
+    """The shard_map body (one device's view)."""
+    plan = self.plan
+    ctx = _Ctx(lax.axis_index(self.pipe))
+    pbuf = {dt: packed[dt][0] for dt in self.layout.dtypes}
+    pools = tuple(jnp.zeros((p.slots + 1,) + p.aval.shape, p.aval.dtype)
+                  for p in plan.pools)
+    gacc = ({dt: jnp.zeros((self.layout.size[dt],), dt)
+             for dt in self.layout.dtypes} if self.train else {})
+    sacc = (tuple(tuple(jnp.zeros(c.shape, c.dtype) for _ in range(c.count))
+                  for c in self.layout.classes) if self.train else ())
+    n = plan.num_microbatches
+    if self.train:
+      tacc = tuple(jnp.zeros(a.shape, a.dtype) for a in self.ks.terminal_avals)
+    else:
+      tacc = tuple(jnp.zeros((n + 1,) + tuple(a.shape), a.dtype)
+                   for a in self.ks.terminal_avals)
+    state = (pools, (gacc, sacc), tacc)
+    for seg in plan.segments:
+      if seg.kind == "interp":
+        state = self._interp(ctx, seg, state, pbuf, slots, batch)
+      elif seg.kind == "loop":
+        def loop_body(it, st, seg=seg):
+          return self._straight(ctx, range(seg.start, seg.start + seg.period),
+                                st, it, pbuf, slots, batch)
+        state = lax.fori_loop(0, seg.iterations, loop_body, state)
+      else:
+        state = self._straight(ctx, range(seg.start, seg.end), state, 0, pbuf,
+                               slots, batch)
+    _, (gacc, sacc), tacc = state
+    if self.train:
+      grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
+      sgrads = tuple(jnp.stack(s)[None] for s in sacc)
+      terms = tuple(t[None] for t in tacc)
+      if self.data_axes:
+        grads = {dt: lax.psum(g, self.data_axes) for dt, g in grads.items()}
+        sgrads = tuple(lax.psum(g, self.data_axes) for g in sgrads)
+        terms = tuple(lax.psum(t, self.data_axes) for t in terms)
+      return grads, sgrads, terms
+    return tuple(t[:n][None] for t in tacc)
+
+  def program(self) -> Callable[[Any, Any], Any]:
+    """``fn(params, batch)`` -> ``(loss, grads)`` or outputs; to be jitted."""
+    part = self.part
+    traced = part.traced
+    layout = self.layout
+    pipe, data = self.pipe, self.data_axes
+    batch_spec = P(data) if data else P()
+    in_specs = ({dt: P(pipe) for dt in layout.dtypes},
+                [[P(pipe)] * c.count for c in layout.classes],
+                tuple(batch_spec for _ in traced.batch_avals))
+    if self.train:
+      out_specs = ({dt: P(pipe) for dt in layout.dtypes},
+                   tuple(P(pipe) for _ in layout.classes),
+                   tuple(P(pipe) for _ in self.ks.terminals))
+    else:
+      out_specs = tuple(P(pipe, data) if data else P(pipe)
+                        for _ in self.ks.terminals)
+    smap = jax.shard_map(self.body, mesh=self.mesh, in_specs=in_specs,
+                         out_specs=out_specs,
+                         axis_names=set(self.mesh.axis_names),
+                         check_vma=False)
+    epilogue = part.epilogue
+    out_tree = traced.out_tree
+    param_avals = traced.param_avals
+
+    def run(params: Any, batch: Any) -> Any:
+      p_leaves = jax.tree_util.tree_leaves(params)
+      b_leaves = jax.tree_util.tree_leaves(batch)
+      packed, slots = pack(layout, p_leaves)
+      if self.train:
+        gpacked, gslots, terms = smap(packed, slots, tuple(b_leaves))
+        means = [t.sum(axis=0) for t in terms]
+        loss = epilogue(*means)[0]
+        grads = unpack_grads(layout, gpacked, gslots, param_avals)
+        return loss, jax.tree_util.tree_unflatten(traced.param_tree, grads)
+      bufs = smap(packed, slots, tuple(b_leaves))
+      per_mb = [buf.sum(axis=0) for buf in bufs]
+      if epilogue.is_identity:
+        outs = per_mb
+      else:
+        outs = jax.vmap(lambda *ts: epilogue(*ts))(*per_mb)
+      flat = [o.reshape((-1,) + tuple(o.shape[2:])) if o.ndim >= 2 else o
+              for o in outs]
+      return jax.tree_util.tree_unflatten(out_tree, flat)
+    return run

@@ -1,0 +1,307 @@
+"""Parameter layout: each device holds only the parameters of its blocks.
+
+SPMD needs the same array shapes on every device, while the blocks of a
+placement use different parameters. Two storage kinds:
+
+* **slots** (default for balanced shapes): all leaves of one shape and dtype
+  (a *class*) share ``S`` slot arrays of global shape ``(D, *shape)``;
+  device ``d`` keeps its ``j``-th leaf of the class in row ``d`` of slot
+  ``j``. A kernel reads a leaf as a whole array (no copy), and gradients
+  accumulate into one array per slot with a plain add. Used when at most a
+  quarter of the slots would stay empty (a layer stack split evenly).
+* **flat**: the other leaves (an embedding used on one device only, odd
+  shapes) are raveled into one flat buffer per dtype; forward block ``i``
+  owns a contiguous *region* on each of its devices. Reading a leaf slices
+  the buffer (a copy), but only the devices of the block hold it.
+
+A leaf used by several blocks on one device is stored once per device in a
+slot, once per block in flat regions; its gradient is the sum over every
+place that holds it (``unpack_grads``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+LAYOUTS = ("auto", "slots", "flat")
+MAX_EMPTY_SLOTS = 0.25
+
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+  """Where one forward block's flat parameters of one dtype live.
+
+  Attributes:
+    leaves: Parameter leaf indices, in order.
+    sizes: Element counts of the leaves.
+    offsets: Region start per device (-1 where the block does not run).
+  """
+
+  leaves: tuple[int, ...]
+  sizes: tuple[int, ...]
+  offsets: tuple[int, ...]
+
+  @property
+  def length(self) -> int:
+    return sum(self.sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotClass:
+  """Slot arrays of one shape and dtype.
+
+  Attributes:
+    shape: Leaf shape.
+    dtype: Dtype name.
+    count: Slots ``S``.
+    assign: ``assign[d][j]``: leaf in slot ``j`` on device ``d`` (-1: empty).
+  """
+
+  shape: tuple[int, ...]
+  dtype: str
+  count: int
+  assign: tuple[tuple[int, ...], ...]
+
+  @property
+  def nbytes(self) -> int:
+    return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """Packed parameter layout.
+
+  Attributes:
+    dtypes: Dtype names of the flat buffers.
+    size: Flat buffer length per dtype (max device total + the largest
+      region, so a dynamic slice of any region length starting at any
+      region offset stays in bounds).
+    regions: ``regions[dtype][i]``: flat region of forward block ``i``.
+    used: Per dtype, per device: flat elements actually used.
+    classes: Slot classes.
+    slot_of: ``(leaf, device) -> (class index, slot)``.
+    num_devices: Devices on the pipe axis.
+  """
+
+  dtypes: tuple[str, ...]
+  size: Mapping[str, int]
+  regions: Mapping[str, Mapping[int, Region]]
+  used: Mapping[str, tuple[int, ...]]
+  classes: tuple[SlotClass, ...]
+  slot_of: Mapping[tuple[int, int], tuple[int, int]]
+  num_devices: int
+
+  def bytes_per_device(self) -> tuple[int, ...]:
+    """Parameter bytes each device holds (flat used + every slot array)."""
+    slots = sum(c.count * c.nbytes for c in self.classes)
+    return tuple(
+        slots + sum(self.used[dt][d] * np.dtype(dt).itemsize
+                    for dt in self.dtypes)
+        for d in range(self.num_devices))
+
+  def useful_bytes_per_device(self) -> tuple[int, ...]:
+    """Bytes of leaves each device actually uses."""
+    out = []
+    for d in range(self.num_devices):
+      n = sum(c.nbytes for c in self.classes for leaf in c.assign[d]
+              if leaf >= 0)
+      n += sum(self.used[dt][d] * np.dtype(dt).itemsize for dt in self.dtypes)
+      out.append(n)
+    return tuple(out)
+
+  def is_slot(self, leaf: int) -> bool:
+    return any(l == leaf for (l, _) in self.slot_of)
+
+
+def make_layout(param_avals: Sequence[Any],
+                block_params: Mapping[int, Sequence[int]],
+                block_devices: Mapping[int, Sequence[int]],
+                num_devices: int, mode: str = "auto") -> Layout:
+  """Lays out each forward block's parameters on its devices.
+
+  Args:
+    param_avals: Flat parameter avals.
+    block_params: Forward index -> parameter leaves it reads.
+    block_devices: Forward index -> devices it runs on.
+    num_devices: Devices on the pipe axis.
+    mode: ``"auto"`` (slots for balanced shapes, flat otherwise),
+      ``"slots"`` or ``"flat"``.
+
+  Raises:
+    ValueError: for an unknown ``mode``.
+  """
+  if mode not in LAYOUTS:
+    raise ValueError(f"param layout {mode!r}; use one of {LAYOUTS}")
+  D = num_devices
+  users: dict[int, set[int]] = {}
+  first_block: dict[int, int] = {}
+  for i in sorted(block_params):
+    for l in block_params[i]:
+      users.setdefault(l, set()).update(block_devices[i])
+      first_block.setdefault(l, i)
+
+  def cls_of(l: int) -> tuple[tuple[int, ...], str]:
+    a = param_avals[l]
+    return tuple(int(s) for s in a.shape), np.dtype(a.dtype).name
+
+  by_class: dict[tuple, list[int]] = {}
+  for l in sorted(users, key=lambda l: first_block[l]):
+    by_class.setdefault(cls_of(l), []).append(l)
+  classes: list[SlotClass] = []
+  slot_of: dict[tuple[int, int], tuple[int, int]] = {}
+  slot_leaves: set[int] = set()
+  for (shape, dt), leaves in by_class.items():
+    if mode == "flat":
+      continue
+    # Greedy: leaves on most devices first; same slot on all their devices.
+    order = sorted(leaves, key=lambda l: (-len(users[l]), first_block[l]))
+    taken: list[set[int]] = [set() for _ in range(D)]
+    place: dict[int, int] = {}
+    for l in order:
+      j = 0
+      while any(j in taken[d] for d in users[l]):
+        j += 1
+      place[l] = j
+      for d in users[l]:
+        taken[d].add(j)
+    count = 1 + max(place.values())
+    used_slots = sum(len(t) for t in taken)
+    if mode == "auto" and used_slots < (1 - MAX_EMPTY_SLOTS) * count * D:
+      continue
+    k = len(classes)
+    assign = [[-1] * count for _ in range(D)]
+    for l, j in place.items():
+      for d in users[l]:
+        assign[d][j] = l
+        slot_of[(l, d)] = (k, j)
+    slot_leaves.update(leaves)
+    classes.append(SlotClass(shape=shape, dtype=dt, count=count,
+                             assign=tuple(tuple(a) for a in assign)))
+
+  flat_params = {i: [l for l in ls if l not in slot_leaves]
+                 for i, ls in block_params.items()}
+  dtypes = sorted({np.dtype(param_avals[l].dtype).name
+                   for ls in flat_params.values() for l in ls})
+  regions: dict[str, dict[int, Region]] = {dt: {} for dt in dtypes}
+  used: dict[str, list[int]] = {dt: [0] * D for dt in dtypes}
+  for i in sorted(flat_params):
+    for dt in dtypes:
+      leaves = tuple(l for l in flat_params[i]
+                     if np.dtype(param_avals[l].dtype).name == dt)
+      sizes = tuple(int(np.prod(param_avals[l].shape, dtype=np.int64))
+                    for l in leaves)
+      offsets = [-1] * D
+      for d in block_devices[i]:
+        offsets[d] = used[dt][d]
+        used[dt][d] += sum(sizes)
+      regions[dt][i] = Region(leaves, sizes, tuple(offsets))
+  size = {}
+  for dt in dtypes:
+    longest = max((r.length for r in regions[dt].values()), default=0)
+    size[dt] = max(1, max(used[dt]) + longest)
+  return Layout(dtypes=tuple(dtypes), size=size, regions=regions,
+                used={dt: tuple(v) for dt, v in used.items()},
+                classes=tuple(classes), slot_of=slot_of, num_devices=D)
+
+
+def pack(layout: Layout, leaves: Sequence[Any]) -> tuple[dict[str, Any],
+                                                          list[list[Any]]]:
+  """Builds the flat buffers ``(D, size)`` and the slot arrays ``(D, *shape)``.
+
+  Returns:
+    ``(flat, slots)``: flat buffers by dtype; ``slots[k][j]`` is slot ``j``
+    of class ``k``.
+  """
+  flat = {}
+  for dt in layout.dtypes:
+    rows = []
+    for d in range(layout.num_devices):
+      parts = []
+      for i in sorted(layout.regions[dt]):
+        region = layout.regions[dt][i]
+        if region.offsets[d] < 0:
+          continue
+        parts.extend(jnp.ravel(leaves[l]).astype(dt) for l in region.leaves)
+      used = sum(p.size for p in parts)
+      parts.append(jnp.zeros((layout.size[dt] - used,), dt))
+      rows.append(jnp.concatenate(parts))
+    flat[dt] = jnp.stack(rows)
+  slots = []
+  for c in layout.classes:
+    arrays = []
+    for j in range(c.count):
+      rows = [jnp.asarray(leaves[c.assign[d][j]], c.dtype)
+              if c.assign[d][j] >= 0 else jnp.zeros(c.shape, c.dtype)
+              for d in range(layout.num_devices)]
+      arrays.append(jnp.stack(rows))
+    slots.append(arrays)
+  return flat, slots
+
+
+def unpack_grads(layout: Layout, flat: Mapping[str, Any],
+                 slots: Sequence[Any], param_avals: Sequence[Any]) -> list[Any]:
+  """Sums every leaf's gradient over all places that hold it.
+
+  Args:
+    layout: The layout.
+    flat: Flat gradient buffers ``(D, size)`` by dtype.
+    slots: Per class, gradient buffers ``(D, S, *shape)``.
+    param_avals: Flat parameter avals.
+
+  Leaves no block reads get zeros.
+  """
+  grads: list[Any] = [None] * len(param_avals)
+
+  def add(l: int, piece: Any) -> None:
+    grads[l] = piece if grads[l] is None else grads[l] + piece
+
+  for dt in layout.dtypes:
+    buf = flat[dt]
+    for i in sorted(layout.regions[dt]):
+      region = layout.regions[dt][i]
+      for d, off in enumerate(region.offsets):
+        if off < 0:
+          continue
+        pos = off
+        for l, n in zip(region.leaves, region.sizes):
+          piece = jax.lax.slice(buf, (d, pos), (d + 1, pos + n))
+          add(l, piece.reshape(param_avals[l].shape))
+          pos += n
+  for c, buf in zip(layout.classes, slots):
+    for d in range(layout.num_devices):
+      for j, l in enumerate(c.assign[d]):
+        if l >= 0:
+          add(l, buf[d, j])
+  return [jnp.zeros(a.shape, a.dtype) if g is None else g.astype(a.dtype)
+          for g, a in zip(grads, param_avals)]
+
+
+def read_region(buf: Any, region: Region, param_avals: Sequence[Any],
+                offset: Any) -> list[Any]:
+  """Leaves of one flat region from a device's local flat buffer.
+
+  Args:
+    buf: The device's flat buffer (1-D).
+    region: The block's region.
+    param_avals: Flat parameter avals.
+    offset: Region start on this device (int: static slices; traced: a
+      dynamic slice of the whole region first).
+  """
+  if isinstance(offset, (int, np.integer)):
+    base, flat = int(offset), buf
+  else:
+    flat = jax.lax.dynamic_slice_in_dim(buf, offset, max(region.length, 1))
+    base = 0
+  out = []
+  pos = base
+  for l, n in zip(region.leaves, region.sizes):
+    out.append(jax.lax.slice_in_dim(flat, pos, pos + n).reshape(
+        param_avals[l].shape))
+    pos += n
+  return out

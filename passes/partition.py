@@ -1,0 +1,470 @@
+"""Partition pass: trace a step function and cut it into forward blocks.
+
+``trace`` turns ``fn(params, microbatch)`` into a jaxpr and checks where the
+``tj.boundary`` markers sit; ``partition`` cuts the top-level equations at the
+boundaries into forward blocks numbered in program order and finds, for each
+block, the values it reads (parameter leaves, micro-batch leaves, outputs of
+earlier blocks) and the values it exports.
+
+The function's outputs are computed by the last block. When the last block
+reads a value from a block the placement does not order before it (the two
+towers of an X-shape meet only in the loss), the equations downstream of that
+value form the *epilogue*: a function of block outputs ("terminals") applied
+after the pipeline. In training the epilogue must be affine (a sum or
+weighted sum of per-block losses), so its gradient is a constant seed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+
+from tessel_jax import compat
+
+from .errors import fail
+
+_JIT_PRIMITIVES = ("pjit", "jit", "closed_call", "core_call")
+_PRIMITIVE_WORDS = {
+    "cond": "a lax.cond / lax.switch branch",
+    "while": "a lax.while_loop / fori_loop body",
+    "scan": "a lax.scan (or fori_loop) body",
+    "checkpoint": "a jax.checkpoint (remat) function",
+    "remat": "a jax.checkpoint (remat) function",
+    "custom_jvp_call": "a jax.custom_jvp function",
+    "custom_vjp_call": "a jax.custom_vjp function",
+    "custom_vjp_call_jaxpr": "a jax.custom_vjp function",
+    "shard_map": "a shard_map body",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+  """Where a value a block reads comes from.
+
+  Attributes:
+    kind: ``"param"`` (a parameter leaf), ``"batch"`` (a micro-batch leaf) or
+      ``"act"`` (an output of an earlier block).
+    index: Leaf index for ``param``/``batch``; producing block for ``act``.
+    output: Position in the producing block's outputs (``act`` only).
+  """
+
+  kind: str
+  index: int
+  output: int = 0
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ForwardBlock:
+  """One forward block: a slice of the traced jaxpr.
+
+  Attributes:
+    index: Block number (program order).
+    eqns: Its equations.
+    invars: Variables it reads, aligned with ``inputs``.
+    inputs: Where each input comes from.
+    const_vars: Closed-over constants it reads.
+    const_vals: Their values.
+    outvars: Variables (or literals) it exports, aligned with ``out_avals``.
+    in_avals: Input shapes/dtypes.
+    out_avals: Output shapes/dtypes.
+  """
+
+  index: int
+  eqns: tuple[Any, ...]
+  invars: tuple[Any, ...]
+  inputs: tuple[Source, ...]
+  const_vars: tuple[Any, ...]
+  const_vals: tuple[Any, ...]
+  outvars: tuple[Any, ...]
+  in_avals: tuple[jax.ShapeDtypeStruct, ...]
+  out_avals: tuple[jax.ShapeDtypeStruct, ...]
+
+  def __call__(self, *inputs: Any) -> list[Any]:
+    """Runs the block on values aligned with ``inputs``."""
+    return compat.eval_eqns(self.eqns, self.invars + self.const_vars,
+                            self.outvars, list(inputs) + list(self.const_vals))
+
+  @property
+  def param_inputs(self) -> tuple[int, ...]:
+    """Positions of parameter inputs."""
+    return tuple(i for i, s in enumerate(self.inputs) if s.kind == "param")
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Epilogue:
+  """The function's outputs as a function of block outputs (terminals).
+
+  Attributes:
+    terminals: Block outputs the epilogue reads (``act`` sources).
+    eqns: Its equations (empty: outputs are terminals or literals).
+    invars: Variables aligned with ``terminals``.
+    const_vars: Closed-over constants.
+    const_vals: Their values.
+    outvars: The function's flat outputs.
+  """
+
+  terminals: tuple[Source, ...]
+  eqns: tuple[Any, ...]
+  invars: tuple[Any, ...]
+  const_vars: tuple[Any, ...]
+  const_vals: tuple[Any, ...]
+  outvars: tuple[Any, ...]
+
+  @property
+  def is_identity(self) -> bool:
+    """True when the outputs are exactly the terminals, in order."""
+    return (not self.eqns and len(self.outvars) == len(self.invars) and
+            all(o is i for o, i in zip(self.outvars, self.invars)))
+
+  def __call__(self, *terminal_values: Any) -> list[Any]:
+    return compat.eval_eqns(self.eqns, self.invars + self.const_vars,
+                            self.outvars,
+                            list(terminal_values) + list(self.const_vals))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Traced:
+  """A step function traced on one micro-batch.
+
+  Attributes:
+    fn_name: Name used in error messages.
+    closed_jaxpr: The jaxpr of ``fn(params, microbatch)`` on flat leaves.
+    param_tree: Tree structure of ``params``.
+    batch_tree: Tree structure of the micro-batch.
+    out_tree: Tree structure of the outputs.
+    param_avals: Flat parameter shapes.
+    batch_avals: Flat micro-batch shapes.
+    num_blocks: Top-level boundaries + 1.
+  """
+
+  fn_name: str
+  closed_jaxpr: Any
+  param_tree: Any
+  batch_tree: Any
+  out_tree: Any
+  param_avals: tuple[jax.ShapeDtypeStruct, ...]
+  batch_avals: tuple[jax.ShapeDtypeStruct, ...]
+  num_blocks: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Partition:
+  """Forward blocks of a traced function plus its epilogue.
+
+  Attributes:
+    traced: The trace it came from.
+    blocks: Forward blocks in program order.
+    epilogue: Outputs from terminals.
+    edges: Data edges ``(producer, consumer)`` between blocks.
+  """
+
+  traced: Traced
+  blocks: tuple[ForwardBlock, ...]
+  epilogue: Epilogue
+  edges: tuple[tuple[int, int], ...]
+
+  @property
+  def fn_name(self) -> str:
+    return self.traced.fn_name
+
+  @property
+  def out_avals(self) -> tuple[jax.ShapeDtypeStruct, ...]:
+    return tuple(_aval(v) for v in self.epilogue.outvars)
+
+
+def _aval(atom: Any) -> jax.ShapeDtypeStruct:
+  aval = atom.aval
+  return jax.ShapeDtypeStruct(tuple(aval.shape), aval.dtype)
+
+
+def _nested_boundaries(jaxpr: Any) -> list[tuple[str, ...]]:
+  """Enclosing-primitive paths of every boundary below the top level."""
+  return [path for eqn, path in compat.iter_eqns_deep(jaxpr)
+          if compat.is_boundary(eqn) and path]
+
+
+def _describe(primitive: str) -> str:
+  return _PRIMITIVE_WORDS.get(primitive, f"a {primitive!r} sub-computation")
+
+
+def trace(fn: Callable[..., Any], fn_name: str, params: Any,
+          microbatch: Any) -> Traced:
+  """Traces ``fn(params, microbatch)`` and checks the boundary placement.
+
+  Args:
+    fn: The step function.
+    fn_name: Its name for messages.
+    params: Parameter pytree (arrays or ShapeDtypeStructs).
+    microbatch: One micro-batch (arrays or ShapeDtypeStructs).
+
+  Raises:
+    TesselError: if a boundary sits inside a cond/scan/while body or another
+      higher-order primitive.
+  """
+  p_leaves, p_tree = jax.tree_util.tree_flatten(params)
+  b_leaves, b_tree = jax.tree_util.tree_flatten(microbatch)
+  p_avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in p_leaves)
+  b_avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in b_leaves)
+  n_p = len(p_leaves)
+
+  def flat_fn(*leaves: Any) -> Any:
+    p = jax.tree_util.tree_unflatten(p_tree, leaves[:n_p])
+    b = jax.tree_util.tree_unflatten(b_tree, leaves[n_p:])
+    return fn(p, b)
+
+  closed, out_tree = compat.make_jaxpr(flat_fn, *p_avals, *b_avals)
+  nested = _nested_boundaries(closed.jaxpr)
+  if nested:
+    blocking = [p for p in nested
+                if any(name not in _JIT_PRIMITIVES for name in p)]
+    if not blocking:
+      # Boundaries only inside nested jax.jit calls: inline them.
+      closed, out_tree = compat.make_jaxpr(flat_fn, *p_avals, *b_avals,
+                                           inline_jit=True)
+      nested = _nested_boundaries(closed.jaxpr)
+      blocking = nested
+    if blocking:
+      outer = next(name for name in blocking[0]
+                   if name not in _JIT_PRIMITIVES)
+      raise fail(
+          fn_name,
+          f"tj.boundary is called inside {_describe(outer)}; blocks can only"
+          " be cut at the top level of the step function. Move the boundary"
+          " out of the control-flow body (for a scanned stack of layers,"
+          " loop over the layers in Python and put a boundary between the"
+          " groups you want on different devices).")
+  num_blocks = 1 + sum(1 for e in closed.jaxpr.eqns if compat.is_boundary(e))
+  return Traced(fn_name=fn_name, closed_jaxpr=closed, param_tree=p_tree,
+                batch_tree=b_tree, out_tree=out_tree, param_avals=p_avals,
+                batch_avals=b_avals, num_blocks=num_blocks)
+
+
+def partition(traced: Traced,
+              reach: Callable[[int, int], bool] | None = None) -> Partition:
+  """Cuts the traced function into forward blocks.
+
+  Args:
+    traced: From :func:`trace`.
+    reach: ``reach(i, j)``: the placement orders forward block ``i`` before
+      block ``j`` (a path of edges). None: every earlier block reaches every
+      later block.
+
+  Raises:
+    TesselError: if a block reads a value from a block the placement does not
+      order before it, or the epilogue reads parameters or the batch.
+  """
+  reach = reach or (lambda i, j: i < j)
+  name = traced.fn_name
+  jaxpr = traced.closed_jaxpr.jaxpr
+  consts = dict(zip(jaxpr.constvars, traced.closed_jaxpr.consts))
+  n_p = len(traced.param_avals)
+  where: dict[Any, Source | str] = {}
+  for i, v in enumerate(jaxpr.invars):
+    where[v] = Source("param", i) if i < n_p else Source("batch", i - n_p)
+  for v in jaxpr.constvars:
+    where[v] = "const"
+
+  segments: list[list[Any]] = [[]]
+  for eqn in jaxpr.eqns:
+    segments[-1].append(eqn)
+    if compat.is_boundary(eqn):
+      segments.append([])
+  last = len(segments) - 1
+  defined_in: dict[Any, int] = {}
+  for k, seg in enumerate(segments):
+    for eqn in seg:
+      for v in eqn.outvars:
+        if not compat.is_dropvar(v):
+          defined_in[v] = k
+
+  # Epilogue: equations of the last segment downstream of a value whose
+  # producer the placement does not order before the last block.
+  epi_vars: set[Any] = set()
+  epi_eqns: list[Any] = []
+  body_last: list[Any] = []
+  for eqn in segments[last]:
+    is_epi = False
+    for v in eqn.invars:
+      if compat.is_literal(v):
+        continue
+      if v in epi_vars:
+        is_epi = True
+      elif v in defined_in and defined_in[v] != last and not reach(
+          defined_in[v], last):
+        is_epi = True
+    if is_epi:
+      epi_eqns.append(eqn)
+      epi_vars.update(v for v in eqn.outvars if not compat.is_dropvar(v))
+    else:
+      body_last.append(eqn)
+  segments[last] = body_last
+  outvars = list(jaxpr.outvars)
+  trivial = not epi_eqns and all(
+      compat.is_literal(v) or v not in defined_in or defined_in[v] == last or
+      reach(defined_in[v], last) for v in outvars)
+
+  # Which variables each segment reads from outside itself.
+  reads: list[list[Any]] = []
+  for k, seg in enumerate(segments):
+    seen, order = set(), []
+    local = {v for e in seg for v in e.outvars}
+    for eqn in seg:
+      for v in eqn.invars:
+        if compat.is_literal(v) or v in local or v in seen:
+          continue
+        seen.add(v)
+        order.append(v)
+    reads.append(order)
+  if trivial:
+    for v in outvars:
+      if (not compat.is_literal(v) and v not in reads[last] and
+          defined_in.get(v, -1) != last):
+        reads[last].append(v)
+    terminal_vars = [v for v in outvars if not compat.is_literal(v)]
+  else:
+    local = {v for e in epi_eqns for v in e.outvars}
+    terminal_vars, seen = [], set()
+    for atom in [v for e in epi_eqns for v in e.invars] + outvars:
+      if compat.is_literal(atom) or atom in local or atom in seen:
+        continue
+      seen.add(atom)
+      if atom in consts:
+        continue
+      src = where.get(atom)
+      if isinstance(src, Source):
+        raise fail(
+            name,
+            f"the outputs combine values of blocks the placement runs"
+            f" independently, and that combination also reads a {src.kind}"
+            f" leaf directly; compute it inside a block (e.g. add the"
+            f" regulariser to one block's loss) so the final combination"
+            f" only reads block outputs")
+      terminal_vars.append(atom)
+
+  # Exports: values read by later segments, or terminals.
+  exports: list[list[Any]] = [[] for _ in segments]
+  for k, vars_read in enumerate(reads):
+    for v in vars_read:
+      if v in defined_in and defined_in[v] != k:
+        src = defined_in[v]
+        if v not in exports[src]:
+          exports[src].append(v)
+  if trivial:
+    exports[last] = list(outvars)
+  else:
+    for v in terminal_vars:
+      src = defined_in[v]
+      if v not in exports[src]:
+        exports[src].append(v)
+
+  edges: set[tuple[int, int]] = set()
+  blocks = []
+  for k, seg in enumerate(segments):
+    invars, inputs, cvars, cvals = [], [], [], []
+    for v in reads[k]:
+      if v in consts:
+        cvars.append(v)
+        cvals.append(consts[v])
+      elif v in defined_in:
+        src = defined_in[v]
+        if not reach(src, k):
+          raise fail(
+              name,
+              f"block {k} reads a value computed in block {src}, but the"
+              f" placement does not run block {src} before block {k} (no"
+              f" path of edges F{src} -> F{k}); pass the value through the"
+              f" blocks in between, or pick a placement whose edges follow"
+              f" the data flow")
+        edges.add((src, k))
+        invars.append(v)
+        inputs.append(Source("act", src, exports[src].index(v)))
+      else:
+        invars.append(v)
+        inputs.append(where[v])
+    blocks.append(ForwardBlock(
+        index=k, eqns=tuple(seg), invars=tuple(invars), inputs=tuple(inputs),
+        const_vars=tuple(cvars), const_vals=tuple(cvals),
+        outvars=tuple(exports[k]),
+        in_avals=tuple(_aval(v) for v in invars),
+        out_avals=tuple(_aval(v) for v in exports[k])))
+
+  if trivial:
+    terminals = tuple(Source("act", last, i) for i in range(len(outvars)))
+    epilogue = Epilogue(terminals=terminals, eqns=(),
+                        invars=tuple(outvars), const_vars=(), const_vals=(),
+                        outvars=tuple(outvars))
+    # Literal outputs are computed by the last block; the identity epilogue
+    # reads the last block's outputs positionally.
+    epilogue = dataclasses.replace(
+        epilogue, invars=tuple(_fresh_like(v) for v in outvars))
+    epilogue = dataclasses.replace(epilogue, outvars=epilogue.invars)
+  else:
+    epi_consts = [v for e in epi_eqns for v in e.invars
+                  if not compat.is_literal(v) and v in consts]
+    epi_consts = list(dict.fromkeys(epi_consts))
+    terminals = tuple(
+        Source("act", defined_in[v], exports[defined_in[v]].index(v))
+        for v in terminal_vars)
+    for t in terminals:
+      edges.discard((t.index, last))
+    epilogue = Epilogue(terminals=terminals, eqns=tuple(epi_eqns),
+                        invars=tuple(terminal_vars),
+                        const_vars=tuple(epi_consts),
+                        const_vals=tuple(consts[v] for v in epi_consts),
+                        outvars=tuple(outvars))
+  return Partition(traced=traced, blocks=tuple(blocks), epilogue=epilogue,
+                   edges=tuple(sorted(edges)))
+
+
+def _fresh_like(atom: Any) -> Any:
+  """A new jaxpr variable with the aval of ``atom``."""
+  return compat.new_var(atom.aval)
+
+
+def block_summary(part: Partition) -> list[str]:
+  """One line per block: inputs and outputs (for errors and debugging)."""
+  lines = []
+  for b in part.blocks:
+    ins = ", ".join(f"{s.kind}{s.index}" + (f".{s.output}" if s.kind == "act"
+                                            else "") for s in b.inputs)
+    outs = ", ".join(f"{tuple(a.shape)}:{a.dtype}" for a in b.out_avals)
+    lines.append(f"F{b.index}: reads [{ins}] -> [{outs}]")
+  return lines
+
+
+def leaves_used(block: ForwardBlock, kind: str) -> tuple[int, ...]:
+  """Leaf indices of ``kind`` (``param``/``batch``) a block reads."""
+  return tuple(s.index for s in block.inputs if s.kind == kind)
+
+
+def check_divisible(fn_name: str, batch_avals: Sequence[Any],
+                    num_microbatches: int) -> int:
+  """Returns the micro-batch size; raises unless the batch splits evenly.
+
+  Args:
+    fn_name: For messages.
+    batch_avals: Flat leaves of the whole batch.
+    num_microbatches: N.
+  """
+  if not batch_avals:
+    raise fail(fn_name, "the batch has no array leaves; pass the batch as the"
+               " second argument, split along axis 0 into micro-batches")
+  sizes = set()
+  for a in batch_avals:
+    if not a.shape:
+      raise fail(fn_name, f"a batch leaf is a scalar (shape ()); every batch"
+                 f" leaf needs a leading batch axis to split into"
+                 f" {num_microbatches} micro-batches")
+    sizes.add(a.shape[0])
+  if len(sizes) != 1:
+    raise fail(fn_name, f"batch leaves have different leading sizes"
+               f" {sorted(sizes)}; every leaf must have the same batch axis 0")
+  size = sizes.pop()
+  if num_microbatches < 1 or size % num_microbatches:
+    raise fail(fn_name, f"the batch has {size} examples along axis 0, which"
+               f" does not divide into num_microbatches={num_microbatches};"
+               f" pick a divisor of {size} or pad the batch")
+  return size // num_microbatches

@@ -1,0 +1,847 @@
+"""Tick plan: the static tables the shard_map program is built from.
+
+Pure Python and numpy (no tracing). From an unrolled schedule and the kernels
+it builds, per *tick* (a step at which at least one block starts; empty steps
+are dropped):
+
+* which kernel each device runs and for which micro-batch;
+* reads: the stash slot (or micro-batch rows) behind every kernel input;
+* out ports: kernel outputs grouped by shape, so devices running different
+  kernels share them;
+* sends: messages from this tick's outputs to the stash, executed at the
+  start of the next tick (write, then read: DESIGN §5), coloured into rounds
+  of partial permutations (one ``ppermute`` each) or local writes;
+* gradient ports and terminal (loss / output) accumulations.
+
+Every value a kernel reads lives in a *store* (value key, device) with ``K``
+slots used round-robin by micro-batch (``slot = base + mb % K``); stores of
+the same shape share a *pool* (one array per shape on every device, plus a
+dummy sink slot at the end).
+
+Ticks that repeat with every micro-batch index shifted by one are grouped
+into loops (``fori_loop`` over iterations, the body unrolls one period); all
+per-device indices are ``base + scale * ((it + c) mod m)`` (:class:`Dyn`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .kernels import Key, Kernel, KernelSet
+from .packing import Layout
+
+
+def build_interp(*args: Any, **kwargs: Any) -> Any:
+  """See ``interp.build_interp`` (imported lazily: it imports this module)."""
+  from .interp import build_interp as _build  # pylint: disable=import-outside-toplevel
+  return _build(*args, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True)
+class Aval:
+  """Hashable shape + dtype."""
+
+  shape: tuple[int, ...]
+  dtype: str
+
+  @classmethod
+  def of(cls, a: Any) -> "Aval":
+    return cls(tuple(int(s) for s in a.shape), np.dtype(a.dtype).name)
+
+  def with_rows(self, rows: int) -> "Aval":
+    return Aval((rows,) + self.shape[1:], self.dtype)
+
+  @property
+  def nbytes(self) -> int:
+    return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Dyn:
+  """Per-device integer ``base + scale * ((it + c) mod m)`` (m = 0: no mod)."""
+
+  base: np.ndarray
+  scale: np.ndarray
+  c: np.ndarray
+  mod: np.ndarray
+
+  @classmethod
+  def const(cls, values: Sequence[int]) -> "Dyn":
+    v = np.asarray(values, np.int64)
+    z = np.zeros_like(v)
+    return cls(v, z, z, z)
+
+  def at(self, it: int) -> np.ndarray:
+    k = it + self.c
+    k = np.where(self.mod > 0, np.mod(k, np.maximum(self.mod, 1)), k)
+    return self.base + self.scale * k
+
+  @property
+  def is_static(self) -> bool:
+    """True when the value does not depend on the loop iteration."""
+    return bool(np.all(self.scale == 0))
+
+
+@dataclasses.dataclass(frozen=True)
+class Store:
+  """Where value ``key`` lives on ``device``.
+
+  Attributes:
+    key: Value key.
+    device: Device.
+    rows: ``(r0, r1)`` rows of the micro-batch value held (None: whole).
+    aval: Stored shape.
+    pool: Pool index.
+    base: First slot in the pool on this device.
+    slots: Slots used (``K``).
+  """
+
+  key: Key
+  device: int
+  rows: tuple[int, int] | None
+  aval: Aval
+  pool: int
+  base: int
+  slots: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Pool:
+  """A stash array: ``slots + 1`` entries of ``aval`` (last one: dummy)."""
+
+  aval: Aval
+  slots: int
+
+  @property
+  def nbytes(self) -> int:
+    return (self.slots + 1) * self.aval.nbytes
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Target:
+  """Where a round's payload is written on each device (one pool)."""
+
+  pool: int
+  slot: Dyn
+  row: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Round:
+  """One ``ppermute`` (remote) or one local write of equal-shaped payloads.
+
+  Attributes:
+    remote: True: ``ppermute`` with ``perm``; False: device-local write.
+    payload: Payload shape.
+    rowed: Payload is a row range of the out port value.
+    candidates: Out ports (of the sending tick) the payload comes from.
+    cand: Per device: index into ``candidates``.
+    src_row: Per device: first row taken from the out port value.
+    perm: ``(src, dst)`` pairs (remote only).
+    targets: Per destination pool.
+  """
+
+  remote: bool
+  payload: Aval
+  rowed: bool
+  candidates: tuple[int, ...]
+  cand: np.ndarray
+  src_row: np.ndarray
+  perm: tuple[tuple[int, int], ...]
+  targets: tuple[Target, ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class ReadPort:
+  """One kernel-input port of a tick.
+
+  Attributes:
+    kind: ``"pool"`` or ``"batch"``.
+    source: Pool index or batch leaf.
+    aval: Shape read.
+    rowed: Read a row range (else the whole slot).
+    index: Per device: slot (pool) or first row in the local batch (batch).
+    row: Per device: first row inside the slot (pool reads).
+  """
+
+  kind: str
+  source: int
+  aval: Aval
+  rowed: bool
+  index: Dyn
+  row: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class GradPort:
+  """Parameter gradients returned at a tick.
+
+  Attributes:
+    kind: ``"flat"``: one dtype's flat region (``dtype``, ``length``,
+      ``offset`` into the flat accumulator per device); ``"slot"``: one
+      leaf of slot class ``cls`` (``offset``: slot per device, ``count`` for
+      devices with nothing to add).
+    dtype: Dtype name.
+    length: Elements (flat ports).
+    offset: Per device offset or slot.
+    cls: Slot class index (slot ports).
+  """
+
+  kind: str
+  dtype: str
+  length: int
+  offset: np.ndarray
+  cls: int = -1
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class TermAcc:
+  """Accumulation of terminal ``terminal`` from out port ``port``.
+
+  Attributes:
+    terminal: Terminal index.
+    port: Out port holding it.
+    mask: Per device: produces it at this tick.
+    row: Per device: first row of its part (split producers).
+    rowed: The contribution is a row range of the terminal.
+    mb: Per device: micro-batch (inference buffers).
+    scale: Per device multiplier (``1/g`` for replicated parts).
+  """
+
+  terminal: int
+  port: int
+  mask: np.ndarray
+  row: np.ndarray
+  rowed: bool
+  mb: Dyn
+  scale: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Tick:
+  """Static description of one tick."""
+
+  step: int
+  kernels: tuple[int | None, ...]
+  mb: np.ndarray
+  branches: tuple[int | None, ...]
+  branch_of: np.ndarray
+  reads: tuple[ReadPort, ...]
+  in_map: Mapping[int, tuple[int, ...]]
+  out_ports: tuple[Aval, ...]
+  out_map: Mapping[int, tuple[int, ...]]
+  sends: tuple[Round, ...]
+  grads: tuple[GradPort, ...]
+  grad_map: Mapping[int, Mapping[int, int]]
+  terms: tuple[TermAcc, ...]
+  row_offset: np.ndarray
+
+  @property
+  def signature(self) -> tuple[int | None, ...]:
+    return self.kernels
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+  """Ticks ``[start, start + period * iterations)``.
+
+  ``kind``: ``"ticks"`` (unrolled, one pruned switch per tick), ``"loop"``
+  (``fori_loop`` over iterations, the body unrolls ``period`` ticks) or
+  ``"interp"`` (``fori_loop`` over the ticks with one switch over every
+  kernel of the segment, driven by tables; for long warmups/cooldowns).
+  """
+
+  start: int
+  period: int
+  iterations: int
+  kind: str = "ticks"
+
+  @property
+  def is_loop(self) -> bool:
+    return self.kind == "loop"
+
+  @property
+  def end(self) -> int:
+    return self.start + self.period * self.iterations
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Plan:
+  """Everything the lowering needs, static."""
+
+  num_devices: int
+  num_microbatches: int
+  ticks: tuple[Tick, ...]
+  segments: tuple[Segment, ...]
+  pools: tuple[Pool, ...]
+  stores: Mapping[tuple[Key, int], Store]
+  kernels: Mapping[int, Kernel]
+  kernel_set: KernelSet
+  layout: Layout
+  interps: Mapping[int, Any] = dataclasses.field(default_factory=dict)
+
+  @property
+  def stash_bytes(self) -> int:
+    """Bytes of all stash pools (the same on every device)."""
+    return sum(p.nbytes for p in self.pools)
+
+  def stash_bytes_used(self) -> tuple[int, ...]:
+    """Bytes of slots each device actually uses."""
+    out = [0] * self.num_devices
+    for s in self.stores.values():
+      out[s.device] += s.slots * s.aval.nbytes
+    return tuple(out)
+
+  def loop_summary(self) -> str:
+    parts = []
+    for seg in self.segments:
+      if seg.is_loop:
+        parts.append(f"loop({seg.iterations}x{seg.period})")
+      elif seg.kind == "interp":
+        parts.append(f"interp({seg.period})")
+      else:
+        parts.append(f"{seg.period * seg.iterations}")
+    return " + ".join(parts)
+
+
+class PlanError(RuntimeError):
+  """The schedule and kernels do not fit together (an internal bug)."""
+
+
+# --- helpers ----------------------------------------------------------------
+
+
+def _rows(kernel: Kernel, device: int, b: int) -> tuple[int, int]:
+  g = kernel.split
+  if g <= 1:
+    return (0, b)
+  k = kernel.devices.index(device)
+  return (k * b // g, (k + 1) * b // g)
+
+
+def _is_rowed(aval: Any, b: int) -> bool:
+  return bool(aval.shape) and aval.shape[0] == b
+
+
+# --- the planner ------------------------------------------------------------
+
+
+def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
+               num_devices: int, layout: Layout,
+               max_period: int = 64,
+               interpret_ramps: int | None = None) -> Plan:
+  """Builds the tick plan.
+
+  Args:
+    ks: Kernels by graph block id.
+    actions: Unrolled schedule actions (start, block, microbatch).
+    num_microbatches: Micro-batches per pipeline (per data replica).
+    num_devices: Devices on the pipe axis.
+    layout: Parameter layout (gradient offsets).
+    max_period: Longest loop body (ticks) to look for.
+    interpret_ramps: Straight-line segments of at least this many ticks run
+      as ``interp`` segments (None: unroll every one).
+  """
+  D = num_devices
+  n = num_microbatches
+  b = ks.microbatch_rows
+  kernels = ks.kernels
+
+  # Ticks: the steps at which something starts.
+  steps = sorted({a.start for a in actions})
+  tick_at = {s: t for t, s in enumerate(steps)}
+  T = len(steps)
+  run = [[None] * D for _ in range(T)]
+  mbs = np.full((T, D), -1, np.int64)
+  tick_of: dict[tuple[int, int], int] = {}
+  for a in actions:
+    t = tick_at[a.start]
+    k = kernels[a.block]
+    tick_of[(a.block, a.microbatch)] = t
+    for d in k.devices:
+      if run[t][d] is not None:
+        raise PlanError(f"device {d} runs two blocks at step {a.start}")
+      run[t][d] = a.block
+      mbs[t, d] = a.microbatch
+
+  # Producers and consumers of every value.
+  producer: dict[Key, int] = {}
+  for kid, k in kernels.items():
+    for key in k.outputs:
+      producer[key] = kid
+  readers: dict[tuple[Key, int], list[tuple[int, int]]] = {}
+  for kid, k in kernels.items():
+    for r, ref in enumerate(k.inputs):
+      if ref.kind == "value":
+        if ref.key not in producer:
+          raise PlanError(f"{k.label} reads {ref.key}, which nobody produces")
+        for d in k.devices:
+          readers.setdefault((ref.key, d), []).append((kid, r))
+
+  # Stores: rows held, slots needed.
+  store_rows: dict[tuple[Key, int], tuple[int, int] | None] = {}
+  store_aval: dict[tuple[Key, int], Aval] = {}
+  store_slots: dict[tuple[Key, int], int] = {}
+  for (key, d), uses in sorted(readers.items(), key=lambda kv: (str(kv[0][0]),
+                                                                kv[0][1])):
+    full = ks.value_avals[key]
+    local_residual = key[0] == "r"
+    if local_residual or not _is_rowed(full, b):
+      rows = None
+      aval = Aval.of(kernels[uses[0][0]].in_avals[uses[0][1]])
+    else:
+      needs = {_rows(kernels[kid], d, b) if kernels[kid].in_split[r] else (0, b)
+               for kid, r in uses}
+      rows = needs.pop() if len(needs) == 1 else (0, b)
+      aval = Aval.of(full).with_rows(rows[1] - rows[0])
+    store_rows[(key, d)] = rows
+    store_aval[(key, d)] = aval
+    pid = producer[key]
+    writes, reads = [], []
+    for m in range(n):
+      w = tick_of[(pid, m)] + 1
+      r = max(tick_of[(kid, m)] for kid, _ in uses)
+      if r < w:
+        raise PlanError(
+            f"value {key} of micro-batch {m} is read at tick {r} before it is"
+            f" written at tick {w}")
+      writes.append(w)
+      reads.append(r)
+    slots = 1
+    for m in range(n):
+      last = bisect.bisect_right(writes, reads[m]) - 1
+      slots = max(slots, last - m + 1)
+    store_slots[(key, d)] = slots
+
+  # Pools: one per stored shape; stores of a device get consecutive slots.
+  pool_ids: dict[Aval, int] = {}
+  used: dict[tuple[int, int], int] = {}
+  stores: dict[tuple[Key, int], Store] = {}
+  for sk in sorted(store_aval, key=lambda s: (s[1], str(s[0]))):
+    aval = store_aval[sk]
+    pid = pool_ids.setdefault(aval, len(pool_ids))
+    base = used.get((pid, sk[1]), 0)
+    used[(pid, sk[1])] = base + store_slots[sk]
+    stores[sk] = Store(key=sk[0], device=sk[1], rows=store_rows[sk], aval=aval,
+                       pool=pid, base=base, slots=store_slots[sk])
+  pools = [None] * len(pool_ids)
+  for aval, pid in pool_ids.items():
+    pools[pid] = Pool(aval=aval, slots=max(
+        [v for (p, _), v in used.items() if p == pid] + [0]))
+  pools = tuple(pools)
+  stores_of_key: dict[Key, list[Store]] = {}
+  for s in stores.values():
+    stores_of_key.setdefault(s.key, []).append(s)
+
+  terminal_index = {key: j for j, key in enumerate(ks.terminals)}
+  env = _Env(D=D, n=n, b=b, kernels=kernels, stores=stores,
+             stores_of_key=stores_of_key, pools=pools, layout=layout,
+             terminal_index=terminal_index)
+  ticks = [_make_tick(env, steps[t], tuple(run[t]), mbs[t]) for t in range(T)]
+  segments = find_loops(ticks, max_period=max_period)
+  if interpret_ramps is not None:
+    segments = [dataclasses.replace(seg, kind="interp")
+                if not seg.is_loop and seg.period >= interpret_ramps else seg
+                for seg in segments]
+  interps = {seg.start: build_interp(env, ticks, seg.start, seg.end)
+             for seg in segments if seg.kind == "interp"}
+  return Plan(num_devices=D, num_microbatches=n, ticks=tuple(ticks),
+              segments=tuple(segments), pools=pools, stores=stores,
+              kernels=kernels, kernel_set=ks, layout=layout, interps=interps)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Env:
+  """What the tick builders share."""
+
+  D: int
+  n: int
+  b: int
+  kernels: Mapping[int, Kernel]
+  stores: Mapping[tuple[Key, int], Store]
+  stores_of_key: Mapping[Key, list[Store]]
+  pools: tuple[Pool, ...]
+  layout: Layout
+  terminal_index: Mapping[Key, int]
+
+
+def _slot_dyn(D: int, entries: Mapping[int, tuple[Store, int]],
+              pool: Pool) -> Dyn:
+  base = np.full(D, pool.slots, np.int64)
+  scale = np.zeros(D, np.int64)
+  c = np.zeros(D, np.int64)
+  mod = np.zeros(D, np.int64)
+  for d, (s, m) in entries.items():
+    base[d], scale[d], c[d], mod[d] = s.base, 1, m, s.slots
+  return Dyn(base, scale, c, mod)
+
+
+def assign_inputs(env: _Env, kids: Sequence[int]
+                  ) -> tuple[list[tuple], dict[int, tuple[int, ...]]]:
+  """Read ports shared by kernels ``kids``: classes and per-kernel map.
+
+  A class is ``("pool", pool, local aval)`` or ``("batch", leaf, aval)``;
+  the ``j``-th input of a class of every kernel uses the same port.
+  """
+  kernels, stores = env.kernels, env.stores
+  per_kernel: dict[int, list[tuple]] = {}
+  for kid in kids:
+    k = kernels[kid]
+    cls_list = []
+    for r, ref in enumerate(k.inputs):
+      loc = Aval.of(k.in_avals[r])
+      if ref.kind == "value":
+        pools_here = {stores[(ref.key, d)].pool for d in k.devices}
+        if len(pools_here) != 1:
+          raise PlanError(f"{k.label} input {r} lives in different pools on"
+                          f" its devices")
+        cls_list.append(("pool", pools_here.pop(), loc))
+      else:
+        cls_list.append(("batch", ref.leaf, loc))
+    per_kernel[kid] = cls_list
+  return _assign(kids, per_kernel)
+
+
+def assign_outputs(env: _Env, kids: Sequence[int]
+                   ) -> tuple[list[Aval], dict[int, tuple[int, ...]]]:
+  """Out ports shared by kernels ``kids`` (grouped by shape)."""
+  per_kernel = {kid: [Aval.of(a) for a in env.kernels[kid].out_avals]
+                for kid in kids}
+  return _assign(kids, per_kernel)
+
+
+def _assign(kids: Sequence[int], per_kernel: Mapping[int, list]
+            ) -> tuple[list, dict[int, tuple[int, ...]]]:
+  classes: list = []
+  counts: dict = {}
+  for kid in kids:
+    local: dict = {}
+    for cls in per_kernel[kid]:
+      local[cls] = local.get(cls, 0) + 1
+    for cls, v in local.items():
+      if cls not in counts:
+        classes.append(cls)
+      counts[cls] = max(counts.get(cls, 0), v)
+  index: dict = {}
+  ports: list = []
+  for cls in classes:
+    for j in range(counts[cls]):
+      index[(cls, j)] = len(ports)
+      ports.append(cls)
+  mapping: dict[int, tuple[int, ...]] = {}
+  for kid in kids:
+    seen: dict = {}
+    idx = []
+    for cls in per_kernel[kid]:
+      j = seen.get(cls, 0)
+      seen[cls] = j + 1
+      idx.append(index[(cls, j)])
+    mapping[kid] = tuple(idx)
+  return ports, mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+  """One value (or row range of it) from a device to a store.
+
+  Attributes:
+    src: Sending device.
+    port: Out port holding the value on ``src``.
+    src_row: First row taken from the out port value.
+    rowed: Only a row range is sent.
+    payload: Shape sent.
+    store: Destination store.
+    dst_row: First row written in the destination slot.
+    mb: Micro-batch.
+  """
+
+  src: int
+  port: int
+  src_row: int
+  rowed: bool
+  payload: Aval
+  store: Store
+  dst_row: int
+  mb: int
+
+  @property
+  def remote(self) -> bool:
+    return self.store.device != self.src
+
+
+def tick_messages(env: _Env, kern: Sequence[int | None], mb: np.ndarray,
+                  out_map: Mapping[int, tuple[int, ...]]) -> list[Message]:
+  """Messages produced by the kernels ``kern`` (per device) of one tick."""
+  b = env.b
+  out = []
+  for d, kid in enumerate(kern):
+    if kid is None:
+      continue
+    k = env.kernels[kid]
+    my_rows = _rows(k, d, b)
+    for o, key in enumerate(k.outputs):
+      port = out_map[kid][o]
+      full = Aval.of(k.out_avals[o])
+      for s in sorted(env.stores_of_key.get(key, ()), key=lambda s: s.device):
+        if s.rows is None:
+          src = s.device if s.device in k.devices else k.devices[0]
+          if src == d:
+            out.append(Message(d, port, 0, False, full, s, 0, int(mb[d])))
+          continue
+        r0, r1 = s.rows
+        if k.out_split[o]:
+          lo, hi = max(r0, my_rows[0]), min(r1, my_rows[1])
+          if lo >= hi:
+            continue
+          src_row, dst_row = lo - my_rows[0], lo - r0
+        else:
+          src = s.device if s.device in k.devices else k.devices[0]
+          if src != d:
+            continue
+          lo, hi = r0, r1
+          src_row, dst_row = r0, 0
+        payload = full.with_rows(hi - lo)
+        rowed = payload.shape != full.shape or src_row != 0
+        out.append(Message(d, port, src_row, rowed, payload, s, dst_row,
+                           int(mb[d])))
+  return out
+
+
+def _make_tick(env: _Env, step: int, kern: tuple[int | None, ...],
+               mb: np.ndarray) -> Tick:
+  D, b, kernels, layout = env.D, env.b, env.kernels, env.layout
+  present = sorted({k for k in kern if k is not None})
+  idle = any(k is None for k in kern)
+  branches = ((None,) if idle else ()) + tuple(present)
+  branch_of = np.array([branches.index(k) for k in kern], np.int64)
+  row_offset = np.array(
+      [_rows(kernels[k], d, b)[0] if k is not None else 0
+       for d, k in enumerate(kern)], np.int64)
+
+  # Read ports.
+  port_list, in_map = assign_inputs(env, present)
+  users: list[dict[int, tuple[int, int]]] = [{} for _ in port_list]
+  for kid in present:
+    for r, p in enumerate(in_map[kid]):
+      for d in kernels[kid].devices:
+        users[p][d] = (kid, r)
+  reads = [_read_port(env, cls, users[p], mb) for p, cls in enumerate(port_list)]
+
+  # Out ports and messages, coloured into rounds.
+  out_ports, out_map = assign_outputs(env, present)
+  messages = tick_messages(env, kern, mb, out_map)
+  messages.sort(key=lambda m: (not m.remote, m.payload.shape, m.payload.dtype,
+                               m.src, m.store.device, str(m.store.key)))
+  rounds_raw: list[dict] = []
+  for msg in messages:
+    for rd in rounds_raw:
+      if rd["remote"] != msg.remote or rd["payload"] != msg.payload:
+        continue
+      if msg.src in rd["srcs"] or (msg.remote and
+                                   msg.store.device in rd["dsts"]):
+        continue
+      break
+    else:
+      rd = {"remote": msg.remote, "payload": msg.payload, "srcs": set(),
+            "dsts": set(), "msgs": []}
+      rounds_raw.append(rd)
+    rd["srcs"].add(msg.src)
+    rd["dsts"].add(msg.store.device)
+    rd["msgs"].append(msg)
+  sends = []
+  for rd in rounds_raw:
+    cands = tuple(sorted({m.port for m in rd["msgs"]}))
+    cand = np.zeros(D, np.int64)
+    src_row = np.zeros(D, np.int64)
+    perm = []
+    by_pool: dict[int, dict[int, tuple[Store, int]]] = {}
+    rows_by_pool: dict[int, np.ndarray] = {}
+    rowed = False
+    for m in rd["msgs"]:
+      cand[m.src] = cands.index(m.port)
+      src_row[m.src] = m.src_row
+      rowed = rowed or m.rowed
+      if rd["remote"]:
+        perm.append((m.src, m.store.device))
+      by_pool.setdefault(m.store.pool, {})[m.store.device] = (m.store, m.mb)
+      rows_by_pool.setdefault(m.store.pool, np.zeros(D, np.int64))[
+          m.store.device] = m.dst_row
+    targets = tuple(
+        Target(pool=p, slot=_slot_dyn(D, entries, env.pools[p]),
+               row=rows_by_pool[p])
+        for p, entries in sorted(by_pool.items()))
+    sends.append(Round(remote=rd["remote"], payload=rd["payload"],
+                       rowed=rowed, candidates=cands, cand=cand,
+                       src_row=src_row, perm=tuple(sorted(perm)),
+                       targets=targets))
+
+  grads, grad_map = _grad_ports(env, kern, present)
+  terms = _terms(env, kern, present, out_map, mb)
+  return Tick(step=step, kernels=kern, mb=mb, branches=branches,
+              branch_of=branch_of, reads=tuple(reads), in_map=in_map,
+              out_ports=tuple(out_ports), out_map=out_map, sends=tuple(sends),
+              grads=tuple(grads), grad_map=grad_map, terms=tuple(terms),
+              row_offset=row_offset)
+
+
+def _read_port(env: _Env, cls: tuple, users: Mapping[int, tuple[int, int]],
+               mb: np.ndarray) -> ReadPort:
+  """Per-device indices of one read port (``users``: device -> input)."""
+  D, b, kernels = env.D, env.b, env.kernels
+  kind, source, loc = cls
+  if kind == "pool":
+    pool = env.pools[source]
+    entries, row = {}, np.zeros(D, np.int64)
+    for d, (kid, r) in users.items():
+      s = env.stores[(kernels[kid].inputs[r].key, d)]
+      entries[d] = (s, int(mb[d]))
+      if s.rows is not None:
+        want = (_rows(kernels[kid], d, b) if kernels[kid].in_split[r]
+                else (0, b))
+        row[d] = want[0] - s.rows[0]
+    rowed = loc.shape != pool.aval.shape or bool(row.any())
+    return ReadPort("pool", source, loc, rowed, _slot_dyn(D, entries, pool),
+                    row)
+  base = np.zeros(D, np.int64)
+  scale = np.zeros(D, np.int64)
+  c = np.zeros(D, np.int64)
+  for d, (kid, r) in users.items():
+    k = kernels[kid]
+    base[d] = _rows(k, d, b)[0] if k.in_split[r] else 0
+    scale[d] = b
+    c[d] = mb[d]
+  return ReadPort("batch", source, loc, True,
+                  Dyn(base, scale, c, np.zeros(D, np.int64)),
+                  np.zeros(D, np.int64))
+
+
+def _grad_ports(env: _Env, kern: Sequence[int | None], present: Sequence[int]
+                ) -> tuple[list[GradPort], dict[int, dict[int, int]]]:
+  """Gradient ports: flat regions per dtype, then slot leaf positions."""
+  D, kernels, layout = env.D, env.kernels, env.layout
+  grads: list[GradPort] = []
+  grad_map: dict[int, dict[int, int]] = {kid: {} for kid in present}
+  for dt in layout.dtypes:
+    length = 0
+    offset = np.zeros(D, np.int64)
+    for d, kid in enumerate(kern):
+      if kid is None or not kernels[kid].grads:
+        continue
+      region = layout.regions[dt].get(kernels[kid].fwd)
+      if region is None or region.length == 0:
+        continue
+      length = max(length, region.length)
+      offset[d] = region.offsets[d]
+    if length:
+      grads.append(GradPort("flat", dt, length, offset))
+  slot_ports: dict[tuple[int, int], int] = {}
+  for kid in present:
+    k = kernels[kid]
+    seen_c: dict[int, int] = {}
+    for leaf in k.grads:
+      where = layout.slot_of.get((leaf, k.devices[0]))
+      if where is None:
+        continue
+      c = where[0]
+      p = seen_c.get(c, 0)
+      seen_c[c] = p + 1
+      if (c, p) not in slot_ports:
+        cls = layout.classes[c]
+        slot_ports[(c, p)] = len(grads)
+        grads.append(GradPort("slot", cls.dtype, 0,
+                              np.full(D, cls.count, np.int64), cls=c))
+      port = grads[slot_ports[(c, p)]]
+      for d in k.devices:
+        if kern[d] == kid:
+          port.offset[d] = layout.slot_of[(leaf, d)][1]
+      grad_map[kid][leaf] = slot_ports[(c, p)]
+  return grads, grad_map
+
+
+def _terms(env: _Env, kern: Sequence[int | None], present: Sequence[int],
+           out_map: Mapping[int, tuple[int, ...]], mb: np.ndarray
+           ) -> list[TermAcc]:
+  D, b, n = env.D, env.b, env.n
+  terms = []
+  for kid in present:
+    k = env.kernels[kid]
+    for o, key in enumerate(k.outputs):
+      j = env.terminal_index.get(key)
+      if j is None:
+        continue
+      mask = np.array([x == kid for x in kern])
+      row = np.zeros(D, np.int64)
+      scale = np.ones(D)
+      c = np.zeros(D, np.int64)
+      base = np.full(D, n, np.int64)
+      sc = np.zeros(D, np.int64)
+      for d in k.devices:
+        if k.out_split[o]:
+          row[d] = _rows(k, d, b)[0]
+        elif k.split > 1:
+          scale[d] = 1.0 / k.split
+        base[d], sc[d], c[d] = 0, 1, mb[d]
+      terms.append(TermAcc(terminal=j, port=out_map[kid][o], mask=mask,
+                           row=row, rowed=bool(k.out_split[o]),
+                           mb=Dyn(base, sc, c, np.zeros(D, np.int64)),
+                           scale=scale))
+  return terms
+
+
+# --- loops ------------------------------------------------------------------
+
+
+def _shift_equal(a: Tick, b: Tick) -> bool:
+  """``b`` is ``a`` with every micro-batch one higher."""
+  if a.kernels != b.kernels:
+    return False
+  busy = a.mb >= 0
+  return bool(np.all(b.mb[busy] == a.mb[busy] + 1))
+
+
+def find_loops(ticks: Sequence[Tick], max_period: int = 64,
+               min_iterations: int = 3) -> list[Segment]:
+  """Splits ``ticks`` into straight-line runs and loops.
+
+  A loop of period ``P`` starting at tick ``s`` with ``n`` iterations needs
+  tick ``t + P`` to equal tick ``t`` shifted by one micro-batch for every
+  ``t`` in ``[s, s + (n - 1) P)``. Every segment starts with nothing to send
+  and ends by writing its last tick's messages, so no out ports cross a
+  segment (or loop iteration) boundary. The loop covering the most ticks is
+  taken first, then both sides.
+  """
+  out: list[Segment] = []
+
+  def solve(lo: int, hi: int) -> None:
+    best = None
+    for p in range(1, max_period + 1):
+      if 2 * p > hi - lo:
+        break
+      t = lo
+      while t < hi:
+        if t + p >= hi or not _shift_equal(ticks[t], ticks[t + p]):
+          t += 1
+          continue
+        a = t
+        while t + p < hi and _shift_equal(ticks[t], ticks[t + p]):
+          t += 1
+        iters = 1 + (t - a) // p
+        if iters >= min_iterations and (best is None or
+                                        iters * p > best[2] * best[1]):
+          best = (a, p, iters)
+    if best is None:
+      if hi > lo:
+        out.append(Segment(lo, hi - lo, 1))
+      return
+    start, p, iters = best
+    solve(lo, start)
+    out.append(Segment(start, p, iters, kind="loop"))
+    solve(start + p * iters, hi)
+
+  solve(0, len(ticks))
+  return [s for s in out if s.period * s.iterations > 0]

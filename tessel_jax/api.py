@@ -1,0 +1,577 @@
+"""``tessel_jax.schedule``: a step function + mesh + placement -> one program.
+
+::
+
+    step = tj.schedule(loss_fn, mesh=mesh, placement=tj.placements.mshape(4),
+                       num_microbatches=8)
+    loss, grads = step(params, batch)        # == jax.value_and_grad of the
+                                             #    mean over micro-batches
+    step.schedule                            # the searched Schedule
+    step.lower(params, batch).compile()      # like jax.jit
+
+On the first call for given input shapes the function is traced and cut at
+its ``tj.boundary`` markers (``passes.partition``), the backward is derived
+(``passes.kernels``), the schedule is searched with CP-SAT (uniform spans
+F=1, B=2, W=1; memory = bytes of stashed arrays in small units), and the
+schedule is lowered to one ``jax.jit(jax.shard_map(...))`` program
+(``passes.plan``, ``passes.lower``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from tessel_jax import compat
+from tessel_jax import placements as _placements
+from tessel_jax.graph import Block, BlockGraph, Edge, PlacementError
+from tessel_jax.schedule import Schedule, UnrolledSchedule
+
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import boundary as _boundary  # type: ignore
+  from tessel_jax.passes import errors as _errors  # type: ignore
+  from tessel_jax.passes import kernels as _kernels  # type: ignore
+  from tessel_jax.passes import lower as _lower  # type: ignore
+  from tessel_jax.passes import packing as _packing  # type: ignore
+  from tessel_jax.passes import partition as _partition  # type: ignore
+  from tessel_jax.passes import plan as _plan  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import boundary as _boundary  # type: ignore
+  from passes import errors as _errors  # type: ignore
+  from passes import kernels as _kernels  # type: ignore
+  from passes import lower as _lower  # type: ignore
+  from passes import packing as _packing  # type: ignore
+  from passes import partition as _partition  # type: ignore
+  from passes import plan as _plan  # type: ignore
+
+TesselError = _errors.TesselError
+boundary = _boundary.boundary
+
+MODES = ("train", "infer")
+SPANS = {"F": 1, "B": 2, "W": 1}
+MEMORY_UNITS = 16  # the largest block's stash is this many memory units
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+  """A placement given by hand: forward block index -> devices.
+
+  The graph's edges follow the traced data flow; every block has a backward
+  on the same devices unless ``no_grad`` lists it.
+
+  Attributes:
+    devices: Per forward block, the devices (pipe-axis indices) it runs on.
+    no_grad: Forward blocks without a backward (frozen).
+    name: Name used in the graph.
+  """
+
+  devices: tuple[tuple[int, ...], ...]
+  no_grad: frozenset[int] = frozenset()
+  name: str = "custom"
+
+  def __init__(self, devices: Sequence[int | Sequence[int]] | Mapping[int, Any],
+               no_grad: Sequence[int] = (), name: str = "custom"):
+    if isinstance(devices, Mapping):
+      keys = sorted(devices)
+      if keys != list(range(len(keys))):
+        raise PlacementError(
+            f"Placement maps blocks {keys}; give every block 0..{len(keys)-1}"
+            " its devices")
+      devices = [devices[k] for k in keys]
+    norm = tuple((d,) if isinstance(d, (int, np.integer)) else
+                 tuple(int(x) for x in d) for d in devices)
+    object.__setattr__(self, "devices", norm)
+    object.__setattr__(self, "no_grad", frozenset(int(i) for i in no_grad))
+    object.__setattr__(self, "name", name)
+
+  @property
+  def num_blocks(self) -> int:
+    return len(self.devices)
+
+  def to_graph(self, num_devices: int, edges: Sequence[tuple[int, int]],
+               mode: str = "train") -> BlockGraph:
+    """The BlockGraph of this placement for forward data edges ``edges``."""
+    n = len(self.devices)
+    blocks = [Block(i, "F", SPANS["F"], 0, self.devices[i], f"F{i}")
+              for i in range(n)]
+    all_edges = [Edge(s, d) for s, d in edges]
+    if mode == "train":
+      grads = [i for i in reversed(range(n)) if i not in self.no_grad]
+      bid = {i: n + k for k, i in enumerate(grads)}
+      for i in grads:
+        blocks.append(Block(bid[i], "B", SPANS["B"], 0, self.devices[i],
+                            f"B{i}"))
+      for s, d in edges:
+        if s in bid and d in bid:
+          all_edges.append(Edge(bid[d], bid[s]))
+      for i in grads:
+        if not any(s == i and d in bid for s, d in edges):
+          all_edges.append(Edge(i, bid[i]))
+    return BlockGraph(name=f"{self.name}.{mode}.d{num_devices}",
+                      num_devices=num_devices, blocks=tuple(blocks),
+                      edges=tuple(all_edges))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Built:
+  """Everything made for one set of input shapes.
+
+  Attributes:
+    graph: The placement graph searched (spans and memory units filled in).
+    schedule: The searched Schedule (None for baselines / given schedules).
+    unrolled: The schedule for this step's micro-batches (one data replica).
+    plan: Tick plan.
+    partition: The partition.
+    kernels: Kernels.
+    layout: Parameter layout.
+    memory_unit: Bytes per memory unit of ``graph``.
+    jitted: The jitted program.
+    build_seconds: Python time spent building (search included).
+  """
+
+  graph: BlockGraph
+  schedule: Schedule | None
+  unrolled: UnrolledSchedule
+  plan: Any
+  partition: Any
+  kernels: Any
+  layout: Any
+  memory_unit: int
+  jitted: Callable[..., Any]
+  build_seconds: float
+
+  def predicted_stash_bytes(self) -> tuple[int, ...]:
+    """Peak stashed bytes per device from the schedule (memory units)."""
+    return tuple(p * self.memory_unit for p in self.unrolled.peak_memory)
+
+
+def _fn_name(fn: Callable[..., Any]) -> str:
+  return getattr(fn, "__name__", None) or type(fn).__name__
+
+
+def _forward_count(graph: BlockGraph) -> int:
+  return sum(1 for b in graph.blocks if b.kind == "F")
+
+
+def _fitting_placements(count: int, num_devices: int) -> list[str]:
+  out = []
+  for name in _placements.PLACEMENTS:
+    try:
+      g = _placements.get(name, num_devices)
+    except Exception:  # pylint: disable=broad-except
+      continue
+    if _forward_count(g) == count:
+      out.append(f"placements.{name}({num_devices})")
+  if count % num_devices == 0 and count // num_devices >= 2:
+    out.append(f"placements.interleaved({num_devices},"
+               f" chunks={count // num_devices})")
+  return out
+
+
+def _forward_only(graph: BlockGraph) -> BlockGraph:
+  keep = {b.id for b in graph.blocks if b.kind == "F"}
+  blocks = tuple(dataclasses.replace(b, memory=0) for b in graph.blocks
+                 if b.id in keep)
+  edges = tuple(e for e in graph.edges if e.src in keep and e.dst in keep)
+  name = graph.name.replace(".train.", ".infer.")
+  return BlockGraph(name=name, num_devices=graph.num_devices, blocks=blocks,
+                    edges=edges)
+
+
+def _reach(graph: BlockGraph, forward_of: Mapping[int, int]) -> Callable[[int, int], bool]:
+  fids = {forward_of[b.id]: b.id for b in graph.blocks if b.kind == "F"}
+  succ: dict[int, list[int]] = {}
+  for e in graph.edges:
+    if graph.block(e.src).kind == "F" and graph.block(e.dst).kind == "F":
+      succ.setdefault(forward_of[e.src], []).append(forward_of[e.dst])
+  closure: dict[int, set[int]] = {}
+  for i in fids:
+    seen, stack = set(), list(succ.get(i, []))
+    while stack:
+      j = stack.pop()
+      if j not in seen:
+        seen.add(j)
+        stack.extend(succ.get(j, []))
+    closure[i] = seen
+  return lambda i, j: j in closure.get(i, ())
+
+
+class ScheduledFunction:
+  """The function returned by :func:`schedule`.
+
+  Calling it runs the pipelined program; ``lower`` returns ``jax.stages
+  .Lowered`` like ``jax.jit(f).lower``; ``schedule``, ``unrolled`` and
+  ``built`` describe the last build.
+  """
+
+  def __init__(self, fn: Callable[..., Any], *, mesh: Any, placement: Any,
+               num_microbatches: int, mode: str, memory_limit: int | None,
+               pipe_axis: str, solver_time_limit_s: float, plan: Any,
+               recompute: Any, seed: int, max_loop_period: int,
+               param_layout: str, interpret_ramps: int | None):
+    self.fn = fn
+    self.fn_name = _fn_name(fn)
+    self.mesh = mesh
+    self.placement = placement
+    self.num_microbatches = num_microbatches
+    self.mode = mode
+    self.memory_limit = memory_limit
+    self.pipe_axis = pipe_axis
+    self.solver_time_limit_s = solver_time_limit_s
+    self.plan = plan
+    self.recompute = recompute
+    self.seed = seed
+    self.max_loop_period = max_loop_period
+    self.param_layout = param_layout
+    self.interpret_ramps = interpret_ramps
+    self._cache: dict[Any, Built] = {}
+    self._last: Built | None = None
+    functools.update_wrapper(self, fn)
+    self._check_static()
+
+  # --- public ---------------------------------------------------------------
+
+  def __call__(self, params: Any, batch: Any) -> Any:
+    return self.build(params, batch).jitted(params, batch)
+
+  def lower(self, params: Any, batch: Any) -> Any:
+    """``jax.jit(...).lower(params, batch)`` of the pipelined program."""
+    return self.build(params, batch).jitted.lower(params, batch)
+
+  @property
+  def built(self) -> Built:
+    if self._last is None:
+      raise self._error("nothing is built yet; call the step (or"
+                        " step.lower(params, batch)) once first, the schedule"
+                        " depends on the input shapes")
+    return self._last
+
+  @property
+  def schedule(self) -> Schedule | None:
+    """The searched Schedule (None when a baseline/given schedule is used)."""
+    return self.built.schedule
+
+  @property
+  def unrolled(self) -> UnrolledSchedule:
+    """The timed schedule of one step (per data-parallel replica)."""
+    return self.built.unrolled
+
+  def grid(self, max_steps: int | None = 64) -> str:
+    return self.built.unrolled.grid(max_steps=max_steps)
+
+  # --- building -------------------------------------------------------------
+
+  def _error(self, problem: str) -> TesselError:
+    return _errors.fail(self.fn_name, problem)
+
+  def _check_static(self) -> None:
+    if self.mode not in MODES:
+      raise self._error(f"mode is {self.mode!r}; use 'train' (loss and"
+                        f" gradients) or 'infer' (outputs)")
+    names = tuple(getattr(self.mesh, "axis_names", ()))
+    if self.pipe_axis not in names:
+      raise self._error(
+          f"the mesh has axes {names} but no {self.pipe_axis!r} axis to run"
+          f" the pipeline on; make the mesh with one, e.g. jax.make_mesh((4,),"
+          f" ({self.pipe_axis!r},)), or pass pipe_axis= naming the axis to"
+          f" use")
+    n = self.num_microbatches
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}")
+
+  def _graph(self, num_devices: int) -> BlockGraph | Placement:
+    p = self.placement
+    if isinstance(p, str):
+      try:
+        return _placements.get(p, num_devices)
+      except PlacementError as err:
+        raise self._error(str(err)) from None
+    if isinstance(p, (BlockGraph, Placement)):
+      return p
+    if isinstance(p, (Mapping, Sequence)):
+      return Placement(p)
+    raise self._error(
+        f"placement must be a tj.placements graph, a tj.Placement, a name or"
+        f" a list of device tuples per block; got {type(p).__name__}")
+
+  def build(self, params: Any, batch: Any) -> Built:
+    """Traces, searches and lowers for these input shapes (cached)."""
+    key = (jax.tree_util.tree_structure(params),
+           tuple((tuple(x.shape), str(x.dtype))
+                 for x in jax.tree_util.tree_leaves((params, batch))),
+           jax.tree_util.tree_structure(batch))
+    if key not in self._cache:
+      self._cache[key] = self._build(params, batch)
+    self._last = self._cache[key]
+    return self._last
+
+  def _build(self, params: Any, batch: Any) -> Built:
+    t0 = time.perf_counter()
+    name = self.fn_name
+    mesh = self.mesh
+    pipe = self.pipe_axis
+    shape = dict(mesh.shape)
+    num_devices = int(shape[pipe])
+    data_axes = tuple(a for a in mesh.axis_names if a != pipe)
+    replicas = int(np.prod([shape[a] for a in data_axes])) if data_axes else 1
+    n_total = int(self.num_microbatches)
+    if n_total % replicas:
+      raise self._error(
+          f"num_microbatches={n_total} does not divide over the"
+          f" {replicas} data-parallel replicas of mesh axes {data_axes}; use a"
+          f" multiple of {replicas}")
+    n_local = n_total // replicas
+    b_leaves = jax.tree_util.tree_leaves(batch)
+    rows = _partition.check_divisible(
+        name, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in b_leaves],
+        n_total)
+    microbatch = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype),
+        batch)
+    p_avals = jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+    traced = _partition.trace(self.fn, name, p_avals, microbatch)
+
+    source = self._graph(num_devices)
+    train = self.mode == "train"
+    if isinstance(source, Placement):
+      if source.num_blocks != traced.num_blocks:
+        raise self._count_error(traced.num_blocks, source.num_blocks,
+                                f"the hand-made Placement", num_devices)
+      for devs in source.devices:
+        for d in devs:
+          if not 0 <= d < num_devices:
+            raise self._error(
+                f"the Placement puts a block on device {d}, but the"
+                f" {pipe!r} axis has devices 0..{num_devices - 1}")
+      part = _partition.partition(traced)
+      graph = source.to_graph(num_devices, part.edges, self.mode)
+    else:
+      graph = source
+      if graph.num_devices != num_devices:
+        raise self._error(
+            f"placement {graph.name!r} is for {graph.num_devices} devices but"
+            f" mesh axis {pipe!r} has {num_devices}; build the placement with"
+            f" {num_devices} devices")
+      if not train:
+        graph = _forward_only(graph)
+      elif not any(b.kind == "B" for b in graph.blocks):
+        raise self._error(
+            f"placement {graph.name!r} has no backward blocks, so it cannot"
+            f" train; build it with mode='train' or call with mode='infer'")
+      count = _forward_count(graph)
+      if count != traced.num_blocks:
+        raise self._count_error(traced.num_blocks, count,
+                                f"placement {graph.name!r}", num_devices)
+      try:
+        forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
+      except PlacementError as err:
+        raise self._error(str(err)) from None
+      part = _partition.partition(traced, _reach(graph, forward_of))
+    forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
+    reach = _reach(graph, forward_of)
+    local_parts = {}
+    for g in sorted({len(b.devices) for b in graph.blocks if b.kind == "F"}):
+      if g > 1 and rows % g == 0:
+        local_mb = jax.tree_util.tree_map(
+            lambda x, g=g: jax.ShapeDtypeStruct((rows // g,) + tuple(
+                x.shape[1:]), x.dtype), microbatch)
+        local_parts[g] = _partition.partition(
+            _partition.trace(self.fn, name, p_avals, local_mb), reach)
+
+    seeds = _kernels.loss_seeds(part, n_total) if train else None
+    keep = self._initial_keep(len(part.blocks))
+    while True:
+      ks = _kernels.build_kernels(part, graph, train=train,
+                                  microbatch_rows=rows, keep=keep,
+                                  seeds=seeds, forward_of=forward_of,
+                                  local_parts=local_parts)
+      layout = _packing.make_layout(
+          traced.param_avals,
+          {i: ks.kernels[ks.forward_ids[i]].params for i in ks.forward_ids},
+          {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
+          num_devices, mode=self.param_layout)
+      sgraph, unit = self._search_graph(graph, ks)
+      try:
+        schedule, unrolled = self._schedule(sgraph, unit, layout, n_local,
+                                            num_devices)
+        break
+      except _InfeasibleMemory as err:
+        candidates = [i for i, k in keep.items() if k]
+        if not candidates or self.recompute is not None:
+          note = (" (every block already recomputes its activations)"
+                  if not candidates else "")
+          raise self._error(f"{err}{note}") from None
+        # Recompute the block that stashes the most, then search again.
+        worst = max(candidates, key=lambda i: ks.kernels[
+            ks.forward_ids[i]].stash_bytes)
+        keep[worst] = False
+    plan = _plan.build_plan(ks, unrolled.actions, n_local, num_devices,
+                            layout, max_period=self.max_loop_period,
+                            interpret_ramps=self.interpret_ramps)
+    lowering = _lower.Lowering(plan, part, layout, compat.auto_mesh(mesh),
+                               pipe, data_axes, train, n_total)
+    jitted = jax.jit(lowering.program())
+    return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
+                 partition=part, kernels=ks, layout=layout, memory_unit=unit,
+                 jitted=jitted, build_seconds=time.perf_counter() - t0)
+
+  def _count_error(self, have: int, want: int, what: str,
+                   num_devices: int) -> TesselError:
+    fits = _fitting_placements(have, num_devices)
+    hint = (f"; placements with {have} forward blocks on {num_devices}"
+            f" devices: {', '.join(fits)}" if fits else
+            f"; no named placement has {have} forward blocks on"
+            f" {num_devices} devices")
+    diff = want - have
+    change = (f"add {diff} tj.boundary call{'s' if diff > 1 else ''}" if diff > 0
+              else f"remove {-diff} tj.boundary call{'s' if diff < -1 else ''}")
+    return self._error(
+        f"the function has {have} blocks ({have - 1} tj.boundary calls) but"
+        f" {what} has {want} forward blocks; {change} or pick a placement"
+        f" with {have} blocks{hint}")
+
+  def _initial_keep(self, num_blocks: int) -> dict[int, bool]:
+    r = self.recompute
+    if r is None or r is False:
+      return {i: True for i in range(num_blocks)}
+    if r is True:
+      return {i: False for i in range(num_blocks)}
+    chosen = {int(i) for i in r}
+    return {i: i not in chosen for i in range(num_blocks)}
+
+  def _search_graph(self, graph: BlockGraph,
+                    ks: Any) -> tuple[BlockGraph, int]:
+    """The placement with uniform spans and stash bytes in memory units."""
+    by_fwd = {}
+    for k in ks.kernels.values():
+      if k.kind == "F":
+        by_fwd[k.fwd] = k.stash_bytes
+    biggest = max(by_fwd.values(), default=0)
+    unit = max(1, math.ceil(biggest / MEMORY_UNITS))
+    has_w = {k.fwd for k in ks.kernels.values() if k.kind == "W"}
+    blocks = []
+    for blk in graph.blocks:
+      k = ks.kernels.get(blk.id)
+      fwd = k.fwd if k is not None else None
+      units = math.ceil(by_fwd.get(fwd, 0) / unit) if fwd is not None else 0
+      if blk.kind == "F":
+        mem = units
+      elif blk.kind == "B":
+        mem = 0 if fwd in has_w else -units
+      else:
+        mem = -units
+      blocks.append(dataclasses.replace(blk, span=SPANS[blk.kind], memory=mem))
+    return dataclasses.replace(graph, blocks=tuple(blocks)), unit
+
+  def _memory_units(self, unit: int, layout: Any,
+                    num_devices: int) -> int | None:
+    limit = self.memory_limit
+    if limit is None:
+      limit = compat.device_memory_limit(self.mesh.devices.flat[0])
+    if limit is None:
+      return None
+    fixed = max(layout.bytes_per_device()) * 2  # parameters + gradients
+    return max(0, (int(limit) - fixed) // unit)
+
+  def _schedule(self, graph: BlockGraph, unit: int, layout: Any, n_local: int,
+                num_devices: int) -> tuple[Schedule | None, UnrolledSchedule]:
+    plan = self.plan
+    if isinstance(plan, UnrolledSchedule):
+      if plan.num_microbatches != n_local:
+        raise self._error(
+            f"the given schedule has {plan.num_microbatches} micro-batches but"
+            f" each pipeline runs {n_local}")
+      return None, dataclasses.replace(plan, graph=graph)
+    if isinstance(plan, Schedule):
+      sched = dataclasses.replace(plan, graph=graph)
+      return sched, sched.unroll(n_local)
+    if isinstance(plan, str):
+      from tessel_jax.search import baselines  # pylint: disable=import-outside-toplevel
+      try:
+        return None, baselines.run(plan, graph, n_local)
+      except ValueError as err:
+        raise self._error(str(err)) from None
+    from tessel_jax import search  # pylint: disable=import-outside-toplevel
+    limit = self._memory_units(unit, layout, num_devices)
+    try:
+      sched = search.search_repetend(graph, memory_limit=limit,
+                                     time_limit_s=self.solver_time_limit_s,
+                                     seed=self.seed)
+    except search.InfeasibleScheduleError as err:
+      need = err.min_memory_limit
+      extra = (f"; the stash needs at least {need * unit} bytes per device"
+               f" beyond parameters and gradients" if need else "")
+      raise _InfeasibleMemory(
+          f"no schedule fits the memory limit {self.memory_limit} bytes per"
+          f" device{extra}. Raise memory_limit, or recompute activations"
+          f" (recompute=True or a list of blocks)") from None
+    return sched, sched.unroll(n_local)
+
+
+class _InfeasibleMemory(Exception):
+  """Internal: the search found no schedule under the memory limit."""
+
+
+def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
+             placement: Any, num_microbatches: int, mode: str = "train",
+             memory_limit: int | None = None, pipe_axis: str = "pipe",
+             solver_time_limit_s: float = 30.0, plan: Any = None,
+             recompute: Any = None, seed: int = 0,
+             max_loop_period: int = 64, param_layout: str = "auto",
+             interpret_ramps: int | None = 8) -> Any:
+  """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
+
+  Args:
+    fn: ``fn(params, microbatch)``; in training it returns a scalar loss.
+      Omit it to use ``schedule`` as a decorator.
+    mesh: A ``jax.sharding.Mesh`` with the pipe axis (other axes are data
+      parallel).
+    placement: A ``tj.placements`` BlockGraph (e.g. ``mshape(4)``), its name
+      (``"mshape"``), a :class:`Placement`, or a list of device tuples per
+      block.
+    num_microbatches: ``N``; the batch is split along axis 0 into ``N``
+      micro-batches (divided evenly over data-parallel replicas).
+    mode: ``"train"``: ``(loss, grads)`` equal to ``jax.value_and_grad`` of
+      the mean of ``fn`` over micro-batches. ``"infer"``: ``fn``'s outputs
+      for every micro-batch, concatenated along axis 0 (scalars stacked).
+    memory_limit: Bytes per device (default: what the device reports; none
+      on CPU).
+    pipe_axis: Mesh axis of the pipeline.
+    solver_time_limit_s: CP-SAT time budget.
+    plan: None (search), a baseline name (``"gpipe"``, ``"1f1b"``, ...), a
+      ``Schedule`` or an ``UnrolledSchedule`` to lower instead.
+    recompute: None (keep residuals; recompute the largest blocks only if
+      the memory limit requires it), True (recompute all), or forward block
+      indices to recompute.
+    seed: CP-SAT seed.
+    max_loop_period: Longest loop body (ticks) the lowering looks for.
+    param_layout: ``"auto"`` (slot arrays for parameter shapes that are
+      balanced over the devices, a flat buffer for the rest), ``"slots"`` or
+      ``"flat"``; see ``passes.packing``.
+    interpret_ramps: Straight-line stretches (warmup, cooldown) of at least
+      this many ticks run as one table-driven loop over a switch of all their
+      kernels instead of unrolled pruned ticks: compile time stops growing
+      with the ramp length, each ramp tick runs a little slower. None:
+      always unroll.
+
+  Returns:
+    A :class:`ScheduledFunction` (or a decorator making one).
+  """
+  kwargs = dict(mesh=mesh, placement=placement,
+                num_microbatches=num_microbatches, mode=mode,
+                memory_limit=memory_limit, pipe_axis=pipe_axis,
+                solver_time_limit_s=solver_time_limit_s, plan=plan,
+                recompute=recompute, seed=seed,
+                max_loop_period=max_loop_period, param_layout=param_layout,
+                interpret_ramps=interpret_ramps)
+  if fn is None:
+    return lambda f: ScheduledFunction(f, **kwargs)
+  return ScheduledFunction(fn, **kwargs)

@@ -1,0 +1,201 @@
+"""The one module that touches JAX internals (jax.extend, jaxpr objects).
+
+Everything version-sensitive lives here so that a JAX upgrade is one file's
+work: the ``tessel_boundary`` primitive and its rules, jaxpr inspection and
+re-evaluation of jaxpr slices, the varying cast of shard_map, the Auto-typed
+copy of a mesh, and the device memory query. Measured on JAX 0.10.2
+(DESIGN.md §5).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+from jax import lax
+from jax.extend import core as jex_core
+from jax.interpreters import ad, batching, mlir
+from jax.sharding import AxisType, Mesh
+
+# --- the boundary primitive ---------------------------------------------------
+
+BOUNDARY_NAME = "tessel_boundary"
+
+boundary_p = jex_core.Primitive(BOUNDARY_NAME)
+boundary_p.multiple_results = True
+
+
+def _boundary_impl(*xs: Any) -> tuple[Any, ...]:
+  return tuple(xs)
+
+
+def _boundary_abstract_eval(*avals: Any) -> tuple[Any, ...]:
+  return tuple(avals)
+
+
+def _boundary_lowering(ctx: Any, *xs: Any) -> Sequence[Any]:
+  del ctx
+  return list(xs)
+
+
+def _boundary_jvp(primals: Sequence[Any],
+                  tangents: Sequence[Any]) -> tuple[Any, Any]:
+  # Tangents pass straight through: the linear part has no boundary, so no
+  # transpose rule is needed and grad/vjp work on the unpartitioned function.
+  return boundary_p.bind(*primals), list(tangents)
+
+
+def _boundary_batch(args: Sequence[Any], dims: Sequence[Any]) -> tuple[Any, Any]:
+  return boundary_p.bind(*args), list(dims)
+
+
+boundary_p.def_impl(_boundary_impl)
+boundary_p.def_abstract_eval(_boundary_abstract_eval)
+mlir.register_lowering(boundary_p, _boundary_lowering)
+ad.primitive_jvps[boundary_p] = _boundary_jvp
+batching.primitive_batchers[boundary_p] = _boundary_batch
+
+
+def bind_boundary(*xs: Any) -> tuple[Any, ...]:
+  """Binds the identity ``tessel_boundary`` primitive on ``xs``."""
+  return tuple(boundary_p.bind(*xs))
+
+
+# --- jaxpr inspection ---------------------------------------------------------
+
+ClosedJaxpr = jex_core.ClosedJaxpr
+Jaxpr = jex_core.Jaxpr
+Literal = jex_core.Literal
+Var = jex_core.Var
+DropVar = jex_core.DropVar
+
+
+def is_boundary(eqn: Any) -> bool:
+  """True when ``eqn`` is a ``tessel_boundary`` equation."""
+  return eqn.primitive is boundary_p
+
+
+def primitive_name(eqn: Any) -> str:
+  return str(eqn.primitive.name)
+
+
+def sub_jaxprs(eqn: Any) -> list[Any]:
+  """Jaxprs nested in an equation's parameters (cond branches, scan bodies)."""
+  return list(jex_core.jaxprs_in_params(eqn.params))
+
+
+def iter_eqns_deep(jaxpr: Any) -> Iterator[tuple[Any, tuple[str, ...]]]:
+  """Yields ``(eqn, enclosing primitive names)`` for every nested equation."""
+  stack = [(jaxpr, ())]
+  while stack:
+    current, path = stack.pop()
+    for eqn in current.eqns:
+      yield eqn, path
+      for sub in sub_jaxprs(eqn):
+        stack.append((sub, path + (primitive_name(eqn),)))
+
+
+def is_literal(atom: Any) -> bool:
+  return isinstance(atom, Literal)
+
+
+def is_dropvar(atom: Any) -> bool:
+  return isinstance(atom, DropVar)
+
+
+def literal_value(atom: Any) -> Any:
+  return atom.val
+
+
+def new_var(aval: Any) -> Any:
+  """A fresh jaxpr variable of abstract value ``aval``."""
+  return Var(aval)
+
+
+def make_jaxpr(fn: Callable[..., Any], *args: Any,
+               inline_jit: bool = False) -> tuple[Any, Any]:
+  """Traces ``fn(*args)`` (args may be ShapeDtypeStructs).
+
+  Args:
+    fn: The function.
+    *args: Abstract or concrete arguments.
+    inline_jit: Trace under ``jax.disable_jit`` so nested ``jax.jit`` calls
+      are inlined into the top-level jaxpr.
+
+  Returns:
+    ``(closed_jaxpr, out_tree)``.
+  """
+  if inline_jit:
+    with jax.disable_jit():
+      closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+  else:
+    closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+  return closed, jax.tree_util.tree_structure(shape)
+
+
+def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
+              outvars: Sequence[Any], args: Sequence[Any]) -> list[Any]:
+  """Evaluates a slice of a jaxpr.
+
+  Args:
+    eqns: Equations in program order.
+    invars: Variables the equations read that they do not define.
+    outvars: Variables (or literals) to return.
+    args: Values for ``invars``.
+
+  Returns:
+    Values of ``outvars``.
+  """
+  effects = frozenset().union(*(e.effects for e in eqns)) if eqns else frozenset()
+  info = jex_core.DebugInfo("tessel_jax block", "tessel_jax",
+                            tuple(f"in{i}" for i in range(len(invars))),
+                            tuple(f"out{i}" for i in range(len(outvars))))
+  jaxpr = Jaxpr(constvars=[], invars=list(invars), outvars=list(outvars),
+                eqns=list(eqns), effects=effects, debug_info=info)
+  return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))
+
+
+# --- shard_map helpers --------------------------------------------------------
+
+
+def auto_mesh(mesh: Mesh) -> Mesh:
+  """The same devices and axis names with every axis typed ``Auto``.
+
+  ``jax.make_mesh`` gives Explicit axes on JAX 0.10; shard_map then insists
+  that inputs already carry the in_specs sharding. An Auto copy lets the
+  lowering reshard its inputs freely.
+  """
+  types = getattr(mesh, "axis_types", None)
+  if types is not None and all(t == AxisType.Auto for t in types):
+    return mesh
+  return Mesh(mesh.devices, mesh.axis_names,
+              axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+
+
+def to_varying(x: Any, axes: tuple[str, ...]) -> Any:
+  """Casts ``x`` to varying over ``axes`` (``lax.pcast``; pvary is gone)."""
+  if not axes:
+    return x
+  pcast = getattr(lax, "pcast", None)
+  if pcast is not None:
+    return pcast(x, axes, to="varying")
+  return lax.pvary(x, axes)  # pragma: no cover - older JAX
+
+
+def device_memory_limit(device: Any) -> int | None:
+  """Bytes the device reports as its memory limit (None when unknown)."""
+  try:
+    stats = device.memory_stats()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if not stats:
+    return None
+  limit = stats.get("bytes_limit") or stats.get("bytes_reservable_limit")
+  return int(limit) if limit else None
+
+
+def float0_zeros(shape: tuple[int, ...]) -> Any:
+  """Zero cotangent for an integer value (dtype float0)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  return np.zeros(shape, dtype=jax.dtypes.float0)

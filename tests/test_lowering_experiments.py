@@ -1,0 +1,46 @@
+"""Smoke tests of experiments.train and experiments.lowering_bench (tiny)."""
+
+from __future__ import annotations
+
+import jax
+
+from experiments import lowering_bench_lib, train_lib
+
+
+def test_train_lib_runs_checks_and_learns(tmp_path):
+  args = train_lib.TrainArgs(
+      placement="vshape", devices=2, layers=2, d_model=16, heads=2, seq=8,
+      microbatches=4, microbatch_size=2, steps=4, lr=1e-2, time_limit=10.0,
+      plot=str(tmp_path / "s.png"), output=None, grid_steps=16)
+  lines = []
+  record = train_lib.run(args, log=lines.append)
+  assert record["check_grad_rel_err"] <= 1e-5
+  assert record["check_loss_rel_err"] <= 1e-5
+  assert record["losses"][-1] < record["losses"][0]
+  assert (tmp_path / "s.png").exists()
+  assert any(line.startswith("dev0") for text in lines
+             for line in text.splitlines())
+
+
+def test_layer_groups_put_the_embedding_alone_in_block_0():
+  assert train_lib.layer_groups(4, 5) == [[], [0], [1], [2], [3]]
+  assert train_lib.layer_groups(4, 4) == [[], [0, 1], [2], [3]]
+
+
+def test_bench_compile_part_and_copy_counter():
+  args = lowering_bench_lib.BenchArgs(parts=("compile",), compile_n=(4, 16),
+                                      devices=2, repeats=1, output=None)
+  out = lowering_bench_lib.part_compile(args, log=lambda s: None)
+  assert [r["n"] for r in out["rows"]] == [4, 16]
+  assert "loop" in out["rows"][-1]["lowered_as"]
+  text = """%body (p: (f32[3,4])) -> f32[3,4] {
+  %a = f32[3,4]{1,0} copy(%p)
+  %b = f32[4]{0} copy(%q)
+}
+ENTRY %main () -> f32[] {
+  %w = (f32[3,4]) while(%t), condition=%cond, body=%body
+}
+"""
+  assert lowering_bench_lib.loop_copies(text, [(3, 4)]) == {
+      "stash_sized": 1, "all": 2}
+  assert jax.devices()  # conftest's fake devices are in use

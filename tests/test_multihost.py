@@ -1,0 +1,111 @@
+"""Multi-host: 2 processes x 4 CPU devices run the same pipelined program.
+
+The test launches two copies of this file as workers (``jax.distributed``
+on 127.0.0.1, gloo CPU collectives); together they form an 8-device mesh
+``("data", "pipe") = (2, 4)`` whose pipe axis spans both processes. Each
+worker prints the loss and gradients; the test compares them with the
+single-process result on 8 fake devices (and with ``jax.value_and_grad``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+N = 4
+
+
+def _mesh(jax, np):
+  # Pipe positions 0, 1 on process 0 and 2, 3 on process 1.
+  devs = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+  grid = np.array(devs).reshape(2, 2, 2).transpose(1, 0, 2).reshape(2, 4)
+  from jax.sharding import Mesh  # pylint: disable=import-outside-toplevel
+  return Mesh(grid, ("data", "pipe"))
+
+
+def _problem():
+  import test_lowering_models as M  # pylint: disable=import-outside-toplevel
+  kinds = ["embed", "mixed", "layer", "head"]
+  return M, M.chain_fn(kinds), M.make_params(3), M.make_batch(N * 4)
+
+
+def _run(mesh):
+  import jax  # pylint: disable=import-outside-toplevel
+  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
+  M, fn, params, batch = _problem()
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(4),
+                     num_microbatches=N, solver_time_limit_s=20.0)
+  loss, grads = step(params, batch)
+  return M, fn, params, batch, loss, grads
+
+
+def _worker(process_id: int, port: int) -> None:
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}",
+                             num_processes=2, process_id=process_id)
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
+  mesh = _mesh(jax, np)
+  *_, loss, grads = _run(mesh)
+  # Replicate the results so every process can read them.
+  rep = jax.jit(lambda x: x,
+                out_shardings=NamedSharding(mesh, PartitionSpec()))
+  loss, grads = rep((loss, grads))
+  flat = [np.asarray(x.addressable_data(0)).tolist()
+          for x in jax.tree_util.tree_leaves((loss, grads))]
+  print("RESULT " + json.dumps(flat), flush=True)
+  jax.distributed.shutdown()
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_match_one_process():
+  import jax
+  import numpy as np
+  port = _free_port()
+  env = dict(os.environ)
+  env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
+  env["JAX_PLATFORMS"] = "cpu"
+  env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, env.get("PYTHONPATH", "")])
+  procs = [subprocess.Popen(
+      [sys.executable, os.path.abspath(__file__), "--worker", str(i),
+       str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      env=env, cwd=ROOT) for i in range(2)]
+  outs = []
+  for p in procs:
+    try:
+      out, err = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+      for q in procs:
+        q.kill()
+      raise AssertionError("multi-host workers did not finish in 240 s")
+    assert p.returncode == 0, err[-3000:]
+    line = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
+    outs.append(json.loads(line[len("RESULT "):]))
+  assert outs[0] == outs[1]
+
+  # The same program in this process on 8 fake devices.
+  M, fn, params, batch, loss, grads = _run(_mesh(jax, np))
+  local = [np.asarray(x).tolist()
+           for x in jax.tree_util.tree_leaves((loss, grads))]
+  for a, b in zip(outs[0], local):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6,
+                               atol=1e-7)
+  ref_loss, ref_grads = M.reference(fn, params, batch, N)
+  assert M.max_rel_err(loss, ref_loss) <= 1e-5
+  assert M.max_rel_err(grads, ref_grads) <= 1e-5
+
+
+if __name__ == "__main__" and len(sys.argv) == 4 and sys.argv[1] == "--worker":
+  sys.path[:0] = [ROOT, HERE]
+  _worker(int(sys.argv[2]), int(sys.argv[3]))
