@@ -156,10 +156,15 @@ class Schedule:
     if n >= self.min_template_microbatches and (self.warmup or self.cooldown
                                                  or self.repetend.max_offset == 0):
       end = self.steady_start + (n - self.repetend.max_offset) * self.period
-      actions = (
-          list(self.warmup) + list(self.steady_actions(n)) +
-          [Action(end + a.start, a.block, n + a.microbatch)
-           for a in self.cooldown])
+      fixed = list(self.warmup) + list(self.steady_actions(n))
+      cooldown = [Action(end + a.start, a.block, n + a.microbatch)
+                  for a in self.cooldown]
+      # The cooldown template was solved with a time limit: pull its actions
+      # as early as the (pinned) steady state and their device order allow.
+      # Same device orders, so the same memory levels.
+      actions = list(compact_in_order(
+          self.graph, fixed + cooldown,
+          earliest={(a.block, a.microbatch): a.start for a in fixed}))
     elif self.completer is not None:
       actions = list(self.completer(n))
     else:
@@ -180,7 +185,9 @@ def modulo_actions(schedule: Schedule, num_microbatches: int) -> tuple[Action, .
       for i, b in enumerate(schedule.graph.blocks))
 
 
-def compact_in_order(graph: BlockGraph, actions: Iterable[Action]) -> tuple[Action, ...]:
+def compact_in_order(graph: BlockGraph, actions: Iterable[Action],
+                     earliest: Mapping[tuple[int, int], int] | None = None,
+                     ) -> tuple[Action, ...]:
   """Starts every action as early as possible keeping each device's order.
 
   The order of actions on every device (by their given start, ties by
@@ -191,6 +198,8 @@ def compact_in_order(graph: BlockGraph, actions: Iterable[Action]) -> tuple[Acti
   Args:
     graph: The placement.
     actions: Actions with any starts; the starts only define the order.
+    earliest: Optional ``(block, micro-batch) -> step`` an action may not
+      start before (pin an action by giving its own start).
 
   Returns:
     The left-compacted actions.
@@ -201,11 +210,13 @@ def compact_in_order(graph: BlockGraph, actions: Iterable[Action]) -> tuple[Acti
   position = {b.id: i for i, b in enumerate(graph.blocks)}
   ordered = sorted(actions, key=lambda a: (a.start, position[a.block],
                                            a.microbatch))
-  return schedule_in_device_order(graph, ordered)
+  return schedule_in_device_order(graph, ordered, earliest)
 
 
-def schedule_in_device_order(graph: BlockGraph,
-                             sequence: Sequence[Action]) -> tuple[Action, ...]:
+def schedule_in_device_order(
+    graph: BlockGraph, sequence: Sequence[Action],
+    earliest: Mapping[tuple[int, int], int] | None = None,
+) -> tuple[Action, ...]:
   """ASAP times for actions run on every device in the order of ``sequence``.
 
   ``sequence`` fixes a total priority order; each device executes its actions
@@ -253,7 +264,8 @@ def schedule_in_device_order(graph: BlockGraph,
   while ready:
     k = ready.pop()
     done += 1
-    start[k] = max([start[p] + w for p, w in preds[k]], default=0)
+    start[k] = max([start[p] + w for p, w in preds[k]] +
+                   [earliest.get(k, 0) if earliest else 0])
     for s in succs[k]:
       indegree[s] -= 1
       if indegree[s] == 0:

@@ -181,6 +181,26 @@ def _last_end_on(graph: BlockGraph, rep: Repetend, d: int) -> int:
              for i, b in enumerate(graph.blocks) if d in b.devices)
 
 
+def _earliest_steady_start(graph: BlockGraph, rep: Repetend,
+                           warmup: Sequence[Action]) -> int:
+  """Smallest steady start ``S`` the (compacted) warmup allows."""
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  first = rep.max_offset
+  steady = 0
+  for a in warmup:
+    block = graph.blocks[pos[a.block]]
+    end = a.start + block.span
+    for d in block.devices:  # warmup ends before the device's steady work
+      steady = max(steady, end - _first_phase_on(graph, rep, d))
+    for e in graph.successors(a.block):  # edges into the steady state
+      dst = pos[e.dst]
+      iteration = a.microbatch + rep.offsets[dst]
+      if iteration >= first:
+        steady = max(steady, end + e.delay - (iteration - first) * rep.period
+                     - rep.phases[dst])
+  return steady
+
+
 def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                    *, time_limit_s: float = 10.0, seed: int = 0,
                    num_workers: int = 1) -> tuple[tuple[Action, ...], int, str]:
@@ -228,7 +248,8 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   # memory levels, and moving earlier keeps every bound towards the steady
   # state; done here rather than as a CP-SAT objective, which made proofs of
   # optimality 100x slower.
-  return compact_in_order(graph, timed), steady_start, status
+  warmup = compact_in_order(graph, timed)
+  return warmup, _earliest_steady_start(graph, rep, warmup), status
 
 
 def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
