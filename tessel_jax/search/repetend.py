@@ -115,16 +115,18 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
     graph: The placement.
     memory_limit: Per-device limit in the graph's memory units (None: none).
     allow_wrap: Let blocks wrap around the period end (Tessel forbids it).
-    time_limit_s: Total CP-SAT time budget for the whole search.
-    seed: CP-SAT random seed (with ``num_workers=1`` the result is
-      reproducible).
-    num_workers: CP-SAT worker threads.
+    time_limit_s: CP-SAT budget for the whole search, in CP-SAT's
+      deterministic seconds (so the same input and seed give the same
+      schedule); wall time is capped at twice that.
+    seed: CP-SAT random seed.
+    num_workers: CP-SAT subsolvers (interleaved deterministically).
     complete: Also compact warmup and cooldown (needed for ``unroll``'s
       template path).
 
   Returns:
-    A Schedule whose ``status`` is ``OPTIMAL`` when the period is proven
-    minimal and the latency at that period proven minimal.
+    A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
+    feasible (proven) and whose ``latency_status`` says whether the latency
+    at that period is proven minimal.
 
   Raises:
     InfeasibleScheduleError: if no schedule fits under ``memory_limit``.
@@ -134,14 +136,14 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   budget = _Budget(time_limit_s)
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
 
-  tried: dict[int, str] = {}  # period -> status of its feasibility solve
+  tried: set[int] = set()  # periods whose feasibility was asked
 
   def solve(period: int, share: float = 1.0, **kw):
     sol = solve_modulo(graph, period, memory_limit,
                        time_limit_s=budget.left(share), **solve_kw, **kw)
     budget.spend(sol.work)
     if not kw:
-      tried[period] = sol.status
+      tried.add(period)
     return sol
 
   high = period_upper_bound(graph)
@@ -151,14 +153,14 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   found = None  # (period, solution)
 
   # --- The busiest device's load is the answer whenever memory allows ------
-  first = solve(low)
+  first = solve(low, share=1 / 4)
   if first.found:
     found = (low, first)
   else:
     if first.status == "INFEASIBLE":
       proven_low = low + 1
     # --- Infeasible at the largest useful period: infeasible everywhere ----
-    top = solve(high)
+    top = solve(high, share=1 / 4)
     if top.status == "INFEASIBLE":
       needed = min_memory_limit(graph, time_limit_s=budget.left(), **solve_kw)
       hint = (f"the smallest limit that works is {needed}" if needed is not None
