@@ -157,6 +157,8 @@ def search_and_measure(graph: BlockGraph, memory_limit: int | None,
       "repetend_microbatches": schedule.repetend.microbatches,
       "status": schedule.status,
       "search_seconds": round(schedule.search_seconds, 3),
+      "period_seconds": round(schedule.period_seconds, 3),
+      "latency_status": schedule.latency_status,
   }
   figures.update(measure(unrolled))
   return schedule, unrolled, figures
@@ -198,6 +200,7 @@ def run(args: Any) -> dict[str, Any]:
   }
   if not args.timing:
     result.pop("search_seconds")
+    result.pop("period_seconds")
   result["grid"] = unrolled.grid(max_steps=args.grid_steps) if args.grid_steps else ""
   files = []
   if args.output:
@@ -242,7 +245,10 @@ def format_report(result: dict[str, Any]) -> str:
       f"bubble ratio {100 * result['bubble_ratio']:.2f}%",
   ]
   if "search_seconds" in result:
-    lines.append(f"search       {result['search_seconds']:.3f} s")
+    lines.append(f"search       {result['search_seconds']:.3f} s (period"
+                 f" found{' and proven' if result['status'] == 'OPTIMAL' else ''}"
+                 f" after {result['period_seconds']:.3f} s; latency"
+                 f" {result['latency_status']})")
   for path in result["files"]:
     lines.append(f"wrote        {path}")
   return "\n".join(lines)

@@ -18,6 +18,11 @@ out ports cross a boundary.
 
 No collective runs inside a branch: shared blocks split their rows, and
 their partial results are combined by ``ppermute`` and by the final sums.
+The one exception is a block reading a sharded parameter (``Layout.shards``,
+only allowed for blocks on every device of the pipe axis): at its tick it
+runs on every device without a switch, gathers the full leaf with one
+``all_gather`` over the pipe axis before running, and returns the leaf's
+gradient reduced and re-sharded with one ``psum_scatter``.
 """
 
 from __future__ import annotations
@@ -123,6 +128,7 @@ class Lowering:
     self.total_n = total_microbatches
     self.ks: KernelSet = plan.kernel_set
     self.param_avals = part.traced.param_avals
+    self.local_avals = layout.local_avals(self.param_avals)
 
   # --- one tick -------------------------------------------------------------
 
@@ -179,9 +185,23 @@ class Lowering:
         table = np.array([max(o, 0) for o in region.offsets])
         off = jnp.asarray(table, jnp.int32)[ctx.dev]
       for l, v in zip(region.leaves,
-                      read_region(pbuf[dt], region, self.param_avals, off)):
+                      read_region(pbuf[dt], region, self.local_avals, off)):
         by_leaf[l] = v
-    return [by_leaf[l] for l in kernel.params]
+    out = []
+    for l in kernel.params:
+      v = by_leaf[l]
+      if l in self.layout.shards:
+        ax, _ = self.layout.shards[l]
+        v = lax.all_gather(v, self.pipe, axis=ax, tiled=True)
+      out.append(v)
+    return out
+
+  def _shard_grad(self, leaf: int, g: Any) -> Any:
+    """Sums a full-shaped leaf gradient over the pipe axis, keeps the shard."""
+    if leaf not in self.layout.shards:
+      return g
+    ax, _ = self.layout.shards[leaf]
+    return lax.psum_scatter(g, self.pipe, scatter_dimension=ax, tiled=True)
 
   def _grad_shape(self, gp: Any) -> tuple[int, ...]:
     if gp.kind == "flat":
@@ -216,7 +236,8 @@ class Lowering:
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
       if kernel.grads:
-        by_leaf = dict(zip(kernel.grads, gvals))
+        by_leaf = {l: self._shard_grad(l, g)
+                   for l, g in zip(kernel.grads, gvals)}
         for leaf, gi in tick.grad_map[kid].items():
           grads[gi] = by_leaf[leaf].astype(grad_ports[gi].dtype)
         for gi, gp in enumerate(grad_ports):
@@ -248,6 +269,12 @@ class Lowering:
                 for kid in tick.branches]
     if len(branches) == 1:
       out_ports, out_grads = branches[0](vals)
+    elif any(kid is not None and any(
+        l in self.layout.shards for l in self.plan.kernels[kid].params)
+             for kid in tick.branches):
+      raise AssertionError(
+          f"tick at step {tick.step}: a kernel reading a sharded parameter"
+          f" would run inside a switch (its collective could hang)")
     else:
       out_ports, out_grads = lax.switch(ctx.table(tick.branch_of), branches,
                                         vals)

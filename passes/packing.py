@@ -17,6 +17,12 @@ placement use different parameters. Two storage kinds:
 A leaf used by several blocks on one device is stored once per device in a
 slot, once per block in flat regions; its gradient is the sum over every
 place that holds it (``unpack_grads``).
+
+A *sharded* leaf (``shards``: leaf -> (axis, parts), from the user's
+``param_sharding``) is stored as one equal slice along ``axis`` per device:
+device ``d`` holds slice ``d`` of ``parts`` (its layout shape is the shard's),
+so every byte count here is the shard's. Its gradient is assembled by
+concatenating the devices' shard gradients along ``axis``.
 """
 
 from __future__ import annotations
@@ -87,6 +93,9 @@ class Layout:
     classes: Slot classes.
     slot_of: ``(leaf, device) -> (class index, slot)``.
     num_devices: Devices on the pipe axis.
+    shards: Sharded leaves: leaf -> ``(axis, parts)``; device ``d`` holds
+      slice ``d`` of ``parts`` along ``axis`` (``parts`` = devices on the
+      pipe axis).
   """
 
   dtypes: tuple[str, ...]
@@ -96,6 +105,8 @@ class Layout:
   classes: tuple[SlotClass, ...]
   slot_of: Mapping[tuple[int, int], tuple[int, int]]
   num_devices: int
+  shards: Mapping[int, tuple[int, int]] = dataclasses.field(
+      default_factory=dict)
 
   def bytes_per_device(self) -> tuple[int, ...]:
     """Parameter bytes each device holds (flat used + every slot array)."""
@@ -115,6 +126,14 @@ class Layout:
       out.append(n)
     return tuple(out)
 
+  def local_avals(self, param_avals: Sequence[Any]) -> list[Any]:
+    """Avals of what one device stores per leaf (the shard when sharded)."""
+    out = list(param_avals)
+    for l, (ax, parts) in self.shards.items():
+      out[l] = jax.ShapeDtypeStruct(
+          shard_shape(out[l].shape, ax, parts), out[l].dtype)
+    return out
+
   def is_slot(self, leaf: int) -> bool:
     return any(l == leaf for (l, _) in self.slot_of)
 
@@ -122,7 +141,8 @@ class Layout:
 def make_layout(param_avals: Sequence[Any],
                 block_params: Mapping[int, Sequence[int]],
                 block_devices: Mapping[int, Sequence[int]],
-                num_devices: int, mode: str = "auto") -> Layout:
+                num_devices: int, mode: str = "auto",
+                shards: Mapping[int, tuple[int, int]] | None = None) -> Layout:
   """Lays out each forward block's parameters on its devices.
 
   Args:
@@ -132,12 +152,19 @@ def make_layout(param_avals: Sequence[Any],
     num_devices: Devices on the pipe axis.
     mode: ``"auto"`` (slots for balanced shapes, flat otherwise),
       ``"slots"`` or ``"flat"``.
+    shards: Sharded leaves: leaf -> ``(axis, parts)``; each device stores
+      only its slice (see the module docstring).
 
   Raises:
-    ValueError: for an unknown ``mode``.
+    ValueError: for an unknown ``mode`` or a shard that does not divide.
   """
   if mode not in LAYOUTS:
     raise ValueError(f"param layout {mode!r}; use one of {LAYOUTS}")
+  shards = dict(shards or {})
+  param_avals = list(param_avals)
+  for l, (ax, parts) in shards.items():
+    param_avals[l] = jax.ShapeDtypeStruct(
+        shard_shape(param_avals[l].shape, ax, parts), param_avals[l].dtype)
   D = num_devices
   users: dict[int, set[int]] = {}
   first_block: dict[int, int] = {}
@@ -207,7 +234,29 @@ def make_layout(param_avals: Sequence[Any],
     size[dt] = max(1, max(used[dt]) + longest)
   return Layout(dtypes=tuple(dtypes), size=size, regions=regions,
                 used={dt: tuple(v) for dt, v in used.items()},
-                classes=tuple(classes), slot_of=slot_of, num_devices=D)
+                classes=tuple(classes), slot_of=slot_of, num_devices=D,
+                shards=shards)
+
+
+def shard_shape(shape: Sequence[int], axis: int, parts: int
+                ) -> tuple[int, ...]:
+  """Shape of one of ``parts`` equal slices of ``shape`` along ``axis``."""
+  shape = tuple(int(s) for s in shape)
+  if shape[axis] % parts:
+    raise ValueError(f"dimension {axis} of shape {shape} does not divide into"
+                     f" {parts} equal shards")
+  return shape[:axis] + (shape[axis] // parts,) + shape[axis + 1:]
+
+
+def local_leaf(layout: Layout, leaves: Sequence[Any], leaf: int,
+               device: int) -> Any:
+  """What device ``device`` stores of leaf ``leaf`` (its shard if sharded)."""
+  x = leaves[leaf]
+  if leaf not in layout.shards:
+    return x
+  ax, parts = layout.shards[leaf]
+  n = x.shape[ax] // parts
+  return jax.lax.slice_in_dim(x, device * n, (device + 1) * n, axis=ax)
 
 
 def pack(layout: Layout, leaves: Sequence[Any]) -> tuple[dict[str, Any],
@@ -227,7 +276,8 @@ def pack(layout: Layout, leaves: Sequence[Any]) -> tuple[dict[str, Any],
         region = layout.regions[dt][i]
         if region.offsets[d] < 0:
           continue
-        parts.extend(jnp.ravel(leaves[l]).astype(dt) for l in region.leaves)
+        parts.extend(jnp.ravel(local_leaf(layout, leaves, l, d)).astype(dt)
+                     for l in region.leaves)
       used = sum(p.size for p in parts)
       parts.append(jnp.zeros((layout.size[dt] - used,), dt))
       rows.append(jnp.concatenate(parts))
@@ -236,7 +286,8 @@ def pack(layout: Layout, leaves: Sequence[Any]) -> tuple[dict[str, Any],
   for c in layout.classes:
     arrays = []
     for j in range(c.count):
-      rows = [jnp.asarray(leaves[c.assign[d][j]], c.dtype)
+      rows = [jnp.asarray(local_leaf(layout, leaves, c.assign[d][j], d),
+                          c.dtype)
               if c.assign[d][j] >= 0 else jnp.zeros(c.shape, c.dtype)
               for d in range(layout.num_devices)]
       arrays.append(jnp.stack(rows))
@@ -254,11 +305,19 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
     slots: Per class, gradient buffers ``(D, S, *shape)``.
     param_avals: Flat parameter avals.
 
-  Leaves no block reads get zeros.
+  Leaves no block reads get zeros. A sharded leaf's gradient is its devices'
+  shard gradients (each summed over the places on that device) concatenated
+  along the shard axis.
   """
   grads: list[Any] = [None] * len(param_avals)
+  per_dev: dict[tuple[int, int], Any] = {}
+  local_avals = layout.local_avals(param_avals)
 
-  def add(l: int, piece: Any) -> None:
+  def add(l: int, piece: Any, d: int) -> None:
+    if l in layout.shards:
+      cur = per_dev.get((l, d))
+      per_dev[(l, d)] = piece if cur is None else cur + piece
+      return
     grads[l] = piece if grads[l] is None else grads[l] + piece
 
   for dt in layout.dtypes:
@@ -271,13 +330,20 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
         pos = off
         for l, n in zip(region.leaves, region.sizes):
           piece = jax.lax.slice(buf, (d, pos), (d + 1, pos + n))
-          add(l, piece.reshape(param_avals[l].shape))
+          add(l, piece.reshape(local_avals[l].shape), d)
           pos += n
   for c, buf in zip(layout.classes, slots):
     for d in range(layout.num_devices):
       for j, l in enumerate(c.assign[d]):
         if l >= 0:
-          add(l, buf[d, j])
+          add(l, buf[d, j], d)
+  for l, (ax, parts) in layout.shards.items():
+    pieces = [per_dev.get((l, d)) for d in range(parts)]
+    if all(p is None for p in pieces):
+      continue
+    pieces = [jnp.zeros(local_avals[l].shape, local_avals[l].dtype)
+              if p is None else p for p in pieces]
+    grads[l] = jnp.concatenate(pieces, axis=ax)
   return [jnp.zeros(a.shape, a.dtype) if g is None else g.astype(a.dtype)
           for g, a in zip(grads, param_avals)]
 
@@ -289,7 +355,7 @@ def read_region(buf: Any, region: Region, param_avals: Sequence[Any],
   Args:
     buf: The device's flat buffer (1-D).
     region: The block's region.
-    param_avals: Flat parameter avals.
+    param_avals: Flat parameter avals as stored (``Layout.local_avals``).
     offset: Region start on this device (int: static slices; traced: a
       dynamic slice of the whole region first).
   """

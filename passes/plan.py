@@ -21,6 +21,9 @@ dummy sink slot at the end).
 Ticks that repeat with every micro-batch index shifted by one are grouped
 into loops (``fori_loop`` over iterations, the body unrolls one period); all
 per-device indices are ``base + scale * ((it + c) mod m)`` (:class:`Dyn`).
+
+The plan's dataclasses live in ``passes.plan_ir``, segment finding in
+``passes.segments``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -34,283 +37,19 @@ import numpy as np
 
 from .kernels import Key, Kernel, KernelSet
 from .packing import Layout
+from .plan_ir import (Aval, Dyn, GradPort, Plan, PlanError, Pool, ReadPort,
+                      Round, Store, Target, TermAcc, Tick)
+from .segments import Segment, find_loops, interp_segments
+
+__all__ = ["Aval", "Dyn", "GradPort", "Plan", "PlanError", "Pool", "ReadPort",
+           "Round", "Segment", "Store", "Target", "TermAcc", "Tick",
+           "build_plan", "find_loops", "interp_segments"]
 
 
 def build_interp(*args: Any, **kwargs: Any) -> Any:
   """See ``interp.build_interp`` (imported lazily: it imports this module)."""
   from .interp import build_interp as _build  # pylint: disable=import-outside-toplevel
   return _build(*args, **kwargs)
-
-
-@dataclasses.dataclass(frozen=True)
-class Aval:
-  """Hashable shape + dtype."""
-
-  shape: tuple[int, ...]
-  dtype: str
-
-  @classmethod
-  def of(cls, a: Any) -> "Aval":
-    return cls(tuple(int(s) for s in a.shape), np.dtype(a.dtype).name)
-
-  def with_rows(self, rows: int) -> "Aval":
-    return Aval((rows,) + self.shape[1:], self.dtype)
-
-  @property
-  def nbytes(self) -> int:
-    return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Dyn:
-  """Per-device integer ``base + scale * ((it + c) mod m)`` (m = 0: no mod)."""
-
-  base: np.ndarray
-  scale: np.ndarray
-  c: np.ndarray
-  mod: np.ndarray
-
-  @classmethod
-  def const(cls, values: Sequence[int]) -> "Dyn":
-    v = np.asarray(values, np.int64)
-    z = np.zeros_like(v)
-    return cls(v, z, z, z)
-
-  def at(self, it: int) -> np.ndarray:
-    k = it + self.c
-    k = np.where(self.mod > 0, np.mod(k, np.maximum(self.mod, 1)), k)
-    return self.base + self.scale * k
-
-  @property
-  def is_static(self) -> bool:
-    """True when the value does not depend on the loop iteration."""
-    return bool(np.all(self.scale == 0))
-
-
-@dataclasses.dataclass(frozen=True)
-class Store:
-  """Where value ``key`` lives on ``device``.
-
-  Attributes:
-    key: Value key.
-    device: Device.
-    rows: ``(r0, r1)`` rows of the micro-batch value held (None: whole).
-    aval: Stored shape.
-    pool: Pool index.
-    base: First slot in the pool on this device.
-    slots: Slots used (``K``).
-  """
-
-  key: Key
-  device: int
-  rows: tuple[int, int] | None
-  aval: Aval
-  pool: int
-  base: int
-  slots: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Pool:
-  """A stash array: ``slots + 1`` entries of ``aval`` (last one: dummy)."""
-
-  aval: Aval
-  slots: int
-
-  @property
-  def nbytes(self) -> int:
-    return (self.slots + 1) * self.aval.nbytes
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Target:
-  """Where a round's payload is written on each device (one pool)."""
-
-  pool: int
-  slot: Dyn
-  row: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Round:
-  """One ``ppermute`` (remote) or one local write of equal-shaped payloads.
-
-  Attributes:
-    remote: True: ``ppermute`` with ``perm``; False: device-local write.
-    payload: Payload shape.
-    rowed: Payload is a row range of the out port value.
-    candidates: Out ports (of the sending tick) the payload comes from.
-    cand: Per device: index into ``candidates``.
-    src_row: Per device: first row taken from the out port value.
-    perm: ``(src, dst)`` pairs (remote only).
-    targets: Per destination pool.
-  """
-
-  remote: bool
-  payload: Aval
-  rowed: bool
-  candidates: tuple[int, ...]
-  cand: np.ndarray
-  src_row: np.ndarray
-  perm: tuple[tuple[int, int], ...]
-  targets: tuple[Target, ...]
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class ReadPort:
-  """One kernel-input port of a tick.
-
-  Attributes:
-    kind: ``"pool"`` or ``"batch"``.
-    source: Pool index or batch leaf.
-    aval: Shape read.
-    rowed: Read a row range (else the whole slot).
-    index: Per device: slot (pool) or first row in the local batch (batch).
-    row: Per device: first row inside the slot (pool reads).
-  """
-
-  kind: str
-  source: int
-  aval: Aval
-  rowed: bool
-  index: Dyn
-  row: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class GradPort:
-  """Parameter gradients returned at a tick.
-
-  Attributes:
-    kind: ``"flat"``: one dtype's flat region (``dtype``, ``length``,
-      ``offset`` into the flat accumulator per device); ``"slot"``: one
-      leaf of slot class ``cls`` (``offset``: slot per device, ``count`` for
-      devices with nothing to add).
-    dtype: Dtype name.
-    length: Elements (flat ports).
-    offset: Per device offset or slot.
-    cls: Slot class index (slot ports).
-  """
-
-  kind: str
-  dtype: str
-  length: int
-  offset: np.ndarray
-  cls: int = -1
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class TermAcc:
-  """Accumulation of terminal ``terminal`` from out port ``port``.
-
-  Attributes:
-    terminal: Terminal index.
-    port: Out port holding it.
-    mask: Per device: produces it at this tick.
-    row: Per device: first row of its part (split producers).
-    rowed: The contribution is a row range of the terminal.
-    mb: Per device: micro-batch (inference buffers).
-    scale: Per device multiplier (``1/g`` for replicated parts).
-  """
-
-  terminal: int
-  port: int
-  mask: np.ndarray
-  row: np.ndarray
-  rowed: bool
-  mb: Dyn
-  scale: np.ndarray
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Tick:
-  """Static description of one tick."""
-
-  step: int
-  kernels: tuple[int | None, ...]
-  mb: np.ndarray
-  branches: tuple[int | None, ...]
-  branch_of: np.ndarray
-  reads: tuple[ReadPort, ...]
-  in_map: Mapping[int, tuple[int, ...]]
-  out_ports: tuple[Aval, ...]
-  out_map: Mapping[int, tuple[int, ...]]
-  sends: tuple[Round, ...]
-  grads: tuple[GradPort, ...]
-  grad_map: Mapping[int, Mapping[int, int]]
-  terms: tuple[TermAcc, ...]
-  row_offset: np.ndarray
-
-  @property
-  def signature(self) -> tuple[int | None, ...]:
-    return self.kernels
-
-
-@dataclasses.dataclass(frozen=True)
-class Segment:
-  """Ticks ``[start, start + period * iterations)``.
-
-  ``kind``: ``"ticks"`` (unrolled, one pruned switch per tick), ``"loop"``
-  (``fori_loop`` over iterations, the body unrolls ``period`` ticks) or
-  ``"interp"`` (``fori_loop`` over the ticks with one switch over every
-  kernel of the segment, driven by tables; for long warmups/cooldowns).
-  """
-
-  start: int
-  period: int
-  iterations: int
-  kind: str = "ticks"
-
-  @property
-  def is_loop(self) -> bool:
-    return self.kind == "loop"
-
-  @property
-  def end(self) -> int:
-    return self.start + self.period * self.iterations
-
-
-@dataclasses.dataclass(frozen=True, eq=False)
-class Plan:
-  """Everything the lowering needs, static."""
-
-  num_devices: int
-  num_microbatches: int
-  ticks: tuple[Tick, ...]
-  segments: tuple[Segment, ...]
-  pools: tuple[Pool, ...]
-  stores: Mapping[tuple[Key, int], Store]
-  kernels: Mapping[int, Kernel]
-  kernel_set: KernelSet
-  layout: Layout
-  interps: Mapping[int, Any] = dataclasses.field(default_factory=dict)
-
-  @property
-  def stash_bytes(self) -> int:
-    """Bytes of all stash pools (the same on every device)."""
-    return sum(p.nbytes for p in self.pools)
-
-  def stash_bytes_used(self) -> tuple[int, ...]:
-    """Bytes of slots each device actually uses."""
-    out = [0] * self.num_devices
-    for s in self.stores.values():
-      out[s.device] += s.slots * s.aval.nbytes
-    return tuple(out)
-
-  def loop_summary(self) -> str:
-    parts = []
-    for seg in self.segments:
-      if seg.is_loop:
-        parts.append(f"loop({seg.iterations}x{seg.period})")
-      elif seg.kind == "interp":
-        parts.append(f"interp({seg.period})")
-      else:
-        parts.append(f"{seg.period * seg.iterations}")
-    return " + ".join(parts)
-
-
-class PlanError(RuntimeError):
-  """The schedule and kernels do not fit together (an internal bug)."""
 
 
 # --- helpers ----------------------------------------------------------------
@@ -334,7 +73,8 @@ def _is_rowed(aval: Any, b: int) -> bool:
 def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
                num_devices: int, layout: Layout,
                max_period: int = 64,
-               interpret_ramps: int | None = None) -> Plan:
+               interpret_ramps: int | None = None,
+               collective: frozenset[int] = frozenset()) -> Plan:
   """Builds the tick plan.
 
   Args:
@@ -346,6 +86,9 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
     max_period: Longest loop body (ticks) to look for.
     interpret_ramps: Straight-line segments of at least this many ticks run
       as ``interp`` segments (None: unroll every one).
+    collective: Kernel ids that run collectives over the pipe axis (blocks
+      reading a sharded parameter); ticks running one are never put in an
+      ``interp`` segment (its switch would hold the collective).
   """
   D = num_devices
   n = num_microbatches
@@ -445,9 +188,7 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
   ticks = [_make_tick(env, steps[t], tuple(run[t]), mbs[t]) for t in range(T)]
   segments = find_loops(ticks, max_period=max_period)
   if interpret_ramps is not None:
-    segments = [dataclasses.replace(seg, kind="interp")
-                if not seg.is_loop and seg.period >= interpret_ramps else seg
-                for seg in segments]
+    segments = interp_segments(segments, ticks, interpret_ramps, collective)
   interps = {seg.start: build_interp(env, ticks, seg.start, seg.end)
              for seg in segments if seg.kind == "interp"}
   return Plan(num_devices=D, num_microbatches=n, ticks=tuple(ticks),
@@ -794,54 +535,3 @@ def _terms(env: _Env, kern: Sequence[int | None], present: Sequence[int],
 
 
 # --- loops ------------------------------------------------------------------
-
-
-def _shift_equal(a: Tick, b: Tick) -> bool:
-  """``b`` is ``a`` with every micro-batch one higher."""
-  if a.kernels != b.kernels:
-    return False
-  busy = a.mb >= 0
-  return bool(np.all(b.mb[busy] == a.mb[busy] + 1))
-
-
-def find_loops(ticks: Sequence[Tick], max_period: int = 64,
-               min_iterations: int = 3) -> list[Segment]:
-  """Splits ``ticks`` into straight-line runs and loops.
-
-  A loop of period ``P`` starting at tick ``s`` with ``n`` iterations needs
-  tick ``t + P`` to equal tick ``t`` shifted by one micro-batch for every
-  ``t`` in ``[s, s + (n - 1) P)``. Every segment starts with nothing to send
-  and ends by writing its last tick's messages, so no out ports cross a
-  segment (or loop iteration) boundary. The loop covering the most ticks is
-  taken first, then both sides.
-  """
-  out: list[Segment] = []
-
-  def solve(lo: int, hi: int) -> None:
-    best = None
-    for p in range(1, max_period + 1):
-      if 2 * p > hi - lo:
-        break
-      t = lo
-      while t < hi:
-        if t + p >= hi or not _shift_equal(ticks[t], ticks[t + p]):
-          t += 1
-          continue
-        a = t
-        while t + p < hi and _shift_equal(ticks[t], ticks[t + p]):
-          t += 1
-        iters = 1 + (t - a) // p
-        if iters >= min_iterations and (best is None or
-                                        iters * p > best[2] * best[1]):
-          best = (a, p, iters)
-    if best is None:
-      if hi > lo:
-        out.append(Segment(lo, hi - lo, 1))
-      return
-    start, p, iters = best
-    solve(lo, start)
-    out.append(Segment(start, p, iters, kind="loop"))
-    solve(start + p * iters, hi)
-
-  solve(0, len(ticks))
-  return [s for s in out if s.period * s.iterations > 0]

@@ -215,7 +215,8 @@ class ScheduledFunction:
                num_microbatches: int, mode: str, memory_limit: int | None,
                pipe_axis: str, solver_time_limit_s: float, plan: Any,
                recompute: Any, seed: int, max_loop_period: int,
-               param_layout: str, interpret_ramps: int | None):
+               param_layout: str, interpret_ramps: int | None,
+               param_sharding: Any = None):
     self.fn = fn
     self.fn_name = _fn_name(fn)
     self.mesh = mesh
@@ -231,6 +232,7 @@ class ScheduledFunction:
     self.max_loop_period = max_loop_period
     self.param_layout = param_layout
     self.interpret_ramps = interpret_ramps
+    self.param_sharding = param_sharding
     self._cache: dict[Any, Built] = {}
     self._last: Built | None = None
     functools.update_wrapper(self, fn)
@@ -303,16 +305,108 @@ class ScheduledFunction:
 
   def build(self, params: Any, batch: Any) -> Built:
     """Traces, searches and lowers for these input shapes (cached)."""
+    shards = self._shards(params)
     key = (jax.tree_util.tree_structure(params),
            tuple((tuple(x.shape), str(x.dtype))
                  for x in jax.tree_util.tree_leaves((params, batch))),
-           jax.tree_util.tree_structure(batch))
+           jax.tree_util.tree_structure(batch), tuple(sorted(shards.items())))
     if key not in self._cache:
-      self._cache[key] = self._build(params, batch)
+      self._cache[key] = self._build(params, batch, shards)
     self._last = self._cache[key]
     return self._last
 
-  def _build(self, params: Any, batch: Any) -> Built:
+  def _shards(self, params: Any) -> dict[int, int]:
+    """Parameter leaves sharded over the pipe axis: leaf -> sharded dim.
+
+    From ``param_sharding`` when given, else from the leaves' own
+    ``NamedSharding`` (concrete arrays placed with a spec naming the pipe
+    axis).
+    """
+    pipe = self.pipe_axis
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    spec_of: list[Any] = [None] * len(leaves)
+    names = [jax.tree_util.keystr(k) for k, _ in
+             jax.tree_util.tree_flatten_with_path(params)[0]]
+    if self.param_sharding is not None:
+      is_spec = lambda x: x is None or isinstance(x, jax.sharding.PartitionSpec)
+      specs, sdef = jax.tree_util.tree_flatten(self.param_sharding,
+                                               is_leaf=is_spec)
+      try:
+        subtrees = sdef.flatten_up_to(params)
+      except (ValueError, TypeError) as err:
+        raise self._error(
+            f"param_sharding must be a pytree of PartitionSpec (or None)"
+            f" matching the params (or a prefix of them): {err}") from None
+      pos = 0
+      for spec, sub in zip(specs, subtrees):
+        count = len(jax.tree_util.tree_leaves(sub))
+        for q in range(pos, pos + count):
+          spec_of[q] = spec
+        pos += count
+      if pos != len(leaves):
+        raise self._error("param_sharding does not cover every parameter leaf;"
+                          " give a PartitionSpec or None per leaf")
+    else:
+      for q, x in enumerate(leaves):
+        try:
+          sh = getattr(x, "sharding", None)
+        except Exception:  # pylint: disable=broad-except  (tracers)
+          sh = None
+        if isinstance(sh, jax.sharding.NamedSharding):
+          spec_of[q] = sh.spec
+    num_devices = int(dict(self.mesh.shape)[pipe])
+    out: dict[int, int] = {}
+    for q, spec in enumerate(spec_of):
+      if spec is None:
+        continue
+      entries = tuple(spec)
+      uses = [a for a, e in enumerate(entries)
+              if e == pipe or (isinstance(e, tuple) and pipe in e)]
+      if not uses:
+        continue
+      shape = tuple(leaves[q].shape)
+      bad = [e for e in entries if e is not None and e != pipe and e != (pipe,)]
+      if len(uses) > 1 or bad or len(entries) > len(shape):
+        raise self._error(
+            f"parameter {names[q]} has sharding {spec}; tessel_jax shards a"
+            f" parameter along one dimension over the pipe axis {pipe!r} only"
+            f" (e.g. PartitionSpec({pipe!r}, None) for a vocab-sharded"
+            f" embedding); use None for the other dimensions")
+      ax = uses[0]
+      if shape[ax] % num_devices:
+        raise self._error(
+            f"parameter {names[q]} of shape {shape} is sharded along dimension"
+            f" {ax} over the {num_devices} devices of {pipe!r}, but"
+            f" {shape[ax]} is not divisible by {num_devices}; pad it to a"
+            f" multiple of {num_devices}")
+      out[q] = ax
+    return out
+
+  def _check_shards(self, shards: Mapping[int, int], ks: Any,
+                    num_devices: int, params: Any) -> None:
+    """Sharded leaves may only be read by blocks on every pipe device."""
+    names = [jax.tree_util.keystr(k) for k, _ in
+             jax.tree_util.tree_flatten_with_path(params)[0]]
+    for k in ks.kernels.values():
+      if k.kind != "F":
+        continue
+      for l in k.params:
+        if l in shards and len(k.devices) != num_devices:
+          raise self._error(
+              f"parameter {names[l]} is sharded over the pipe axis"
+              f" {self.pipe_axis!r}, but block {k.fwd}, which reads it, runs"
+              f" on devices {list(k.devices)}, a strict subset of the"
+              f" {num_devices} devices of {self.pipe_axis!r}. A sharded"
+              f" parameter is gathered with a collective over the whole pipe"
+              f" axis at the block's tick, which would hang for a block some"
+              f" devices skip. Place every block that reads {names[l]} on all"
+              f" devices (e.g. placements.mllm ties an all-device embedding"
+              f" and head), or drop its sharding (param_sharding None for"
+              f" this leaf)")
+
+  def _build(self, params: Any, batch: Any,
+             shards: Mapping[int, int] | None = None) -> Built:
+    shards = dict(shards or {})
     t0 = time.perf_counter()
     name = self.fn_name
     mesh = self.mesh
@@ -393,11 +487,13 @@ class ScheduledFunction:
                                   microbatch_rows=rows, keep=keep,
                                   seeds=seeds, forward_of=forward_of,
                                   local_parts=local_parts)
+      self._check_shards(shards, ks, num_devices, params)
       layout = _packing.make_layout(
           traced.param_avals,
           {i: ks.kernels[ks.forward_ids[i]].params for i in ks.forward_ids},
           {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
-          num_devices, mode=self.param_layout)
+          num_devices, mode=self.param_layout,
+          shards={l: (ax, num_devices) for l, ax in shards.items()})
       sgraph, unit = self._search_graph(graph, ks)
       try:
         schedule, unrolled = self._schedule(sgraph, unit, layout, n_local,
@@ -415,7 +511,10 @@ class ScheduledFunction:
         keep[worst] = False
     plan = _plan.build_plan(ks, unrolled.actions, n_local, num_devices,
                             layout, max_period=self.max_loop_period,
-                            interpret_ramps=self.interpret_ramps)
+                            interpret_ramps=self.interpret_ramps,
+                            collective=frozenset(
+                                kid for kid, k in ks.kernels.items()
+                                if any(l in shards for l in k.params)))
     lowering = _lower.Lowering(plan, part, layout, compat.auto_mesh(mesh),
                                pipe, data_axes, train, n_total)
     jitted = jax.jit(lowering.program())
@@ -526,7 +625,8 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              solver_time_limit_s: float = 30.0, plan: Any = None,
              recompute: Any = None, seed: int = 0,
              max_loop_period: int = 64, param_layout: str = "auto",
-             interpret_ramps: int | None = 8) -> Any:
+             interpret_ramps: int | None = 8,
+             param_sharding: Any = None) -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
   Args:
@@ -561,6 +661,21 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       kernels instead of unrolled pruned ticks: compile time stops growing
       with the ramp length, each ramp tick runs a little slower. None:
       always unroll.
+    param_sharding: Parameters to shard over the pipe axis: a pytree like
+      ``params`` (or a prefix of it) of ``jax.sharding.PartitionSpec`` or
+      None, e.g. ``{"wte": P("pipe", None), "layers": None}`` for a
+      vocab-sharded embedding. A spec names the pipe axis on at most one
+      dimension (divisible by the pipe axis size) and None elsewhere. When
+      omitted, leaves that are arrays with a ``NamedSharding`` whose spec
+      names the pipe axis are sharded the same way. A sharded leaf is stored
+      as 1/D of it per device (the layout's byte counts and the memory limit
+      follow), may only be read by blocks on *every* device of the pipe axis
+      (e.g. mshape's ``F0``, mllm's first and last blocks; otherwise a
+      TesselError, as the collective would hang), is gathered with one
+      ``all_gather`` over the pipe axis when such a block runs (any code
+      works; the block still splits the micro-batch rows over the devices),
+      and its gradient is reduced and re-sharded with one ``psum_scatter``;
+      the returned gradient has the leaf's full shape.
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).
@@ -571,7 +686,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
                 solver_time_limit_s=solver_time_limit_s, plan=plan,
                 recompute=recompute, seed=seed,
                 max_loop_period=max_loop_period, param_layout=param_layout,
-                interpret_ramps=interpret_ramps)
+                interpret_ramps=interpret_ramps, param_sharding=param_sharding)
   if fn is None:
     return lambda f: ScheduledFunction(f, **kwargs)
   return ScheduledFunction(fn, **kwargs)

@@ -90,7 +90,10 @@ class Schedule:
     latency_status: CP-SAT status of minimising one micro-batch's latency at
       that period.
     latency_lower_bound: CP-SAT's proven bound on that latency.
-    search_seconds: Wall time of the search.
+    search_seconds: Wall time of the whole search (period, latency and
+      warmup/cooldown).
+    period_seconds: Wall time until the period was found (and, with status
+      ``OPTIMAL``, proven minimal).
     source: Who made it (``"tessel"``, ``"1f1b"``, ...).
     completer: Optional ``N -> actions`` used when ``N`` is too small for the
       templates (set by the search; not part of equality or JSON).
@@ -107,6 +110,7 @@ class Schedule:
   latency_status: str = ""
   latency_lower_bound: int = 0
   search_seconds: float = 0.0
+  period_seconds: float = 0.0
   source: str = "tessel"
   completer: Callable[[int], Sequence[Action]] | None = dataclasses.field(
       default=None, compare=False, repr=False)

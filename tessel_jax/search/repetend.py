@@ -205,9 +205,16 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
           proven_low = max(proven_low, mid + 1)
         lo = mid + 1
 
+  period_seconds = time.perf_counter() - t0
+
   # --- At that period, the shortest latency of one micro-batch -------------
+  # Polishing (latency, then warmup/cooldown) gets an eighth of the budget
+  # each, and no more than a few times what finding the period took, so
+  # easy cases stay fast (all in deterministic time, so reproducible).
+  polish = min(budget.left(share=1 / 8), max(0.25, 4 * budget.used))
   period, feasible = found
-  best = solve(period, share=1 / 8, objective="latency", hint=feasible)
+  best = solve(period, share=polish / budget.total, objective="latency",
+               hint=feasible)
   if not best.found:
     best = feasible
   rep = Repetend(period=period, offsets=normalise(best.offsets),
@@ -217,16 +224,14 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       status="OPTIMAL" if proven_low >= period else "FEASIBLE",
       period_lower_bound=min(proven_low, period),
       latency_status=best.status, latency_lower_bound=best.bound or 0,
-      source="tessel")
+      period_seconds=period_seconds, source="tessel")
   if complete:
-    # Warmup and cooldown start from the modulo schedule (a valid hint) and
-    # share at most an eighth of the budget, at least one second.
+    # Warmup and cooldown start from the modulo schedule (a valid hint).
     templates = completion.compact_templates(
-        graph, rep, memory_limit,
-        time_limit_s=max(1.0, budget.left(share=1 / 8)), seed=seed,
+        graph, rep, memory_limit, time_limit_s=max(0.5, polish), seed=seed,
         num_workers=num_workers)
     schedule = _with_templates(schedule, templates, solve_kw,
-                               completion_time_s=max(1.0, time_limit_s / 8))
+                               completion_time_s=max(1.0, polish))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
 
