@@ -105,6 +105,21 @@ def min_memory_limit(graph: BlockGraph, *, allow_wrap: bool = True,
   return sol.objective
 
 
+def min_memory_at_period(graph: BlockGraph, period: int, *,
+                         allow_wrap: bool = True, time_limit_s: float = 30.0,
+                         seed: int = 0, num_workers: int = 1) -> int | None:
+  """Smallest per-device memory limit that admits period ``period``.
+
+  With ``period`` the fastest period this is the memory the fastest
+  schedule needs (TensorOpt's time/memory corner). Returns None when the
+  period is infeasible at any memory or CP-SAT does not prove it in time.
+  """
+  sol = solve_modulo(graph, period, None, allow_wrap=allow_wrap,
+                     objective="memory", time_limit_s=time_limit_s, seed=seed,
+                     num_workers=num_workers)
+  return sol.objective if sol.status == "OPTIMAL" else None
+
+
 def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                     allow_wrap: bool = True, time_limit_s: float = 30.0,
                     seed: int = 0, num_workers: int = 1,
