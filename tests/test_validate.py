@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from chain_case import chain_graph as _chain_graph
 from tessel_jax.graph import Block, BlockGraph, Edge, make_graph
 from tessel_jax.schedule import (Action, UnrolledSchedule,
                                  schedule_in_device_order)
@@ -19,13 +20,6 @@ _SETTINGS = settings(max_examples=60, deadline=None,
 
 
 # --- helpers -----------------------------------------------------------------
-
-def _chain_graph(delay: int = 0) -> BlockGraph:
-  """2 devices: F0 (d0) -> F1 (d1) -> B1 (d1) -> B0 (d0); F=1, B=2."""
-  return make_graph("chain.d2", 2, [
-      (0, "F", 1, 1, (0,)), (1, "F", 1, 1, (1,)),
-      (2, "B", 2, -1, (1,)), (3, "B", 2, -1, (0,))],
-      [Edge(0, 1, delay), Edge(1, 2), Edge(2, 3, delay)])
 
 
 def _chain_schedule(limit: int | None = None) -> UnrolledSchedule:
