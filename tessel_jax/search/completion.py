@@ -240,14 +240,14 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   model.Minimize(steady)
   solver, code = am.solve(time_limit_s, seed, num_workers)
   starts, status = am.starts(solver, code, "warmup", memory_limit)
-  steady_start = solver.Value(steady) if status != "MODULO" else modulo_start
   timed = [Action(start, graph.blocks[t.index].id, t.mb)
            for start, t in zip(starts, tasks)]
   # Then every warmup action as early as its device order allows (the
   # familiar 1F1B-style warmup). Keeping each device's order keeps its
   # memory levels, and moving earlier keeps every bound towards the steady
   # state; done here rather than as a CP-SAT objective, which made proofs of
-  # optimality 100x slower.
+  # optimality 100x slower. The steady start then follows from the
+  # compacted warmup (never later than CP-SAT's).
   warmup = compact_in_order(graph, timed)
   return warmup, _earliest_steady_start(graph, rep, warmup), status
 
