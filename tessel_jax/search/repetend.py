@@ -224,9 +224,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
 
   # --- At that period, the shortest latency of one micro-batch -------------
   # Polishing (latency, then warmup/cooldown) gets an eighth of the budget
-  # each, and no more than a few times what finding the period took, so
-  # easy cases stay fast (all in deterministic time, so reproducible).
-  polish = min(budget.left(share=1 / 8), max(0.25, 4 * budget.used))
+  # each, and no more than a few times what finding the period took (at
+  # least 0.02 s per block: large placements need it for a short latency),
+  # so easy cases stay fast (all in deterministic time, so reproducible).
+  polish = min(budget.left(share=1 / 8),
+               max(0.02 * graph.num_blocks, 4 * budget.used))
   period, feasible = found
   best = solve(period, share=polish / budget.total, objective="latency",
                hint=feasible)
