@@ -22,7 +22,7 @@ flags.DEFINE_integer("speed_hidden", 1024, "Width of the speed-up model.")
 flags.DEFINE_integer("speed_layers", 4, "Layers of the speed-up model.")
 flags.DEFINE_integer("speed_rows", 256, "Rows per micro-batch (speed-up).")
 flags.DEFINE_integer("speed_n", 16, "Micro-batches of the speed-up part.")
-flags.DEFINE_integer("repeats", 5, "Timed runs per measurement (best kept).")
+flags.DEFINE_integer("repeats", 5, "Timed runs per measurement (median kept).")
 flags.DEFINE_string("output", "out/lowering_bench.json",
                     "Where to write the JSON results ('': stdout only).")
 flags.DEFINE_string("worker", None, "Internal: run one speed-up worker"
