@@ -240,9 +240,12 @@ def schedule_in_device_order(
       k: [] for k in key_of}
   span = {b.id: b.span for b in graph.blocks}
   present = set(key_of)
+  into: dict[int, list] = {b.id: [] for b in graph.blocks}
   for e in graph.edges:
-    for (blk, mb) in key_of:
-      if blk == e.dst and (e.src, mb) in present:
+    into[e.dst].append(e)
+  for (blk, mb) in key_of:
+    for e in into[blk]:
+      if (e.src, mb) in present:
         preds[(blk, mb)].append(((e.src, mb), span[e.src] + e.delay))
   last_on_device: dict[int, tuple[int, int]] = {}
   last_of_block: dict[int, tuple[int, int]] = {}

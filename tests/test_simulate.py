@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chain_case import chain_graph as _chain_graph
+from chain_case import random_placements
 from tessel_jax.graph import Block, BlockGraph, Edge, make_graph
 from tessel_jax.schedule import (Action, UnrolledSchedule,
                                  schedule_in_device_order)
@@ -135,26 +136,7 @@ def test_summary_is_json_and_consistent():
 @st.composite
 def _valid_schedules(draw) -> UnrolledSchedule:
   """Random small F/B placement and a valid device-order schedule."""
-  nd = draw(st.integers(1, 3))
-  pairs = draw(st.integers(nd, 4))
-  blocks: list[Block | None] = [None] * (2 * pairs)
-  for i in range(pairs):
-    devs = set(draw(st.sets(st.integers(0, nd - 1), min_size=1, max_size=nd)))
-    if i < nd:
-      devs.add(i)
-    mem = draw(st.integers(0, 3))
-    blocks[i] = Block(i, "F", draw(st.integers(1, 3)), mem,
-                      tuple(sorted(devs)))
-    j = 2 * pairs - 1 - i
-    blocks[j] = Block(j, "B", draw(st.integers(1, 3)), -mem,
-                      tuple(sorted(devs)))
-  edges = {(i, 2 * pairs - 1 - i): 0 for i in range(pairs)}
-  for _ in range(draw(st.integers(0, 4))):
-    a = draw(st.integers(0, 2 * pairs - 2))
-    c = draw(st.integers(a + 1, 2 * pairs - 1))
-    edges.setdefault((a, c), draw(st.integers(0, 2)))
-  graph = BlockGraph(name="random", num_devices=nd, blocks=tuple(blocks),
-                     edges=tuple(Edge(a, c, d) for (a, c), d in edges.items()))
+  graph = draw(random_placements())
   n = draw(st.integers(1, 5))
   stride = draw(st.integers(1, 4))
   topo = {b: i for i, b in enumerate(graph.topological_order())}

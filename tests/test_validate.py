@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chain_case import chain_graph as _chain_graph
+from chain_case import random_placements as placements
 from tessel_jax.graph import Block, BlockGraph, Edge, make_graph
 from tessel_jax.schedule import (Action, UnrolledSchedule,
                                  schedule_in_device_order)
@@ -47,32 +48,6 @@ def _kinds(violations: list[Violation]) -> set[str]:
   return {v.kind for v in violations}
 
 
-@st.composite
-def placements(draw) -> BlockGraph:
-  """Random small F/B placements: pairs F_i -> ... -> B_i, random extra edges.
-
-  Every F_i allocates ``m_i`` on its devices and B_i frees it on the same
-  devices, so memory returns to zero; every device runs a block.
-  """
-  nd = draw(st.integers(1, 3))
-  pairs = draw(st.integers(nd, 4))
-  blocks: list[Block | None] = [None] * (2 * pairs)
-  for i in range(pairs):
-    devs = set(draw(st.sets(st.integers(0, nd - 1), min_size=1, max_size=nd)))
-    if i < nd:
-      devs.add(i)
-    devs = tuple(sorted(devs))
-    mem = draw(st.integers(0, 3))
-    blocks[i] = Block(i, "F", draw(st.integers(1, 3)), mem, devs)
-    j = 2 * pairs - 1 - i
-    blocks[j] = Block(j, "B", draw(st.integers(1, 3)), -mem, devs)
-  edges = {(i, 2 * pairs - 1 - i): 0 for i in range(pairs)}
-  for _ in range(draw(st.integers(0, 4))):
-    a = draw(st.integers(0, 2 * pairs - 2))
-    b = draw(st.integers(a + 1, 2 * pairs - 1))
-    edges.setdefault((a, b), draw(st.integers(0, 2)))
-  return BlockGraph(name="random", num_devices=nd, blocks=tuple(blocks),
-                    edges=tuple(Edge(a, b, d) for (a, b), d in edges.items()))
 
 
 def _device_order_schedule(graph: BlockGraph, n: int,
