@@ -25,8 +25,7 @@ from typing import Any, NamedTuple
 from experiments import search_lib
 from tessel_jax import placements
 from tessel_jax.graph import BlockGraph
-from tessel_jax.search import (baselines, min_memory_at_period,
-                               min_memory_limit, search_repetend)
+from tessel_jax.search import baselines, search_repetend, smallest_memory
 
 class CasesArgs(NamedTuple):
   """Everything ``search_cases_lib.run`` needs; see the flags for meanings."""
@@ -86,8 +85,10 @@ def memory_cases(graph: BlockGraph, wanted: tuple[str, ...], *,
   Each has ``memory_case`` and ``memory_limit``: ``tight`` is the smallest
   limit that admits any schedule, ``fast`` the smallest limit at which the
   fastest (unlimited) period is still reached, ``loose`` no limit. ``tight``
-  and ``fast`` also have ``memory_search_seconds`` (time to find the limit)
-  and, where the limit could not be found, ``error``. A graph that holds no memory has the one
+  and ``fast`` also have ``memory_search_seconds`` (time to find the limit),
+  ``memory_limit_proven: False`` where CP-SAT found a limit but did not prove
+  it minimal in time (the best found is used), and ``error`` where it found
+  none. A graph that holds no memory has the one
   case ``none`` (no limit).
   """
   if all(b.memory <= 0 for b in graph.blocks):
@@ -104,13 +105,14 @@ def memory_cases(graph: BlockGraph, wanted: tuple[str, ...], *,
     kw = dict(allow_wrap=allow_wrap, time_limit_s=time_limit_s, seed=seed,
               num_workers=workers)
     try:
-      if case == "tight":
-        limit = min_memory_limit(graph, **kw)
-      else:
-        fastest = search_repetend(graph, None, complete=False, **kw).period
-        limit = min_memory_at_period(graph, fastest, **kw)
+      period = None
+      if case == "fast":
+        period = search_repetend(graph, None, complete=False, **kw).period
+      limit, proven = smallest_memory(graph, period, **kw)
+      if not proven:
+        row["memory_limit_proven"] = False
       if limit is None:
-        row["error"] = (f"{case} memory limit not proven within"
+        row["error"] = (f"{case} memory limit: CP-SAT found none within"
                         f" {time_limit_s:g} s; raise --time_limit")
       row["memory_limit"] = limit
     except Exception as e:  # pylint: disable=broad-except
@@ -262,6 +264,15 @@ def _baseline_cell(baselines: dict[str, Any]) -> str:
   return ", ".join(parts) or "-"
 
 
+def _bound_cell(case: dict[str, Any]) -> str:
+  """LB, and the shared-block bound where it is tighter."""
+  lb, shared = case["makespan_lower_bound"], case.get(
+      "makespan_lower_bound_shared")
+  if shared is None or shared == lb:
+    return str(lb)
+  return f"{lb} ({shared}: {case['makespan'] / shared:.3f})"
+
+
 def markdown(results: dict[str, Any]) -> str:
   """The results as a markdown table (one row per case)."""
   lines = [
@@ -274,6 +285,8 @@ def markdown(results: dict[str, Any]) -> str:
     memory = c["memory_case"]
     if c["memory_limit"] is not None:
       memory += f" {c['memory_limit']}"
+      if c.get("memory_limit_proven") is False:
+        memory += " (best found)"
     speedup = (f"{c['speedup_vs_best_baseline']:.3f}x ({c['best_baseline']})"
                if "best_baseline" in c else "-")
     if "error" in c:
@@ -283,8 +296,10 @@ def markdown(results: dict[str, Any]) -> str:
       bound = max(c["period_lower_bound"], c["period_resource_bound"])
       cells = [f"{c['period']} ({bound})", c["status"],
                f"{c['period_seconds']:.2f} / {c['search_seconds']:.2f}",
-               str(c["makespan"]),
-               str(c["makespan_lower_bound"]), f"{c['makespan_ratio']:.3f}",
+               str(c["makespan"]) + (
+                   f" (list; repetend {c['repetend_makespan']})"
+                   if c.get("source", "").endswith("-list") else ""),
+               _bound_cell(c), f"{c['makespan_ratio']:.3f}",
                str(c["max_peak_memory"]), f"{100 * c['bubble_ratio']:.1f}%"]
     lines.append("| " + " | ".join(
         [c["placement"], str(c["devices"]), c["mode"], memory] + cells
@@ -293,7 +308,13 @@ def markdown(results: dict[str, Any]) -> str:
   lines.append(f"N = {results['args']['microbatches']} micro-batches;"
                " LB = makespan lower bound; peak = largest per-device memory;"
                " `*` = baseline over the case's memory limit; speedup ="
-               " best fitting baseline makespan / searched makespan.")
+               " best fitting baseline makespan / searched makespan;"
+               " `(list; repetend M)` = the list schedule of all N"
+               " micro-batches was shorter than the repetend's unrolling"
+               " (makespan M); `LB (S: r)` = the bound tightened for blocks on"
+               " every device (simulate.shared_device_bounds) and the ratio"
+               " to it; `(best found)` = a memory limit CP-SAT did"
+               " not prove minimal in time.")
   if results["skipped"]:
     skipped = ", ".join(f"{s['placement']} d{s['devices']} {s['mode']}"
                         for s in results["skipped"])

@@ -7,6 +7,8 @@ Nothing here reads flags.
 
 from __future__ import annotations
 
+import dataclasses
+
 import sys
 from typing import Any, NamedTuple, TextIO
 
@@ -86,9 +88,12 @@ def repetend_window(schedule: Schedule,
   """Steps ``[start, end)`` of the steady state in ``schedule.unroll(N)``.
 
   None when ``unroll`` does not use the warmup/cooldown templates for this
-  ``N`` (too few micro-batches: the whole schedule is then re-solved).
+  ``N`` (too few micro-batches: the whole schedule is then re-solved) or
+  returns the list schedule instead of the repetend.
   """
   rep = schedule.repetend
+  if schedule.unroll(num_microbatches).period is None:
+    return None  # the list schedule won: no repetend in the unrolling
   uses_templates = (num_microbatches >= schedule.min_template_microbatches
                     and (schedule.warmup or schedule.cooldown
                          or rep.max_offset == 0))
@@ -118,10 +123,14 @@ def measure(unrolled: UnrolledSchedule) -> dict[str, Any]:
   validate.assert_valid(unrolled)
   stats = simulate.simulate(unrolled)
   lb = simulate.lower_bound_makespan(unrolled.graph, unrolled.num_microbatches)
+  shared_lb = simulate.lower_bound_makespan_shared(unrolled.graph,
+                                                   unrolled.num_microbatches)
   return {
       "makespan": stats.makespan,
       "makespan_lower_bound": lb,
       "makespan_ratio": round(stats.makespan / lb, 4),
+      "makespan_lower_bound_shared": shared_lb,
+      "makespan_ratio_shared": round(stats.makespan / shared_lb, 4),
       "peak_memory": list(stats.peak_memory),
       "max_peak_memory": max(stats.peak_memory),
       "bubble_ratio": round(stats.bubble_ratio, 4),
@@ -150,7 +159,10 @@ def search_and_measure(graph: BlockGraph, memory_limit: int | None,
                              time_limit_s=time_limit_s, seed=seed,
                              num_workers=num_workers)
   unrolled = schedule.unroll(num_microbatches)
+  periodic = dataclasses.replace(schedule, alternative=None)
   figures = {
+      "source": unrolled.source,
+      "repetend_makespan": periodic.unroll(num_microbatches).makespan,
       "period": schedule.period,
       "period_lower_bound": schedule.period_lower_bound,
       "period_resource_bound": simulate.lower_bound_period(graph),

@@ -97,6 +97,10 @@ class Schedule:
     source: Who made it (``"tessel"``, ``"1f1b"``, ...).
     completer: Optional ``N -> actions`` used when ``N`` is too small for the
       templates (set by the search; not part of equality or JSON).
+    alternative: Optional ``N -> actions or None``: a non-periodic schedule
+      of all ``N`` micro-batches under the same memory limit (the search's
+      list scheduler); ``unroll`` keeps it when its makespan is strictly
+      shorter than the repetend's (not part of equality or JSON).
   """
 
   graph: BlockGraph
@@ -114,6 +118,8 @@ class Schedule:
   source: str = "tessel"
   completer: Callable[[int], Sequence[Action]] | None = dataclasses.field(
       default=None, compare=False, repr=False)
+  alternative: Callable[[int], Sequence[Action] | None] | None = (
+      dataclasses.field(default=None, compare=False, repr=False))
 
   @property
   def period(self) -> int:
@@ -148,7 +154,10 @@ class Schedule:
 
     Uses the compacted warmup/cooldown templates when ``N`` is large enough,
     otherwise the search's completer (CP-SAT on all actions), otherwise the
-    modulo schedule compacted to the left in its own order.
+    modulo schedule compacted to the left in its own order. When the search
+    set an ``alternative`` (a list schedule of all ``N`` micro-batches) whose
+    makespan is strictly shorter, that is returned instead, with ``period``
+    None and ``source`` ending in ``-list``.
 
     Raises:
       ScheduleError: if ``num_microbatches < 1``.
@@ -173,11 +182,18 @@ class Schedule:
       actions = list(self.completer(n))
     else:
       actions = list(compact_in_order(self.graph, modulo_actions(self, n)))
-    return UnrolledSchedule(
+    periodic = UnrolledSchedule(
         graph=self.graph, num_microbatches=n, actions=tuple(sorted(actions)),
         memory_limit=self.memory_limit, period=self.period,
         repetend_microbatches=self.repetend.microbatches, status=self.status,
         search_seconds=self.search_seconds, source=self.source)
+    other = self.alternative(n) if self.alternative is not None else None
+    if other is None:
+      return periodic
+    listed = dataclasses.replace(periodic, actions=tuple(sorted(other)),
+                                 period=None, repetend_microbatches=None,
+                                 source=f"{self.source}-list")
+    return listed if listed.makespan < periodic.makespan else periodic
 
 
 def modulo_actions(schedule: Schedule, num_microbatches: int) -> tuple[Action, ...]:

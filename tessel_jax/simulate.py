@@ -193,6 +193,62 @@ def lower_bound_makespan(graph: BlockGraph, num_microbatches: int) -> int:
   return max(per_device, critical_path(graph) + n - 1)
 
 
+def _idle_paths(graph: BlockGraph, device: int, reverse: bool) -> dict[int, int]:
+  """Longest path into (``reverse``: out of) each block, counting only the
+  spans of blocks that do not run on ``device`` (delays count 0)."""
+  order = graph.topological_order()
+  if reverse:
+    order = tuple(reversed(order))
+  weight = {b.id: 0 if device in b.devices else b.span for b in graph.blocks}
+  best = {b: 0 for b in order}
+  for b in order:
+    nxt = graph.predecessors(b) if not reverse else graph.successors(b)
+    others = [e.src if not reverse else e.dst for e in nxt]
+    best[b] = max((best[o] + weight[o] for o in others), default=0)
+  return best
+
+
+def shared_device_bounds(graph: BlockGraph) -> tuple[tuple[int, int, int], ...]:
+  """``device_bounds`` tightened for blocks that run on every device.
+
+  A block on every device cannot overlap any other block. Before device
+  ``d`` runs its first block that is not on every device, every block not on
+  ``d`` on a dependency path into it has run, one after the other, and
+  ``d`` was idle meanwhile (it had no work of its own yet and could not run
+  a block on every device beside it). So ``d``'s idle time before that
+  first block is at least the longest such path (spans of blocks not on
+  ``d``), and likewise after its last one. With no block on every device
+  this is never tighter than ``device_bounds`` for chains, but it is for
+  M-shapes (a chain between shared blocks keeps the end devices idle while
+  the first and last micro-batches pass). Returns ``(h_d, W_d, t_d)`` per
+  device with each ``h_d`` and ``t_d`` the larger of the two bounds.
+  """
+  everywhere = {b.id for b in graph.blocks
+                if len(b.devices) == graph.num_devices}
+  out = []
+  for d, (h, w, t) in enumerate(device_bounds(graph)):
+    own = [b.id for b in graph.blocks
+           if d in b.devices and b.id not in everywhere]
+    if own:
+      into = _idle_paths(graph, d, reverse=False)
+      out_of = _idle_paths(graph, d, reverse=True)
+      h = max(h, min(into[b] for b in own))
+      t = max(t, min(out_of[b] for b in own))
+    out.append((h, w, t))
+  return tuple(out)
+
+
+def lower_bound_makespan_shared(graph: BlockGraph, num_microbatches: int) -> int:
+  """``lower_bound_makespan`` with ``shared_device_bounds`` (>= it).
+
+  Raises:
+    ValueError: if ``num_microbatches < 1``.
+  """
+  n = num_microbatches
+  base = lower_bound_makespan(graph, n)
+  return max(base, max(h + n * w + t for h, w, t in shared_device_bounds(graph)))
+
+
 def summary(schedule: Any) -> dict[str, Any]:
   """Headline figures of ``schedule`` as a JSON-able dict.
 

@@ -15,7 +15,11 @@ from tessel_jax.schedule import (Action, UnrolledSchedule,
                                  schedule_in_device_order)
 from tessel_jax.simulate import (SimulationStats, critical_path,
                                  device_bounds, lower_bound_makespan,
-                                 lower_bound_period, simulate, summary)
+                                 lower_bound_makespan_shared,
+                                 lower_bound_period, shared_device_bounds,
+                                 simulate, summary)
+from tessel_jax import placements
+from tessel_jax.search.list_schedule import best_list_schedule
 from tessel_jax.validate import check
 
 _SETTINGS = settings(max_examples=60, deadline=None,
@@ -154,6 +158,7 @@ def test_lower_bound_never_exceeds_makespan(s):
   stats = simulate(s)
   n = s.num_microbatches
   assert lower_bound_makespan(s.graph, n) <= stats.makespan
+  assert lower_bound_makespan_shared(s.graph, n) <= stats.makespan
   assert lower_bound_period(s.graph) * n <= stats.makespan
   # Agrees with the IR's own (independently written) figures.
   assert stats.makespan == s.makespan
@@ -165,3 +170,28 @@ def test_lower_bound_never_exceeds_makespan(s):
     assert max(levels, default=0) <= stats.peak_memory[d]
     assert not levels or levels[-1] == 0  # every allocation is freed
   assert 0.0 <= stats.bubble_ratio < 1.0
+
+
+@_SETTINGS
+@given(random_placements(), st.integers(1, 6))
+def test_shared_bound_never_exceeds_a_greedy_schedule(graph, n):
+  actions = best_list_schedule(graph, n, None)
+  run = UnrolledSchedule(graph=graph, num_microbatches=n, actions=actions)
+  assert check(run) == []
+  assert lower_bound_makespan(graph, n) <= lower_bound_makespan_shared(graph, n)
+  assert lower_bound_makespan_shared(graph, n) <= run.makespan
+
+
+@pytest.mark.parametrize("devices, bound", [(8, 1052), (16, 1084), (32, 1148)])
+def test_shared_bound_is_met_on_mshape(devices, bound):
+  # F0 on every device, then a V over the devices: the last device idles
+  # while the first micro-batch's forward chain passes and while the last
+  # one's backward chain drains. The bound is met by the list schedule.
+  graph = placements.mshape(devices)
+  assert lower_bound_makespan(graph, 128) == 1024
+  assert lower_bound_makespan_shared(graph, 128) == bound
+  h, w, t = shared_device_bounds(graph)[-1]
+  assert (h, w, t) == (devices - 1, 8, 3 * (devices - 1))
+  run = UnrolledSchedule(graph=graph, num_microbatches=128,
+                         actions=best_list_schedule(graph, 128, None))
+  assert check(run) == [] and run.makespan == bound

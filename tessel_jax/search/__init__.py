@@ -4,9 +4,11 @@ from tessel_jax.search.completion import CompletionError
 from tessel_jax.search.repetend import (InfeasibleScheduleError,
                                         SearchTimeoutError,
                                         min_memory_at_period, min_memory_limit,
+                                        smallest_memory,
                                         period_lower_bound, search_repetend)
 
 __all__ = [
     "CompletionError", "InfeasibleScheduleError", "SearchTimeoutError",
     "min_memory_at_period", "min_memory_limit", "period_lower_bound", "search_repetend",
+    "smallest_memory",
 ]

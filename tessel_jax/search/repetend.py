@@ -14,6 +14,8 @@ Procedure (modulo model in ``modulo_model``):
    found" but leaves the bound unproven.
 4. At that ``P`` minimise the latency of one micro-batch.
 5. Compact the warmup and cooldown (``completion``).
+6. Offer a list schedule of all ``N`` micro-batches (``list_schedule``) to
+   ``Schedule.unroll``, which keeps it when it is strictly shorter.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ortools.sat.python import cp_model
 
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Schedule, Repetend
-from tessel_jax.search import completion
+from tessel_jax.search import completion, list_schedule
 from tessel_jax.search.modulo_model import make_solver, normalise, solve_modulo
 
 
@@ -89,20 +91,45 @@ def period_upper_bound(graph: BlockGraph) -> int:
              sum(b.span for b in graph.blocks) + sum(e.delay for e in graph.edges))
 
 
+def smallest_memory(graph: BlockGraph, period: int | None = None, *,
+                    allow_wrap: bool = True, time_limit_s: float = 30.0,
+                    seed: int = 0, num_workers: int = 1,
+                    ) -> tuple[int | None, bool]:
+  """Smallest per-device memory limit admitting a repetend of ``period``.
+
+  Args:
+    graph: The placement.
+    period: The period; None: the largest useful period (then the answer
+      is the smallest limit that admits any schedule).
+    allow_wrap, time_limit_s, seed, num_workers: As for the search.
+
+  Returns:
+    ``(limit, proven)``: the smallest limit CP-SAT found a repetend for
+    (None if none, e.g. ``period`` is too short at any memory) and whether
+    CP-SAT proved it minimal within the time limit.
+  """
+  if period is None:
+    period = period_upper_bound(graph)
+  sol = solve_modulo(graph, period, None, allow_wrap=allow_wrap,
+                     objective="memory", time_limit_s=time_limit_s, seed=seed,
+                     num_workers=num_workers)
+  if not sol.found:
+    return None, False
+  return sol.objective, sol.status == "OPTIMAL"
+
+
 def min_memory_limit(graph: BlockGraph, *, allow_wrap: bool = True,
                      time_limit_s: float = 30.0, seed: int = 0,
                      num_workers: int = 1) -> int | None:
   """Smallest per-device memory limit that admits any schedule.
 
-  Returns None when CP-SAT cannot prove it within ``time_limit_s``.
+  Returns None when CP-SAT cannot prove it within ``time_limit_s``
+  (``smallest_memory`` also gives the best limit found).
   """
-  sol = solve_modulo(graph, period_upper_bound(graph), None,
-                     allow_wrap=allow_wrap, objective="memory",
-                     time_limit_s=time_limit_s, seed=seed,
-                     num_workers=num_workers)
-  if sol.status != "OPTIMAL":
-    return None
-  return sol.objective
+  limit, proven = smallest_memory(graph, None, allow_wrap=allow_wrap,
+                                  time_limit_s=time_limit_s, seed=seed,
+                                  num_workers=num_workers)
+  return limit if proven else None
 
 
 def min_memory_at_period(graph: BlockGraph, period: int, *,
@@ -114,16 +141,17 @@ def min_memory_at_period(graph: BlockGraph, period: int, *,
   schedule needs (TensorOpt's time/memory corner). Returns None when the
   period is infeasible at any memory or CP-SAT does not prove it in time.
   """
-  sol = solve_modulo(graph, period, None, allow_wrap=allow_wrap,
-                     objective="memory", time_limit_s=time_limit_s, seed=seed,
-                     num_workers=num_workers)
-  return sol.objective if sol.status == "OPTIMAL" else None
+  limit, proven = smallest_memory(graph, period, allow_wrap=allow_wrap,
+                                  time_limit_s=time_limit_s, seed=seed,
+                                  num_workers=num_workers)
+  return limit if proven else None
 
 
 def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                     allow_wrap: bool = True, time_limit_s: float = 30.0,
                     seed: int = 0, num_workers: int = 1,
-                    complete: bool = True) -> Schedule:
+                    complete: bool = True,
+                    list_alternative: bool = True) -> Schedule:
   """Searches the most efficient repetend of ``graph`` under a memory limit.
 
   Args:
@@ -137,6 +165,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
     num_workers: CP-SAT subsolvers (interleaved deterministically).
     complete: Also compact warmup and cooldown (needed for ``unroll``'s
       template path).
+    list_alternative: Let ``Schedule.unroll(N)`` return a memory-aware list
+      schedule of all ``N`` micro-batches (``list_schedule``) when it is
+      strictly shorter than the repetend's unrolling (typical with a loose
+      limit, where the best schedule for a given ``N`` is GPipe-like and has
+      no short repetend).
 
   Returns:
     A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
@@ -249,6 +282,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
         num_workers=num_workers)
     schedule = _with_templates(schedule, templates, solve_kw,
                                completion_time_s=max(1.0, polish))
+  if list_alternative:
+    schedule = dataclasses.replace(
+        schedule, alternative=functools.lru_cache(maxsize=16)(
+            functools.partial(list_schedule.best_list_schedule, graph,
+                              memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
 
