@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 import tessel_jax as tj
+from tessel_jax.schedule import UnrolledSchedule
+from tessel_jax.search.list_schedule import best_list_schedule
 
 import test_lowering_models as M
 
@@ -75,6 +77,16 @@ def test_searched_schedule_matches_value_and_grad(graph):
   step = _check_train(graph, n=n)
   assert step.schedule is not None and step.schedule.period >= 1
   assert step.unrolled.num_microbatches == n
+
+
+def test_list_schedule_matches_value_and_grad():
+  # A non-periodic schedule (Schedule.unroll's list alternative: GPipe-like
+  # with interleaved chunks) lowers like any other action list.
+  graph = tj.placements.interleaved(4, chunks=2, f_span=1, b_span=2)
+  actions = best_list_schedule(graph, 8, None)
+  given = UnrolledSchedule(graph=graph, num_microbatches=8, actions=actions)
+  step = _check_train(graph, n=8, plan=given)
+  assert step.unrolled.actions == actions
 
 
 @pytest.mark.parametrize("baseline", ["gpipe", "1f1b"])
