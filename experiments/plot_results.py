@@ -1,0 +1,22 @@
+"""Pictures of evaluation results (a separate step from running them).
+
+  python -m experiments.plot_results \
+      --input=results/search_scaling/run_<hash>.json
+
+Writes run_<hash>_<what>.png next to each input (or into --output_dir).
+"""
+
+from absl import app
+
+from experiments import plot_results_args, plot_results_lib
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  for picture in plot_results_lib.run(plot_results_args.from_flags()):
+    print(f"wrote {picture}")
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,23 @@
+"""Search time and quality against devices, memory limit, N and time limit.
+
+  python -m experiments.search_scaling                       # the full sweep
+  python -m experiments.search_scaling --parts=devices --placements=vshape
+
+Writes results/search_scaling/run_<hash of the flags>.json after every case;
+plot it with ``python -m experiments.plot_results --input=<that file>``.
+"""
+
+from absl import app
+
+from experiments import search_scaling_args, search_scaling_lib
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  results = search_scaling_lib.run(search_scaling_args.from_flags())
+  print(search_scaling_lib.summary(results))
+
+
+if __name__ == "__main__":
+  app.run(main)
