@@ -34,6 +34,12 @@ flags.DEFINE_string("plot", "out/train_schedule.png",
 flags.DEFINE_string("output", "out/train.json",
                     "Where to write the JSON results ('' : none).")
 flags.DEFINE_integer("grid_steps", 48, "Steps of the schedule grid to print.")
+flags.DEFINE_enum("cost", None, ["measured", "uniform"],
+                  "Block costs of the search: measured on the device"
+                  " (cached) or uniform spans F=1, B=2, W=1 (default:"
+                  " $TESSEL_JAX_COST, else measured).")
+flags.DEFINE_bool("reprofile", False,
+                  "Measure the blocks again even when they are cached.")
 
 
 def from_flags() -> TrainArgs:
@@ -56,4 +62,5 @@ def from_flags() -> TrainArgs:
       microbatches=f.microbatches, microbatch_size=f.microbatch_size,
       steps=f.steps, lr=f.lr, seed=f.seed, schedule=f.schedule,
       time_limit=f.time_limit, check=f.check, plot=f.plot or None,
-      output=f.output or None, grid_steps=f.grid_steps)
+      output=f.output or None, grid_steps=f.grid_steps, cost=f.cost,
+      reprofile=f.reprofile)

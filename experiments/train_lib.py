@@ -41,6 +41,8 @@ class TrainArgs(NamedTuple):
   plot: str | None = "out/train_schedule.png"
   output: str | None = "out/train.json"
   grid_steps: int = 48
+  cost: str | None = None      # None: $TESSEL_JAX_COST, else "measured"
+  reprofile: bool = False
 
 
 # --- data -----------------------------------------------------------------
@@ -191,7 +193,8 @@ def run(args: Any, log=print) -> dict[str, Any]:
   n = args.microbatches
   step = tj.schedule(loss_fn, mesh=mesh, placement=graph, num_microbatches=n,
                      plan=args.schedule, solver_time_limit_s=args.time_limit,
-                     seed=args.seed)
+                     seed=args.seed, cost=args.cost, reprofile=args.reprofile,
+                     optimizer_slots=2)  # Adam's m and v
   rows = n * args.microbatch_size
   batch = data.batch(rows)
 
@@ -216,6 +219,7 @@ def run(args: Any, log=print) -> dict[str, Any]:
       f" lowered as {built.plan.loop_summary()} ticks;"
       f" build {build_s:.2f} s, compile {compile_s:.2f} s")
   log(built.unrolled.grid(max_steps=args.grid_steps or None))
+  log(f"cost model: {built.report.summary()}")
   record: dict[str, Any] = {
       "placement": graph.name, "devices": args.devices, "data": args.data,
       "microbatches": n, "microbatch_size": args.microbatch_size,
@@ -224,7 +228,7 @@ def run(args: Any, log=print) -> dict[str, Any]:
       "source": built.unrolled.source, "loops": built.plan.loop_summary(),
       "build_seconds": round(build_s, 3),
       "compile_seconds": round(compile_s, 3), "losses": [],
-      "step_seconds": []}
+      "step_seconds": [], "report": built.report.to_dict()}
   if args.check:
     def mean_loss(p):
       mbs = jax.tree_util.tree_map(
@@ -249,6 +253,7 @@ def run(args: Any, log=print) -> dict[str, Any]:
     record["losses"].append(round(loss, 5))
     record["step_seconds"].append(round(dt, 4))
     log(f"step {i:3d}  loss {loss:.4f}  ({dt * 1e3:.0f} ms)")
+  _log_prediction(record, built.report, log)
   if args.plot:
     from tessel_jax import plot  # pylint: disable=import-outside-toplevel
     os.makedirs(os.path.dirname(args.plot) or ".", exist_ok=True)
@@ -256,6 +261,25 @@ def run(args: Any, log=print) -> dict[str, Any]:
     record["plot"] = args.plot
     log(f"schedule picture: {args.plot}")
   return record
+
+
+def _log_prediction(record: dict[str, Any], report: Any, log) -> None:
+  """Predicted against measured step time (median of the steps after the
+  first, which may still pay one-time costs)."""
+  times = record["step_seconds"][1:] or record["step_seconds"]
+  if not times:
+    return
+  measured_ms = float(np.median(times)) * 1e3
+  record["measured_step_ms"] = round(measured_ms, 3)
+  predicted = report.predicted_step_ms
+  if predicted is None:
+    log(f"step time: measured {measured_ms:.1f} ms (median); no prediction"
+        f" with cost={report.cost!r}")
+    return
+  record["predicted_step_ms"] = round(predicted, 3)
+  record["predicted_over_measured"] = round(predicted / measured_ms, 3)
+  log(f"step time: predicted {predicted:.1f} ms, measured {measured_ms:.1f}"
+      f" ms (median), ratio {predicted / measured_ms:.2f}")
 
 
 def main(args: Any) -> int:

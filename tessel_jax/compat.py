@@ -156,6 +156,19 @@ def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
   return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))
 
 
+def jaxpr_text(eqns: Sequence[Any], invars: Sequence[Any],
+               outvars: Sequence[Any]) -> str:
+  """Printed jaxpr of a slice of equations (names by position, so equal
+  programs print equal text); the measurement cache keys kernels by it."""
+  effects = frozenset().union(*(e.effects for e in eqns)) if eqns else frozenset()
+  info = jex_core.DebugInfo("tessel_jax kernel key", "tessel_jax",
+                            tuple(f"in{i}" for i in range(len(invars))),
+                            tuple(f"out{i}" for i in range(len(outvars))))
+  jaxpr = Jaxpr(constvars=[], invars=list(invars), outvars=list(outvars),
+                eqns=list(eqns), effects=effects, debug_info=info)
+  return str(jaxpr)
+
+
 # --- shard_map helpers --------------------------------------------------------
 
 
@@ -199,3 +212,110 @@ def float0_zeros(shape: tuple[int, ...]) -> Any:
   """Zero cotangent for an integer value (dtype float0)."""
   import numpy as np  # pylint: disable=import-outside-toplevel
   return np.zeros(shape, dtype=jax.dtypes.float0)
+
+
+# --- jaxpr rewriting for the automatic cut ------------------------------------
+
+_CALL_BODIES = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr",
+                "core_call": "call_jaxpr"}
+
+
+def call_body(eqn: Any) -> tuple[Any, list[Any]] | None:
+  """``(jaxpr, consts)`` of a plain call (``jax.jit``, closed_call), else None.
+
+  Only calls whose semantics are "run this jaxpr" qualify; custom_jvp/vjp,
+  remat, cond, scan and while keep their equation.
+  """
+  key = _CALL_BODIES.get(primitive_name(eqn))
+  if key is None or key not in eqn.params:
+    return None
+  body = eqn.params[key]
+  if isinstance(body, ClosedJaxpr):
+    return body.jaxpr, list(body.consts)
+  return body, []
+
+
+def _inline_eval(jaxpr: Any, consts: Sequence[Any], args: Sequence[Any],
+                 drop_boundaries: bool) -> list[Any]:
+  env: dict[Any, Any] = {}
+
+  def read(v: Any) -> Any:
+    return v.val if isinstance(v, Literal) else env[v]
+
+  env.update(zip(jaxpr.constvars, consts))
+  env.update(zip(jaxpr.invars, args))
+  for eqn in jaxpr.eqns:
+    ins = [read(v) for v in eqn.invars]
+    body = call_body(eqn)
+    if body is not None:
+      outs = _inline_eval(body[0], body[1], ins, drop_boundaries)
+    elif drop_boundaries and is_boundary(eqn):
+      outs = ins
+    else:
+      params = eqn.primitive.get_bind_params(eqn.params)
+      outs = eqn.primitive.bind(*ins, **params)
+      if not eqn.primitive.multiple_results:
+        outs = [outs]
+    for v, x in zip(eqn.outvars, outs):
+      if not isinstance(v, DropVar):
+        env[v] = x
+  return [read(v) for v in jaxpr.outvars]
+
+
+def flatten_jaxpr(closed: Any, *, drop_boundaries: bool = False) -> Any:
+  """Inlines nested ``jax.jit`` / closed calls into the top level.
+
+  Re-traces ``closed`` binding the same primitives, so the result computes
+  the same values with the same invars (in order) and outputs; calls nested
+  in calls are inlined too. Other higher-order equations (scan, cond, while,
+  remat, custom_jvp/vjp) stay single equations.
+
+  Args:
+    closed: A ClosedJaxpr.
+    drop_boundaries: Also remove ``tessel_boundary`` equations (their
+      outputs become their inputs).
+
+  Returns:
+    A ClosedJaxpr (``closed`` itself when there is nothing to inline or drop).
+  """
+  if not any(call_body(e) is not None or (drop_boundaries and is_boundary(e))
+             for e in closed.jaxpr.eqns):
+    return closed
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
+           for v in closed.jaxpr.invars]
+
+  def run(*args: Any) -> list[Any]:
+    return _inline_eval(closed.jaxpr, closed.consts, args, drop_boundaries)
+
+  return jax.make_jaxpr(run)(*avals)
+
+
+def insert_boundaries(closed: Any, positions: Sequence[int]) -> Any:
+  """Inserts an operand-less ``tessel_boundary`` before equation ``p``.
+
+  Args:
+    closed: A ClosedJaxpr.
+    positions: Equation indices (each in ``1..len(eqns) - 1``).
+
+  Returns:
+    A ClosedJaxpr with the same variables, constants and outputs whose
+    top-level equations are split into ``len(positions) + 1`` segments.
+  """
+  cut = set(int(p) for p in positions)
+  eqns = []
+  for i, eqn in enumerate(closed.jaxpr.eqns):
+    if i in cut:
+      eqns.append(jex_core.new_jaxpr_eqn([], [], boundary_p, {},
+                                         jex_core.no_effects))
+    eqns.append(eqn)
+  return ClosedJaxpr(closed.jaxpr.replace(eqns=eqns), list(closed.consts))
+
+
+def eqn_params(eqn: Any) -> Any:
+  """An equation's parameters (read-only mapping)."""
+  return eqn.params
+
+
+def eval_closed(closed: Any, args: Sequence[Any]) -> list[Any]:
+  """Evaluates a ClosedJaxpr on ``args`` (binds its equations: traceable)."""
+  return list(jex_core.jaxpr_as_fun(closed)(*args))

@@ -13,3 +13,17 @@ if _DEVICE_FLAG not in os.environ.get("XLA_FLAGS", "").split():
       f for f in (os.environ.get("XLA_FLAGS", ""), _DEVICE_FLAG) if f)
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# Measured costs (tessel_jax.schedule's default) profile every kernel and
+# make schedules depend on timings; the suite runs with uniform spans unless
+# a test asks for cost="measured" (tests/test_cost.py). Measurements made
+# by such tests go to a per-session temporary cache, not ~/.cache.
+os.environ.setdefault("TESSEL_JAX_COST", "uniform")
+if "TESSEL_JAX_CACHE" not in os.environ:
+  import atexit
+  import shutil
+  import tempfile
+
+  _CACHE = tempfile.mkdtemp(prefix="tessel_jax_test_cache_")
+  os.environ["TESSEL_JAX_CACHE"] = _CACHE
+  atexit.register(shutil.rmtree, _CACHE, True)

@@ -1,0 +1,40 @@
+"""Measure the automatic cut: busiest block vs the best contiguous cut.
+
+  python -m experiments.autocut_bench                       # everything
+  python -m experiments.autocut_bench --models=plain --blocks=4
+
+For small unmarked GPTs (plain JAX; Flax nnx and Equinox when importable)
+and each number of forward blocks K: the cut time, the DP cut's busiest
+block (forward + backward, compiled alone and timed) and the same for the
+best contiguous cut under timed groups of equations (enumerated; target
+ratio <= 1.10), plus the cut time of a 12-layer small GPT. JSON to --output
+and a printed table. XLA runs single-threaded on CPU (--single_thread) so
+that other processes on the machine disturb the timings less.
+"""
+
+import os
+import sys
+
+from absl import app
+
+from experiments import autocut_bench_args
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  args = autocut_bench_args.from_flags()
+  if args.single_thread:
+    # One intra-op thread: timings then barely move when other processes
+    # take the other core (XLA reads XLA_FLAGS at its first device use).
+    flags = ["--xla_cpu_multi_thread_eigen=false",
+             "intra_op_parallelism_threads=1"]
+    os.environ["XLA_FLAGS"] = " ".join(
+        x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  from experiments import autocut_bench_lib  # pylint: disable=import-outside-toplevel
+  sys.exit(autocut_bench_lib.main(args))
+
+
+if __name__ == "__main__":
+  app.run(main)

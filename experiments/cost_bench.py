@@ -1,0 +1,44 @@
+"""Measure the cost model: predicted vs measured step time, profiling cost.
+
+  python -m experiments.cost_bench                    # both parts
+  python -m experiments.cost_bench --parts=accuracy --microbatches=8
+
+Parts (JSON to --output, a markdown table on stdout):
+
+* accuracy: for each placement x N, a worker process with 2 fake CPU devices,
+  each single-threaded and pinned to one core (as lowering_bench's speed-up
+  part), builds the pipelined step with measured costs, compiles it and
+  compares ``step.report.predicted_step_ms`` with the median measured step
+  time (target: within 15%);
+* profiling: seconds spent profiling a 12-layer small GPT (one block per
+  layer) with a cold cache and with the cache filled (targets: <= 20 s, ~0).
+"""
+
+import os
+import sys
+
+from absl import app
+
+from experiments import cost_bench_args
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  args = cost_bench_args.from_flags()
+  # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
+  if args.worker is not None:
+    flags = ["--xla_force_host_platform_device_count=2",
+             "--xla_cpu_multi_thread_eigen=false",
+             "intra_op_parallelism_threads=1"]
+  else:
+    flags = [f"--xla_force_host_platform_device_count={max(args.gpt_devices, 8)}"]
+  os.environ["XLA_FLAGS"] = " ".join(
+      x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  from experiments import cost_bench_lib  # pylint: disable=import-outside-toplevel
+  sys.exit(cost_bench_lib.main(args))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,23 @@
+"""Time/memory frontier: placements x pipeline x data parallelism x memory.
+
+  python -m experiments.frontier                       # analytic mT5-like GPT
+  python -m experiments.frontier --cost_source=measured --memory_limit=none
+
+Writes results/frontier/run_<hash of the flags>.json; draw it with
+``python -m experiments.frontier_plot <that file>``.
+"""
+
+from absl import app
+
+from experiments import frontier_args, frontier_lib
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  results = frontier_lib.run(frontier_args.from_flags())
+  print(frontier_lib.summary(results))
+
+
+if __name__ == "__main__":
+  app.run(main)

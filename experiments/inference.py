@@ -1,0 +1,34 @@
+"""Inference latency and throughput: M-shape and others against V-shape.
+
+  python -m experiments.inference                  # 4 fake CPU devices
+  python -m experiments.inference --microbatches=1,8 --nomeasure
+
+Writes results/inference/run_<hash of the flags>.json; draw it with
+``python -m experiments.inference_plot <that file>``.
+"""
+
+import os
+
+from absl import app
+
+from experiments import inference_args
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  # XLA reads XLA_FLAGS when jax creates its CPU client: set the fake
+  # device count before anything imports jax.
+  flag = ("--xla_force_host_platform_device_count="
+          f"{inference_args.devices_flag()}")
+  os.environ["XLA_FLAGS"] = " ".join(
+      x for x in (os.environ.get("XLA_FLAGS", ""), flag) if x)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  # pylint: disable-next=import-outside-toplevel
+  from experiments import inference_lib
+  results = inference_lib.run(inference_args.from_flags())
+  print(inference_lib.summary(results))
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,462 @@
+"""Block profiling: every kernel compiled alone and timed on the real device.
+
+For each kernel of a :class:`passes.kernels.KernelSet` (one per placement
+block: ``F``, ``B`` and, with a split backward, ``W``):
+
+* **time**: the kernel is jitted alone with its local input shapes and
+  full-shaped parameters (a parameter sharded over the pipe axis is gathered
+  before its block runs in the lowering, so the kernel sees the whole leaf),
+  compiled for the device the program runs on, run ``warmup`` times, then
+  timed ``repeats`` times with ``block_until_ready``; the median is kept. A
+  very short kernel is run several times per timed sample and the dispatch
+  cost of an empty jitted call (measured once per process) is taken off, so
+  the figure is the kernel's own compute as it runs inlined in the program.
+  On the CPU backend a kernel is timed with every thread of the process on
+  one core: inside a multi-device program each fake device runs its part
+  on one thread (measured on JAX 0.10.2: a device computing while the other
+  waits at a ``ppermute`` ran at single-core speed although the second core
+  was free), while a kernel jitted alone spreads independent work over the
+  process's threads. The devices of one process share its cores
+  (``predict.predict_shared``).
+* **memory**: ``stash_bytes`` (what the forward keeps for the backward:
+  residuals when the block keeps them, its inputs when it recomputes) and
+  XLA's ``compiled.memory_analysis()`` temp bytes (the kernel's transient
+  workspace).
+* **edges**: bytes each graph edge moves from the kernel output avals
+  (:func:`edge_bytes`).
+
+Kernels with the same jaxpr, shapes and device share one measurement through
+the cache key (:func:`kernel_key`), in memory and on disk
+(:class:`tessel_jax.cost.cache.ProfileCache`). Profiling never runs inside
+``shard_map``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tessel_jax import compat
+from tessel_jax.cost.cache import ProfileCache, make_key
+
+# A timed sample lasts at least this long (short kernels run several times).
+MIN_SAMPLE_S = 2e-3
+MAX_INNER = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelProfile:
+  """One kernel's measurement.
+
+  Attributes:
+    block_id: Graph block id.
+    label: ``F3``, ``B3`` or ``W3``.
+    kind: ``F``, ``B`` or ``W``.
+    fwd: Forward block index.
+    devices: Devices of the block.
+    seconds: Median compute seconds of one run on one device (local rows),
+      alone on the device (CPU: on one core).
+    core_seconds: Core-seconds of one run (CPU: equal to ``seconds``, the
+      kernel runs on one thread; elsewhere also ``seconds``).
+    stash_bytes: Bytes the block keeps for the backward (F kernels; 0 for
+      the others).
+    temp_bytes: XLA temp (workspace) bytes of the kernel compiled alone.
+    out_bytes: Bytes of the kernel's outputs on one device.
+    key: Cache key (kernels with equal keys share one measurement).
+    cached: Taken from the on-disk cache (not measured in this run).
+  """
+
+  block_id: int
+  label: str
+  kind: str
+  fwd: int
+  devices: tuple[int, ...]
+  seconds: float
+  core_seconds: float
+  stash_bytes: int
+  temp_bytes: int
+  out_bytes: int
+  key: str
+  cached: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Profile:
+  """Measurements of every kernel of one build.
+
+  Attributes:
+    kernels: By graph block id.
+    edge_bytes: Bytes moved per graph edge ``(src, dst)`` between different
+      devices (0 for an edge whose data stays on its devices).
+    backend: ``cpu``, ``gpu``, ``tpu``...
+    device_kind: The device's kind string.
+    profile_seconds: Wall seconds spent profiling (compile and timing
+      included; near 0 when everything came from the cache).
+    measured: Distinct kernels measured in this run.
+    from_cache: Distinct kernels read from the on-disk cache.
+  """
+
+  kernels: Mapping[int, KernelProfile]
+  edge_bytes: Mapping[tuple[int, int], int]
+  backend: str
+  device_kind: str
+  profile_seconds: float
+  measured: int
+  from_cache: int
+
+  @property
+  def cache_hit(self) -> bool:
+    """True when nothing had to be measured."""
+    return self.measured == 0
+
+  def seconds(self) -> dict[int, float]:
+    """Block id -> measured seconds."""
+    return {b: k.seconds for b, k in self.kernels.items()}
+
+
+# --- keys -------------------------------------------------------------------
+
+
+def _aval_list(avals: Sequence[Any]) -> list[list[Any]]:
+  return [[list(int(s) for s in a.shape), np.dtype(a.dtype).name]
+          for a in avals]
+
+
+def speed_flags() -> str:
+  """XLA flags that change speed (the fake device count does not)."""
+  flags = os.environ.get("XLA_FLAGS", "").split()
+  keep = [f for f in flags
+          if not f.startswith("--xla_force_host_platform_device_count")]
+  return " ".join(sorted(keep))
+
+
+def kernel_callable(kernel: Any) -> Callable[[Any, Any], Any]:
+  """``f(pvals, dvals) -> (outputs, grads)`` running ``kernel`` alone."""
+  def run(pvals, dvals):
+    outs, grads = kernel.fn({"row_offset": 0}, list(pvals), list(dvals))
+    return list(outs), list(grads)
+  return run
+
+
+def kernel_avals(kernel: Any, param_avals: Sequence[Any]
+                 ) -> tuple[list[jax.ShapeDtypeStruct], list[jax.ShapeDtypeStruct]]:
+  """Full-shaped parameter avals and local input avals of ``kernel``."""
+  p = [jax.ShapeDtypeStruct(tuple(param_avals[l].shape), param_avals[l].dtype)
+       for l in kernel.params]
+  d = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in kernel.in_avals]
+  return p, d
+
+
+def cpu_cores() -> int:
+  """Cores this process may run on."""
+  if hasattr(os, "sched_getaffinity"):
+    return len(os.sched_getaffinity(0))
+  return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def restricted_cores(cores: int | None) -> Iterator[None]:
+  """Runs the block with every thread of this process on ``cores`` cores.
+
+  The first ``cores`` cores of the process's affinity; every thread's own
+  affinity is restored afterwards. No-op where affinity cannot be set or
+  ``cores`` is None or not fewer than the cores available.
+  """
+  if (cores is None or not hasattr(os, "sched_setaffinity") or
+      not os.path.isdir("/proc/self/task")):
+    yield
+    return
+  allowed = sorted(os.sched_getaffinity(0))
+  if cores >= len(allowed):
+    yield
+    return
+  keep = set(allowed[:max(1, cores)])
+  saved: dict[int, set[int]] = {}
+  for name in os.listdir("/proc/self/task"):
+    tid = int(name)
+    try:
+      saved[tid] = os.sched_getaffinity(tid)
+      os.sched_setaffinity(tid, keep)
+    except OSError:
+      continue
+  try:
+    yield
+  finally:
+    for tid, aff in saved.items():
+      try:
+        os.sched_setaffinity(tid, aff)
+      except OSError:
+        pass
+
+
+def _structure(kernel: Any) -> list[Any]:
+  """What, beyond its forward block, decides a kernel's work."""
+  return [kernel.kind, kernel.split,
+          [kernel.params.index(l) for l in kernel.grads],
+          [[r.kind, r.key[0] if r.key else ""] for r in kernel.inputs],
+          [k[0] for k in kernel.outputs], list(kernel.in_split),
+          list(kernel.out_split), _aval_list(kernel.out_avals)]
+
+
+def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
+               block: Any = None) -> str:
+  """Cache key: (jaxpr text, shapes, backend, device kind, JAX, XLA flags).
+
+  With ``block`` (the kernel's ``passes.partition.ForwardBlock``) the text
+  is the block's jaxpr plus the kernel's structure (kind, inputs, outputs,
+  split, gradients: a backward is the vjp of its block); without it the
+  kernel is traced alone (slower: a vjp trace per kernel). Either way two
+  kernels doing the same work on the same shapes (identical layers) share
+  a key.
+  """
+  p, d = kernel_avals(kernel, param_avals)
+  if block is not None:
+    text = "block:" + compat.jaxpr_text(
+        block.eqns, tuple(block.invars) + tuple(block.const_vars),
+        block.outvars) + repr(_structure(kernel))
+  else:
+    text = str(jax.make_jaxpr(kernel_callable(kernel))(p, d))
+  # Variable names are positional; drop memory addresses that some reprs
+  # carry so equal programs give equal text.
+  text = re.sub(r" at 0x[0-9a-f]+", "", text)
+  cores = cpu_cores() if device.platform == "cpu" else None
+  return make_key({
+      "what": "kernel",
+      "jaxpr": text,
+      "params": _aval_list(p),
+      "inputs": _aval_list(d),
+      "backend": device.platform,
+      "device_kind": device.device_kind,
+      "jax": jax.__version__,
+      "xla_flags": speed_flags(),
+      "cpu_cores": cores,
+  })
+
+
+# --- timing -----------------------------------------------------------------
+
+
+def _example(aval: Any, rng: np.random.Generator) -> np.ndarray:
+  if jnp.issubdtype(aval.dtype, jnp.inexact):
+    return rng.standard_normal(aval.shape).astype(aval.dtype)
+  return np.zeros(aval.shape, aval.dtype)
+
+
+def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int
+                ) -> tuple[float, int]:
+  """Median seconds per call of ``fn`` and the calls per timed sample."""
+  for _ in range(max(1, warmup)):
+    jax.block_until_ready(fn())
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn())
+  first = time.perf_counter() - t0
+  inner = int(min(MAX_INNER, max(1, MIN_SAMPLE_S // max(first, 1e-7))))
+  samples = []
+  for _ in range(max(1, repeats)):
+    t0 = time.perf_counter()
+    out = None
+    for _ in range(inner):
+      out = fn()
+    jax.block_until_ready(out)
+    samples.append((time.perf_counter() - t0) / inner)
+  return statistics.median(samples), inner
+
+
+_DISPATCH: dict[Any, float] = {}
+
+
+def dispatch_seconds(device: Any, repeats: int = 7,
+                     cores: int | None = None) -> float:
+  """Seconds of one call of an (almost) empty jitted function on ``device``.
+
+  Measured once per device, core count and process; taken off every kernel
+  time because inside the pipelined program kernels are inlined, not
+  dispatched.
+  """
+  key = (device.platform, device.id, cores)
+  if key not in _DISPATCH:
+    x = jax.device_put(np.zeros((), np.float32), device)
+    f = jax.jit(lambda v: v + 1).lower(x).compile()
+    sec, _ = _time_calls(lambda: f(x), repeats, 3)
+    _DISPATCH[key] = sec
+  return _DISPATCH[key]
+
+
+def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
+           warmup: int, cores: int | None) -> tuple[float, float]:
+  """(compute seconds, raw seconds per call) on ``cores`` cores (None: all)."""
+  with restricted_cores(cores):
+    raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup)
+    over = dispatch_seconds(device, cores=cores)
+  return max(raw - over, 0.05 * raw), raw
+
+
+def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
+                repeats: int = 5, warmup: int = 2, seed: int = 0
+                ) -> dict[str, Any]:
+  """Compiles ``kernel`` alone for ``device`` and times it.
+
+  On the CPU backend it is timed with every thread of the process on one
+  core (see the module doc); ``core_seconds`` equals ``seconds``.
+
+  Returns:
+    ``{"seconds", "core_seconds", "raw_seconds", "host_cores",
+    "temp_bytes", "compile_seconds"}``: median compute seconds (the
+    dispatch cost of an empty call taken off, never below 5% of the raw
+    figure), single-core seconds, the raw median per call, cores of the
+    process (CPU), XLA temp bytes, compile seconds.
+  """
+  p, d = kernel_avals(kernel, param_avals)
+  rng = np.random.default_rng(seed)
+  pv = [jax.device_put(_example(a, rng), device) for a in p]
+  dv = [jax.device_put(_example(a, rng), device) for a in d]
+  t0 = time.perf_counter()
+  compiled = jax.jit(kernel_callable(kernel)).lower(pv, dv).compile()
+  compile_s = time.perf_counter() - t0
+  temp = 0
+  try:
+    ma = compiled.memory_analysis()
+    if ma is not None:
+      temp = int(ma.temp_size_in_bytes)
+  except Exception:  # pylint: disable=broad-except  (backend without it)
+    temp = 0
+  host = cpu_cores() if device.platform == "cpu" else None
+  seconds, raw = _timed(compiled, pv, dv, device, repeats, warmup,
+                        1 if host is not None else None)
+  return {"seconds": seconds, "core_seconds": seconds,
+          "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
+          "compile_seconds": compile_s}
+
+
+# --- edges ------------------------------------------------------------------
+
+
+def _nbytes(aval: Any) -> int:
+  return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
+
+
+def _rows(kernel: Any, device: int, b: int) -> tuple[int, int]:
+  if kernel.split <= 1:
+    return (0, b)
+  k = kernel.devices.index(device)
+  return (k * b // kernel.split, (k + 1) * b // kernel.split)
+
+
+def edge_bytes(graph: Any, ks: Any) -> dict[tuple[int, int], int]:
+  """Bytes each edge of ``graph`` moves between devices.
+
+  For every value the destination kernel reads from the source kernel, each
+  destination device needs its rows (a shared block reads only its share);
+  rows the device produced itself are local. The edge's figure is the
+  largest amount any one destination device receives (devices receive in
+  parallel). Edges whose data stays on its devices (residuals, same device
+  sets) move 0 bytes.
+  """
+  b = ks.microbatch_rows
+  out: dict[tuple[int, int], int] = {}
+  for e in graph.edges:
+    src, dst = ks.kernels.get(e.src), ks.kernels.get(e.dst)
+    if src is None or dst is None:
+      out[(e.src, e.dst)] = 0
+      continue
+    produced = {key: o for o, key in enumerate(src.outputs)}
+    worst = 0
+    for d in dst.devices:
+      total = 0
+      for r, ref in enumerate(dst.inputs):
+        if ref.kind != "value" or ref.key not in produced:
+          continue
+        o = produced[ref.key]
+        full = ks.value_avals.get(ref.key, src.out_avals[o])
+        need = _nbytes(dst.in_avals[r])
+        if ref.key[0] == "r":
+          continue  # residuals never leave their device
+        rowed = bool(full.shape) and full.shape[0] == b
+        if d not in src.devices:
+          total += need
+          continue
+        if not rowed or not src.out_split[o]:
+          continue  # d holds the whole value itself
+        lo, hi = _rows(dst, d, b) if dst.in_split[r] else (0, b)
+        mlo, mhi = _rows(src, d, b)
+        own = max(0, min(hi, mhi) - max(lo, mlo))
+        per_row = _nbytes(full) // max(1, full.shape[0])
+        total += (hi - lo - own) * per_row
+      worst = max(worst, total)
+    out[(e.src, e.dst)] = worst
+  return out
+
+
+# --- profiling a kernel set ---------------------------------------------------
+
+
+def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
+                    device: Any, *, cache: ProfileCache | None = None,
+                    repeats: int = 5, warmup: int = 2,
+                    memo: dict[str, dict[str, Any]] | None = None,
+                    part: Any = None,
+                    log: Callable[[str], None] | None = None) -> Profile:
+  """Measures every kernel of ``ks`` (each distinct one once).
+
+  Args:
+    ks: The kernel set (``passes.kernels.KernelSet``).
+    graph: The placement graph (for the edges).
+    param_avals: Full avals of every parameter leaf.
+    device: The device to profile on (the mesh's first device).
+    cache: On-disk cache (None: measure everything, store nothing).
+    repeats: Timed samples per kernel (median kept).
+    warmup: Untimed runs first.
+    memo: Optional in-memory records by key, shared between calls (read and
+      filled; a kernel found here counts as neither measured nor cached).
+    part: The partition the kernels come from (keys from its blocks'
+      jaxprs, no tracing; see :func:`kernel_key`).
+    log: Optional progress printer.
+  """
+  t0 = time.perf_counter()
+  by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
+  from_disk: set[str] = set()
+  measured = 0
+  out: dict[int, KernelProfile] = {}
+  for bid in sorted(ks.kernels):
+    k = ks.kernels[bid]
+    block = part.blocks[k.fwd] if part is not None else None
+    key = kernel_key(k, param_avals, device, block)
+    rec = by_key.get(key)
+    if rec is None and cache is not None:
+      rec = cache.get("kernel", key)
+      if rec is not None:
+        from_disk.add(key)
+    if rec is None:
+      rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup)
+      rec.update(label=k.label, backend=device.platform,
+                 device_kind=device.device_kind)
+      measured += 1
+      if cache is not None:
+        cache.put("kernel", key, rec)
+      if log is not None:
+        log(f"profiled {k.label}: {rec['seconds'] * 1e3:.3f} ms,"
+            f" temp {rec['temp_bytes']} B, compile"
+            f" {rec['compile_seconds']:.2f} s")
+    by_key[key] = rec
+    out[bid] = KernelProfile(
+        block_id=bid, label=k.label, kind=k.kind, fwd=k.fwd,
+        devices=tuple(k.devices), seconds=float(rec["seconds"]),
+        core_seconds=float(rec.get("core_seconds", rec["seconds"])),
+        stash_bytes=int(k.stash_bytes) if k.kind == "F" else 0,
+        temp_bytes=int(rec["temp_bytes"]),
+        out_bytes=sum(_nbytes(a) for a in k.out_avals), key=key,
+        cached=key in from_disk)
+  return Profile(kernels=out, edge_bytes=edge_bytes(graph, ks),
+                 backend=device.platform, device_kind=device.device_kind,
+                 profile_seconds=time.perf_counter() - t0, measured=measured,
+                 from_cache=len(from_disk))

@@ -1,0 +1,336 @@
+"""The cost options of one scheduled function, from kernels to report.
+
+:class:`CostModel` is what ``tessel_jax.schedule`` holds for ``cost=``,
+``time_resolution=``, ``reprofile=``, ``link=``, ``cache_dir=`` and
+``optimizer_slots=``:
+
+* :meth:`CostModel.search_graph`: profile the kernels (``measure``), price
+  the edges (``link``) and quantise everything into the search's graph
+  (``quantize``);
+* :meth:`CostModel.report`: replay the lowered schedule with the measured
+  durations (``predict``, with the lowering's per-tick costs from
+  ``ticks``) into a :class:`CostReport`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from tessel_jax import simulate
+from tessel_jax.cost import cache as _cache
+from tessel_jax.cost import link as _link
+from tessel_jax.cost import measure as _measure
+from tessel_jax.cost import predict as _predict
+from tessel_jax.cost import quantize as _quantize
+from tessel_jax.cost import ticks as _ticks
+from tessel_jax.cost.report import CostReport
+from tessel_jax.graph import BlockGraph
+
+COSTS = ("measured", "uniform")
+
+
+def _local_mesh(mesh: Any, pipe_axis: str) -> Any:
+  """``mesh``, or in a multi-process run the devices this process holds as
+  a one-axis mesh (microbenchmarks must not span processes)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  if jax.process_count() == 1:
+    return mesh
+  mine = [d for d in mesh.devices.flat
+          if d.process_index == jax.process_index()]
+  return jax.sharding.Mesh(np.array(mine), (pipe_axis,))
+
+
+def agree(values: Any) -> Any:
+  """Process 0's values on every process (measurements differ between
+  hosts, but every process must search the same schedule)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  if jax.process_count() == 1:
+    return values
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  arr = np.asarray(values, np.float64)
+  return multihost_utils.broadcast_one_to_all(arr).tolist()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SearchCosts:
+  """The measured search graph of one kernel set.
+
+  Attributes:
+    graph: Integer spans, memory units and edge delays.
+    memory_unit: Bytes per memory unit.
+    quantized: The quantisation (real seconds and bytes, errors).
+    profile: Kernel measurements.
+    link: Communication model used for the delays.
+    workspace_bytes: Largest kernel workspace (XLA temp bytes) on any
+      device.
+    workspace_per_device: Largest kernel workspace per device.
+    shared_cores: CPU backend: cores the devices of one pipeline share
+      (the process's cores, divided among data-parallel replicas); None on
+      other backends.
+    work: CPU backend: block id -> core-seconds (``core_seconds``).
+    parallelism: CPU backend: block id -> cores the block can use alone.
+  """
+
+  graph: BlockGraph
+  memory_unit: int
+  quantized: _quantize.Quantized
+  profile: _measure.Profile
+  link: _link.LinkModel
+  workspace_bytes: int
+  workspace_per_device: tuple[int, ...]
+  shared_cores: float | None = None
+  work: Mapping[int, float] | None = None
+  parallelism: Mapping[int, float] | None = None
+
+
+def block_memory_bytes(graph: BlockGraph, ks: Any) -> dict[int, int]:
+  """Stash bytes per block: ``F`` keeps them, ``B`` (or ``W`` when the
+  backward is split) frees them."""
+  stash = {k.fwd: k.stash_bytes for k in ks.kernels.values() if k.kind == "F"}
+  has_w = {k.fwd for k in ks.kernels.values() if k.kind == "W"}
+  out = {}
+  for blk in graph.blocks:
+    k = ks.kernels.get(blk.id)
+    s = stash.get(k.fwd, 0) if k is not None else 0
+    if blk.kind == "F":
+      out[blk.id] = s
+    elif blk.kind == "B":
+      out[blk.id] = 0 if (k is not None and k.fwd in has_w) else -s
+    else:
+      out[blk.id] = -s
+  return out
+
+
+class CostModel:
+  """Cost options of one ``ScheduledFunction`` (validated on creation).
+
+  Raises:
+    ValueError: for an unknown ``cost``, a non-positive ``time_resolution``,
+      a ``link`` that is not None / LinkModel / "measure", or a negative
+      ``optimizer_slots``.
+  """
+
+  def __init__(self, *, cost: str = "measured",
+               time_resolution: float | None = None, reprofile: bool = False,
+               link: Any = None, cache_dir: str | None = None,
+               optimizer_slots: int = 0, repeats: int = 9):
+    if cost not in COSTS:
+      raise ValueError(f"cost is {cost!r}; use 'measured' (profile every"
+                       f" kernel on the device) or 'uniform' (spans F=1, B=2,"
+                       f" W=1), or set the TESSEL_JAX_COST environment"
+                       f" variable to one of them")
+    if time_resolution is not None and not (
+        isinstance(time_resolution, (int, float)) and time_resolution > 0):
+      raise ValueError(f"time_resolution must be a number of seconds > 0 (or"
+                       f" None for automatic), got {time_resolution!r}")
+    if not (link is None or isinstance(link, _link.LinkModel) or
+            link == "measure"):
+      raise ValueError(f"link must be None (backend defaults), a"
+                       f" tessel_jax.cost.LinkModel or 'measure', got"
+                       f" {link!r}")
+    if (isinstance(optimizer_slots, bool) or
+        not isinstance(optimizer_slots, int) or optimizer_slots < 0):
+      raise ValueError(f"optimizer_slots must be an integer >= 0 (Adam: 2),"
+                       f" got {optimizer_slots!r}")
+    self.cost = cost
+    self.time_resolution = time_resolution
+    self.link_option = link
+    self.optimizer_slots = optimizer_slots
+    self.repeats = repeats
+    self.cache = _cache.ProfileCache(cache_dir, reprofile=reprofile)
+    self._memo: dict[str, dict[str, Any]] = {}
+    self._link: _link.LinkModel | None = None
+    self._ticks: _ticks.TickCosts | None = None
+    self._spent = 0.0
+    self._measured = 0
+    self._hit = True
+
+  @property
+  def measured(self) -> bool:
+    return self.cost == "measured"
+
+  # --- search graph ---------------------------------------------------------
+
+  def link_model(self, mesh: Any, pipe_axis: str) -> _link.LinkModel:
+    """The link model (measured once per CostModel when asked, cached)."""
+    if self._link is not None:
+      return self._link
+    mesh = _local_mesh(mesh, pipe_axis)
+    opt = self.link_option
+    device = mesh.devices.flat[0]
+    if isinstance(opt, _link.LinkModel):
+      self._link = opt
+    elif opt == "measure" and int(dict(mesh.shape)[pipe_axis]) > 1:
+      key = _cache.make_key({
+          "what": "link", "backend": device.platform,
+          "device_kind": device.device_kind,
+          "devices": int(dict(mesh.shape)[pipe_axis]),
+          "xla_flags": _measure.speed_flags()})
+      rec = self.cache.get("link", key)
+      if rec is None:
+        model = _link.measure_link(mesh, pipe_axis)
+        self.cache.put("link", key, model.to_dict())
+      else:
+        model = _link.LinkModel(rec["latency_s"],
+                                rec["bandwidth_bytes_per_s"], "measured")
+      self._link = model
+    else:
+      self._link = _link.default_link(device.platform)
+    return self._link
+
+  def search_graph(self, graph: BlockGraph, ks: Any, param_avals: Any,
+                   mesh: Any, pipe_axis: str, part: Any = None
+                   ) -> SearchCosts:
+    """Profiles ``ks`` (of partition ``part``) and quantises ``graph``.
+
+    In a multi-process run every process profiles its first device and all
+    use process 0's figures.
+    """
+    mesh = _local_mesh(mesh, pipe_axis)
+    device = mesh.devices.flat[0]
+    prof = _measure.profile_kernels(ks, graph, param_avals, device,
+                                    cache=self.cache, repeats=self.repeats,
+                                    memo=self._memo, part=part)
+    self._spent += prof.profile_seconds
+    self._measured += prof.measured
+    self._hit = self._hit and prof.cache_hit
+    link = self.link_model(mesh, pipe_axis)
+    delays = {e: link.seconds(n) for e, n in prof.edge_bytes.items()}
+    seconds = prof.seconds()
+    shared = work = par = None
+    if device.platform == "cpu":
+      # The devices of one process share its cores, each device running its
+      # part of the program on one thread (kernels are timed on one core):
+      # with more devices than cores a busy device gets cores / devices of
+      # one. (A device computing while the others idle outside a collective
+      # ran up to ~1.4x faster in the program on 2 cores; not modelled.)
+      total = len(mesh.devices.flat)
+      pipe = int(dict(mesh.shape)[pipe_axis])
+      shared = _measure.cpu_cores() * pipe / total
+      work = {b: k.core_seconds for b, k in prof.kernels.items()}
+      par = {b: 1.0 for b in prof.kernels}
+      seconds = {b: work[b] / min(1.0, shared / pipe) for b in work}
+    order = sorted(seconds)
+    agreed = agree([seconds[b] for b in order] +
+                    [delays[e] for e in sorted(delays)])
+    seconds = dict(zip(order, agreed[:len(order)]))
+    delays = dict(zip(sorted(delays), agreed[len(order):]))
+    q = _quantize.quantize(graph, seconds,
+                           block_memory_bytes(graph, ks), delays,
+                           resolution=self.time_resolution)
+    ws = [0] * graph.num_devices
+    for k in prof.kernels.values():
+      for d in k.devices:
+        ws[d] = max(ws[d], k.temp_bytes)
+    return SearchCosts(graph=q.graph, memory_unit=q.memory_unit, quantized=q,
+                       profile=prof, link=link,
+                       workspace_bytes=max(ws, default=0),
+                       workspace_per_device=tuple(ws), shared_cores=shared,
+                       work=work, parallelism=par)
+
+  # --- report -----------------------------------------------------------------
+
+  def tick_costs(self, mesh: Any, pipe_axis: str) -> _ticks.TickCosts:
+    """Per-tick costs of the lowering on this mesh (microbenchmark, cached;
+    measured once per CostModel)."""
+    if self._ticks is None:
+      mesh = _local_mesh(mesh, pipe_axis)
+      device = mesh.devices.flat[0]
+      fields = {"backend": device.platform, "device_kind": device.device_kind,
+                "pipe": int(dict(mesh.shape)[pipe_axis]),
+                "devices": len(mesh.devices.flat),
+                "xla_flags": _measure.speed_flags(),
+                "cpu_cores": (_measure.cpu_cores() if device.platform == "cpu"
+                              else None)}
+      t0, hits = time.perf_counter(), self.cache.hits
+      self._ticks = _ticks.cached_tick_costs(mesh, pipe_axis, self.cache,
+                                             fields)
+      self._spent += time.perf_counter() - t0   # part of profiling
+      self._hit = self._hit and self.cache.hits > hits
+    return self._ticks
+
+  def predict(self, costs: SearchCosts, unrolled: Any, plan: Any,
+              mesh: Any, pipe_axis: str
+              ) -> tuple[_predict.Prediction, _ticks.TickModel]:
+    """The measured prediction of a lowered schedule and its tick model."""
+    device = mesh.devices.flat[0]
+    q = costs.quantized
+    tick_model = _ticks.tick_model(
+        plan, costs.link, self.tick_costs(mesh, pipe_axis),
+        rendezvous=device.platform in _ticks.RENDEZVOUS_BACKENDS)
+    if costs.shared_cores is not None:
+      pred = _predict.predict_shared(
+          unrolled, costs.work, costs.parallelism, costs.shared_cores,
+          delays=tick_model.delays(q.delay_seconds),
+          memory_bytes=q.memory_bytes, barriers=tick_model.barriers,
+          tick_seconds=tick_model.tick_seconds,
+          barriers_after=tick_model.barriers_after)
+    else:
+      pred = _predict.predict(
+          unrolled, dict(q.seconds), delays=tick_model.delays(q.delay_seconds),
+          memory_bytes=q.memory_bytes, barriers=tick_model.barriers,
+          tick_seconds=tick_model.tick_seconds,
+          barriers_after=tick_model.barriers_after)
+    return pred, tick_model
+
+  def report(self, costs: SearchCosts | None, unrolled: Any, plan: Any,
+             layout: Any, unit: int, stash_limit_bytes: int | None,
+             mesh: Any, pipe_axis: str, schedule_costs: str | None = None,
+             alternative_ms: float | None = None) -> CostReport:
+    """The build's :class:`CostReport` (resets the profiling counters).
+
+    ``schedule_costs``: the spans the lowered schedule was searched on
+    (``"measured"`` or ``"uniform"``, see ``api``); ``alternative_ms``: the
+    predicted step time of the candidate not taken.
+    """
+    device = mesh.devices.flat[0]
+    fixed = [p * (2 + self.optimizer_slots)
+             for p in layout.bytes_per_device()]
+    if costs is not None:
+      pred, tick_model = self.predict(costs, unrolled, plan, mesh, pipe_axis)
+    spent, measured, hit = self._spent, self._measured, self._hit
+    self._spent, self._measured, self._hit = 0.0, 0, True
+    if costs is None:
+      stash = tuple(p * unit for p in unrolled.peak_memory)
+      stats = simulate.simulate(unrolled)
+      return CostReport(
+          cost="uniform", predicted_step_ms=None,
+          peak_memory_bytes=tuple(f + s for f, s in zip(fixed, stash)),
+          stash_peak_bytes=stash, bubble_ratio=stats.bubble_ratio,
+          quantization_error=None, block_error=None, time_resolution_s=None,
+          memory_unit_bytes=unit, memory_limit_bytes=stash_limit_bytes,
+          profile_seconds=0.0, cache_hit=False, kernels_measured=0,
+          ticks=len(plan.ticks), backend=device.platform)
+    q = costs.quantized
+    seconds = dict(q.seconds)
+    step_s = pred.step_seconds
+    searched_here = schedule_costs in (None, "measured")
+    qerr = None
+    if searched_here:
+      real = _predict.makespan_seconds(unrolled, seconds, q.delay_seconds)
+      qerr = _quantize.plan_error(unrolled.makespan, q.resolution, real)
+    labels = {b.id: b.label for b in q.graph.blocks}
+    peak = tuple(f + s + w for f, s, w in zip(
+        fixed, pred.peak_bytes, costs.workspace_per_device))
+    return CostReport(
+        cost="measured", predicted_step_ms=step_s * 1e3,
+        peak_memory_bytes=peak, stash_peak_bytes=pred.peak_bytes,
+        bubble_ratio=pred.bubble_ratio,
+        quantization_error=qerr,
+        block_error=q.time_error, time_resolution_s=q.resolution,
+        memory_unit_bytes=unit, memory_limit_bytes=stash_limit_bytes,
+        profile_seconds=spent, cache_hit=hit and measured == 0,
+        kernels_measured=measured,
+        block_ms={labels[b]: t * 1e3 for b, t in seconds.items()},
+        edge_delay_ms={f"{labels[s]}->{labels[d]}": t * 1e3
+                       for (s, d), t in q.delay_seconds.items() if t > 0},
+        tick_overhead_ms=tick_model.mean_tick_seconds * 1e3,
+        barrier_ms=tick_model.barrier_seconds * 1e3,
+        ticks=len(plan.ticks), link=costs.link.to_dict(),
+        backend=device.platform, schedule_costs=schedule_costs or "measured",
+        alternative_ms=alternative_ms)

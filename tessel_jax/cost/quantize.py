@@ -1,0 +1,229 @@
+"""Measured seconds and bytes -> the search's integers (pure Python, no jax).
+
+The CP-SAT search works on integer steps and integer memory units
+(DESIGN §3). This module turns a profile into such a graph and says how much
+the rounding costs:
+
+* **time**: one step is ``resolution`` seconds; a block's span is its
+  seconds over the resolution, rounded to the nearest step and at least 1.
+  The default resolution is the coarsest that keeps the rounding error of
+  the blocks (time-weighted) and of every device's load within
+  ``tolerance``, with the busiest device's load per micro-batch capped at
+  ``max_steps`` steps (the search slows with long spans; coarse steps also
+  keep the lowering's tick count low).
+* **communication**: an edge between blocks on different devices gets a
+  ``delay`` of its seconds (bytes / bandwidth + latency, see
+  ``tessel_jax.cost.link``) in the same steps, rounded to the nearest step.
+* **memory**: bytes in units of ``ceil(largest |block memory| /
+  memory_units)`` bytes; a block's memory is rounded *away from zero* (a
+  stash reserves at least its bytes, its release frees what was reserved),
+  and a byte limit is rounded *down* (:func:`limit_units`), so a plan that
+  fits in units fits in bytes.
+
+:func:`plan_error` is the relative error of a quantised plan:
+``|quantised makespan * resolution - makespan with real durations| / real``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from tessel_jax.graph import BlockGraph, Edge
+
+DEFAULT_MAX_STEPS = 24
+DEFAULT_TOLERANCE = 0.05
+MEMORY_UNITS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Quantized:
+  """A placement with integer spans, memory units and edge delays.
+
+  Attributes:
+    graph: The graph the search runs on.
+    resolution: Seconds per step.
+    memory_unit: Bytes per memory unit.
+    seconds: Real seconds per block id.
+    memory_bytes: Real memory delta (bytes) per block id.
+    delay_seconds: Real seconds per edge ``(src, dst)``.
+    block_errors: Per block id ``|span * resolution - seconds| / seconds``.
+    time_error: Time-weighted block error ``sum |span*res - t| / sum t``.
+    load_error: Largest per-device relative error of the load per
+      micro-batch (sum of spans of the device's blocks).
+  """
+
+  graph: BlockGraph
+  resolution: float
+  memory_unit: int
+  seconds: Mapping[int, float]
+  memory_bytes: Mapping[int, int]
+  delay_seconds: Mapping[tuple[int, int], float]
+  block_errors: Mapping[int, float]
+  time_error: float
+  load_error: float
+
+  def limit_units(self, limit_bytes: int | None) -> int | None:
+    """A byte limit in this graph's memory units (rounded down)."""
+    return limit_units(limit_bytes, self.memory_unit)
+
+
+def to_steps(seconds: float, resolution: float, minimum: int = 1) -> int:
+  """``seconds`` in steps of ``resolution``: nearest, at least ``minimum``."""
+  if resolution <= 0:
+    raise ValueError(f"resolution must be > 0 seconds, got {resolution}")
+  return max(minimum, int(math.floor(seconds / resolution + 0.5)))
+
+
+def memory_unit(memory_bytes: Sequence[int], units: int = MEMORY_UNITS) -> int:
+  """Bytes per unit: the largest ``|memory|`` becomes ``units`` units."""
+  biggest = max((abs(int(m)) for m in memory_bytes), default=0)
+  return max(1, math.ceil(biggest / max(1, units)))
+
+
+def to_units(nbytes: int, unit: int) -> int:
+  """Bytes in units, rounded away from zero (conservative both ways)."""
+  n = int(nbytes)
+  if n < 0:
+    return -to_units(-n, unit)
+  return -(-n // unit)
+
+
+def limit_units(limit_bytes: int | None, unit: int) -> int | None:
+  """A byte limit in units, rounded down (None stays None, never < 0)."""
+  if limit_bytes is None:
+    return None
+  return max(0, int(limit_bytes) // int(unit))
+
+
+def _loads(graph: BlockGraph, values: Mapping[int, float]) -> list[float]:
+  out = [0.0] * graph.num_devices
+  for b in graph.blocks:
+    for d in b.devices:
+      out[d] += values[b.id]
+  return out
+
+
+def _errors(graph: BlockGraph, seconds: Mapping[int, float],
+            resolution: float) -> tuple[dict[int, float], float, float]:
+  spans = {b.id: to_steps(seconds[b.id], resolution) for b in graph.blocks}
+  q = {b: s * resolution for b, s in spans.items()}
+  block = {b: abs(q[b] - t) / t if t > 0 else 0.0 for b, t in seconds.items()
+           if b in q}
+  total = sum(seconds[b.id] for b in graph.blocks)
+  weighted = (sum(abs(q[b.id] - seconds[b.id]) for b in graph.blocks) /
+              total) if total > 0 else 0.0
+  real, got = _loads(graph, seconds), _loads(graph, q)
+  load = max((abs(g - r) / r for r, g in zip(real, got) if r > 0), default=0.0)
+  return block, weighted, load
+
+
+def choose_resolution(graph: BlockGraph, seconds: Mapping[int, float], *,
+                      max_steps: int = DEFAULT_MAX_STEPS,
+                      tolerance: float = DEFAULT_TOLERANCE) -> float:
+  """The coarsest resolution whose rounding error is within ``tolerance``.
+
+  Tries the busiest device's load per micro-batch at ``S = 1, 2, ...,
+  max_steps`` steps (resolution ``load / S``) and returns the first whose
+  time-weighted block error and per-device load errors are all within
+  ``tolerance``; if none is, the one of smallest error.
+
+  Raises:
+    ValueError: if a block's seconds are missing or not positive.
+  """
+  _check_seconds(graph, seconds)
+  if max_steps < 1:
+    raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+  busiest = max(_loads(graph, seconds))
+  best, best_err = busiest / max_steps, math.inf
+  for s in range(1, max_steps + 1):
+    res = busiest / s
+    _, weighted, load = _errors(graph, seconds, res)
+    err = max(weighted, load)
+    if err <= tolerance:
+      return res
+    if err < best_err - 1e-12:
+      best, best_err = res, err
+  return best
+
+
+def _check_seconds(graph: BlockGraph, seconds: Mapping[int, float]) -> None:
+  for b in graph.blocks:
+    t = seconds.get(b.id)
+    if t is None or not t > 0 or not math.isfinite(t):
+      raise ValueError(
+          f"block {b.label} (id {b.id}) has no positive measured seconds"
+          f" ({t!r}); give every block a duration > 0")
+
+
+def quantize(graph: BlockGraph, seconds: Mapping[int, float],
+             memory_bytes: Mapping[int, int] | None = None,
+             delay_seconds: Mapping[tuple[int, int], float] | None = None, *,
+             resolution: float | None = None,
+             max_steps: int = DEFAULT_MAX_STEPS,
+             tolerance: float = DEFAULT_TOLERANCE,
+             memory_units: int = MEMORY_UNITS) -> Quantized:
+  """The search graph of ``graph`` for measured seconds, bytes and delays.
+
+  Args:
+    graph: The placement (its spans, memory and delays are replaced).
+    seconds: Block id -> seconds per run (> 0).
+    memory_bytes: Block id -> memory delta in bytes (default 0).
+    delay_seconds: ``(src, dst)`` -> seconds between the end of ``src`` and
+      the start of ``dst`` (communication); edges not listed get 0.
+    resolution: Seconds per step (None: :func:`choose_resolution`).
+    max_steps: Cap of the default resolution (busiest device's steps per
+      micro-batch).
+    tolerance: Rounding error the default resolution aims at.
+    memory_units: The largest block memory becomes this many units.
+
+  Raises:
+    ValueError: for a missing or non-positive duration or resolution.
+  """
+  _check_seconds(graph, seconds)
+  if resolution is None:
+    resolution = choose_resolution(graph, seconds, max_steps=max_steps,
+                                   tolerance=tolerance)
+  if not resolution > 0:
+    raise ValueError(f"time resolution must be > 0 seconds, got {resolution}")
+  mem = {b.id: int((memory_bytes or {}).get(b.id, 0)) for b in graph.blocks}
+  unit = memory_unit(list(mem.values()), memory_units)
+  delays = {(e.src, e.dst): float((delay_seconds or {}).get((e.src, e.dst),
+                                                            0.0))
+            for e in graph.edges}
+  blocks = tuple(
+      dataclasses.replace(b, span=to_steps(seconds[b.id], resolution),
+                          memory=to_units(mem[b.id], unit))
+      for b in graph.blocks)
+  edges = tuple(Edge(e.src, e.dst, to_steps(delays[(e.src, e.dst)],
+                                            resolution, minimum=0))
+                for e in graph.edges)
+  qgraph = dataclasses.replace(graph, blocks=blocks, edges=edges)
+  block_err, weighted, load = _errors(graph, seconds, resolution)
+  return Quantized(graph=qgraph, resolution=float(resolution),
+                   memory_unit=unit,
+                   seconds={b.id: float(seconds[b.id]) for b in graph.blocks},
+                   memory_bytes=mem, delay_seconds=delays,
+                   block_errors=block_err, time_error=weighted,
+                   load_error=load)
+
+
+def plan_error(quantized_makespan: int, resolution: float,
+               real_makespan_s: float) -> float:
+  """``|quantised makespan * resolution - real makespan| / real makespan``."""
+  if real_makespan_s <= 0:
+    return 0.0
+  return abs(quantized_makespan * resolution - real_makespan_s) / real_makespan_s
+
+
+def summary(q: Quantized) -> dict[str, Any]:
+  """JSON-able figures of a quantisation."""
+  return {"resolution_s": q.resolution, "memory_unit_bytes": q.memory_unit,
+          "time_error": round(q.time_error, 6),
+          "load_error": round(q.load_error, 6),
+          "max_block_error": round(max(q.block_errors.values(), default=0.0),
+                                   6),
+          "spans": {q.graph.block(b).label: q.graph.block(b).span
+                    for b in q.graph.ids}}

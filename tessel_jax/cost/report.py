@@ -1,0 +1,97 @@
+"""``CostReport``: what ``step.report`` says about a build, in ms and bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class CostReport:
+  """Predicted figures of one build of a scheduled function.
+
+  Attributes:
+    cost: ``"measured"`` or ``"uniform"`` (nothing measured: no times).
+    predicted_step_ms: Predicted wall time of one step in milliseconds
+      (None with uniform costs).
+    peak_memory_bytes: Per device of the pipe axis: parameters, gradient
+      accumulators, optimiser state (``optimizer_slots`` x parameters),
+      the schedule's peak stash and the largest kernel workspace.
+    stash_peak_bytes: Per device, the schedule's peak stash alone.
+    bubble_ratio: Idle share of device time in the predicted step (uniform
+      costs: of the integer schedule).
+    quantization_error: ``|makespan in steps * resolution - makespan with
+      the measured durations| / the latter`` for the lowered schedule (None
+      with uniform costs).
+    block_error: Time-weighted rounding error of the blocks' spans.
+    time_resolution_s: Seconds per search step (None: uniform).
+    memory_unit_bytes: Bytes per memory unit of the search.
+    memory_limit_bytes: Bytes per device left for the stash (None: none).
+    profile_seconds: Seconds spent measuring kernels in this build.
+    cache_hit: True when every kernel came from the cache (or memory).
+    kernels_measured: Distinct kernels timed in this build.
+    block_ms: Block label -> measured milliseconds.
+    edge_delay_ms: ``"src->dst"`` -> communication milliseconds used as
+      the edge's delay.
+    tick_overhead_ms: Per-tick cost added on every device (measured).
+    barrier_ms: Total all-device synchronisation time in the prediction.
+    ticks: Ticks of the lowered program.
+    link: The communication model (``LinkModel.to_dict()``).
+    backend: Backend the kernels were measured on.
+    schedule_costs: Spans the lowered schedule was searched on:
+      ``"measured"``, or ``"uniform"`` when the schedule searched on uniform
+      spans was predicted faster (its quantisation error is then None).
+    alternative_ms: Predicted step time of the candidate not taken (None:
+      no choice was made).
+  """
+
+  cost: str
+  predicted_step_ms: float | None
+  peak_memory_bytes: tuple[int, ...]
+  stash_peak_bytes: tuple[int, ...]
+  bubble_ratio: float
+  quantization_error: float | None
+  block_error: float | None
+  time_resolution_s: float | None
+  memory_unit_bytes: int
+  memory_limit_bytes: int | None
+  profile_seconds: float
+  cache_hit: bool
+  kernels_measured: int
+  block_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  edge_delay_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  tick_overhead_ms: float = 0.0
+  barrier_ms: float = 0.0
+  ticks: int = 0
+  link: Mapping[str, Any] | None = None
+  backend: str = ""
+  schedule_costs: str = ""
+  alternative_ms: float | None = None
+
+  def to_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["peak_memory_bytes"] = list(self.peak_memory_bytes)
+    out["stash_peak_bytes"] = list(self.stash_peak_bytes)
+    return out
+
+  def summary(self) -> str:
+    """One line: predicted time, peak memory, bubbles, profiling."""
+    mib = [round(b / 2**20, 2) for b in self.peak_memory_bytes]
+    if self.predicted_step_ms is None:
+      head = "uniform costs (no prediction)"
+    else:
+      qe = ("n/a" if self.quantization_error is None else
+            f"{100 * self.quantization_error:.1f}%")
+      head = (f"predicted step {self.predicted_step_ms:.2f} ms"
+              f" (quantisation error {qe}, step"
+              f" {1e3 * (self.time_resolution_s or 0):.3f} ms)")
+      if self.alternative_ms is not None:
+        other = "uniform" if self.schedule_costs == "measured" else "measured"
+        head += (f"; schedule searched on {self.schedule_costs} spans, the"
+                 f" one on {other} spans predicted {self.alternative_ms:.2f}"
+                 f" ms")
+    prof = ("cached" if self.cache_hit else
+            f"{self.kernels_measured} kernels in {self.profile_seconds:.2f} s")
+    return (f"{head}; peak memory per device {mib} MiB; bubble ratio"
+            f" {self.bubble_ratio:.3f}; profiling {prof}")

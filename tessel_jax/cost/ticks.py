@@ -1,0 +1,326 @@
+"""What the lowered program adds per tick, for the step-time prediction.
+
+The lowering (``passes.lower``) runs the schedule as *ticks*: at every step
+at which some block starts, every device of the pipe axis writes the
+previous tick's messages into its stash (one ``ppermute`` per round of
+remote messages), reads its inputs and runs a ``lax.switch`` over the
+tick's kernels (idle devices run a branch returning zeros), then adds the
+returned parameter gradients to its accumulators. Interpreted ramps
+(``passes.interp``) do the same per tick with the ports and message lanes
+of their whole segment.
+
+Two costs follow, both measured by :func:`measure_tick_costs` (a
+microbenchmark on the mesh, cached on disk) rather than assumed:
+
+* **per tick**: ``fixed + per_byte * traffic`` on every device, where
+  ``traffic`` (:func:`tick_traffic`) counts the bytes the tick's own
+  operations read and write, following ``passes.lower``: every device
+  materialises all out and gradient ports (the idle ones as zeros), copies
+  its read ports out of the stash, adds every gradient port to its
+  accumulator (once per slot it may hit) and writes every message into the
+  stash (after a row slice, a select among candidates, a ``ppermute``);
+* **transfers**: on XLA's CPU runtime a ``ppermute`` is a rendezvous of
+  the devices: a tick's remote messages become an all-device barrier
+  priced by the link model (``latency + bytes / bandwidth`` per round).
+  XLA runs a following tick's kernel ahead of it when that kernel reads
+  only micro-batch inputs (measured on 2 CPU devices, JAX 0.10.2: the
+  V-shape's F0 overlapped the rendezvous after B1, the M-shape's F2, which
+  reads the stash, did not, even though the rendezvous did not feed it);
+  the barrier then moves after that tick. On other backends a transfer
+  ties only its two devices: it is the delay of its graph edge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class TickCosts:
+  """Measured cost of one tick: ``fixed_s + per_byte_s * traffic``.
+
+  Attributes:
+    fixed_s: Seconds of a tick with tiny ports (switch, stash write and
+      read, loop step).
+    per_byte_s: Seconds per byte of the tick's traffic (``tick_traffic``).
+    source: ``"measured"``, ``"none"`` or ``"user"``.
+  """
+
+  fixed_s: float = 0.0
+  per_byte_s: float = 0.0
+  source: str = "none"
+
+  def seconds(self, traffic: int) -> float:
+    return self.fixed_s + self.per_byte_s * traffic
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class TickModel:
+  """Per-tick costs of one lowered plan.
+
+  Attributes:
+    barriers: Step of a tick -> seconds of the all-device synchronisation
+      (the transfers) before it.
+    tick_costs: Step of a tick -> its fixed cost on every device.
+    edge_delays: Whether the graph's edge delays apply (False where the
+      barriers carry the transfers).
+    barriers_after: Step of a tick -> seconds of an all-device
+      synchronisation right after it.
+  """
+
+  barriers: Mapping[int, float]
+  tick_costs: Mapping[int, float]
+  edge_delays: bool
+  barriers_after: Mapping[int, float] = dataclasses.field(default_factory=dict)
+
+  def tick_seconds(self, step: int) -> float:
+    return self.tick_costs.get(step, 0.0)
+
+  @property
+  def barrier_seconds(self) -> float:
+    return sum(self.barriers.values()) + sum(self.barriers_after.values())
+
+  @property
+  def mean_tick_seconds(self) -> float:
+    if not self.tick_costs:
+      return 0.0
+    return sum(self.tick_costs.values()) / len(self.tick_costs)
+
+  def delays(self, delay_seconds: Mapping[tuple[int, int], float]
+             ) -> Mapping[tuple[int, int], float]:
+    return delay_seconds if self.edge_delays else {}
+
+
+# Backends where a ``ppermute`` is a rendezvous of every device.
+RENDEZVOUS_BACKENDS = ("cpu",)
+
+# Bytes moved per byte of each operation of a tick (read + write), as in
+# ``passes.lower``; the microbenchmark's tick is counted the same way.
+COPY = 2          # dynamic slice / index, update, ppermute: read + write
+MATERIALISE = 1   # a switch output (kernel result or idle zeros): write
+ACCUMULATE = 3    # acc + g: read both, write acc
+
+
+def tick_traffic(tick: Any, layout: Any) -> int:
+  """Bytes a tick's own operations move on one device (see module doc)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  n = 0
+  for rd in tick.sends:
+    p = int(rd.payload.nbytes)
+    if rd.rowed:
+      n += COPY * p
+    if len(rd.candidates) > 1:
+      n += (len(rd.candidates) + 1) * p
+    if rd.remote:
+      n += COPY * p
+    n += COPY * p * len(rd.targets)
+  n += sum(COPY * int(rp.aval.nbytes) for rp in tick.reads)
+  n += sum(MATERIALISE * int(a.nbytes) for a in tick.out_ports)
+  for gp in tick.grads:
+    if gp.kind == "flat":
+      size, hits = int(gp.length) * np.dtype(gp.dtype).itemsize, 1
+    else:
+      cls = layout.classes[gp.cls]
+      size = int(cls.nbytes)
+      hits = max(1, len({int(x) for x in np.asarray(gp.offset).ravel()
+                         if x < cls.count}))
+    n += MATERIALISE * size + ACCUMULATE * size * hits
+  return n
+
+
+def _remote_seconds(tick: Any, link: Any) -> float:
+  return sum(link.seconds(int(rd.payload.nbytes))
+             for rd in tick.sends if rd.remote)
+
+
+def _iteration_ends(plan: Any) -> tuple[set[int], set[int]]:
+  """Ticks ending a straight run or loop iteration, and interp ticks."""
+  ends, interp = set(), set()
+  for seg in plan.segments:
+    if seg.kind == "interp":
+      interp.update(range(seg.start, seg.end))
+      ends.update(range(seg.start, seg.end))
+    elif seg.kind == "loop":
+      ends.update(seg.start + (k + 1) * seg.period - 1
+                  for k in range(seg.iterations))
+    else:
+      ends.add(seg.end - 1)
+  return ends, interp
+
+
+def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
+               rendezvous: bool = False) -> TickModel:
+  """The :class:`TickModel` of ``plan``.
+
+  Args:
+    plan: The tick plan (``passes.plan_ir.Plan``).
+    link: ``LinkModel`` pricing each remote round.
+    costs: Measured per-tick costs (None: no per-tick cost).
+    rendezvous: Every ``ppermute`` is a rendezvous of all devices (XLA's
+      CPU runtime): the remote rounds of a tick become an all-device
+      barrier priced with ``link``, placed after the tick, or later where
+      XLA runs the following ticks' kernels first (kernels that read only
+      micro-batch inputs, inside the same straight run or loop iteration);
+      the edge delays then do not apply. Otherwise transfers are the edges'
+      delays.
+  """
+  costs = costs or TickCosts()
+  ticks = plan.ticks
+  spec_of: dict[int, Any] = {}      # tick index -> interp spec
+  for seg in plan.segments:
+    if seg.kind == "interp":
+      for t in range(seg.start, seg.end):
+        spec_of[t] = plan.interps[seg.start]
+  tick_costs: dict[int, float] = {}
+  for t, tick in enumerate(ticks):
+    shape = spec_of.get(t, tick)
+    tick_costs[tick.step] = costs.seconds(tick_traffic(shape, plan.layout))
+  if not rendezvous:
+    return TickModel(barriers={}, tick_costs=tick_costs, edge_delays=True)
+  ends, interp = _iteration_ends(plan)
+
+  def pools_read(t: int) -> set[int]:
+    return {rp.source for rp in spec_of.get(t, ticks[t]).reads
+            if rp.kind == "pool"}
+
+  before: dict[int, float] = {}
+  after: dict[int, float] = {}
+  for t, tick in enumerate(ticks):
+    shape = spec_of.get(t, tick)
+    sec = _remote_seconds(shape, link)
+    if t in interp and (t == 0 or spec_of.get(t - 1) is not shape) and sec:
+      # an interp loop sends (dummies) before its first tick
+      before[tick.step] = before.get(tick.step, 0.0) + sec
+    if not sec:
+      continue
+    # A following kernel runs first only if it reads no stash value at all
+    # (micro-batch inputs only): measured, XLA moved such a kernel (the
+    # V-shape's F0) ahead of the rendezvous but not one reading the stash
+    # even when no message of the rendezvous fed it (the M-shape's F2).
+    pos = t
+    while pos not in ends and pos + 1 < len(ticks):
+      nxt = pos + 1
+      if pools_read(nxt):
+        break
+      pos = nxt
+      if _remote_seconds(ticks[nxt], link):
+        break
+    after[ticks[pos].step] = after.get(ticks[pos].step, 0.0) + sec
+  return TickModel(barriers=before, tick_costs=tick_costs, edge_delays=False,
+                   barriers_after=after)
+
+
+# --- the microbenchmark -------------------------------------------------------
+
+
+def _tick_program(mesh: Any, axis: str, elems: int, ticks: int
+                  ) -> Callable[[], Any]:
+  """A compiled loop of ``ticks`` ticks shaped like a lowered tick, with one
+  read port, one out port and one gradient port of ``elems`` float32 each;
+  returns a function running it once."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from jax import lax  # pylint: disable=import-outside-toplevel
+  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
+
+  from tessel_jax import compat  # pylint: disable=import-outside-toplevel
+
+  n = int(dict(mesh.shape)[axis])
+  slots = 4
+  # Devices alternate between running and idling, as in a pipeline.
+  table = np.array([[(d + t) % 2 for d in range(n)] for t in range(2)],
+                   np.int32)
+
+  def body(pool, acc):
+    dev = lax.axis_index(axis)
+
+    def tick(it, carry):
+      pool, acc = carry
+      x = lax.dynamic_index_in_dim(pool, it % slots, 0, keepdims=False)
+
+      def idle(x):
+        return jnp.zeros_like(x), jnp.zeros_like(x)
+
+      def run(x):
+        return x * 0.5 + 1.0, x * 0.25
+
+      which = jnp.asarray(table)[it % 2, dev]
+      out, grad = lax.switch(which, [idle, run], x)
+      pool = lax.dynamic_update_index_in_dim(pool, out, (it + 1) % slots, 0)
+      return pool, acc + grad
+
+    return lax.fori_loop(0, ticks, tick, (pool[0], acc[0]))
+
+  amesh = compat.auto_mesh(mesh)
+  f = jax.jit(jax.shard_map(
+      lambda pool, acc: tuple(v[None] for v in body(pool, acc)), mesh=amesh,
+      in_specs=(P(axis), P(axis)), out_specs=(P(axis), P(axis)),
+      check_vma=False))
+  pool = jnp.zeros((n, slots, elems), jnp.float32)
+  acc = jnp.zeros((n, elems), jnp.float32)
+  compiled = f.lower(pool, acc).compile()
+  return lambda: compiled(pool, acc)
+
+
+def _seconds_per_tick(run: Callable[[], Any], ticks: int,
+                      repeats: int) -> float:
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.block_until_ready(run())
+  samples = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(run())
+    samples.append((time.perf_counter() - t0) / ticks)
+  return statistics.median(samples)
+
+
+def measure_tick_costs(mesh: Any, axis: str = "pipe", *,
+                       big_elems: int = 1 << 18, ticks: int = 256,
+                       repeats: int = 5, rounds: int = 3) -> TickCosts:
+  """Measures :class:`TickCosts` on ``mesh`` (every device of ``axis``).
+
+  A ``fori_loop`` of ticks like the lowering's: read a stash slot, a
+  two-branch switch (run or idle) returning an out port and a gradient
+  port, write the out port into the stash, add the gradient port to an
+  accumulator; once with tiny ports (``fixed_s``), once with ``big_elems``
+  float32 ports (``per_byte_s``: the difference over the tick's traffic,
+  counted as in :func:`tick_traffic`: a read copy, two materialised ports,
+  a stash write and an accumulation). Each figure is the median over
+  ``rounds`` alternating measurements of ``repeats`` samples each (the
+  machine may be shared).
+  """
+  big_ticks = max(16, ticks // 8)
+  small_run = _tick_program(mesh, axis, 8, ticks)
+  big_run = _tick_program(mesh, axis, big_elems, big_ticks)
+  traffic = (COPY + 2 * MATERIALISE + COPY + ACCUMULATE) * 4 * big_elems
+  fixed, per_byte = [], []
+  for _ in range(rounds):
+    small = _seconds_per_tick(small_run, ticks, repeats)
+    big = _seconds_per_tick(big_run, big_ticks, repeats)
+    fixed.append(small)
+    per_byte.append(max(0.0, big - small) / traffic)
+  return TickCosts(fixed_s=statistics.median(fixed),
+                   per_byte_s=statistics.median(per_byte), source="measured")
+
+
+def cached_tick_costs(mesh: Any, axis: str, cache: Any,
+                      key_fields: Mapping[str, Any],
+                      measure: Callable[[], TickCosts] | None = None
+                      ) -> TickCosts:
+  """:func:`measure_tick_costs` through the on-disk cache."""
+  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
+  key = make_key({"what": "ticks", **key_fields})
+  rec = cache.get("ticks", key)
+  if rec is not None:
+    return TickCosts(rec["fixed_s"], rec["per_byte_s"], "measured")
+  got = (measure or (lambda: measure_tick_costs(mesh, axis)))()
+  cache.put("ticks", key, got.to_dict())
+  return got

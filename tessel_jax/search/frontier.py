@@ -1,0 +1,945 @@
+"""Time/memory frontier of training plans (TensorOpt-style); no jax here.
+
+Given a model as per-layer costs (:class:`ModelCosts`: seconds of the
+forward and backward of each layer for one micro-batch, bytes it stashes
+for the backward, its parameter bytes and the bytes it hands to the next
+layer) and a device count, :func:`sweep` enumerates *plans*:
+
+* a named placement (``vshape``, ``interleaved``, ``mshape``, ``kshape``,
+  ``xshape``, ``mllm``, ...; :data:`SUPPORTED`) on ``pipe`` devices per
+  pipeline;
+* ``dp = devices / pipe`` data-parallel replicas of that pipeline: each
+  replica runs ``microbatches / dp`` of the micro-batches and holds a full
+  copy of its parameters; the gradients are all-reduced once per step;
+* a memory case: no limit (``loose``), the smallest limit any schedule
+  fits (``tight``), levels in between, and absolute byte limits.
+
+Every plan builds the placement's :class:`BlockGraph` with the layers'
+costs (below), quantises it (``tessel_jax.cost.quantize``: integer spans,
+memory units, edge delays), searches a repetend under the memory limit
+(``search_repetend``), unrolls it for the pipeline's micro-batches, checks
+it (``validate.assert_valid``) and replays it with the real seconds and
+bytes (``tessel_jax.cost.predict``). Its figures are the step time in
+seconds (the replay plus the gradient all-reduce) and the peak memory per
+device in bytes (parameters, gradients and ``optimizer_slots``
+parameter-sized optimiser arrays, plus the peak stash). Optionally the
+classic baselines that fit a placement (1F1B, GPipe, ...) are evaluated the
+same way. :func:`pareto_indices` gives the plans no other plan beats in both
+step time and memory, :func:`choose` the fastest plan whose peak fits a
+device's memory.
+
+How a placement runs a chain of layers
+--------------------------------------
+
+Every placement maps *contiguous groups* of the model's layers to its
+forward blocks (:func:`slots`):
+
+* single-chain placements (vshape, interleaved, zbv, mshape, mllm, nnshape):
+  forward block ``i`` runs group ``i`` on the whole micro-batch;
+* ``xshape`` (Chimera): two towers, each the whole model on half of the
+  micro-batch's rows; block ``i`` of tower A and block ``i`` of tower B
+  run the same group (its parameters live on both devices and their
+  gradients are all-reduced between them);
+* ``kshape``: two branches of ``pipe / 2`` blocks, each running the first
+  ``pipe / 2`` groups on half of the rows, then the all-device join block
+  runs the last group on all rows.
+
+A block on ``k`` devices splits the rows it runs over its devices (as the
+lowering does), so it takes ``1 / k`` of its group's time and stash on each.
+Its parameters are replicated on its devices (the lowering's default) and
+their gradients all-reduced among them, or, with ``shard_shared``, sharded
+``k`` ways: each device keeps ``1 / k``, the block all-gathers them before
+it runs (forward and backward) and reduce-scatters the gradient after its
+backward (seconds added to the block's span; the gathered copy counts as
+workspace).
+
+Layer grouping (:func:`group_layers`) balances time: a dynamic programme
+splits the layers into the placement's groups minimising the largest
+``weight x group time`` (a group's weight is the share of its time the
+busiest of its devices runs), then a local search moves group boundaries
+one layer at a time while the largest true device load (then the sum of
+squared loads) falls.
+
+Memory of a block: a forward block adds its group's stash (rows share,
+devices share) on each of its devices, its backward releases it (split
+backward: ``W`` releases it, ``B`` nothing, as in the measured cost
+model). Edges between blocks on different devices carry the group's
+output bytes (each receiving device gets its rows' share), priced by the
+``LinkModel``; the backward edge carries a gradient of the same size.
+
+Gradient all-reduce: a ring over the ``n`` copies of a parameter (``dp``
+times its copies inside one pipeline): ``2 (n - 1) / n`` of its bytes over
+the link's bandwidth plus ``2 (n - 1)`` latencies; each device reduces its
+own parameters and the busiest device's time is added to the step (no
+overlap with compute is assumed).
+
+The analytic preset (:func:`gpt_costs`, :data:`PRESETS`) prices a GPT
+(embedding, transformer layers, untied output head) from flops and bytes;
+``experiments.frontier`` can instead measure the layers on the real backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from tessel_jax import placements as _placements
+from tessel_jax import validate
+from tessel_jax.cost import predict as _predict
+from tessel_jax.cost import quantize as _quantize
+from tessel_jax.cost.link import LinkModel
+from tessel_jax.graph import BlockGraph, PlacementError
+from tessel_jax.schedule import UnrolledSchedule
+from tessel_jax.search import baselines as _baselines
+from tessel_jax.search.completion import CompletionError
+from tessel_jax.search.repetend import (InfeasibleScheduleError,
+                                        SearchTimeoutError, search_repetend,
+                                        smallest_memory)
+
+#: Placements the frontier knows how to map a chain of layers onto.
+SUPPORTED = ("vshape", "interleaved", "zbv", "mshape", "mllm", "nnshape",
+             "xshape", "kshape")
+#: Placements of the default sweep.
+DEFAULT_PLACEMENTS = ("vshape", "interleaved", "mshape", "kshape", "xshape",
+                      "mllm")
+_CHAINS = ("vshape", "interleaved", "zbv", "mshape", "mllm", "nnshape")
+
+#: Link of the analytic preset: an NVLink-class accelerator link.
+DEFAULT_LINK = LinkModel(10e-6, 100e9, "default")
+
+
+# --- the model ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class LayerCost:
+  """Costs of one layer for one micro-batch on one device.
+
+  Attributes:
+    name: Label (``embed``, ``layer3``, ``head``).
+    forward_s: Seconds of the forward (> 0).
+    backward_s: Seconds of the backward (>= 0; 0 for inference-only costs).
+    activation_bytes: Bytes the forward keeps until the backward.
+    param_bytes: Bytes of the layer's parameters.
+    output_bytes: Bytes of the activation handed to the next layer.
+  """
+
+  name: str
+  forward_s: float
+  backward_s: float
+  activation_bytes: int
+  param_bytes: int
+  output_bytes: int
+
+  def __post_init__(self) -> None:
+    if not (self.forward_s > 0 and math.isfinite(self.forward_s)):
+      raise ValueError(f"layer {self.name!r}: forward_s must be a finite"
+                       f" number of seconds > 0, got {self.forward_s!r}")
+    if not (self.backward_s >= 0 and math.isfinite(self.backward_s)):
+      raise ValueError(f"layer {self.name!r}: backward_s must be >= 0, got"
+                       f" {self.backward_s!r}")
+    for key in ("activation_bytes", "param_bytes", "output_bytes"):
+      if getattr(self, key) < 0:
+        raise ValueError(f"layer {self.name!r}: {key} must be >= 0, got"
+                         f" {getattr(self, key)!r}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelCosts:
+  """A model as a chain of layers with their costs.
+
+  Attributes:
+    name: Label of the model (``mt5_like``, ``measured gpt``...).
+    layers: The layers in forward order.
+    microbatch_rows: Rows (sequences) of the micro-batch the costs are for.
+    source: ``"analytic"`` or ``"measured"``.
+  """
+
+  name: str
+  layers: tuple[LayerCost, ...]
+  microbatch_rows: int = 1
+  source: str = "analytic"
+
+  def __post_init__(self) -> None:
+    object.__setattr__(self, "layers", tuple(self.layers))
+    if not self.layers:
+      raise ValueError(f"model {self.name!r} has no layers")
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"name": self.name, "microbatch_rows": self.microbatch_rows,
+            "source": self.source,
+            "layers": [dataclasses.asdict(l) for l in self.layers]}
+
+  @classmethod
+  def from_dict(cls, data: Mapping[str, Any]) -> "ModelCosts":
+    return cls(name=str(data["name"]),
+               layers=tuple(LayerCost(**l) for l in data["layers"]),
+               microbatch_rows=int(data.get("microbatch_rows", 1)),
+               source=str(data.get("source", "analytic")))
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+  """An analytic GPT: shapes and the device's speed.
+
+  Attributes:
+    vocab: Vocabulary (embedding rows, head columns).
+    d_model: Hidden size.
+    layers: Transformer layers.
+    heads: Attention heads.
+    seq: Sequence length.
+    microbatch_rows: Sequences per micro-batch.
+    activation_bytes: Bytes per activation value (2: bf16).
+    param_bytes: Bytes per parameter value (4: fp32 master weights).
+    device_flops: Sustained flop/s of one device.
+    memory_bandwidth: Bytes/s of one device's memory (embedding lookups).
+  """
+
+  vocab: int = 250112
+  d_model: int = 1024
+  layers: int = 24
+  heads: int = 16
+  seq: int = 512
+  microbatch_rows: int = 8
+  activation_bytes: int = 2
+  param_bytes: int = 4
+  device_flops: float = 100e12
+  memory_bandwidth: float = 2e12
+
+
+#: Analytic presets: ``mt5_like`` (mT5-large sized decoder with mT5's
+#: 250k vocabulary: the embedding and the head are each about as big as 20
+#: layers), ``gpt_small`` and ``tiny`` (tests).
+PRESETS: dict[str, GPTConfig] = {
+    "mt5_like": GPTConfig(),
+    "gpt_small": GPTConfig(vocab=32000, d_model=512, layers=8, heads=8,
+                           seq=256, microbatch_rows=4),
+    "tiny": GPTConfig(vocab=512, d_model=64, layers=4, heads=4, seq=32,
+                      microbatch_rows=4, device_flops=1e12,
+                      memory_bandwidth=1e11),
+}
+
+
+def gpt_costs(config: GPTConfig, name: str = "gpt") -> ModelCosts:
+  """Per-layer costs of an analytic GPT (embedding, layers, untied head).
+
+  With ``t = rows x seq`` tokens, ``d`` the hidden size, ``a`` heads, ``V``
+  the vocabulary and ``F`` the device's flop/s:
+
+  * transformer layer: forward ``(24 t d^2 + 4 t seq d) / F`` (the four
+    projections and the two attention matmuls), backward twice that;
+    stash ``t d (34 + 5 a seq / d)`` bytes at 2 bytes per value
+    (Korthikanti et al., 2022; scaled by ``activation_bytes / 2``);
+    ``12 d^2 + 13 d`` parameters;
+  * embedding: a lookup, memory-bound: forward ``t d`` activation bytes
+    over the memory bandwidth, backward that plus writing the dense
+    ``V d`` gradient; stashes the token ids; ``V d + seq d`` parameters;
+  * head (untied, as in mT5 v1.1): forward ``2 t d V / F``, backward twice
+    that; stashes its input and the logits (``activation_bytes``) and the
+    fp32 softmax; ``V d + 2 d`` parameters.
+
+  Every layer hands ``t d`` activation values to the next.
+  """
+  c = config
+  for key in ("vocab", "d_model", "layers", "heads", "seq", "microbatch_rows",
+              "activation_bytes", "param_bytes"):
+    if getattr(c, key) < 1:
+      raise ValueError(f"GPTConfig.{key} must be >= 1, got {getattr(c, key)}")
+  if not (c.device_flops > 0 and c.memory_bandwidth > 0):
+    raise ValueError("GPTConfig.device_flops and memory_bandwidth must be > 0")
+  t, d, v = c.microbatch_rows * c.seq, c.d_model, c.vocab
+  ab = c.activation_bytes
+  hidden = t * d * ab
+  embed = LayerCost(
+      "embed", forward_s=hidden / c.memory_bandwidth,
+      backward_s=(hidden + v * d * c.param_bytes) / c.memory_bandwidth,
+      activation_bytes=t * 4, param_bytes=(v * d + c.seq * d) * c.param_bytes,
+      output_bytes=hidden)
+  f_layer = (24 * t * d * d + 4 * t * c.seq * d) / c.device_flops
+  stash = int(t * d * (34 + 5 * c.heads * c.seq / d) * ab / 2)
+  layers = [LayerCost(f"layer{i}", forward_s=f_layer, backward_s=2 * f_layer,
+                      activation_bytes=stash,
+                      param_bytes=(12 * d * d + 13 * d) * c.param_bytes,
+                      output_bytes=hidden)
+            for i in range(c.layers)]
+  f_head = 2 * t * d * v / c.device_flops
+  head = LayerCost("head", forward_s=f_head, backward_s=2 * f_head,
+                   activation_bytes=hidden + t * v * (ab + 4),
+                   param_bytes=(v * d + 2 * d) * c.param_bytes,
+                   output_bytes=4)
+  return ModelCosts(name=name, layers=(embed, *layers, head),
+                    microbatch_rows=c.microbatch_rows, source="analytic")
+
+
+# --- placements x layers ------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+  """What one forward block runs: layer group ``group`` on ``rows`` of the
+  micro-batch (a fraction: 1 for the whole micro-batch)."""
+
+  group: int
+  rows: float
+
+
+def _forward_ids(graph: BlockGraph) -> list[int]:
+  return sorted((b.id for b in graph.blocks if b.kind == "F"),
+                key=lambda i: _placements.forward_index(graph.block(i)))
+
+
+def slots(graph: BlockGraph, placement: str) -> tuple[dict[int, Slot], int]:
+  """Forward block id -> its :class:`Slot`, and the number of layer groups.
+
+  Raises:
+    PlacementError: for a placement the frontier cannot map a chain of
+      layers onto (see :data:`SUPPORTED`).
+  """
+  fids = _forward_ids(graph)
+  n = len(fids)
+  if placement in _CHAINS:
+    return {b: Slot(i, 1.0) for i, b in enumerate(fids)}, n
+  if placement == "xshape":
+    h = n // 2
+    return {b: Slot(i % h, 0.5) for i, b in enumerate(fids)}, h
+  if placement == "kshape":
+    h = (n - 1) // 2
+    out = {b: Slot(i % h, 0.5) for i, b in enumerate(fids[:-1])}
+    out[fids[-1]] = Slot(h, 1.0)
+    return out, h + 1
+  raise PlacementError(
+      f"the frontier cannot map a chain of layers onto placement"
+      f" {placement!r}; use one of {', '.join(SUPPORTED)}")
+
+
+def _coefficients(graph: BlockGraph, slot_of: Mapping[int, Slot],
+                  num_groups: int) -> list[list[float]]:
+  """``coef[g][d]``: share of group ``g``'s time that device ``d`` runs."""
+  coef = [[0.0] * graph.num_devices for _ in range(num_groups)]
+  for bid, s in slot_of.items():
+    devs = graph.block(bid).devices
+    for d in devs:
+      coef[s.group][d] += s.rows / len(devs)
+  return coef
+
+
+def group_layers(times: Sequence[float], graph: BlockGraph,
+                 slot_of: Mapping[int, Slot], num_groups: int
+                 ) -> tuple[tuple[int, int], ...]:
+  """Splits layers into ``num_groups`` contiguous groups balancing time.
+
+  Args:
+    times: Seconds of each layer (forward + backward for training).
+    graph: The placement.
+    slot_of: Its slots (:func:`slots`).
+    num_groups: Groups to make.
+
+  Returns:
+    ``(start, end)`` layer index ranges (end exclusive), one per group.
+
+  Raises:
+    PlacementError: with fewer layers than groups.
+  """
+  n, g = len(times), num_groups
+  if n < g:
+    raise PlacementError(
+        f"placement {graph.name!r} needs {g} layer groups but the model has"
+        f" {n} layers; use fewer devices per pipeline or a deeper model")
+  coef = _coefficients(graph, slot_of, g)
+  weight = [max(row) for row in coef]
+  prefix = [0.0]
+  for t in times:
+    prefix.append(prefix[-1] + t)
+  span = lambda i, j: prefix[j] - prefix[i]
+  # best[k][j]: smallest bottleneck of the first j layers in k groups.
+  inf = math.inf
+  best = [[inf] * (n + 1) for _ in range(g + 1)]
+  cut = [[0] * (n + 1) for _ in range(g + 1)]
+  best[0][0] = 0.0
+  for k in range(1, g + 1):
+    for j in range(k, n - (g - k) + 1):
+      for i in range(k - 1, j):
+        value = max(best[k - 1][i], weight[k - 1] * span(i, j))
+        if value < best[k][j]:
+          best[k][j], cut[k][j] = value, i
+  bounds = [n]
+  for k in range(g, 0, -1):
+    bounds.append(cut[k][bounds[-1]])
+  bounds.reverse()
+
+  def score(b: list[int]) -> tuple[float, float]:
+    loads = [0.0] * graph.num_devices
+    for k in range(g):
+      t = span(b[k], b[k + 1])
+      for d, c in enumerate(coef[k]):
+        loads[d] += c * t
+    return (max(loads), sum(x * x for x in loads))
+
+  current = score(bounds)
+  for _ in range(4 * n * g):
+    improved = False
+    for k in range(1, g):
+      for step in (-1, 1):
+        moved = list(bounds)
+        moved[k] += step
+        if not moved[k - 1] < moved[k] < moved[k + 1]:
+          continue
+        s = score(moved)
+        if (s[0] < current[0] * (1 - 1e-12) or
+            (s[0] <= current[0] * (1 + 1e-12) and
+             s[1] < current[1] * (1 - 1e-12))):
+          bounds, current, improved = moved, s, True
+    if not improved:
+      break
+  return tuple((bounds[k], bounds[k + 1]) for k in range(g))
+
+
+# --- one plan's graph ---------------------------------------------------------
+
+def ring_allreduce_seconds(nbytes: float, copies: int,
+                           link: LinkModel) -> float:
+  """Ring all-reduce of ``nbytes`` over ``copies`` devices."""
+  if copies <= 1 or nbytes <= 0:
+    return 0.0
+  return (2 * (copies - 1) / copies * nbytes / link.bandwidth_bytes_per_s
+          + 2 * (copies - 1) * link.latency_s)
+
+
+def allgather_seconds(nbytes: float, parts: int, link: LinkModel) -> float:
+  """Ring all-gather (or reduce-scatter) of ``nbytes`` in ``parts`` shards."""
+  if parts <= 1 or nbytes <= 0:
+    return 0.0
+  return ((parts - 1) / parts * nbytes / link.bandwidth_bytes_per_s
+          + (parts - 1) * link.latency_s)
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanGraph:
+  """A placement x pipeline width x data parallelism, priced.
+
+  Attributes:
+    placement: Placement name.
+    pipe: Devices per pipeline.
+    dp: Data-parallel replicas.
+    microbatches: Micro-batches each pipeline runs per step.
+    groups: Layer index ranges per group.
+    group_names: First and last layer name of each group.
+    quantized: The priced graph (``quantized.graph`` is what the search
+      runs on) with real seconds, bytes and delays.
+    fixed_bytes: Per device: parameters, gradients, optimiser state and
+      workspace (gathered shards).
+    param_bytes: Per device: parameter bytes alone.
+    allreduce_seconds: Gradient all-reduce time added to every step.
+  """
+
+  placement: str
+  pipe: int
+  dp: int
+  microbatches: int
+  groups: tuple[tuple[int, int], ...]
+  group_names: tuple[str, ...]
+  quantized: _quantize.Quantized
+  fixed_bytes: tuple[int, ...]
+  param_bytes: tuple[int, ...]
+  allreduce_seconds: float
+
+  @property
+  def graph(self) -> BlockGraph:
+    return self.quantized.graph
+
+  @property
+  def label(self) -> str:
+    return f"{self.placement} pipe{self.pipe} dp{self.dp}"
+
+  def stash_limit_units(self, limit_bytes: int | None) -> int | None:
+    """Memory units left for the stash on the fullest device (None: none).
+
+    Negative when the fixed bytes alone exceed ``limit_bytes``.
+    """
+    if limit_bytes is None:
+      return None
+    free = int(limit_bytes) - max(self.fixed_bytes)
+    return free // self.quantized.memory_unit
+
+
+def plan_graph(model: ModelCosts, placement: str, pipe: int, dp: int, *,
+               microbatches: int, link: LinkModel = DEFAULT_LINK,
+               optimizer_slots: int = 2, shard_shared: bool = False,
+               memory_units: int = _quantize.MEMORY_UNITS,
+               mode: str = "train") -> PlanGraph:
+  """Prices ``placement`` on ``pipe`` devices for ``model`` (see the module
+  docstring for the rules).
+
+  Args:
+    model: Per-layer costs.
+    placement: A name of :data:`SUPPORTED`.
+    pipe: Devices per pipeline.
+    dp: Data-parallel replicas.
+    microbatches: Micro-batches of the whole step (divided over ``dp``).
+    link: Communication model (activations, gradients, gathers).
+    optimizer_slots: Parameter-sized optimiser arrays (Adam: 2).
+    shard_shared: Shard the parameters of multi-device blocks.
+    memory_units: The largest block stash becomes this many units.
+    mode: ``"train"``, or ``"infer"``: forward blocks only (no stash, no
+      gradients: the fixed bytes are the parameters, nothing is
+      all-reduced; groups balance the forward times).
+
+  Raises:
+    PlacementError: for an unsupported placement or device count, or a
+      model with fewer layers than the placement's groups.
+    ValueError: when ``microbatches`` does not divide over ``dp``.
+  """
+  if mode not in _placements.MODES:
+    raise ValueError(f"mode is {mode!r}; use 'train' or 'infer'")
+  train = mode == "train"
+  if dp < 1 or pipe < 1:
+    raise ValueError(f"pipe and dp must be >= 1, got pipe={pipe}, dp={dp}")
+  if microbatches % dp:
+    raise ValueError(f"{microbatches} micro-batches do not divide over {dp}"
+                     " data-parallel replicas")
+  base = _placements.get(placement, pipe, mode=mode)
+  slot_of, num_groups = slots(base, placement)
+  layers = model.layers
+  times = [l.forward_s + (l.backward_s if train else 0.0) for l in layers]
+  groups = group_layers(times, base, slot_of, num_groups)
+  f_s = [sum(l.forward_s for l in layers[a:b]) for a, b in groups]
+  b_s = [sum(l.backward_s for l in layers[a:b]) for a, b in groups]
+  act = [sum(l.activation_bytes for l in layers[a:b]) for a, b in groups]
+  par = [sum(l.param_bytes for l in layers[a:b]) for a, b in groups]
+  out = [layers[b - 1].output_bytes for a, b in groups]
+
+  fwd_of = _placements.backward_of(base)   # B/W id -> F id
+  # Per group: devices holding it, and whether sharded among them.
+  holders: dict[int, list[tuple[int, ...]]] = {g: [] for g in range(num_groups)}
+  for bid, s in slot_of.items():
+    holders[s.group].append(base.block(bid).devices)
+  split_w = {f for b, f in fwd_of.items() if base.block(b).kind == "W"}
+
+  seconds: dict[int, float] = {}
+  memory: dict[int, int] = {}
+  for blk in base.blocks:
+    fid = blk.id if blk.kind == "F" else fwd_of[blk.id]
+    s = slot_of[fid]
+    k = len(blk.devices)
+    sharded = shard_shared and k > 1
+    gather = allgather_seconds(par[s.group], k, link) if sharded else 0.0
+    stash = int(math.ceil(s.rows * act[s.group] / k))
+    if blk.kind == "F":
+      seconds[blk.id] = s.rows * f_s[s.group] / k + gather
+      memory[blk.id] = stash if train else 0
+    else:
+      share = 0.5 if fid in split_w else 1.0
+      extra = gather if blk.kind == "B" else 0.0
+      if sharded and (blk.kind == "W" or fid not in split_w):
+        extra += allgather_seconds(par[s.group], k, link)  # reduce-scatter
+      seconds[blk.id] = share * s.rows * b_s[s.group] / k + extra
+      # Split backward: W frees the stash (it needs the activations), B
+      # frees nothing (as in tessel_jax.cost.model.block_memory_bytes).
+      memory[blk.id] = 0 if (fid in split_w and blk.kind == "B") else -stash
+    if seconds[blk.id] <= 0:
+      raise ValueError(f"block {blk.label} of {base.name} has no time; give"
+                       " every layer backward_s > 0 for training")
+
+  delays: dict[tuple[int, int], float] = {}
+  for e in base.edges:
+    src, dst = base.block(e.src), base.block(e.dst)
+    if set(src.devices) == set(dst.devices):
+      continue
+    # The forward edge u -> v and its backward v' -> u' carry u's output.
+    fu = e.src if src.kind == "F" else fwd_of[e.dst]
+    su = slot_of[fu]
+    delays[(e.src, e.dst)] = link.seconds(
+        int(math.ceil(su.rows * out[su.group] / len(dst.devices))))
+
+  q = _quantize.quantize(base, seconds, memory, delays,
+                         memory_units=memory_units)
+
+  params = [0] * pipe
+  workspace = [0] * pipe
+  allreduce = [0.0] * pipe
+  for g, devsets in holders.items():
+    sets = list(dict.fromkeys(devsets))        # distinct device sets
+    union = sorted({d for devs in sets for d in devs})
+    for d in union:
+      k = max(len(devs) for devs in sets if d in devs)
+      sharded = shard_shared and k > 1
+      own = int(math.ceil(par[g] / k)) if sharded else par[g]
+      params[d] += own
+      if sharded:
+        workspace[d] = max(workspace[d], par[g] - own)
+      # Sharded: a shard's copies are one per device set and replica;
+      # replicated: every holder and replica has the whole group.
+      copies = dp * (len(sets) if sharded else len(union))
+      if train:
+        allreduce[d] += ring_allreduce_seconds(own, copies, link)
+  per_param = 2 + optimizer_slots if train else 1
+  fixed = tuple(p * per_param + w for p, w in zip(params, workspace))
+  names = tuple(layers[a].name if b - a == 1 else
+                f"{layers[a].name}..{layers[b - 1].name}" for a, b in groups)
+  return PlanGraph(placement=placement, pipe=pipe, dp=dp,
+                   microbatches=microbatches // dp, groups=groups,
+                   group_names=names, quantized=q, fixed_bytes=fixed,
+                   param_bytes=tuple(params),
+                   allreduce_seconds=max(allreduce))
+
+
+# --- one plan's figures -------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class PlanResult:
+  """One plan and its figures.
+
+  Attributes:
+    placement: Placement name.
+    pipe: Devices per pipeline.
+    dp: Data-parallel replicas.
+    stages: Forward blocks of the placement.
+    groups: Layer names per forward group.
+    microbatches: Micro-batches per pipeline.
+    memory_case: ``loose``, ``tight``, ``level0.5``, ``limit16GiB`` (a
+      device memory, :func:`size_label`) or ``baseline``.
+    memory_limit_units: Stash limit the search ran under (None: none).
+    stash_limit_bytes: The same in bytes.
+    source: Who made the schedule (``tessel``, ``tessel-list``, ``1f1b``...).
+    status: Search status of the period (``OPTIMAL``, ``FEASIBLE``;
+      ``BASELINE`` for baselines).
+    period: Period in steps (None for non-periodic schedules).
+    makespan_steps: Makespan of the integer schedule.
+    resolution_s: Seconds per step.
+    memory_unit_bytes: Bytes per memory unit.
+    step_seconds: Predicted step time (pipeline + all-reduce).
+    pipeline_seconds: The replay of the schedule with real durations.
+    allreduce_seconds: Gradient all-reduce time.
+    bubble_ratio: Idle share of the pipeline replay.
+    peak_bytes: Largest per-device peak (fixed + stash).
+    peak_bytes_per_device: Per device of one pipeline.
+    fixed_bytes: Largest per-device parameters + gradients + optimiser +
+      workspace.
+    stash_peak_bytes: Largest per-device peak stash.
+    search_seconds: Wall seconds of the search (0 for baselines).
+    memory_limit_bytes: The device memory of a ``limit`` case (else None).
+  """
+
+  placement: str
+  pipe: int
+  dp: int
+  stages: int
+  groups: tuple[str, ...]
+  microbatches: int
+  memory_case: str
+  memory_limit_units: int | None
+  stash_limit_bytes: int | None
+  source: str
+  status: str
+  period: int | None
+  makespan_steps: int
+  resolution_s: float
+  memory_unit_bytes: int
+  step_seconds: float
+  pipeline_seconds: float
+  allreduce_seconds: float
+  bubble_ratio: float
+  peak_bytes: int
+  peak_bytes_per_device: tuple[int, ...]
+  fixed_bytes: int
+  stash_peak_bytes: int
+  search_seconds: float
+  memory_limit_bytes: int | None = None
+
+  @property
+  def label(self) -> str:
+    """E.g. ``mshape pipe4 dp2 tight`` or ``vshape pipe8 dp1 1f1b``."""
+    case = self.source if self.memory_case == "baseline" else self.memory_case
+    return f"{self.placement} pipe{self.pipe} dp{self.dp} {case}"
+
+  def to_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["groups"] = list(self.groups)
+    out["peak_bytes_per_device"] = list(self.peak_bytes_per_device)
+    out["label"] = self.label
+    return out
+
+  @classmethod
+  def from_dict(cls, data: Mapping[str, Any]) -> "PlanResult":
+    fields = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in data.items() if k in fields}
+    kw["groups"] = tuple(kw["groups"])
+    kw["peak_bytes_per_device"] = tuple(kw["peak_bytes_per_device"])
+    return cls(**kw)
+
+
+def evaluate(pg: PlanGraph, unrolled: UnrolledSchedule, *, memory_case: str,
+             memory_limit_units: int | None, status: str,
+             search_seconds: float = 0.0,
+             memory_limit_bytes: int | None = None) -> PlanResult:
+  """Checks ``unrolled`` and replays it with ``pg``'s real costs.
+
+  Raises:
+    ScheduleValidationError: if the schedule breaks a rule (dependencies,
+      device overlap, order, or the memory limit it claims).
+  """
+  validate.assert_valid(unrolled)
+  q = pg.quantized
+  pred = _predict.predict(unrolled, q.seconds, delays=q.delay_seconds,
+                          memory_bytes=q.memory_bytes)
+  peaks = tuple(int(f + s) for f, s in zip(pg.fixed_bytes, pred.peak_bytes))
+  unit = q.memory_unit
+  return PlanResult(
+      placement=pg.placement, pipe=pg.pipe, dp=pg.dp,
+      stages=sum(1 for b in pg.graph.blocks if b.kind == "F"),
+      groups=pg.group_names, microbatches=pg.microbatches,
+      memory_case=memory_case, memory_limit_units=memory_limit_units,
+      stash_limit_bytes=(None if memory_limit_units is None
+                         else memory_limit_units * unit),
+      source=unrolled.source, status=status, period=unrolled.period,
+      makespan_steps=unrolled.makespan, resolution_s=q.resolution,
+      memory_unit_bytes=unit,
+      step_seconds=pred.step_seconds + pg.allreduce_seconds,
+      pipeline_seconds=pred.step_seconds,
+      allreduce_seconds=pg.allreduce_seconds,
+      bubble_ratio=round(pred.bubble_ratio, 6), peak_bytes=max(peaks),
+      peak_bytes_per_device=peaks, fixed_bytes=max(pg.fixed_bytes),
+      stash_peak_bytes=max(pred.peak_bytes),
+      search_seconds=round(search_seconds, 4),
+      memory_limit_bytes=memory_limit_bytes)
+
+
+# --- Pareto set and choice ----------------------------------------------------
+
+def pareto_indices(points: Sequence[tuple[float, float]]) -> tuple[int, ...]:
+  """Indices of the points no other point beats in both coordinates.
+
+  A point is dominated when another is no worse in both coordinates and
+  strictly better in one; equal points do not dominate each other, so all
+  copies of a Pareto point are kept. Returned by increasing first
+  coordinate (then second, then index).
+  """
+  order = sorted(range(len(points)), key=lambda i: (points[i][0],
+                                                    points[i][1], i))
+  out: list[int] = []
+  best_second = math.inf
+  last: tuple[float, float] | None = None
+  for i in order:
+    p = (points[i][0], points[i][1])
+    if p == last or p[1] < best_second:
+      out.append(i)
+      best_second = min(best_second, p[1])
+      last = p
+  return tuple(out)
+
+
+def choose(plans: Sequence[PlanResult], limit_bytes: int | None) -> int | None:
+  """Index of the fastest plan whose peak fits ``limit_bytes`` (ties: the
+  smaller peak, then the earlier plan); None if none fits."""
+  fits = [i for i, p in enumerate(plans)
+          if limit_bytes is None or p.peak_bytes <= limit_bytes]
+  if not fits:
+    return None
+  return min(fits, key=lambda i: (plans[i].step_seconds, plans[i].peak_bytes,
+                                  i))
+
+
+@dataclasses.dataclass(frozen=True)
+class Frontier:
+  """Every plan of a sweep, its Pareto set and the chosen plan.
+
+  Attributes:
+    plans: Every evaluated plan.
+    pareto: Indices into ``plans`` of the Pareto set (by step time).
+    chosen: Index of the plan chosen for ``memory_limit_bytes`` (None:
+      nothing fits).
+    memory_limit_bytes: Device memory the choice was made for.
+    skipped: ``(what, why)`` for configurations and memory cases that gave
+      no plan (unsupported device count, infeasible limit, ...).
+  """
+
+  plans: tuple[PlanResult, ...]
+  pareto: tuple[int, ...]
+  chosen: int | None
+  memory_limit_bytes: int | None
+  skipped: tuple[tuple[str, str], ...] = ()
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"plans": [p.to_dict() for p in self.plans],
+            "pareto": list(self.pareto), "chosen": self.chosen,
+            "memory_limit_bytes": self.memory_limit_bytes,
+            "skipped": [list(s) for s in self.skipped]}
+
+
+def frontier(plans: Sequence[PlanResult], memory_limit_bytes: int | None,
+             skipped: Sequence[tuple[str, str]] = ()) -> Frontier:
+  """The :class:`Frontier` of ``plans``."""
+  plans = tuple(plans)
+  return Frontier(
+      plans=plans,
+      pareto=pareto_indices([(p.step_seconds, p.peak_bytes) for p in plans]),
+      chosen=choose(plans, memory_limit_bytes),
+      memory_limit_bytes=memory_limit_bytes, skipped=tuple(skipped))
+
+
+# --- the sweep ----------------------------------------------------------------
+
+def size_label(nbytes: int) -> str:
+  """``16GiB``, ``512MiB``, ``3KiB`` when exact, else ``1234567B``."""
+  for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20),
+                     ("KiB", 2**10)):
+    if nbytes >= size and nbytes % size == 0:
+      return f"{nbytes // size}{unit}"
+  return f"{nbytes}B"
+
+
+def _divisors(n: int) -> list[int]:
+  return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _error(e: BaseException) -> str:
+  return f"{type(e).__name__}: {e}"
+
+
+def sweep(model: ModelCosts, devices: int, *,
+          placements: Sequence[str] = DEFAULT_PLACEMENTS,
+          pipes: Sequence[int] | None = None, microbatches: int = 32,
+          memory_levels: Sequence[float] = (0.5,),
+          memory_limits: Sequence[int] = (),
+          memory_limit: int | None = None,
+          link: LinkModel = DEFAULT_LINK, optimizer_slots: int = 2,
+          shard_shared: bool = False, baselines: bool = True,
+          time_limit_s: float = 2.0, seed: int = 0,
+          log: Callable[[str], None] | None = None) -> Frontier:
+  """Evaluates every plan and returns the frontier.
+
+  For every placement and pipeline width ``pipe`` (a divisor of
+  ``devices``; with ``pipe == 1`` only ``vshape``, every placement being the
+  same single-device sequence there) with ``dp = devices / pipe``:
+
+  1. the graph is priced (:func:`plan_graph`);
+  2. the search runs with no limit (``loose``), then at the smallest limit
+     that admits any schedule (``tight``), at each ``memory_levels``
+     fraction between the two (``level<f>``), and under each absolute
+     ``memory_limits`` and ``memory_limit`` (bytes per device:
+     ``limit16GiB``); limits that give the same stash units as an earlier
+     case are searched once;
+  3. with ``baselines``, every classic baseline that fits the placement.
+
+  Args:
+    model: Per-layer costs.
+    devices: Devices in all (``pipe x dp``).
+    placements: Names from :data:`SUPPORTED`.
+    pipes: Pipeline widths to try (default: every divisor of ``devices``).
+    microbatches: Micro-batches per step in all (must divide by ``dp``;
+      widths where it does not are skipped).
+    memory_levels: Fractions in ``(0, 1)`` between the tight and the loose
+      stash.
+    memory_limits: Extra device memories in bytes to search under.
+    memory_limit: The device memory the plan is chosen for (also searched
+      under); None: choose the fastest plan.
+    link: Communication model.
+    optimizer_slots: Parameter-sized optimiser arrays (Adam: 2).
+    shard_shared: Shard the parameters of multi-device blocks.
+    baselines: Also evaluate the classic baselines that fit.
+    time_limit_s: CP-SAT budget per search (deterministic seconds).
+    seed: CP-SAT seed.
+    log: Receives one line per plan (and per skipped case).
+
+  Raises:
+    ValueError: for an unknown placement, no device, or a bad level.
+  """
+  if devices < 1:
+    raise ValueError(f"devices must be >= 1, got {devices}")
+  unknown = [p for p in placements if p not in SUPPORTED]
+  if unknown:
+    raise ValueError(f"placements {unknown} are not supported by the"
+                     f" frontier; use {', '.join(SUPPORTED)}")
+  bad = [f for f in memory_levels if not 0 < f < 1]
+  if bad:
+    raise ValueError(f"memory_levels must lie in (0, 1), got {bad}")
+  widths = list(pipes) if pipes is not None else _divisors(devices)
+  say = log or (lambda _s: None)
+  plans: list[PlanResult] = []
+  skipped: list[tuple[str, str]] = []
+
+  def skip(what: str, why: str) -> None:
+    skipped.append((what, why))
+    say(f"skip {what}: {why}")
+
+  def add(result: PlanResult) -> None:
+    plans.append(result)
+    say(f"{result.label:<34} step {result.step_seconds * 1e3:9.2f} ms  peak"
+        f" {result.peak_bytes / 2**30:8.3f} GiB  ({result.source},"
+        f" {result.status}, search {result.search_seconds:.2f} s)")
+
+  limits = sorted(set(int(x) for x in memory_limits) |
+                  ({int(memory_limit)} if memory_limit is not None else set()),
+                  reverse=True)
+  for pipe in widths:
+    if devices % pipe:
+      skip(f"pipe{pipe}", f"{pipe} does not divide {devices} devices")
+      continue
+    dp = devices // pipe
+    for name in placements:
+      what = f"{name} pipe{pipe} dp{dp}"
+      if pipe == 1 and name != "vshape":
+        continue
+      try:
+        pg = plan_graph(model, name, pipe, dp, microbatches=microbatches,
+                        link=link, optimizer_slots=optimizer_slots,
+                        shard_shared=shard_shared)
+      except (PlacementError, ValueError) as e:
+        skip(what, str(e))
+        continue
+      graph, n = pg.graph, pg.microbatches
+      searched: dict[int | None, str] = {}
+
+      def search(units: int | None, case: str,
+                 limit_bytes: int | None = None) -> int | None:
+        """Searches one limit; returns the peak stash in units."""
+        if units in searched:
+          return None
+        searched[units] = case
+        t0 = time.perf_counter()
+        try:
+          sched = search_repetend(graph, units, time_limit_s=time_limit_s,
+                                  seed=seed)
+          run = sched.unroll(n)
+          result = evaluate(pg, run, memory_case=case,
+                            memory_limit_units=units, status=sched.status,
+                            search_seconds=time.perf_counter() - t0,
+                            memory_limit_bytes=limit_bytes)
+        except (InfeasibleScheduleError, SearchTimeoutError,
+                CompletionError) as e:
+          skip(f"{what} {case}", _error(e))
+          return None
+        add(result)
+        return max(run.peak_memory)
+
+      loose_peak = search(None, "loose")
+      tight, _ = smallest_memory(graph, None, time_limit_s=time_limit_s,
+                                 seed=seed)
+      if tight is not None and (loose_peak is None or tight < loose_peak):
+        search(tight, "tight")
+        if loose_peak is not None:
+          for f in sorted(memory_levels, reverse=True):
+            units = tight + int(round(f * (loose_peak - tight)))
+            if tight < units < loose_peak:
+              search(units, f"level{f:g}")
+      for limit in limits:
+        units = pg.stash_limit_units(limit)
+        case = f"limit{size_label(limit)}"
+        if units < 0 or (tight is not None and units < tight):
+          skip(f"{what} {case}",
+               f"nothing fits {size_label(limit)} per device (parameters,"
+               f" gradients and optimiser state take {max(pg.fixed_bytes)}"
+               f" bytes, the smallest stash {tight} units of"
+               f" {pg.quantized.memory_unit} bytes)")
+        elif loose_peak is None or units < loose_peak:
+          search(units, case, limit)
+      if baselines:
+        for base in _baselines.for_placement(graph):
+          try:
+            run = _baselines.run(base, graph, n)
+            add(evaluate(pg, run, memory_case="baseline",
+                         memory_limit_units=None, status="BASELINE"))
+          except ValueError as e:
+            skip(f"{what} {base}", _error(e))
+  return frontier(plans, memory_limit, skipped)
