@@ -20,8 +20,12 @@ flags.DEFINE_string("placement", "vshape", "Placement of the compile and"
 flags.DEFINE_integer("devices", 4, "Devices of the compile and memory parts.")
 flags.DEFINE_integer("speed_hidden", 1024, "Width of the speed-up model.")
 flags.DEFINE_integer("speed_layers", 4, "Layers of the speed-up model.")
-flags.DEFINE_integer("speed_rows", 256, "Rows per micro-batch (speed-up).")
+flags.DEFINE_integer("speed_rows", 512, "Rows per micro-batch (speed-up).")
 flags.DEFINE_integer("speed_n", 16, "Micro-batches of the speed-up part.")
+flags.DEFINE_enum("speed_cut", "auto", ["markers", "auto"],
+                  "How the speed-up model is cut into its 2 blocks: at its"
+                  " tj.boundary markers (2 layers each) or by measured cost"
+                  " (tessel_jax's automatic cut).")
 flags.DEFINE_integer("repeats", 5, "Timed runs per measurement (median kept).")
 flags.DEFINE_string("output", "out/lowering_bench.json",
                     "Where to write the JSON results ('': stdout only).")
@@ -50,5 +54,6 @@ def from_flags() -> BenchArgs:
   return BenchArgs(parts=tuple(f.parts), compile_n=ns, placement=f.placement,
                    devices=f.devices, speed_hidden=f.speed_hidden,
                    speed_layers=f.speed_layers, speed_rows=f.speed_rows,
-                   speed_n=f.speed_n, repeats=f.repeats,
+                   speed_n=f.speed_n, speed_cut=f.speed_cut,
+                   repeats=f.repeats,
                    output=f.output or None, worker=f.worker)

@@ -31,8 +31,9 @@ class BenchArgs(NamedTuple):
   devices: int = 4
   speed_hidden: int = 1024
   speed_layers: int = 4
-  speed_rows: int = 256
+  speed_rows: int = 512
   speed_n: int = 16
+  speed_cut: str = "auto"
   repeats: int = 5
   output: str | None = "out/lowering_bench.json"
   worker: str | None = None
@@ -229,14 +230,15 @@ def _worker(args: Any) -> dict[str, Any]:
     return {"wall_s": wall, "cpu_s": cpu, "devices": len(jax.devices())}
   mesh = jax.make_mesh((2,), ("pipe",))
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                     num_microbatches=n)
+                     num_microbatches=n, cut=args.speed_cut)
   compiled = step.lower(params, batch).compile()
   wall, cpu = _median_run(lambda: compiled(params, batch), args.repeats)
   u = step.unrolled
   busy = sum(b.span for b in u.graph.blocks) * n / 2
   return {"wall_s": wall, "cpu_s": cpu, "devices": len(jax.devices()),
           "makespan": u.makespan, "schedule_efficiency": busy / u.makespan,
-          "lowered_as": step.built.plan.loop_summary()}
+          "lowered_as": step.built.plan.loop_summary(),
+          "spans": {b.label: b.span for b in u.graph.blocks}}
 
 
 def part_speedup(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
@@ -246,6 +248,7 @@ def part_speedup(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
            f"--worker={worker}", f"--speed_hidden={args.speed_hidden}",
            f"--speed_layers={args.speed_layers}",
            f"--speed_rows={args.speed_rows}", f"--speed_n={args.speed_n}",
+           f"--speed_cut={args.speed_cut}",
            f"--repeats={args.repeats}", "--output="]
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
@@ -266,6 +269,7 @@ def part_speedup(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
   out = {
       "model": {"hidden": args.speed_hidden, "layers": args.speed_layers,
                 "rows_per_microbatch": args.speed_rows,
+                "cut": args.speed_cut,
                 "microbatches": args.speed_n},
       "plain": plain, "pipe": pipe,
       "speedup_wall": round(plain["wall_s"] / pipe["wall_s"], 3),
