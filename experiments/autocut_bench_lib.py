@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from experiments import train_lib
 from tessel_jax.passes import autocut, autocut_cost
 from tessel_jax.passes import partition as _partition
 
@@ -77,26 +78,6 @@ def _batch(rows: int, seq: int, vocab: int, seed: int = 1) -> dict[str, Any]:
           "labels": jnp.asarray(rng.integers(0, vocab, (rows, seq)), jnp.int32)}
 
 
-def _norm(p: Any, x: Any) -> Any:
-  mu = x.mean(-1, keepdims=True)
-  var = ((x - mu) ** 2).mean(-1, keepdims=True)
-  return (x - mu) * jax.lax.rsqrt(var + 1e-5) * p["g"] + p["b"]
-
-
-def _plain_layer(p: Any, x: Any, heads: int) -> Any:
-  b, s, d = x.shape
-  q, k, v = jnp.split(_norm(p["ln1"], x) @ p["qkv"], 3, axis=-1)
-  split = lambda t: t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
-  q, k, v = split(q), split(k), split(v)
-  att = (q @ k.transpose(0, 1, 3, 2)) * (d // heads) ** -0.5
-  mask = jnp.tril(jnp.ones((s, s), bool))
-  att = jax.nn.softmax(jnp.where(mask, att, -1e9), axis=-1)
-  y = (att @ v).transpose(0, 2, 1, 3).reshape(b, s, d)
-  x = x + y @ p["proj"]
-  h = jax.nn.gelu(_norm(p["ln2"], x) @ p["fc"] + p["fc_b"])
-  return x + h @ p["out"] + p["out_b"]
-
-
 def plain_gpt(layers: int = 4, d_model: int = 32, heads: int = 4,
               vocab: int = 64, seq: int = 16, rows: int = 4,
               seed: int = 0) -> Model:
@@ -125,8 +106,8 @@ def plain_gpt(layers: int = 4, d_model: int = 32, heads: int = 4,
     tokens = batch["tokens"]
     x = p["wte"][tokens] + p["wpe"][None, :tokens.shape[1]]
     for lp in p["layers"]:
-      x = _plain_layer(lp, x, heads)
-    logits = _norm(p["lnf"], x) @ p["wte"].T
+      x = train_lib.transformer_layer(lp, x, heads)
+    logits = train_lib.layer_norm(p["lnf"], x) @ p["wte"].T
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.take_along_axis(logp, batch["labels"][..., None],
                                 axis=-1).mean()

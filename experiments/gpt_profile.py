@@ -33,8 +33,8 @@ from tessel_jax.search import frontier
 OUTPUTS = ("loss", "nll")
 
 # train_lib's layer and norm (its model, reused as is).
-_layer = train_lib._layer  # pylint: disable=protected-access
-_norm = train_lib._norm  # pylint: disable=protected-access
+_layer = train_lib.transformer_layer
+_norm = train_lib.layer_norm
 
 
 class GPTShape(NamedTuple):

@@ -104,15 +104,17 @@ def init_params(key: Any, vocab: int, d: int, layers: int,
   return out
 
 
-def _norm(p: Any, x: Any) -> Any:
+def layer_norm(p: Any, x: Any) -> Any:
+  """Layer norm with gain ``p['g']`` and bias ``p['b']``."""
   mu = x.mean(-1, keepdims=True)
   var = ((x - mu) ** 2).mean(-1, keepdims=True)
   return (x - mu) * jax.lax.rsqrt(var + 1e-5) * p["g"] + p["b"]
 
 
-def _layer(p: Any, x: Any, heads: int) -> Any:
+def transformer_layer(p: Any, x: Any, heads: int) -> Any:
+  """One pre-norm causal self-attention + MLP block (GPT-2 style)."""
   b, s, d = x.shape
-  q, k, v = jnp.split(_norm(p["ln1"], x) @ p["qkv"], 3, axis=-1)
+  q, k, v = jnp.split(layer_norm(p["ln1"], x) @ p["qkv"], 3, axis=-1)
   split = lambda t: t.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
   q, k, v = split(q), split(k), split(v)
   att = (q @ k.transpose(0, 1, 3, 2)) * (d // heads) ** -0.5
@@ -120,7 +122,7 @@ def _layer(p: Any, x: Any, heads: int) -> Any:
   att = jax.nn.softmax(jnp.where(mask, att, -1e9), axis=-1)
   y = (att @ v).transpose(0, 2, 1, 3).reshape(b, s, d)
   x = x + y @ p["proj"]
-  h = jax.nn.gelu(_norm(p["ln2"], x) @ p["fc"] + p["fc_b"])
+  h = jax.nn.gelu(layer_norm(p["ln2"], x) @ p["fc"] + p["fc_b"])
   return x + h @ p["out"] + p["out_b"]
 
 
@@ -142,8 +144,8 @@ def make_loss_fn(num_blocks: int, layers: int, heads: int):
     for block in range(1, num_blocks):
       x = tj.boundary(x)                       # ends block `block - 1`
       for i in groups[block]:
-        x = _layer(params["layers"][i], x, heads)
-    logits = _norm(params["lnf"], x) @ params["wte"].T     # tied head
+        x = transformer_layer(params["layers"][i], x, heads)
+    logits = layer_norm(params["lnf"], x) @ params["wte"].T     # tied head
     logp = jax.nn.log_softmax(logits, axis=-1)
     nll = -jnp.take_along_axis(logp, batch["labels"][..., None], axis=-1)
     return nll.mean()

@@ -67,6 +67,26 @@ class Prediction:
             "peak_bytes": list(self.peak_bytes), "ticks": self.ticks}
 
 
+def _replay_inputs(unrolled: Any, delays: Any, barriers: Any,
+                   tick_seconds: float | Callable[[int], float]) -> tuple:
+  """What both replays need: graph, device count, block positions and
+  devices, edges into each block, delays, barriers, the per-tick cost as a
+  function of the step, and the actions grouped by start step."""
+  graph = unrolled.graph
+  position = {b.id: i for i, b in enumerate(graph.blocks)}
+  devices = {b.id: tuple(b.devices) for b in graph.blocks}
+  into: dict[int, list[Any]] = {b.id: [] for b in graph.blocks}
+  for e in graph.edges:
+    into[e.dst].append(e)
+  cost = tick_seconds if callable(tick_seconds) else (
+      lambda _step, c=float(tick_seconds): c)
+  by_step: dict[int, list[Any]] = {}
+  for a in unrolled.actions:
+    by_step.setdefault(a.start, []).append(a)
+  return (graph, graph.num_devices, position, devices, into, delays or {},
+          barriers or {}, cost, by_step)
+
+
 def predict(unrolled: Any, seconds: Mapping[int, float], *,
             delays: Mapping[tuple[int, int], float] | None = None,
             memory_bytes: Mapping[int, int] | None = None,
@@ -93,22 +113,9 @@ def predict(unrolled: Any, seconds: Mapping[int, float], *,
   Raises:
     KeyError: if a block of the schedule has no seconds.
   """
-  graph = unrolled.graph
-  nd = graph.num_devices
-  position = {b.id: i for i, b in enumerate(graph.blocks)}
-  devices = {b.id: tuple(b.devices) for b in graph.blocks}
-  into: dict[int, list[Any]] = {b.id: [] for b in graph.blocks}
-  for e in graph.edges:
-    into[e.dst].append(e)
-  delays = delays or {}
-  barriers = barriers or {}
+  graph, nd, position, devices, into, delays, barriers, cost, by_step = (
+      _replay_inputs(unrolled, delays, barriers, tick_seconds))
   mem = memory_bytes or {}
-  cost = tick_seconds if callable(tick_seconds) else (
-      lambda _step, c=float(tick_seconds): c)
-
-  by_step: dict[int, list[Any]] = {}
-  for a in unrolled.actions:
-    by_step.setdefault(a.start, []).append(a)
   clock = [0.0] * nd
   busy = [0.0] * nd
   starts: dict[tuple[int, int], float] = {}
@@ -204,20 +211,8 @@ def predict_shared(unrolled: Any, work: Mapping[int, float],
   Raises:
     ValueError: if the device orders deadlock (an invalid schedule).
   """
-  graph = unrolled.graph
-  nd = graph.num_devices
-  position = {b.id: i for i, b in enumerate(graph.blocks)}
-  devices = {b.id: tuple(b.devices) for b in graph.blocks}
-  into: dict[int, list[Any]] = {b.id: [] for b in graph.blocks}
-  for e in graph.edges:
-    into[e.dst].append(e)
-  delays = delays or {}
-  barriers = barriers or {}
-  cost = tick_seconds if callable(tick_seconds) else (
-      lambda _step, c=float(tick_seconds): c)
-  by_step: dict[int, list[Any]] = {}
-  for a in unrolled.actions:
-    by_step.setdefault(a.start, []).append(a)
+  graph, nd, position, devices, into, delays, barriers, cost, by_step = (
+      _replay_inputs(unrolled, delays, barriers, tick_seconds))
   steps = sorted(by_step)
   last = steps[-1] if steps else 0
   # Per device program: ("bar", seconds) | ("run", action) | ("tick", s).
