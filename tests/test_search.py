@@ -10,6 +10,7 @@ from tessel_jax.graph import Block, BlockGraph, Edge, make_graph
 from tessel_jax import placements, validate
 from tessel_jax.search import (InfeasibleScheduleError, min_memory_limit,
                                period_lower_bound, search_repetend)
+from tessel_jax.search.modulo_model import solve_modulo
 
 
 def chain_vshape(num_devices: int, f: int = 1, b: int = 3) -> BlockGraph:
@@ -68,6 +69,25 @@ def test_infeasible_memory_names_smallest_working_limit():
     search_repetend(graph, memory_limit=0)
   assert info.value.min_memory_limit == 1
   assert min_memory_limit(graph) == 1
+
+
+def test_binding_limit_is_decided_by_the_lp_guided_stage():
+  # mllm on 4 devices at limit 3 runs one micro-batch at a time (period 24,
+  # every span in sequence). The interleaved portfolio cannot prove period
+  # 23 infeasible in this budget; the LP-guided memory stage can.
+  graph = placements.mllm(4)
+  sol = solve_modulo(graph, 23, 3, time_limit_s=0.3)
+  assert sol.status == "INFEASIBLE"
+  found = solve_modulo(graph, 24, 3, time_limit_s=0.3)
+  assert found.found and found.objective is None
+
+
+def test_binding_limit_period_is_proven_optimal():
+  schedule = search_repetend(placements.mllm(4), memory_limit=3,
+                             time_limit_s=5, complete=False)
+  assert schedule.period == 24
+  assert schedule.status == "OPTIMAL"
+  assert schedule.period_lower_bound == 24
 
 
 def test_no_wrap_keeps_blocks_inside_period():
