@@ -10,7 +10,10 @@ from tessel_jax.graph import Block, BlockGraph, Edge, make_graph
 from tessel_jax import placements, validate
 from tessel_jax.search import (InfeasibleScheduleError, min_memory_limit,
                                period_lower_bound, search_repetend)
-from tessel_jax.search.modulo_model import solve_modulo
+from tessel_jax.schedule import Repetend, Schedule
+from tessel_jax.search.modulo_model import (normalise, pull_in,
+                                            repetend_latency, solve_modulo,
+                                            steady_peak)
 
 
 def chain_vshape(num_devices: int, f: int = 1, b: int = 3) -> BlockGraph:
@@ -193,3 +196,32 @@ def test_every_named_placement_gets_a_valid_schedule(name, mode):
   schedule = search_repetend(graph, memory_limit=limit, time_limit_s=5.0)
   assert schedule.period >= period_lower_bound(graph)
   assert_valid_for(schedule, [1, 5, 2 * schedule.repetend.max_offset + 2])
+
+
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(random_placements())
+def test_pulled_in_offsets_keep_the_repetend_valid(case):
+  graph, limit, wrap = case
+  period = period_lower_bound(graph) + 2
+  sol = solve_modulo(graph, period, limit, allow_wrap=wrap, time_limit_s=2.0)
+  hypothesis.assume(sol.found)
+  pulled = pull_in(graph, period, limit, sol)
+  assert pulled.phases == sol.phases
+  assert (repetend_latency(graph, period, pulled.phases, pulled.offsets) <=
+          repetend_latency(graph, period, sol.phases, sol.offsets))
+  if limit is not None:
+    assert steady_peak(graph, period, pulled.phases, pulled.offsets) <= limit
+  rep = Repetend(period=period, offsets=normalise(pulled.offsets),
+                 phases=pulled.phases)
+  schedule = Schedule(graph=graph, repetend=rep, memory_limit=limit)
+  for n in (1, 3, 2 * rep.max_offset + 3):
+    validate.assert_valid(schedule.unroll(n))
+
+
+def test_steady_peak_matches_the_unrolled_schedule():
+  graph = chain_vshape(4)
+  schedule = search_repetend(graph, memory_limit=3, complete=False,
+                             list_alternative=False)
+  rep = schedule.repetend
+  assert steady_peak(graph, rep.period, rep.phases, rep.offsets) == max(
+      schedule.unroll(64).peak_memory)

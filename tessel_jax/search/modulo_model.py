@@ -57,6 +57,71 @@ class ModuloSolution:
     return self.status in ("OPTIMAL", "FEASIBLE")
 
 
+def earliest_offsets(graph: BlockGraph, period: int,
+                     phases: tuple[int, ...]) -> tuple[int, ...]:
+  """The smallest offsets ``k_b`` the edges allow with ``phases`` fixed.
+
+  In topological order each block takes the first period at whose phase
+  ``r_b`` all its inputs have arrived. For the given phases this gives every
+  block its earliest start, hence the shortest latency; the device
+  constraints depend only on phases and still hold. Pure Python, linear in
+  the graph (a solver's first feasible repetend often has offsets spread
+  over hundreds of periods; this pulls them in).
+  """
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  offsets = [0] * graph.num_blocks
+  for bid in graph.topological_order():
+    i = pos[bid]
+    for e in graph.predecessors(bid):
+      j = pos[e.src]
+      arrival = (offsets[j] * period + phases[j] + graph.blocks[j].span
+                 + e.delay)
+      offsets[i] = max(offsets[i], -(-(arrival - phases[i]) // period))
+  return tuple(offsets)
+
+
+def steady_peak(graph: BlockGraph, period: int, phases: tuple[int, ...],
+                offsets: tuple[int, ...]) -> int:
+  """Largest steady-state memory level of any device (DESIGN §3).
+
+  Device ``d`` at phase ``t`` holds ``sum_b m_b [r_b <= t] - sum_b m_b k_b``
+  over its blocks (the model's memory constraint, evaluated directly).
+  """
+  peak = 0
+  for d in range(graph.num_devices):
+    on_d = [i for i, b in enumerate(graph.blocks)
+            if d in b.devices and b.memory != 0]
+    level = -sum(graph.blocks[i].memory * offsets[i] for i in on_d)
+    for t in sorted({phases[i] for i in on_d}):
+      peak = max(peak, level + sum(graph.blocks[i].memory for i in on_d
+                                   if phases[i] <= t))
+  return peak
+
+
+def repetend_latency(graph: BlockGraph, period: int, phases: tuple[int, ...],
+                     offsets: tuple[int, ...]) -> int:
+  """First start to last end of one micro-batch."""
+  starts = [k * period + r for k, r in zip(offsets, phases)]
+  return (max(s + b.span for s, b in zip(starts, graph.blocks))
+          - min(starts))
+
+
+def pull_in(graph: BlockGraph, period: int, memory_limit: int | None,
+            sol: "ModuloSolution") -> "ModuloSolution":
+  """``sol`` with ``earliest_offsets`` where that shortens its latency and
+  keeps its memory within the limit; else ``sol`` unchanged."""
+  if not sol.found:
+    return sol
+  offsets = earliest_offsets(graph, period, sol.phases)
+  if (repetend_latency(graph, period, sol.phases, offsets) >=
+      repetend_latency(graph, period, sol.phases, sol.offsets)):
+    return sol
+  if (memory_limit is not None and
+      steady_peak(graph, period, sol.phases, offsets) > memory_limit):
+    return sol
+  return dataclasses.replace(sol, offsets=offsets)
+
+
 def latency_horizon(graph: BlockGraph, period: int) -> int:
   """Upper bound on the start of any block in the micro-batch frame."""
   spans = sum(b.span for b in graph.blocks)
