@@ -3,7 +3,8 @@
 A repetend pays a fill and drain that grow with its latency; with a loose
 memory limit the best schedule for a *given* ``N`` is often not periodic
 (GPipe's "all forwards first" has no bounded repetend at all). This module
-times every action of ``N`` micro-batches greedily, step by step:
+times every action of ``N`` micro-batches greedily, step by step (the
+*parallel* schedule-generation scheme):
 
 * an action is *ready* when its dependencies have ended (plus edge delays)
   and the same block of the previous micro-batch has started;
@@ -12,23 +13,32 @@ times every action of ``N`` micro-batches greedily, step by step:
   its devices stays within the limit;
 * priorities: ``"tail"`` the longest path from the block to the end of its
   micro-batch first (critical-path list scheduling: GPipe-like while memory
-  lasts), ``"microbatch"`` the oldest micro-batch first (1F1B-like).
+  lasts), ``"wide"`` blocks on more devices first, then ``"tail"`` (a block
+  on every device pauses all of them at once, which costs no idle time in
+  a full pipeline; waiting for all of them to drain does), ``"microbatch"``
+  the oldest micro-batch first (1F1B-like).
 
-It returns None when the memory limit stops every device (the greedy choice
-filled memory with work it cannot finish); the repetend is then the answer.
-The search offers the result next to the repetend's unrolling and
-``Schedule.unroll`` keeps the shorter (both are checked by the validator in
-the tests). Pure Python: no ortools, no jax.
+``list_schedule`` returns None when the memory limit stops every device (the
+greedy choice filled memory with work it cannot finish); the repetend is
+then the answer. ``best_list_schedule`` adds a serial pass in micro-batch
+order, improves each schedule by forward-backward justification
+(``list_improve``) and keeps the shortest.
+The search offers it next to the repetend's unrolling and ``Schedule.unroll``
+keeps the shorter (both are checked by the validator in the tests). Pure
+Python: no ortools, no jax.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import heapq
 
+from tessel_jax import simulate
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Action
+from tessel_jax.search import list_improve
+from tessel_jax.search.list_improve import Instance
 
-PRIORITIES = ("tail", "microbatch")
+PRIORITIES = ("tail", "wide", "microbatch")
 
 
 def tails(graph: BlockGraph) -> dict[int, int]:
@@ -40,15 +50,102 @@ def tails(graph: BlockGraph) -> dict[int, int]:
   return tail
 
 
-def _priority(graph: BlockGraph, rule: str) -> Callable[[tuple[int, int]], tuple]:
-  position = {b.id: i for i, b in enumerate(graph.blocks)}
-  tail = tails(graph)
+def _priorities(graph: BlockGraph, n: int, rule: str,
+                tail: dict[int, int] | None = None) -> list[int]:
+  """Rank per action ``k = i * n + j`` (lower first; all distinct)."""
+  nb = graph.num_blocks
+  tail = tails(graph) if tail is None else tail
+  most = max(tail.values())
+  lag = [most - tail[b.id] for b in graph.blocks]  # >= 0, critical first
   if rule == "tail":
-    return lambda key: (-tail[key[0]], key[1], position[key[0]])
-  if rule == "microbatch":
-    return lambda key: (key[1], -tail[key[0]], position[key[0]])
-  raise ValueError(f"unknown list-scheduling priority {rule!r}; use one of"
-                   f" {PRIORITIES}")
+    major = lag
+  elif rule == "wide":
+    major = [(graph.num_devices - len(b.devices)) * (most + 1) + lag[i]
+             for i, b in enumerate(graph.blocks)]
+  elif rule == "microbatch":
+    return [(j * (most + 1) + lag[i]) * nb + i
+            for i in range(nb) for j in range(n)]
+  else:
+    raise ValueError(f"unknown list-scheduling priority {rule!r}; use one of"
+                     f" {PRIORITIES}")
+  return [(major[i] * n + j) * nb + i for i in range(nb) for j in range(n)]
+
+
+def parallel_schedule(inst: Instance, priority: list[int],
+                      memory_limit: int | None) -> list[int] | None:
+  """Step-by-step greedy schedule (start per action ``k``) or None if stuck.
+
+  Args:
+    inst: The problem in index form.
+    priority: Rank per action (lower first).
+    memory_limit: Per-device limit (None: unlimited).
+  """
+  n, span, devices, memory, succ = (inst.n, inst.span, inst.devices,
+                                    inst.memory, inst.succ)
+  limit = inst.binding_limit(memory_limit)
+  num_devices = inst.num_devices
+  waiting = [c for c in inst.num_preds for _ in range(n)]
+  earliest = [0] * inst.size
+  starts = [0] * inst.size
+  nxt = [0] * len(span)  # next micro-batch per block
+  pending = [(0, i) for i, c in enumerate(inst.num_preds) if c == 0]
+  heapq.heapify(pending)  # (earliest step, block) of blocks soon ready
+  ready_on: list[list[int]] = [[] for _ in range(num_devices)]
+  busy = [0] * num_devices
+  level = [0] * num_devices
+  left = inst.size
+  now = 0
+  while True:
+    while pending and pending[0][0] <= now:
+      i = heapq.heappop(pending)[1]
+      for d in devices[i]:
+        ready_on[d].append(i)
+    ready = set()
+    for d in range(num_devices):
+      if busy[d] <= now and ready_on[d]:
+        ready.update(ready_on[d])
+    for i in sorted(ready, key=lambda b: priority[b * n + nxt[b]]):
+      ds, m = devices[i], memory[i]
+      if any(busy[d] > now for d in ds):
+        continue
+      if limit is not None and m > 0 and any(level[d] + m > limit
+                                             for d in ds):
+        continue
+      j = nxt[i]
+      k = i * n + j
+      starts[k] = now
+      left -= 1
+      end = now + span[i]
+      for d in ds:
+        busy[d] = end
+        level[d] += m
+        ready_on[d].remove(i)
+      for dst, delay in succ[i]:
+        kd = dst * n + j
+        waiting[kd] -= 1
+        if end + delay > earliest[kd]:
+          earliest[kd] = end + delay
+        if waiting[kd] == 0 and nxt[dst] == j:
+          heapq.heappush(pending, (earliest[kd], dst))
+      nxt[i] = j + 1
+      if j + 1 < n:
+        earliest[k + 1] = max(earliest[k + 1], now + 1)
+        if waiting[k + 1] == 0:
+          heapq.heappush(pending, (earliest[k + 1], i))
+    if not left:
+      return starts
+    later = [b for b in busy if b > now]
+    if pending:
+      later.append(pending[0][0])
+    if not later:
+      return None  # every ready action waits for memory that never frees
+    now = min(later)
+
+
+def _actions(inst: Instance, starts: list[int]) -> tuple[Action, ...]:
+  n = inst.n
+  rows = sorted((t, inst.ids[k // n], k % n) for k, t in enumerate(starts))
+  return tuple(Action(*row) for row in rows)
 
 
 def list_schedule(graph: BlockGraph, num_microbatches: int,
@@ -60,82 +157,60 @@ def list_schedule(graph: BlockGraph, num_microbatches: int,
     graph: The placement.
     num_microbatches: ``N``.
     memory_limit: Per-device limit (None: unlimited).
-    rule: ``"tail"`` or ``"microbatch"`` (see the module docstring).
+    rule: One of ``PRIORITIES`` (see the module docstring).
 
   Returns:
     Every action, sorted by start; None if the memory limit blocks progress.
   """
-  n = num_microbatches
-  priority = _priority(graph, rule)
-  blocks = {b.id: b for b in graph.blocks}
-  waiting = {(b.id, j): len(graph.predecessors(b.id))
-             for b in graph.blocks for j in range(n)}
-  earliest: dict[tuple[int, int], int] = {}
-  last_started = {b.id: -1 for b in graph.blocks}
-  candidates = {(b.id, 0) for b in graph.blocks if not graph.predecessors(b.id)}
-  for key in candidates:
-    earliest[key] = 0
-  busy_until = [0] * graph.num_devices
-  level = [0] * graph.num_devices
-  actions: list[Action] = []
-  total = n * graph.num_blocks
-  now = 0
-  while len(actions) < total:
-    for key in sorted((k for k in candidates if earliest[k] <= now),
-                      key=priority):
-      block = blocks[key[0]]
-      if any(busy_until[d] > now for d in block.devices):
-        continue
-      if (memory_limit is not None and block.memory > 0 and
-          any(level[d] + block.memory > memory_limit for d in block.devices)):
-        continue
-      _start(graph, block, key, now, n, actions, candidates, waiting,
-             earliest, last_started, busy_until, level)
-    if len(actions) == total:
-      break
-    later = [t for t in busy_until if t > now]
-    later += [earliest[k] for k in candidates if earliest[k] > now]
-    if not later:
-      return None  # every ready action waits for memory that never frees
-    now = min(later)
-  return tuple(sorted(actions))
-
-
-def _start(graph: BlockGraph, block, key: tuple[int, int], now: int, n: int,
-           actions: list[Action], candidates: set, waiting: dict,
-           earliest: dict, last_started: dict, busy_until: list[int],
-           level: list[int]) -> None:
-  """Starts ``key`` at ``now`` and releases what it was holding back."""
-  bid, j = key
-  candidates.discard(key)
-  actions.append(Action(now, bid, j))
-  last_started[bid] = j
-  for d in block.devices:
-    busy_until[d] = now + block.span
-    level[d] += block.memory
-  for e in graph.successors(bid):
-    succ = (e.dst, j)
-    waiting[succ] -= 1
-    earliest[succ] = max(earliest.get(succ, 0), now + block.span + e.delay)
-    if waiting[succ] == 0 and last_started[e.dst] == j - 1:
-      candidates.add(succ)
-  if j + 1 < n:  # the next micro-batch of this block may now start
-    nxt = (bid, j + 1)
-    earliest[nxt] = max(earliest.get(nxt, 0), now + 1)
-    if waiting[nxt] == 0:
-      candidates.add(nxt)
+  priority = _priorities(graph, num_microbatches, rule)
+  inst = Instance(graph, num_microbatches)
+  starts = parallel_schedule(inst, priority, memory_limit)
+  return None if starts is None else _actions(inst, starts)
 
 
 def best_list_schedule(graph: BlockGraph, num_microbatches: int,
-                       memory_limit: int | None) -> tuple[Action, ...] | None:
-  """The shortest of the priority rules' schedules (None if all get stuck)."""
-  best = None
-  best_end = None
-  for rule in PRIORITIES:
-    actions = list_schedule(graph, num_microbatches, memory_limit, rule)
-    if actions is None:
+                       memory_limit: int | None, improve: bool = True,
+                       ) -> tuple[Action, ...] | None:
+  """The shortest of several greedy schedules, each justified.
+
+  Tries every rule of ``PRIORITIES`` (``"wide"`` only where blocks differ in
+  their number of devices) with the step-by-step scheme, then the
+  ``"microbatch"`` order with the serial scheme (each action at its
+  earliest feasible step, gaps included: 1F1B-like with the fill filled);
+  each result is improved by ``list_improve.improve``. Stops early at the
+  lower bound ``simulate.lower_bound_makespan_shared``.
+
+  Args:
+    graph: The placement.
+    num_microbatches: ``N``.
+    memory_limit: Per-device limit (None: unlimited).
+    improve: Run forward-backward improvement on each schedule.
+
+  Returns:
+    Every action, sorted by start; None if the limit stops every try.
+  """
+  n = num_microbatches
+  inst = Instance(graph, n)
+  bound = simulate.lower_bound_makespan_shared(graph, n)
+  widths = {len(b.devices) for b in graph.blocks}
+  tries = [(rule, False) for rule in PRIORITIES
+           if rule != "wide" or len(widths) > 1] + [("microbatch", True)]
+  tail = tails(graph)
+  best, best_end = None, None
+  for rule, serial in tries:
+    priority = _priorities(graph, n, rule, tail)
+    if serial:
+      order = sorted(range(inst.size), key=priority.__getitem__)
+      starts = list_improve.serial_schedule(inst, order, memory_limit)
+    else:
+      starts = parallel_schedule(inst, priority, memory_limit)
+    if starts is None:
       continue
-    end = max(a.start + graph.block(a.block).span for a in actions)
+    if improve and inst.makespan(starts) > bound:
+      starts = list_improve.improve(graph, n, memory_limit, starts)
+    end = inst.makespan(starts)
     if best_end is None or end < best_end:
-      best, best_end = actions, end
-  return best
+      best, best_end = starts, end
+    if best_end <= bound:
+      break
+  return None if best is None else _actions(inst, best)

@@ -129,9 +129,10 @@ def latency_horizon(graph: BlockGraph, period: int) -> int:
   return period * (graph.num_blocks + 1) + spans + delays
 
 
-# Share of a feasibility solve's budget given to the interleaved portfolio
-# before the LP-guided memory minimisation takes over (``solve_modulo``).
-_FIRST_SHARE = 1 / 3
+# Deterministic seconds given to the interleaved portfolio before the
+# LP-guided memory minimisation takes over (``solve_modulo``): enough for
+# the repetends it finds at once, little wasted where the limit binds.
+_FIRST_STAGE_S = 0.2
 
 
 def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
@@ -147,14 +148,17 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
 
   * feasibility with no memory limit: CP-SAT's interleaved portfolio, which
     finds repetends in milliseconds;
-  * feasibility under a limit: the interleaved portfolio for a third of the
-    budget; if it decides nothing (typical when the limit binds), the rest
-    goes to minimising the peak memory with the limit as the peak's upper
-    bound, with the full LP relaxation (``linearization_level=2``) and a
-    stop at the first solution. That decides periods the portfolio cannot:
-    nnshape, 4 devices, limit 4, P = 31 proven infeasible in 2.7 s; zbv,
-    8 devices, limit 4: P = 49 proven infeasible in 4.6 s and P = 50
-    found in 4.8 s, where the portfolio gave UNKNOWN after 10 s each;
+  * feasibility under a limit: the interleaved portfolio for 0.2 s (a third
+    of smaller budgets); if it decides nothing (typical when the limit
+    binds), the rest
+    goes to minimising the peak memory with the full LP relaxation
+    (``linearization_level=2``), stopped as soon as a repetend within the
+    limit is found (feasible) or the proven bound exceeds the limit
+    (infeasible). Measured on 2 cores: nnshape, 4 devices, limit 4, P = 31
+    proven infeasible in 1.1 s; zbv, 8 devices, limit 4: P = 49 proven
+    infeasible in 0.4 s and P = 50 found in 0.6 s, where the portfolio gave
+    UNKNOWN after 10 s each (and a feasibility model with the peak capped
+    at the limit needed 3-5 s);
   * ``"memory"``: the same LP-guided single worker (5-50x faster than the
     portfolio at proving the smallest limit);
   * ``"latency"``: the plain single worker from the hint (interleaved was
@@ -183,32 +187,39 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
                        time_limit_s=time_limit_s, **kw)
+  first_limit = min(_FIRST_STAGE_S, time_limit_s / 3)
   first = _solve_once(graph, period, memory_limit, objective="none",
-                      time_limit_s=time_limit_s * _FIRST_SHARE, **kw)
-  stopped_by_wall_clock = first.work < 0.99 * time_limit_s * _FIRST_SHARE
+                      time_limit_s=first_limit, **kw)
+  stopped_by_wall_clock = first.work < 0.99 * first_limit
   if first.status != "UNKNOWN" or stopped_by_wall_clock:
     return first
   second = _solve_once(graph, period, None, objective="memory",
-                       memory_cap=memory_limit, first_solution=True,
+                       stop_at=memory_limit,
                        time_limit_s=max(0.01, time_limit_s - first.work), **kw)
-  return dataclasses.replace(
-      second, status="OPTIMAL" if second.found else second.status,
-      objective=None, bound=None, seconds=first.seconds + second.seconds,
-      work=first.work + second.work)
+  if second.found and second.objective <= memory_limit:
+    status = "OPTIMAL"  # feasibility decided: a repetend fits
+  elif second.status == "INFEASIBLE" or (second.bound is not None and
+                                         second.bound > memory_limit):
+    status = "INFEASIBLE"  # at this period at any memory, or above the limit
+  else:
+    status = "UNKNOWN"
+  return ModuloSolution(
+      status, offsets=second.offsets if status == "OPTIMAL" else (),
+      phases=second.phases if status == "OPTIMAL" else (),
+      seconds=first.seconds + second.seconds, work=first.work + second.work)
 
 
 def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 allow_wrap: bool, objective: str, time_limit_s: float,
                 seed: int, num_workers: int,
                 hint: "ModuloSolution | None",
-                memory_cap: int | None = None,
-                first_solution: bool = False) -> ModuloSolution:
+                stop_at: int | None = None) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
-    memory_cap: With ``objective="memory"``, an upper bound on the peak
-      (the model is infeasible when no repetend fits under it).
-    first_solution: Stop at the first solution found.
+    stop_at: With ``objective="memory"``, stop as soon as a repetend with
+      peak ``<= stop_at`` is found or the proven bound exceeds ``stop_at``
+      (both at deterministic points of the single-worker search).
   """
   model = cp_model.CpModel()
   blocks = graph.blocks
@@ -262,8 +273,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   peak = None
   if objective == "memory":
     bound = sum(abs(b.memory) for b in blocks) * (max_offset + 1)
-    peak = model.NewIntVar(0, bound if memory_cap is None else memory_cap,
-                           "peak_memory")
+    peak = model.NewIntVar(0, bound, "peak_memory")
   for d in range(graph.num_devices):
     on_d = [i for i, b in enumerate(blocks)
             if d in b.devices and b.memory != 0]
@@ -312,8 +322,10 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   solver = make_solver(
       time_limit_s, seed, num_workers, interleave=objective == "none",
       linearization_level=2 if objective == "memory" else None)
-  solver.parameters.stop_after_first_solution = first_solution
-  code = solver.Solve(model)
+  if objective == "memory" and stop_at is not None:
+    code = solver.Solve(model, _StopWithin(stop_at, solver))
+  else:
+    code = solver.Solve(model)
   status = solver.StatusName(code)
   work = solver.ResponseProto().deterministic_time
   if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
@@ -326,6 +338,24 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       objective=int(solver.ObjectiveValue()) if has_objective else None,
       bound=int(round(solver.BestObjectiveBound())) if has_objective else None,
       seconds=solver.WallTime(), work=work)
+
+
+class _StopWithin(cp_model.CpSolverSolutionCallback):
+  """Stops a memory minimisation once its answer relative to ``limit`` is
+  known: a solution with peak ``<= limit``, or a bound above it."""
+
+  def __init__(self, limit: int, solver: cp_model.CpSolver):
+    super().__init__()
+    self._limit = limit
+    solver.best_bound_callback = self._on_bound
+
+  def on_solution_callback(self) -> None:
+    if self.ObjectiveValue() <= self._limit:
+      self.StopSearch()
+
+  def _on_bound(self, bound: float) -> None:
+    if bound > self._limit:
+      self.StopSearch()
 
 
 def make_solver(time_limit_s: float, seed: int, num_workers: int,
