@@ -9,9 +9,11 @@ Procedure (modulo model in ``modulo_model``):
 2. If the limit is infeasible even at ``P_max`` it is infeasible at every
    period (feasibility is monotone in ``P``): solve for the smallest memory
    and raise ``InfeasibleScheduleError`` naming it.
-3. Gallop down from ``P_max`` (steps 1, 2, 4, ...) while repetends are
-   found, then bisect between the last failure and the last success; a
-   solve that times out counts as "not found" but leaves the bound
+3. Where ``P_lb`` was proven infeasible (the limit binds hard), gallop
+   down from ``P_max`` (steps 1, 2, 4, ...) while repetends are found;
+   where CP-SAT could not decide ``P_lb`` (a limit near the edge), gallop
+   up from it. Then bisect between the last failure and the last success.
+   A solve that times out counts as "not found" but leaves the bound
    unproven.
 4. At that ``P`` minimise the latency of one micro-batch.
 5. Compact the warmup and cooldown (``completion``).
@@ -235,24 +237,10 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
           f"CP-SAT found no schedule of placement {graph.name!r} in"
           f" {time_limit_s:.1f} s; raise the time limit")
     found = (high, top)
-    # --- Gallop down from the largest period (steps 1, 2, 4, ...) while
-    # repetends are found: finding one is cheap, while proving a period
-    # infeasible is what costs under a binding limit, and only the proof
-    # just below the optimum is needed (nnshape, 4 devices, limit 4: 14 s
-    # of proofs galloping up from the bound, 7 s galloping down). Each
-    # solve gets at most an eighth of the budget: a period CP-SAT cannot
-    # decide in that time leaves the bound unproven. -----------------------
-    step, failed = 1, proven_low - 1  # every period <= failed: not found
-    while not budget.spent() and found[0] - 1 > failed:
-      period = max(failed + 1, found[0] - step)
-      sol = solve(period, share=1 / 8)
-      if sol.found:
-        found = (period, sol)
-        step *= 2
-        continue
-      if sol.status == "INFEASIBLE":  # monotone: all P <= period fail too
-        proven_low = max(proven_low, period + 1)
-      failed, step = period, 1
+    if first.status == "INFEASIBLE":
+      found, proven_low = _gallop_down(solve, budget, found, proven_low)
+    else:
+      found, proven_low = _gallop_up(solve, budget, found, low, proven_low)
     # --- Then bisect between the last failure and the last success --------
     lo, hi = proven_low, found[0] - 1
     while lo <= hi and not budget.spent():
@@ -312,6 +300,62 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                               memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
+
+
+def _gallop_down(solve, budget: "_Budget", found: tuple, proven_low: int
+                 ) -> tuple[tuple, int]:
+  """Gallops down from the found period (steps 1, 2, 4, ...) while
+  repetends are found, restarting at step 1 below each failure.
+
+  For a limit that binds hard (the busiest device's load was proven
+  infeasible): finding a repetend is then cheap while proving a period
+  infeasible is what costs, and only the proof just below the optimum is
+  needed (nnshape, 4 devices, limit 4: 14 s of proofs galloping up from
+  the bound, 5 s galloping down). Each solve gets at most an eighth of the
+  budget; a period CP-SAT cannot decide in that time leaves the bound
+  unproven.
+
+  Returns:
+    ``(found, proven_low)`` updated.
+  """
+  step, failed = 1, proven_low - 1  # every period <= failed: not found
+  while not budget.spent() and found[0] - 1 > failed:
+    period = max(failed + 1, found[0] - step)
+    sol = solve(period, share=1 / 8)
+    if sol.found:
+      found = (period, sol)
+      step *= 2
+      continue
+    if sol.status == "INFEASIBLE":  # monotone: all P <= period fail too
+      proven_low = max(proven_low, period + 1)
+    failed, step = period, 1
+  return found, proven_low
+
+
+def _gallop_up(solve, budget: "_Budget", found: tuple, low: int,
+               proven_low: int) -> tuple[tuple, int]:
+  """Gallops up from the bound (steps 1, 2, 4, ...) to the first period
+  with a repetend.
+
+  For a limit near the edge (CP-SAT could not decide the busiest device's
+  load): the optimum is then usually just above the bound, and large
+  periods of large placements are slow to solve (interleaved, 32 devices,
+  limit 86: galloping down from 256 reached only 253 in 60 s). Each step
+  gets at most an eighth of the budget.
+
+  Returns:
+    ``(found, proven_low)`` updated.
+  """
+  step, period = 1, low + 1
+  while period < found[0] and not budget.spent():
+    sol = solve(period, share=1 / 8)
+    if sol.found:
+      return (period, sol), proven_low
+    if sol.status == "INFEASIBLE":  # monotone: all P <= period fail too
+      proven_low = max(proven_low, period + 1)
+    period = min(period + step, found[0])
+    step *= 2
+  return found, proven_low
 
 
 class _Budget:
