@@ -129,10 +129,11 @@ def latency_horizon(graph: BlockGraph, period: int) -> int:
   return period * (graph.num_blocks + 1) + spans + delays
 
 
-# Deterministic seconds given to the interleaved portfolio before the
-# LP-guided memory minimisation takes over (``solve_modulo``): enough for
-# the repetends it finds at once, little wasted where the limit binds.
-_FIRST_STAGE_S = 0.2
+# Deterministic seconds given to each quick stage of a feasibility solve
+# under a limit before the LP-guided memory minimisation takes over
+# (``solve_modulo``): enough for the repetends they find at once, little
+# wasted where the limit binds.
+_QUICK_STAGE_S = 0.2
 
 
 def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
@@ -148,17 +149,19 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
 
   * feasibility with no memory limit: CP-SAT's interleaved portfolio, which
     finds repetends in milliseconds;
-  * feasibility under a limit: the interleaved portfolio for 0.2 s (a third
-    of smaller budgets); if it decides nothing (typical when the limit
-    binds), the rest
-    goes to minimising the peak memory with the full LP relaxation
-    (``linearization_level=2``), stopped as soon as a repetend within the
-    limit is found (feasible) or the proven bound exceeds the limit
-    (infeasible). Measured on 2 cores: nnshape, 4 devices, limit 4, P = 31
-    proven infeasible in 1.1 s; zbv, 8 devices, limit 4: P = 49 proven
-    infeasible in 0.4 s and P = 50 found in 0.6 s, where the portfolio gave
-    UNKNOWN after 10 s each (and a feasibility model with the peak capped
-    at the limit needed 3-5 s);
+  * feasibility under a limit, in stages until one decides: the
+    interleaved portfolio for 0.2 s; memory minimisation with no LP
+    (``linearization_level=0``) for 0.2 s, stopped as soon as a repetend
+    within the limit is found (nnshape, 16 devices, limit 4, at the
+    largest period: found in 0.3 s, where the portfolio found nothing in
+    15 s and the LP-guided search below nothing in 12 s); then, for the
+    rest of the budget, memory minimisation with the full LP relaxation
+    (``linearization_level=2``), stopped at a repetend within the limit
+    (feasible) or a proven bound above it (infeasible). The last stage
+    decides what the others cannot when the limit binds: nnshape, 4
+    devices, limit 4, P = 31 proven infeasible in 1.1 s; zbv, 8 devices,
+    limit 4: P = 49 proven infeasible in 0.4 s and P = 50 found in 0.6 s,
+    where the portfolio gave UNKNOWN after 10 s each;
   * ``"memory"``: the same LP-guided single worker (5-50x faster than the
     portfolio at proving the smallest limit);
   * ``"latency"``: the plain single worker from the hint (interleaved was
@@ -187,39 +190,59 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
                        time_limit_s=time_limit_s, **kw)
-  first_limit = min(_FIRST_STAGE_S, time_limit_s / 3)
-  first = _solve_once(graph, period, memory_limit, objective="none",
-                      time_limit_s=first_limit, **kw)
-  stopped_by_wall_clock = first.work < 0.99 * first_limit
-  if first.status != "UNKNOWN" or stopped_by_wall_clock:
-    return first
-  second = _solve_once(graph, period, None, objective="memory",
-                       stop_at=memory_limit,
-                       time_limit_s=max(0.01, time_limit_s - first.work), **kw)
-  if second.found and second.objective <= memory_limit:
+  # Stages: (objective, linearization level, deterministic seconds or None
+  # for the rest of the budget).
+  stages = (("none", None, min(_QUICK_STAGE_S, time_limit_s / 4)),
+            ("memory", 0, min(_QUICK_STAGE_S, time_limit_s / 4)),
+            ("memory", 2, None))
+  used = seconds = 0.0
+  sol = ModuloSolution("UNKNOWN")
+  for stage_objective, level, limit in stages:
+    limit = max(0.01, time_limit_s - used) if limit is None else limit
+    if stage_objective == "none":
+      sol = _solve_once(graph, period, memory_limit, objective="none",
+                        time_limit_s=limit, **kw)
+    else:
+      sol = _decide_by_memory(_solve_once(
+          graph, period, None, objective="memory", stop_at=memory_limit,
+          linearization_level=level, time_limit_s=limit, **kw), memory_limit)
+    used, seconds = used + sol.work, seconds + sol.seconds
+    stopped_by_wall_clock = sol.work < 0.99 * limit
+    if sol.status != "UNKNOWN" or stopped_by_wall_clock:
+      break
+  return dataclasses.replace(sol, seconds=seconds, work=used)
+
+
+def _decide_by_memory(sol: ModuloSolution, memory_limit: int
+                      ) -> ModuloSolution:
+  """Feasibility under ``memory_limit`` from a memory minimisation."""
+  if sol.found and sol.objective <= memory_limit:
     status = "OPTIMAL"  # feasibility decided: a repetend fits
-  elif second.status == "INFEASIBLE" or (second.bound is not None and
-                                         second.bound > memory_limit):
+  elif sol.status == "INFEASIBLE" or (sol.bound is not None and
+                                      sol.bound > memory_limit):
     status = "INFEASIBLE"  # at this period at any memory, or above the limit
   else:
     status = "UNKNOWN"
   return ModuloSolution(
-      status, offsets=second.offsets if status == "OPTIMAL" else (),
-      phases=second.phases if status == "OPTIMAL" else (),
-      seconds=first.seconds + second.seconds, work=first.work + second.work)
+      status, offsets=sol.offsets if status == "OPTIMAL" else (),
+      phases=sol.phases if status == "OPTIMAL" else (),
+      seconds=sol.seconds, work=sol.work)
 
 
 def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 allow_wrap: bool, objective: str, time_limit_s: float,
                 seed: int, num_workers: int,
                 hint: "ModuloSolution | None",
-                stop_at: int | None = None) -> ModuloSolution:
+                stop_at: int | None = None,
+                linearization_level: int | None = None) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
     stop_at: With ``objective="memory"``, stop as soon as a repetend with
       peak ``<= stop_at`` is found or the proven bound exceeds ``stop_at``
       (both at deterministic points of the single-worker search).
+    linearization_level: CP-SAT's LP relaxation level; None: 2 when
+      minimising memory, CP-SAT's default otherwise.
   """
   model = cp_model.CpModel()
   blocks = graph.blocks
@@ -319,9 +342,11 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   # Optimising latency from a hint is fastest with the plain single worker;
   # memory with the LP relaxation; feasibility with the interleaved
   # portfolio (see solve_modulo).
-  solver = make_solver(
-      time_limit_s, seed, num_workers, interleave=objective == "none",
-      linearization_level=2 if objective == "memory" else None)
+  if linearization_level is None and objective == "memory":
+    linearization_level = 2
+  solver = make_solver(time_limit_s, seed, num_workers,
+                       interleave=objective == "none",
+                       linearization_level=linearization_level)
   if objective == "memory" and stop_at is not None:
     code = solver.Solve(model, _StopWithin(stop_at, solver))
   else:

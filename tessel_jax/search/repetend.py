@@ -262,11 +262,12 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # --- At that period, the shortest latency of one micro-batch -------------
   # Polishing (latency, then warmup/cooldown) gets an eighth of the budget
   # each, and no more than a few times what finding the period took (at
-  # least 0.005 s per block), so easy cases stay fast (all in deterministic
+  # least 0.003 s per block), so easy cases stay fast (all in deterministic
   # time, so reproducible). Measured on the 4-device placements with no
-  # limit: 0.005 s instead of 0.02 s per block (and 0.1 s instead of 0.5 s
-  # of completion) cut nnshape's search from 1.95 s to 0.57 s and zbv's from
-  # 1.71 s to 0.53 s, for makespans at N = 128 longer by at most 0.2%.
+  # limit: 0.003 s instead of 0.02 s per block (and 0.1 s instead of 0.5 s
+  # of completion) cut nnshape's search from 1.95 s to 0.40 s and zbv's from
+  # 1.71 s to 0.26 s, for repetend makespans at N = 128 longer by at most
+  # 0.5% (nnshape_eager 2328 instead of 2316).
   polish = min(budget.left(share=1 / 8),
                max(0.003 * graph.num_blocks, 4 * budget.used))
   period, feasible = found
@@ -310,8 +311,8 @@ def _gallop_down(solve, budget: "_Budget", found: tuple, proven_low: int
   For a limit that binds hard (the busiest device's load was proven
   infeasible): finding a repetend is then cheap while proving a period
   infeasible is what costs, and only the proof just below the optimum is
-  needed (nnshape, 4 devices, limit 4: 14 s of proofs galloping up from
-  the bound, 5 s galloping down). Each solve gets at most an eighth of the
+  needed (nnshape, 4 devices, limit 4: 17 s galloping up from the bound,
+  4-8 s galloping down). Each solve gets at most an eighth of the
   budget; a period CP-SAT cannot decide in that time leaves the bound
   unproven.
 
