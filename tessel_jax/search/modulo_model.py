@@ -23,6 +23,7 @@ larger period with the same ``k`` and ``r``), which the period search uses.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from ortools.sat.python import cp_model
 
@@ -361,8 +362,14 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       offsets=tuple(solver.Value(k) for k in offset),
       phases=tuple(solver.Value(r) for r in phase),
       objective=int(solver.ObjectiveValue()) if has_objective else None,
-      bound=int(round(solver.BestObjectiveBound())) if has_objective else None,
+      bound=_integer_bound(solver) if has_objective else None,
       seconds=solver.WallTime(), work=work)
+
+
+def _integer_bound(solver: cp_model.CpSolver) -> int:
+  """CP-SAT's bound on an integer objective being minimised, rounded up
+  (a bound of 4.3 proves 5; a tolerance keeps 5.0000001 at 5)."""
+  return math.ceil(solver.BestObjectiveBound() - 1e-6)
 
 
 class _StopWithin(cp_model.CpSolverSolutionCallback):
@@ -379,7 +386,7 @@ class _StopWithin(cp_model.CpSolverSolutionCallback):
       self.StopSearch()
 
   def _on_bound(self, bound: float) -> None:
-    if bound > self._limit:
+    if math.ceil(bound - 1e-6) > self._limit:  # as _integer_bound
       self.StopSearch()
 
 
