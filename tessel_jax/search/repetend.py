@@ -264,10 +264,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # each, and no more than a few times what finding the period took (at
   # least 0.003 s per block), so easy cases stay fast (all in deterministic
   # time, so reproducible). Measured on the 4-device placements with no
-  # limit: 0.003 s instead of 0.02 s per block (and 0.1 s instead of 0.5 s
-  # of completion) cut nnshape's search from 1.95 s to 0.40 s and zbv's from
-  # 1.71 s to 0.26 s, for repetend makespans at N = 128 longer by at most
-  # 0.5% (nnshape_eager 2328 instead of 2316).
+  # limit: 0.003 s instead of 0.02 s per block (and 0.05 s instead of 0.5 s
+  # of completion) cut nnshape's search from 1.95 s to 0.36 s, nnshape_eager's
+  # from 1.50 s to 0.42 s and zbv's from 1.71 s to 0.31 s, for repetend
+  # makespans at N = 128 longer by at most 0.7% (nnshape_eager 2332 instead
+  # of 2316; its list schedule, which unroll keeps, meets the bound).
   polish = min(budget.left(share=1 / 8),
                max(0.003 * graph.num_blocks, 4 * budget.used))
   period, feasible = found
@@ -290,7 +291,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   if complete:
     # Warmup and cooldown start from the modulo schedule (a valid hint).
     templates = completion.compact_templates(
-        graph, rep, memory_limit, time_limit_s=max(0.1, polish), seed=seed,
+        graph, rep, memory_limit, time_limit_s=max(0.05, polish), seed=seed,
         num_workers=num_workers)
     schedule = _with_templates(schedule, templates, solve_kw,
                                completion_time_s=max(1.0, polish))
