@@ -12,7 +12,6 @@ has the signature of ``plot_results_lib.PLOTTERS`` entries.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from absl import app
@@ -123,15 +122,7 @@ def plot_file(path: str, output_dir: str | None = None) -> list[str]:
   Raises:
     ValueError: if the file is not a frontier result.
   """
-  results = runs.read(path)
-  if results["runner"] != "frontier":
-    raise ValueError(f"{path} was written by {results['runner']!r}, not by"
-                     " experiments.frontier")
-  stem = os.path.splitext(path)[0]
-  if output_dir:
-    os.makedirs(output_dir, exist_ok=True)
-    stem = os.path.join(output_dir, os.path.basename(stem))
-  return plot_frontier(results, stem)
+  return runs.plot_file(path, "frontier", plot_frontier, output_dir)
 
 
 def main(argv: list[str]) -> None:

@@ -12,7 +12,6 @@ stem)`` has the signature of ``plot_results_lib.PLOTTERS`` entries.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from absl import app
@@ -80,21 +79,13 @@ def plot_inference(results: dict[str, Any], stem: str) -> list[str]:
 
 
 def plot_file(path: str, output_dir: str | None = None) -> list[str]:
-  """Reads an inference result file and draws it next to it (or in
+  """Reads a inference result file and draws it next to it (or in
   ``output_dir``).
 
   Raises:
-    ValueError: if the file is not an inference result.
+    ValueError: if the file is not a inference result.
   """
-  results = runs.read(path)
-  if results["runner"] != "inference":
-    raise ValueError(f"{path} was written by {results['runner']!r}, not by"
-                     " experiments.inference")
-  stem = os.path.splitext(path)[0]
-  if output_dir:
-    os.makedirs(output_dir, exist_ok=True)
-    stem = os.path.join(output_dir, os.path.basename(stem))
-  return plot_inference(results, stem)
+  return runs.plot_file(path, "inference", plot_inference, output_dir)
 
 
 def main(argv: list[str]) -> None:

@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+from collections.abc import Callable
 from typing import Any
 
 from experiments.search_cases_lib import write_text
@@ -77,3 +78,23 @@ def read(path: str) -> dict[str, Any]:
     raise ValueError(f"{path} is not a result file of an evaluation runner"
                      " (no 'runner' field)")
   return data
+
+
+def plot_file(path: str, runner: str,
+              plot: Callable[[dict[str, Any], str], list[str]],
+              output_dir: str | None = None) -> list[str]:
+  """Reads ``runner``'s result file and draws it with ``plot(results,
+  stem)`` next to it (or in ``output_dir``); returns the pictures' paths.
+
+  Raises:
+    ValueError: if the file is not ``runner``'s result.
+  """
+  results = read(path)
+  if results["runner"] != runner:
+    raise ValueError(f"{path} was written by {results['runner']!r}, not by"
+                     f" experiments.{runner}")
+  stem = os.path.splitext(path)[0]
+  if output_dir:
+    os.makedirs(output_dir, exist_ok=True)
+    stem = os.path.join(output_dir, os.path.basename(stem))
+  return plot(results, stem)

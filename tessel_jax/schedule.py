@@ -69,6 +69,15 @@ class Repetend:
     """Start of block at graph position ``index`` for micro-batch 0."""
     return self.offsets[index] * self.period + self.phases[index]
 
+  def latency(self, spans: Sequence[int]) -> int:
+    """Steps from the first start to the last end of one micro-batch.
+
+    Args:
+      spans: Span per block, in graph block order.
+    """
+    starts = [self.start_in_microbatch_frame(i) for i in range(len(spans))]
+    return max(s + span for s, span in zip(starts, spans)) - min(starts)
+
 
 @dataclasses.dataclass(frozen=True)
 class Schedule:
@@ -128,9 +137,7 @@ class Schedule:
   @property
   def latency(self) -> int:
     """Steps from the first start to the last end of one micro-batch."""
-    rep, blocks = self.repetend, self.graph.blocks
-    starts = [rep.start_in_microbatch_frame(i) for i in range(len(blocks))]
-    return max(s + b.span for s, b in zip(starts, blocks)) - min(starts)
+    return self.repetend.latency([b.span for b in self.graph.blocks])
 
   @property
   def min_template_microbatches(self) -> int:

@@ -12,8 +12,7 @@ from tessel_jax.search import (InfeasibleScheduleError, min_memory_limit,
                                period_lower_bound, search_repetend)
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search.modulo_model import (normalise, pull_in,
-                                            repetend_latency, solve_modulo,
-                                            steady_peak)
+                                            solve_modulo, steady_peak)
 
 
 def chain_vshape(num_devices: int, f: int = 1, b: int = 3) -> BlockGraph:
@@ -207,8 +206,9 @@ def test_pulled_in_offsets_keep_the_repetend_valid(case):
   hypothesis.assume(sol.found)
   pulled = pull_in(graph, period, limit, sol)
   assert pulled.phases == sol.phases
-  assert (repetend_latency(graph, period, pulled.phases, pulled.offsets) <=
-          repetend_latency(graph, period, sol.phases, sol.offsets))
+  spans = [b.span for b in graph.blocks]
+  assert (Repetend(period, pulled.offsets, pulled.phases).latency(spans) <=
+          Repetend(period, sol.offsets, sol.phases).latency(spans))
   if limit is not None:
     assert steady_peak(graph, period, pulled.phases, pulled.offsets) <= limit
   rep = Repetend(period=period, offsets=normalise(pulled.offsets),

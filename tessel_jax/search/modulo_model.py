@@ -28,6 +28,7 @@ import math
 from ortools.sat.python import cp_model
 
 from tessel_jax.graph import BlockGraph
+from tessel_jax.schedule import Repetend
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,14 +100,6 @@ def steady_peak(graph: BlockGraph, period: int, phases: tuple[int, ...],
   return peak
 
 
-def repetend_latency(graph: BlockGraph, period: int, phases: tuple[int, ...],
-                     offsets: tuple[int, ...]) -> int:
-  """First start to last end of one micro-batch."""
-  starts = [k * period + r for k, r in zip(offsets, phases)]
-  return (max(s + b.span for s, b in zip(starts, graph.blocks))
-          - min(starts))
-
-
 def pull_in(graph: BlockGraph, period: int, memory_limit: int | None,
             sol: "ModuloSolution") -> "ModuloSolution":
   """``sol`` with ``earliest_offsets`` where that shortens its latency and
@@ -114,8 +107,9 @@ def pull_in(graph: BlockGraph, period: int, memory_limit: int | None,
   if not sol.found:
     return sol
   offsets = earliest_offsets(graph, period, sol.phases)
-  if (repetend_latency(graph, period, sol.phases, offsets) >=
-      repetend_latency(graph, period, sol.phases, sol.offsets)):
+  spans = [b.span for b in graph.blocks]
+  if (Repetend(period, offsets, sol.phases).latency(spans) >=
+      Repetend(period, sol.offsets, sol.phases).latency(spans)):
     return sol
   if (memory_limit is not None and
       steady_peak(graph, period, sol.phases, offsets) > memory_limit):
