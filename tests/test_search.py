@@ -11,8 +11,10 @@ from tessel_jax import placements, validate
 from tessel_jax.search import (InfeasibleScheduleError, min_memory_limit,
                                period_lower_bound, search_repetend)
 from tessel_jax.schedule import Repetend, Schedule
-from tessel_jax.search.modulo_model import (normalise, pull_in,
-                                            solve_modulo, steady_peak)
+from tessel_jax.search.modulo_model import (ModuloSolution, _decide_by_memory,
+                                            drop_idle_steps, normalise,
+                                            pull_in, solve_modulo,
+                                            steady_peak)
 
 
 def chain_vshape(num_devices: int, f: int = 1, b: int = 3) -> BlockGraph:
@@ -225,3 +227,52 @@ def test_steady_peak_matches_the_unrolled_schedule():
   rep = schedule.repetend
   assert steady_peak(graph, rep.period, rep.phases, rep.offsets) == max(
       schedule.unroll(64).peak_memory)
+
+
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(random_placements(), st.integers(0, 2), st.integers(1, 6))
+def test_dropping_idle_steps_keeps_the_repetend_valid(case, delay, slack):
+  graph, limit, wrap = case
+  graph = graph.with_delays(delay)
+  period = period_lower_bound(graph) + slack
+  sol = solve_modulo(graph, period, limit, allow_wrap=wrap, time_limit_s=2.0)
+  hypothesis.assume(sol.found)
+  shorter, dropped = drop_idle_steps(graph, period, sol)
+  assert period_lower_bound(graph) <= shorter <= period
+  if limit is not None:
+    assert steady_peak(graph, shorter, dropped.phases, dropped.offsets) <= limit
+  rep = Repetend(period=shorter, offsets=normalise(dropped.offsets),
+                 phases=dropped.phases)
+  if not wrap:
+    assert all(r + b.span <= shorter
+               for r, b in zip(rep.phases, graph.blocks))
+  schedule = Schedule(graph=graph, repetend=rep, memory_limit=limit)
+  for n in (1, 3, 2 * rep.max_offset + 3):
+    validate.assert_valid(schedule.unroll(n))
+
+
+def test_dropping_idle_steps_shortens_a_one_at_a_time_repetend():
+  # 1F1B on 2 devices at period 12 with one micro-batch at a time: F0 F1 B1
+  # B0 back to back take 8 steps, so the 4 idle steps go.
+  graph = chain_vshape(2)
+  rep = ModuloSolution("FEASIBLE", offsets=(0, 0, 0, 0), phases=(0, 1, 2, 5))
+  shorter, dropped = drop_idle_steps(graph, 12, rep)
+  assert shorter == 8
+  assert dropped.phases == (0, 1, 2, 5)
+  # With a delay of 2 on the edges between devices (F0 -> F1, B1 -> B0) the
+  # idle steps inside those delays stay; the two between F1 and B1 (same
+  # device, no delay) and the last one (after B0) go.
+  spaced = ModuloSolution("FEASIBLE", offsets=(0, 0, 0, 0),
+                          phases=(0, 3, 6, 11))
+  assert drop_idle_steps(graph.with_delays(2), 15, spaced)[0] == 12
+
+
+def test_bound_proven_before_any_solution_still_decides_the_limit():
+  stopped = ModuloSolution("UNKNOWN", bound=5, work=0.1)
+  assert _decide_by_memory(stopped, 4).status == "INFEASIBLE"
+  assert _decide_by_memory(stopped, 5).status == "UNKNOWN"
+
+
+def test_unknown_stage_names_are_rejected():
+  with pytest.raises(ValueError, match="stages must be names from"):
+    solve_modulo(chain_vshape(2), 8, 2, stages=("portfolio", "bogus"))

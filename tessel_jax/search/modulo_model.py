@@ -117,6 +117,112 @@ def pull_in(graph: BlockGraph, period: int, memory_limit: int | None,
   return dataclasses.replace(sol, offsets=offsets)
 
 
+def one_at_a_time(graph: BlockGraph) -> tuple[int, "ModuloSolution"]:
+  """The repetend that runs one micro-batch at a time.
+
+  Blocks run back to back, each as soon as the one before it has ended and
+  its inputs have arrived; the next micro-batch starts when the last block
+  ends, which is the period. A device then holds at most one micro-batch's
+  memory, and how much depends on the order: of two orders (the graph's
+  topological order, and depth first, which finishes a branch such as one
+  V of xshape before starting the next) the one with the lower peak is
+  kept, then the shorter. Pure Python, ``O(blocks * edges)``.
+
+  Returns:
+    ``(period, solution)`` with every offset 0.
+  """
+  candidates = []
+  for order in (graph.topological_order(), _depth_first_order(graph)):
+    period, sol = _back_to_back(graph, order)
+    peak = steady_peak(graph, period, sol.phases, sol.offsets)
+    candidates.append((peak, period, sol))
+  _, period, sol = min(candidates, key=lambda c: c[:2])
+  return period, sol
+
+
+def _depth_first_order(graph: BlockGraph) -> tuple[int, ...]:
+  """A topological order that runs next a block whose input was produced
+  last (ties by position in the graph)."""
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  waiting = {b.id: len(graph.predecessors(b.id)) for b in graph.blocks}
+  enabled_at = {bid: -1 for bid, n in waiting.items() if n == 0}
+  order = []
+  while enabled_at:
+    bid = max(enabled_at, key=lambda b: (enabled_at[b], -pos[b]))
+    del enabled_at[bid]
+    order.append(bid)
+    for e in graph.successors(bid):
+      waiting[e.dst] -= 1
+      if waiting[e.dst] == 0:
+        enabled_at[e.dst] = len(order)
+  return tuple(order)
+
+
+def _back_to_back(graph: BlockGraph, order: tuple[int, ...]
+                  ) -> tuple[int, "ModuloSolution"]:
+  """One micro-batch's blocks in ``order``, each as early as the previous
+  block's end and its inputs allow; the period is the last end."""
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  phases = [0] * graph.num_blocks
+  clock = 0
+  for bid in order:
+    i = pos[bid]
+    ready = max((phases[pos[e.src]] + graph.blocks[pos[e.src]].span + e.delay
+                 for e in graph.predecessors(bid)), default=0)
+    phases[i] = max(clock, ready)
+    clock = phases[i] + graph.blocks[i].span
+  return clock, ModuloSolution("FEASIBLE", offsets=(0,) * graph.num_blocks,
+                               phases=tuple(phases))
+
+
+def drop_idle_steps(graph: BlockGraph, period: int, sol: "ModuloSolution"
+                    ) -> tuple[int, "ModuloSolution"]:
+  """A shorter repetend: ``sol`` without the steps of the period that no
+  block occupies on any device.
+
+  Removing the same step from every period maps the endless modulo
+  schedule onto one with period ``period - 1`` by a non-decreasing change
+  of time that is the identity on every block's run, so blocks on a device
+  stay apart and in order, the memory levels keep their sequence and
+  edges with no delay stay satisfied; a step is kept where removing it
+  would cut an edge's delay short. Pure Python, ``O(period * edges)``.
+
+  Returns:
+    ``(period, sol)``: the shorter period and its solution (the input
+    unchanged when no step can go).
+  """
+  if not sol.found:
+    return period, sol
+  spans = [b.span for b in graph.blocks]
+  busy = [False] * period
+  for phase, span in zip(sol.phases, spans):
+    for t in range(phase, phase + span):
+      busy[t % period] = True
+  starts = [k * period + r for k, r in zip(sol.offsets, sol.phases)]
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  edges = [(pos[e.src], pos[e.dst], e.delay) for e in graph.edges]
+
+  def moved(t: int, removed: list[int]) -> int:
+    """Time ``t`` (>= 0) once every step in ``removed`` (phases) is gone
+    from every period before it."""
+    return t - sum((t - 1 - p) // period + 1 for p in removed if t > p)
+
+  removed: list[int] = []
+  for step in (t for t in range(period) if not busy[t]):
+    trial = removed + [step]
+    if all(moved(starts[j], trial) >= moved(starts[i], trial) + spans[i] + delay
+           for i, j, delay in edges):
+      removed = trial
+  if not removed or len(removed) == period:
+    return period, sol
+  shorter = period - len(removed)
+  new_starts = [moved(t, removed) for t in starts]
+  return shorter, dataclasses.replace(
+      sol, offsets=tuple(t // shorter for t in new_starts),
+      phases=tuple(t % shorter for t in new_starts), objective=None,
+      bound=None)
+
+
 def latency_horizon(graph: BlockGraph, period: int) -> int:
   """Upper bound on the start of any block in the micro-batch frame."""
   spans = sum(b.span for b in graph.blocks)
@@ -130,12 +236,22 @@ def latency_horizon(graph: BlockGraph, period: int) -> int:
 # wasted where the limit binds.
 _QUICK_STAGE_S = 0.2
 
+# The stages of a feasibility solve under a limit (``solve_modulo``): the
+# interleaved portfolio on the limit; memory minimisation with no LP; memory
+# minimisation with the full LP relaxation. Model per stage: (objective,
+# linearization level).
+STAGES = ("portfolio", "memory_no_lp", "memory_lp")
+_STAGE_MODELS = {"portfolio": ("none", None), "memory_no_lp": ("memory", 0),
+                 "memory_lp": ("memory", 2)}
+
 
 def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
                  allow_wrap: bool = True, objective: str = "none",
                  time_limit_s: float = 10.0, seed: int = 0,
                  num_workers: int = 1,
-                 hint: "ModuloSolution | None" = None) -> ModuloSolution:
+                 hint: "ModuloSolution | None" = None,
+                 quick_stage_s: float = _QUICK_STAGE_S,
+                 stages: tuple[str, ...] = STAGES) -> ModuloSolution:
   """Builds and solves the modulo model at ``period``.
 
   The solver strategy depends on the question (measured on this project's
@@ -176,6 +292,11 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
     num_workers: CP-SAT subsolvers, interleaved deterministically.
     hint: A solution at this period to start from (e.g. the feasibility
       solve's when minimising latency).
+    quick_stage_s: Deterministic seconds of each stage but the last of a
+      feasibility solve under a limit (the period search shortens them to
+      what finding a repetend has cost it so far).
+    stages: Which stages of a feasibility solve under a limit to run, in
+      order, from ``STAGES``; the last gets the rest of the time.
 
   Returns:
     A ModuloSolution.
@@ -185,15 +306,17 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
                        time_limit_s=time_limit_s, **kw)
-  # Stages: (objective, linearization level, deterministic seconds or None
-  # for the rest of the budget).
-  stages = (("none", None, min(_QUICK_STAGE_S, time_limit_s / 4)),
-            ("memory", 0, min(_QUICK_STAGE_S, time_limit_s / 4)),
-            ("memory", 2, None))
+  unknown = [name for name in stages if name not in STAGES]
+  if unknown or not stages:
+    raise ValueError(f"solve_modulo: stages must be names from {STAGES},"
+                     f" got {stages!r}")
   used = seconds = 0.0
   sol = ModuloSolution("UNKNOWN")
-  for stage_objective, level, limit in stages:
-    limit = max(0.01, time_limit_s - used) if limit is None else limit
+  for i, name in enumerate(stages):
+    stage_objective, level = _STAGE_MODELS[name]
+    last = i == len(stages) - 1
+    limit = (max(0.01, time_limit_s - used) if last
+             else min(quick_stage_s, time_limit_s / 4))
     if stage_objective == "none":
       sol = _solve_once(graph, period, memory_limit, objective="none",
                         time_limit_s=limit, **kw)
@@ -229,7 +352,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 seed: int, num_workers: int,
                 hint: "ModuloSolution | None",
                 stop_at: int | None = None,
-                linearization_level: int | None = None) -> ModuloSolution:
+                linearization_level: int | None = None,
+                devices: "frozenset[int] | None" = None) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
@@ -271,7 +395,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       copies.append(model.NewFixedSizeIntervalVar(
           phase[i] + period, b.span, f"I_{b.id}_next"))
     intervals.append(copies)
-  for d in range(graph.num_devices):
+  kept = range(graph.num_devices) if devices is None else sorted(devices)
+  for d in kept:
     on_d = [i for i, b in enumerate(blocks) if d in b.devices]
     model.AddNoOverlap([iv for i in on_d for iv in intervals[i]])
 
@@ -292,7 +417,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if objective == "memory":
     bound = sum(abs(b.memory) for b in blocks) * (max_offset + 1)
     peak = model.NewIntVar(0, bound, "peak_memory")
-  for d in range(graph.num_devices):
+  for d in kept:
     on_d = [i for i, b in enumerate(blocks)
             if d in b.devices and b.memory != 0]
     if not on_d:
@@ -348,9 +473,13 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
     code = solver.Solve(model)
   status = solver.StatusName(code)
   work = solver.ResponseProto().deterministic_time
-  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-    return ModuloSolution(status, seconds=solver.WallTime(), work=work)
   has_objective = objective in ("latency", "memory")
+  if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    # A bound can be proven before any solution is found (the early stop
+    # fires on it); it still decides a limit.
+    bound = _integer_bound(solver) if has_objective and code == cp_model.UNKNOWN else None
+    return ModuloSolution(status, bound=bound, seconds=solver.WallTime(),
+                          work=work)
   return ModuloSolution(
       status=status,
       offsets=tuple(solver.Value(k) for k in offset),
