@@ -477,7 +477,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
     # A bound can be proven before any solution is found (the early stop
     # fires on it); it still decides a limit.
-    bound = _integer_bound(solver) if has_objective and code == cp_model.UNKNOWN else None
+    bound = (_integer_bound(solver)
+             if has_objective and code == cp_model.UNKNOWN else None)
     return ModuloSolution(status, bound=bound, seconds=solver.WallTime(),
                           work=work)
   return ModuloSolution(

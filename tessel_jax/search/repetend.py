@@ -5,16 +5,21 @@ Procedure (modulo model in ``modulo_model``):
 1. ``P_lb`` = the larger of the busiest device's load per micro-batch and
    the period the memory limit allows on average (``memory_period_bound``);
    ``P_max`` = the sum of all spans and delays (one micro-batch at a time
-   fits in it).
-2. If the limit is infeasible even at ``P_max`` it is infeasible at every
-   period (feasibility is monotone in ``P``): solve for the smallest memory
-   and raise ``InfeasibleScheduleError`` naming it.
-3. Where ``P_lb`` was proven infeasible (the limit binds hard), gallop
-   down from ``P_max`` (steps 1, 2, 4, ...) while repetends are found;
-   where CP-SAT could not decide ``P_lb`` (a limit near the edge), gallop
-   up from it. Then bisect between the last failure and the last success.
-   A solve that times out counts as "not found" but leaves the bound
-   unproven.
+   fits in it). Solve at ``P_lb``; done if a repetend is found.
+2. Start from above: the repetend that runs one micro-batch at a time
+   (``one_at_a_time``, no solver) where its peak fits under the limit;
+   else a solve at ``P_max``. If the limit is infeasible even at ``P_max``
+   it is infeasible at every period (feasibility is monotone in ``P``):
+   solve for the smallest memory and raise ``InfeasibleScheduleError``
+   naming it.
+3. Where ``P_lb`` was proven infeasible (the limit binds hard), descend
+   from the repetend found (``_descend``): each repetend found is shortened
+   by dropping the steps idle on every device (``drop_idle_steps``); quick
+   probes gallop down from it, and the period just below the best one gets
+   the decisive solve. Where CP-SAT could not decide ``P_lb`` (a limit
+   near the edge), gallop up from it and then bisect between the last
+   failure and the last success. A solve that times out counts as "not
+   found" but leaves the bound unproven.
 4. At that ``P`` minimise the latency of one micro-batch.
 5. Compact the warmup and cooldown (``completion``).
 6. Offer a list schedule of all ``N`` micro-batches (``list_schedule``) to
@@ -221,60 +226,14 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   else:
     if first.status == "INFEASIBLE":
       proven_low = low + 1
-    # --- One micro-batch at a time: needs no solver where it fits ----------
-    sequential = one_at_a_time(graph)
-    if (memory_limit is None or steady_peak(
-        graph, sequential[0], sequential[1].phases,
-        sequential[1].offsets) <= memory_limit):
-      top = sequential[1]
-      high = sequential[0]
-    else:
-      # --- Infeasible at the largest useful period: infeasible everywhere --
-      top = solve(high, share=1 / 4)
-      if not top.found and top.status != "INFEASIBLE" and memory_limit:
-        # Under a limit near the minimum, feasibility at the largest period
-        # is hard to hit blind; minimising memory there is guided towards
-        # it (xshape, 16 devices, limit 1: found in 2 s where the blind
-        # solve found nothing in 8 s). Its solution fits if its peak does.
-        low_memory = solve(high, share=1 / 4, objective="memory")
-        if low_memory.found and low_memory.objective <= memory_limit:
-          top = low_memory
-        elif low_memory.status == "OPTIMAL":
-          top = dataclasses.replace(low_memory, status="INFEASIBLE")
-      if top.status == "INFEASIBLE":
-        needed = min_memory_limit(graph, time_limit_s=budget.left(), **solve_kw)
-        hint = (f"the smallest limit that works is {needed}" if needed is not None
-                else "the smallest workable limit was not found in time")
-        raise InfeasibleScheduleError(
-            f"no schedule of placement {graph.name!r} fits under memory limit"
-            f" {memory_limit} per device at any period; {hint}. Raise"
-            " memory_limit (or recompute activations to shrink block memory).",
-            needed)
-      if not top.found:
-        raise SearchTimeoutError(
-            f"CP-SAT found no schedule of placement {graph.name!r} in"
-            f" {time_limit_s:.1f} s; raise the time limit")
-    found = shorten((high, top))
+    found = shorten(_start_from_above(graph, memory_limit, solve, budget,
+                                      solve_kw, time_limit_s))
     if first.status == "INFEASIBLE":
       found, proven_low = _descend(solve, budget, found, proven_low,
                                     shorten, graph.num_blocks, first.work)
     else:
       found, proven_low = _gallop_up(solve, budget, found, low, proven_low)
-    # --- Then bisect between the last failure and the last success --------
-    lo, hi = proven_low, found[0] - 1
-    while lo <= hi and not budget.spent() and first.status != "INFEASIBLE":
-      untried = [p for p in range(lo, hi + 1) if p not in tried]
-      if not untried:
-        break
-      mid = untried[len(untried) // 2]
-      sol = solve(mid, share=1 / 8)
-      if sol.found:
-        found = (mid, sol)
-        hi = mid - 1
-      else:
-        if sol.status == "INFEASIBLE":
-          proven_low = max(proven_low, mid + 1)
-        lo = mid + 1
+      found, proven_low = _bisect(solve, budget, found, proven_low, tried)
 
   period_seconds = time.perf_counter() - t0
 
@@ -321,6 +280,54 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                               memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
+
+
+def _start_from_above(graph: BlockGraph, memory_limit: int | None, solve,
+                      budget: "_Budget", solve_kw: dict,
+                      time_limit_s: float) -> tuple:
+  """A first repetend at a long period, to descend from.
+
+  One micro-batch at a time where its peak fits under the limit (no
+  solver); else a solve at the largest useful period, where a limit that
+  admits nothing is infeasible at every period.
+
+  Returns:
+    ``(period, solution)``.
+
+  Raises:
+    InfeasibleScheduleError: if no period admits a repetend under the limit.
+    SearchTimeoutError: if CP-SAT found none in time.
+  """
+  period, sequential = one_at_a_time(graph)
+  if memory_limit is None or steady_peak(
+      graph, period, sequential.phases, sequential.offsets) <= memory_limit:
+    return period, sequential
+  high = period_upper_bound(graph)
+  top = solve(high, share=1 / 4)
+  if not top.found and top.status != "INFEASIBLE" and memory_limit:
+    # Under a limit near the minimum, feasibility at the largest period is
+    # hard to hit blind; minimising memory there is guided towards it
+    # (xshape, 16 devices, limit 1: found in 2 s where the blind solve
+    # found nothing in 8 s). Its solution fits if its peak does.
+    low_memory = solve(high, share=1 / 4, objective="memory")
+    if low_memory.found and low_memory.objective <= memory_limit:
+      top = low_memory
+    elif low_memory.status == "OPTIMAL":
+      top = dataclasses.replace(low_memory, status="INFEASIBLE")
+  if top.status == "INFEASIBLE":
+    needed = min_memory_limit(graph, time_limit_s=budget.left(), **solve_kw)
+    hint = (f"the smallest limit that works is {needed}" if needed is not None
+            else "the smallest workable limit was not found in time")
+    raise InfeasibleScheduleError(
+        f"no schedule of placement {graph.name!r} fits under memory limit"
+        f" {memory_limit} per device at any period; {hint}. Raise"
+        " memory_limit (or recompute activations to shrink block memory).",
+        needed)
+  if not top.found:
+    raise SearchTimeoutError(
+        f"CP-SAT found no schedule of placement {graph.name!r} in"
+        f" {time_limit_s:.1f} s; raise the time limit")
+  return high, top
 
 
 def _descend(solve, budget: "_Budget", found: tuple, proven_low: int,
@@ -395,6 +402,31 @@ def _gallop_up(solve, budget: "_Budget", found: tuple, low: int,
       proven_low = max(proven_low, period + 1)
     period = min(period + step, found[0])
     step *= 2
+  return found, proven_low
+
+
+def _bisect(solve, budget: "_Budget", found: tuple, proven_low: int,
+            tried: set[int]) -> tuple[tuple, int]:
+  """Bisects the periods not yet tried between the proven bound and the
+  best period found (each solve gets at most an eighth of the budget).
+
+  Returns:
+    ``(found, proven_low)`` updated.
+  """
+  lo, hi = proven_low, found[0] - 1
+  while lo <= hi and not budget.spent():
+    untried = [p for p in range(lo, hi + 1) if p not in tried]
+    if not untried:
+      break
+    mid = untried[len(untried) // 2]
+    sol = solve(mid, share=1 / 8)
+    if sol.found:
+      found = (mid, sol)
+      hi = mid - 1
+    else:
+      if sol.status == "INFEASIBLE":
+        proven_low = max(proven_low, mid + 1)
+      lo = mid + 1
   return found, proven_low
 
 
