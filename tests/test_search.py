@@ -272,7 +272,3 @@ def test_bound_proven_before_any_solution_still_decides_the_limit():
   assert _decide_by_memory(stopped, 4).status == "INFEASIBLE"
   assert _decide_by_memory(stopped, 5).status == "UNKNOWN"
 
-
-def test_unknown_stage_names_are_rejected():
-  with pytest.raises(ValueError, match="stages must be names from"):
-    solve_modulo(chain_vshape(2), 8, 2, stages=("portfolio", "bogus"))

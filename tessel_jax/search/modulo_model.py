@@ -236,13 +236,11 @@ def latency_horizon(graph: BlockGraph, period: int) -> int:
 # wasted where the limit binds.
 _QUICK_STAGE_S = 0.2
 
-# The stages of a feasibility solve under a limit (``solve_modulo``): the
-# interleaved portfolio on the limit; memory minimisation with no LP; memory
-# minimisation with the full LP relaxation. Model per stage: (objective,
-# linearization level).
-STAGES = ("portfolio", "memory_no_lp", "memory_lp")
-_STAGE_MODELS = {"portfolio": ("none", None), "memory_no_lp": ("memory", 0),
-                 "memory_lp": ("memory", 2)}
+# The stages of a feasibility solve under a limit (``solve_modulo``), as
+# (objective, linearization level): the interleaved portfolio on the limit;
+# memory minimisation with no LP; memory minimisation with the full LP
+# relaxation, which gets the rest of the time.
+_STAGES = (("none", None), ("memory", 0), ("memory", 2))
 
 
 def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
@@ -250,8 +248,7 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
                  time_limit_s: float = 10.0, seed: int = 0,
                  num_workers: int = 1,
                  hint: "ModuloSolution | None" = None,
-                 quick_stage_s: float = _QUICK_STAGE_S,
-                 stages: tuple[str, ...] = STAGES) -> ModuloSolution:
+                 quick_stage_s: float = _QUICK_STAGE_S) -> ModuloSolution:
   """Builds and solves the modulo model at ``period``.
 
   The solver strategy depends on the question (measured on this project's
@@ -292,11 +289,9 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
     num_workers: CP-SAT subsolvers, interleaved deterministically.
     hint: A solution at this period to start from (e.g. the feasibility
       solve's when minimising latency).
-    quick_stage_s: Deterministic seconds of each stage but the last of a
-      feasibility solve under a limit (the period search shortens them to
-      what finding a repetend has cost it so far).
-    stages: Which stages of a feasibility solve under a limit to run, in
-      order, from ``STAGES``; the last gets the rest of the time.
+    quick_stage_s: Deterministic seconds of each of the two quick stages
+      of a feasibility solve under a limit (the period search shortens
+      them to what finding a repetend has cost it so far).
 
   Returns:
     A ModuloSolution.
@@ -306,15 +301,10 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
                        time_limit_s=time_limit_s, **kw)
-  unknown = [name for name in stages if name not in STAGES]
-  if unknown or not stages:
-    raise ValueError(f"solve_modulo: stages must be names from {STAGES},"
-                     f" got {stages!r}")
   used = seconds = 0.0
   sol = ModuloSolution("UNKNOWN")
-  for i, name in enumerate(stages):
-    stage_objective, level = _STAGE_MODELS[name]
-    last = i == len(stages) - 1
+  for i, (stage_objective, level) in enumerate(_STAGES):
+    last = i == len(_STAGES) - 1
     limit = (max(0.01, time_limit_s - used) if last
              else min(quick_stage_s, time_limit_s / 4))
     if stage_objective == "none":
@@ -352,8 +342,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 seed: int, num_workers: int,
                 hint: "ModuloSolution | None",
                 stop_at: int | None = None,
-                linearization_level: int | None = None,
-                devices: "frozenset[int] | None" = None) -> ModuloSolution:
+                linearization_level: int | None = None) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
@@ -395,8 +384,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       copies.append(model.NewFixedSizeIntervalVar(
           phase[i] + period, b.span, f"I_{b.id}_next"))
     intervals.append(copies)
-  kept = range(graph.num_devices) if devices is None else sorted(devices)
-  for d in kept:
+  for d in range(graph.num_devices):
     on_d = [i for i, b in enumerate(blocks) if d in b.devices]
     model.AddNoOverlap([iv for i in on_d for iv in intervals[i]])
 
@@ -417,7 +405,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if objective == "memory":
     bound = sum(abs(b.memory) for b in blocks) * (max_offset + 1)
     peak = model.NewIntVar(0, bound, "peak_memory")
-  for d in kept:
+  for d in range(graph.num_devices):
     on_d = [i for i, b in enumerate(blocks)
             if d in b.devices and b.memory != 0]
     if not on_d:
@@ -490,10 +478,12 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       seconds=solver.WallTime(), work=work)
 
 
-def _integer_bound(solver: cp_model.CpSolver) -> int:
+def _integer_bound(solver: cp_model.CpSolver) -> int | None:
   """CP-SAT's bound on an integer objective being minimised, rounded up
-  (a bound of 4.3 proves 5; a tolerance keeps 5.0000001 at 5)."""
-  return math.ceil(solver.BestObjectiveBound() - 1e-6)
+  (a bound of 4.3 proves 5; a tolerance keeps 5.0000001 at 5); None when
+  CP-SAT has no finite bound."""
+  bound = solver.BestObjectiveBound()
+  return math.ceil(bound - 1e-6) if math.isfinite(bound) else None
 
 
 class _StopWithin(cp_model.CpSolverSolutionCallback):
@@ -510,7 +500,7 @@ class _StopWithin(cp_model.CpSolverSolutionCallback):
       self.StopSearch()
 
   def _on_bound(self, bound: float) -> None:
-    if math.ceil(bound - 1e-6) > self._limit:  # as _integer_bound
+    if math.isfinite(bound) and math.ceil(bound - 1e-6) > self._limit:
       self.StopSearch()
 
 
