@@ -41,7 +41,8 @@ class ModuloSolution:
     offsets: ``k_b`` per block in graph order (empty unless a solution).
     phases: ``r_b`` per block in graph order (empty unless a solution).
     objective: Objective value (latency or memory), None if no objective.
-    bound: CP-SAT's proven bound on the objective.
+    bound: CP-SAT's proven bound on the objective (also when the search
+      stopped on it before any solution).
     seconds: Wall time of the solve.
     work: CP-SAT deterministic time of the solve (reproducible).
   """
