@@ -314,7 +314,7 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
     seed: CP-SAT random seed.
     num_workers: CP-SAT subsolvers, interleaved deterministically.
     hint: A solution at this period to start from (e.g. the feasibility
-      solve's when minimising latency).
+      solve's when minimising latency), or a near one (``moved_to_period``).
     quick_stage_s: Deterministic seconds of each of the two quick stages
       of a feasibility solve under a limit (the period search shortens
       them to what finding a repetend has cost it so far).
