@@ -16,7 +16,8 @@ Procedure (modulo model in ``modulo_model``):
    from the repetend found (``_descend``): each repetend found is shortened
    by dropping the steps idle on every device (``drop_idle_steps``); quick
    probes gallop down from it, and the period just below the best one gets
-   the decisive solve. Where CP-SAT could not decide ``P_lb`` (a limit
+   the decisive solve. Every solve under a limit starts from the best
+   repetend's start times moved to its period (``moved_to_period``). Where CP-SAT could not decide ``P_lb`` (a limit
    near the edge), gallop up from it and then bisect between the last
    failure and the last success. A solve that times out counts as "not
    found" but leaves the bound unproven.
