@@ -22,6 +22,7 @@ larger period with the same ``k`` and ``r``), which the period search uses.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 
@@ -71,12 +72,11 @@ def earliest_offsets(graph: BlockGraph, period: int,
   the graph (a solver's first feasible repetend often has offsets spread
   over hundreds of periods; this pulls them in).
   """
-  pos = {b.id: i for i, b in enumerate(graph.blocks)}
   offsets = [0] * graph.num_blocks
   for bid in graph.topological_order():
-    i = pos[bid]
+    i = graph.index(bid)
     for e in graph.predecessors(bid):
-      j = pos[e.src]
+      j = graph.index(e.src)
       arrival = (offsets[j] * period + phases[j] + graph.blocks[j].span
                  + e.delay)
       offsets[i] = max(offsets[i], -(-(arrival - phases[i]) // period))
@@ -144,12 +144,11 @@ def one_at_a_time(graph: BlockGraph) -> tuple[int, "ModuloSolution"]:
 def _depth_first_order(graph: BlockGraph) -> tuple[int, ...]:
   """A topological order that runs next a block whose input was produced
   last (ties by position in the graph)."""
-  pos = {b.id: i for i, b in enumerate(graph.blocks)}
   waiting = {b.id: len(graph.predecessors(b.id)) for b in graph.blocks}
   enabled_at = {bid: -1 for bid, n in waiting.items() if n == 0}
   order = []
   while enabled_at:
-    bid = max(enabled_at, key=lambda b: (enabled_at[b], -pos[b]))
+    bid = max(enabled_at, key=lambda b: (enabled_at[b], -graph.index(b)))
     del enabled_at[bid]
     order.append(bid)
     for e in graph.successors(bid):
@@ -163,13 +162,12 @@ def _back_to_back(graph: BlockGraph, order: tuple[int, ...]
                   ) -> tuple[int, "ModuloSolution"]:
   """One micro-batch's blocks in ``order``, each as early as the previous
   block's end and its inputs allow; the period is the last end."""
-  pos = {b.id: i for i, b in enumerate(graph.blocks)}
   phases = [0] * graph.num_blocks
   clock = 0
   for bid in order:
-    i = pos[bid]
-    ready = max((phases[pos[e.src]] + graph.blocks[pos[e.src]].span + e.delay
-                 for e in graph.predecessors(bid)), default=0)
+    i = graph.index(bid)
+    ready = max((phases[graph.index(e.src)] + graph.block(e.src).span
+                 + e.delay for e in graph.predecessors(bid)), default=0)
     phases[i] = max(clock, ready)
     clock = phases[i] + graph.blocks[i].span
   return clock, ModuloSolution("FEASIBLE", offsets=(0,) * graph.num_blocks,
@@ -190,9 +188,8 @@ def moved_to_period(graph: BlockGraph, period: int, sol: "ModuloSolution",
   shifted so the first block in topological order, whose phase the model
   pins at 0, starts at a multiple of ``target``, and no offset is negative.
   """
-  starts = [k * period + r for k, r in zip(sol.offsets, sol.phases)]
-  pos = {b.id: i for i, b in enumerate(graph.blocks)}
-  shift = starts[pos[graph.topological_order()[0]]]
+  starts = _starts(period, sol)
+  shift = starts[graph.index(graph.topological_order()[0])]
   starts = [t - shift for t in starts]
   lowest = min(starts)
   if lowest < 0:
@@ -224,16 +221,17 @@ def drop_idle_steps(graph: BlockGraph, period: int, sol: "ModuloSolution"
   for phase, span in zip(sol.phases, spans):
     for t in range(phase, phase + span):
       busy[t % period] = True
-  starts = [k * period + r for k, r in zip(sol.offsets, sol.phases)]
-  pos = {b.id: i for i, b in enumerate(graph.blocks)}
-  edges = [(pos[e.src], pos[e.dst], e.delay) for e in graph.edges]
+  starts = _starts(period, sol)
+  edges = [(graph.index(e.src), graph.index(e.dst), e.delay)
+           for e in graph.edges]
 
   def moved(t: int, removed: list[int]) -> int:
-    """Time ``t`` (>= 0) once every step in ``removed`` (phases) is gone
-    from every period before it."""
-    return t - sum((t - 1 - p) // period + 1 for p in removed if t > p)
+    """Time ``t`` (>= 0) once every step in ``removed`` (sorted phases) is
+    gone from every period before it."""
+    return (t - (t // period) * len(removed)
+            - bisect.bisect_left(removed, t % period))
 
-  removed: list[int] = []
+  removed: list[int] = []  # ascending, as the steps are tried
   for step in (t for t in range(period) if not busy[t]):
     trial = removed + [step]
     if all(moved(starts[j], trial) >= moved(starts[i], trial) + spans[i] + delay
@@ -247,6 +245,12 @@ def drop_idle_steps(graph: BlockGraph, period: int, sol: "ModuloSolution"
       sol, offsets=tuple(t // shorter for t in new_starts),
       phases=tuple(t % shorter for t in new_starts), objective=None,
       bound=None)
+
+
+def _starts(period: int, sol: "ModuloSolution") -> list[int]:
+  """Each block's start in the frame of one micro-batch, in graph order."""
+  rep = Repetend(period, sol.offsets, sol.phases)
+  return [rep.start_in_microbatch_frame(i) for i in range(len(sol.phases))]
 
 
 def latency_horizon(graph: BlockGraph, period: int) -> int:

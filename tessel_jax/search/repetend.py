@@ -378,12 +378,13 @@ def _descend(solve, budget: "_Budget", found: tuple, proven_low: int,
       find_work = max(find_work, sol.work)
       found = shorten((target, sol))
       step *= 2
-    elif sol.status == "INFEASIBLE" or not decisive:
-      if sol.status == "INFEASIBLE":  # monotone: all P <= target fail too
-        proven_low = target + 1
+    elif sol.status == "INFEASIBLE":  # monotone: all P <= target fail too
+      proven_low = target + 1
       step = max(1, step // 2)
-    else:
+    elif decisive:
       break  # the decisive period was not decided in time
+    else:
+      step = max(1, step // 2)
   return found, proven_low
 
 
