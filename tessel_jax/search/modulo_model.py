@@ -278,7 +278,8 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
                  time_limit_s: float = 10.0, seed: int = 0,
                  num_workers: int = 1,
                  hint: "ModuloSolution | None" = None,
-                 quick_stage_s: float = _QUICK_STAGE_S) -> ModuloSolution:
+                 quick_stage_s: float = _QUICK_STAGE_S,
+                 horizon: int | None = None) -> ModuloSolution:
   """Builds and solves the modulo model at ``period``.
 
   The solver strategy depends on the question (measured on this project's
@@ -322,12 +323,15 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
     quick_stage_s: Deterministic seconds of each of the two quick stages
       of a feasibility solve under a limit (the period search shortens
       them to what finding a repetend has cost it so far).
+    horizon: Largest start of a block in the frame of one micro-batch
+      (default ``latency_horizon(graph, period)``); a relaxation passes its
+      full placement's, so it admits every repetend the full model does.
 
   Returns:
     A ModuloSolution.
   """
   kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers,
-            hint=hint)
+            hint=hint, horizon=horizon)
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
                        time_limit_s=time_limit_s, **kw)
@@ -372,7 +376,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 seed: int, num_workers: int,
                 hint: "ModuloSolution | None",
                 stop_at: int | None = None,
-                linearization_level: int | None = None) -> ModuloSolution:
+                linearization_level: int | None = None,
+                horizon: int | None = None) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
@@ -384,7 +389,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   """
   model = cp_model.CpModel()
   blocks = graph.blocks
-  horizon = latency_horizon(graph, period)
+  if horizon is None:
+    horizon = latency_horizon(graph, period)
   max_offset = horizon // period + 1
 
   # --- Variables: phase r_b, offset k_b, start s_b = k_b * P + r_b ----------

@@ -17,9 +17,12 @@ Procedure (modulo model in ``modulo_model``):
    by dropping the steps idle on every device (``drop_idle_steps``); quick
    probes gallop down from it, and the period just below the best one gets
    the decisive solve. Every solve under a limit starts from the best
-   repetend's start times moved to its period (``moved_to_period``). Where CP-SAT could not decide ``P_lb`` (a limit
-   near the edge), gallop up from it and then bisect between the last
-   failure and the last success. A solve that times out counts as "not
+   repetend's start times moved to its period (``moved_to_period``), and is
+   first tried on the placement seen from the pipeline's end devices
+   (``relaxation``): a period that small model cannot reach is proven
+   infeasible without the full one. Where CP-SAT could not decide
+   ``P_lb`` (a limit near the edge), gallop up from it and then bisect
+   between the last failure and the last success. A solve that times out counts as "not
    found" but leaves the bound unproven.
 4. At that ``P`` minimise the latency of one micro-batch.
 5. Compact the warmup and cooldown (``completion``).
@@ -38,6 +41,7 @@ from ortools.sat.python import cp_model
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Schedule, Repetend
 from tessel_jax.search import completion, list_schedule
+from tessel_jax.search.relaxation import Relaxation
 from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             make_solver, moved_to_period,
                                             normalise, one_at_a_time,
@@ -203,8 +207,17 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
 
   tried: set[int] = set()  # periods whose feasibility was asked
+  relaxation = _end_device_relaxation(graph, memory_limit, allow_wrap, seed)
 
   def solve(period: int, share: float = 1.0, **kw):
+    if relaxation is not None and "objective" not in kw:
+      proven, work = relaxation.proves_infeasible(
+          period, budget.left(_RELAXATION_SHARE),
+          hint=kw.get("hint"))
+      budget.spend(work)
+      if proven:
+        tried.add(period)
+        return ModuloSolution("INFEASIBLE", work=work)
     sol = solve_modulo(graph, period, memory_limit,
                        time_limit_s=budget.left(share), **solve_kw, **kw)
     budget.spend(sol.work)
@@ -291,6 +304,25 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                               memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
+
+
+# Most of the budget a relaxed proof may take per period (``solve`` in
+# ``search_repetend``); the proofs it makes take 0.01-2 deterministic s.
+_RELAXATION_SHARE = 1 / 8
+
+
+def _end_device_relaxation(graph: BlockGraph, memory_limit: int | None,
+                           allow_wrap: bool, seed: int
+                           ) -> Relaxation | None:
+  """The relaxation to the pipeline's end devices, where it is smaller than
+  the placement and a limit can bind (None otherwise)."""
+  if memory_limit is None:
+    return None
+  relaxation = Relaxation(graph, memory_limit, allow_wrap=allow_wrap,
+                          seed=seed)
+  if relaxation.subgraph.num_blocks == graph.num_blocks:
+    return None
+  return relaxation
 
 
 def _start_from_above(graph: BlockGraph, memory_limit: int | None,

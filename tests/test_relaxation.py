@@ -1,0 +1,86 @@
+"""The relaxation to a few devices: its subgraph and the proofs it makes."""
+
+from __future__ import annotations
+
+import itertools
+
+import hypothesis
+from hypothesis import strategies as st
+
+from tessel_jax import placements
+from tessel_jax.search import search_repetend
+from tessel_jax.search.modulo_model import solve_modulo, steady_peak
+from tessel_jax.search.relaxation import Relaxation, device_subgraph
+from tessel_jax.search.repetend import period_lower_bound
+from tessel_jax.schedule import Repetend
+
+from test_search import random_placements
+
+
+def test_subgraph_of_vshape_ends_keeps_the_longest_paths():
+  # F0 F1 F2 F3 B3 B2 B1 B0 on 4 devices (F = 1, B = 3), kept on 0 and 3:
+  # F0 -> F3 is 3 steps start to start (delay 2 after F0's one step),
+  # B3 -> B0 is 9 (delay 6 after B3's three); F0 -> B0 is implied by F3.
+  graph = placements.get("vshape", 4)
+  sub = device_subgraph(graph, (0, 3))
+  by_name = {b.name: b for b in sub.blocks}
+  assert sorted(by_name) == ["B0", "B3", "F0", "F3"]
+  assert by_name["F3"].devices == (1,) and by_name["B0"].devices == (0,)
+  ids = {b.id: b.name for b in sub.blocks}
+  edges = {(ids[e.src], ids[e.dst]): e.delay for e in sub.edges}
+  assert edges == {("F0", "F3"): 2, ("F3", "B3"): 0, ("B3", "B0"): 6}
+
+
+def test_all_device_block_keeps_only_the_chosen_devices():
+  graph = placements.get("mllm", 4)
+  sub = device_subgraph(graph, (0, 3))
+  shared = [b for b in sub.blocks if len(b.devices) > 1]
+  assert shared and all(b.devices == (0, 1) for b in shared)
+  assert sub.num_devices == 2
+
+
+def _restricted_repetend_is_valid(graph, sub, period, sol, limit):
+  """The full repetend's kept blocks form a repetend of the subgraph."""
+  kept = [graph.index(b.id) for b in sub.blocks]
+  rep = Repetend(period, tuple(sol.offsets[i] for i in kept),
+                 tuple(sol.phases[i] for i in kept))
+  start = {b.id: rep.start_in_microbatch_frame(i)
+           for i, b in enumerate(sub.blocks)}
+  for e in sub.edges:
+    assert start[e.dst] >= start[e.src] + sub.block(e.src).span + e.delay
+  if limit is not None:
+    assert steady_peak(sub, period, rep.phases, rep.offsets) <= limit
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(random_placements(), st.integers(0, 2), st.integers(0, 6))
+def test_relaxation_never_rules_out_a_period_the_placement_reaches(
+    case, delay, slack):
+  graph, limit, wrap = case
+  hypothesis.assume(limit is not None)
+  graph = graph.with_delays(delay)
+  period = period_lower_bound(graph) + slack
+  sol = solve_modulo(graph, period, limit, allow_wrap=wrap, time_limit_s=2.0)
+  hypothesis.assume(sol.found)
+  devices = range(graph.num_devices)
+  for subset in itertools.chain(itertools.combinations(devices, 1),
+                                itertools.combinations(devices, 2)):
+    relaxation = Relaxation(graph, limit, devices=subset, allow_wrap=wrap)
+    _restricted_repetend_is_valid(graph, relaxation.subgraph, period, sol,
+                                  limit)
+    proven, _ = relaxation.proves_infeasible(period, time_limit_s=2.0)
+    assert not proven, (subset, period)
+
+
+def test_relaxation_proves_the_tight_xshape_period():
+  # One activation per device: 26 is the optimum at 4 devices; the two end
+  # devices alone rule out 25, and so every smaller period.
+  graph = placements.get("xshape", 4)
+  relaxation = Relaxation(graph, 1)
+  assert relaxation.subgraph.num_blocks == 8
+  assert relaxation.proves_infeasible(25, time_limit_s=5.0)[0]
+  assert relaxation.proves_infeasible(20, time_limit_s=5.0) == (True, 0.0)
+  assert not relaxation.proves_infeasible(26, time_limit_s=5.0)[0]
+  schedule = search_repetend(graph, memory_limit=1, time_limit_s=10.0,
+                             complete=False, list_alternative=False)
+  assert schedule.period == 26 and schedule.status == "OPTIMAL"
