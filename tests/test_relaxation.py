@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from tessel_jax import placements
 from tessel_jax.search import search_repetend
 from tessel_jax.search.modulo_model import solve_modulo, steady_peak
-from tessel_jax.search.relaxation import Relaxation, device_subgraph
+from tessel_jax.search.relaxation import (Relaxation, device_subgraph,
+                                         relaxations)
 from tessel_jax.search.repetend import period_lower_bound
 from tessel_jax.schedule import Repetend
 
@@ -63,24 +64,40 @@ def test_relaxation_never_rules_out_a_period_the_placement_reaches(
   sol = solve_modulo(graph, period, limit, allow_wrap=wrap, time_limit_s=2.0)
   hypothesis.assume(sol.found)
   devices = range(graph.num_devices)
-  for subset in itertools.chain(itertools.combinations(devices, 1),
-                                itertools.combinations(devices, 2)):
-    relaxation = Relaxation(graph, limit, devices=subset, allow_wrap=wrap)
-    _restricted_repetend_is_valid(graph, relaxation.subgraph, period, sol,
+  for kept in itertools.chain(itertools.combinations(devices, 1),
+                              itertools.combinations(devices, 2)):
+    subgraph = Relaxation(graph, limit, kept=kept, allow_wrap=wrap)
+    _restricted_repetend_is_valid(graph, subgraph.model_graph, period, sol,
                                   limit)
-    proven, _ = relaxation.proves_infeasible(period, time_limit_s=2.0)
-    assert not proven, (subset, period)
+    for relaxation in (subgraph, Relaxation(graph, limit, kept=kept,
+                                            pooled=True, allow_wrap=wrap)):
+      proven, _ = relaxation.proves_infeasible(period, time_limit_s=2.0)
+      assert not proven, (kept, relaxation.pooled, period)
 
 
 def test_relaxation_proves_the_tight_xshape_period():
   # One activation per device: 26 is the optimum at 4 devices; the two end
   # devices alone rule out 25, and so every smaller period.
   graph = placements.get("xshape", 4)
-  relaxation = Relaxation(graph, 1)
-  assert relaxation.subgraph.num_blocks == 8
+  relaxed = relaxations(graph, 1)
+  assert [r.pooled for r in relaxed] == [False]  # no block spans 0 and 1
+  relaxation = relaxed[0]
+  assert relaxation.model_graph.num_blocks == 8
   assert relaxation.proves_infeasible(25, time_limit_s=5.0)[0]
   assert relaxation.proves_infeasible(20, time_limit_s=5.0) == (True, 0.0)
   assert not relaxation.proves_infeasible(26, time_limit_s=5.0)[0]
   schedule = search_repetend(graph, memory_limit=1, time_limit_s=10.0,
                              complete=False, list_alternative=False)
   assert schedule.period == 26 and schedule.status == "OPTIMAL"
+
+
+def test_pooled_relaxation_sees_the_block_on_all_devices():
+  # finetune, one activation per device: the chain F1..F4 B4..B1 fills 12
+  # steps back to back, so the first block, on all devices, needs a 13th.
+  # Devices 0 and 3 alone miss that; pooling devices 1 and 2 keeps it.
+  graph = placements.get("finetune", 4)
+  subgraph, pooled = relaxations(graph, 1)
+  assert pooled.pooled and pooled.model_graph is graph
+  assert not subgraph.proves_infeasible(12, time_limit_s=5.0)[0]
+  assert pooled.proves_infeasible(12, time_limit_s=5.0)[0]
+  assert not pooled.proves_infeasible(13, time_limit_s=5.0)[0]

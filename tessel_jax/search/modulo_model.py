@@ -279,7 +279,8 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
                  num_workers: int = 1,
                  hint: "ModuloSolution | None" = None,
                  quick_stage_s: float = _QUICK_STAGE_S,
-                 horizon: int | None = None) -> ModuloSolution:
+                 horizon: int | None = None,
+                 pooled_devices: tuple[int, ...] = ()) -> ModuloSolution:
   """Builds and solves the modulo model at ``period``.
 
   The solver strategy depends on the question (measured on this project's
@@ -326,12 +327,17 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
     horizon: Largest start of a block in the frame of one micro-batch
       (default ``latency_horizon(graph, period)``); a relaxation passes its
       full placement's, so it admits every repetend the full model does.
+    pooled_devices: Devices whose rules are relaxed (``relaxation``): their
+      memory is not limited, and instead of one block at a time each they
+      share one pool of as many slots as there are such devices (a block
+      takes one slot per pooled device it occupies, so a block on all
+      devices still runs alone).
 
   Returns:
     A ModuloSolution.
   """
   kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers,
-            hint=hint, horizon=horizon)
+            hint=hint, horizon=horizon, pooled_devices=pooled_devices)
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
                        time_limit_s=time_limit_s, **kw)
@@ -377,7 +383,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 hint: "ModuloSolution | None",
                 stop_at: int | None = None,
                 linearization_level: int | None = None,
-                horizon: int | None = None) -> ModuloSolution:
+                horizon: int | None = None,
+                pooled_devices: tuple[int, ...] = ()) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
@@ -420,9 +427,18 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       copies.append(model.NewFixedSizeIntervalVar(
           phase[i] + period, b.span, f"I_{b.id}_next"))
     intervals.append(copies)
-  for d in range(graph.num_devices):
+  limited_devices = [d for d in range(graph.num_devices)
+                     if d not in pooled_devices]
+  for d in limited_devices:
     on_d = [i for i, b in enumerate(blocks) if d in b.devices]
     model.AddNoOverlap([iv for i in on_d for iv in intervals[i]])
+  if pooled_devices:
+    slots = [len(set(b.devices) & set(pooled_devices)) for b in blocks]
+    model.AddCumulative(
+        [iv for i in range(len(blocks)) if slots[i] for iv in intervals[i]],
+        [slots[i] for i in range(len(blocks)) if slots[i]
+         for _ in intervals[i]],
+        len(pooled_devices))
 
   # --- Steady-state memory per device --------------------------------------
   earlier: dict[tuple[int, int], cp_model.IntVar] = {}
@@ -441,7 +457,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   if objective == "memory":
     bound = sum(abs(b.memory) for b in blocks) * (max_offset + 1)
     peak = model.NewIntVar(0, bound, "peak_memory")
-  for d in range(graph.num_devices):
+  for d in limited_devices:
     on_d = [i for i, b in enumerate(blocks)
             if d in b.devices and b.memory != 0]
     if not on_d:

@@ -1,4 +1,4 @@
-"""Period lower bounds from a relaxation: the placement seen from few devices.
+"""Period lower bounds from relaxations: the placement seen from few devices.
 
 Proving a period infeasible under a tight memory limit is what costs in the
 period search: the full modulo model of a 32-device placement has hundreds
@@ -25,16 +25,21 @@ Measured on the tight limits (``experiments.search_cases``): the ends of
 the chain, devices ``0`` and ``D - 1``, give the proven optimal period for
 vshape, interleaved, xshape, mshape, kshape, alphafold and zbv at 4 and 8
 devices, and prove interleaved (224), xshape (194) and alphafold (128) at
-32 devices in 0.1-3 s, where the full model did not in 60 s. Placements
-whose all-device blocks collide with the middle of the chain (nnshape,
-finetune, mllm) need the dropped devices and get a weaker bound.
+32 devices in 0.1-3 s, where the full model did not in 60 s.
+
+Placements whose all-device blocks collide with the middle of the chain
+(nnshape, finetune, mllm) get a bound one short from the subgraph: the
+proof needs the middle devices' blocks. The *pooled* relaxation keeps
+every block but relaxes only the middle devices (no memory limit; one
+shared pool of slots instead of one block at a time each), which keeps the
+collision and drops most of the memory booleans (``Relaxation``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from tessel_jax.graph import Block, BlockGraph, Edge
+from tessel_jax.graph import BlockGraph, Edge
 from tessel_jax.search.modulo_model import (ModuloSolution, latency_horizon,
                                             solve_modulo)
 
@@ -97,25 +102,49 @@ def _longest_from(graph: BlockGraph, source: int) -> dict[int, int]:
 
 
 class Relaxation:
-  """Decides periods of a placement on its subgraph of a few devices.
+  """Decides periods of a placement on a relaxed model of it.
 
-  Feasibility of the subgraph is monotone in the period, like the full
-  model's, so one proof covers every smaller period and one repetend every
-  larger one; neither is solved again.
+  Two relaxations keep the rules of the ``kept`` devices exactly:
+
+  * ``pooled=False``: the subgraph of the blocks on the kept devices
+    (``device_subgraph``): small, and enough wherever no block joins a kept
+    device to a dropped one;
+  * ``pooled=True``: every block, with the dropped devices' memory unlimited
+    and their one-block-at-a-time rule relaxed to one shared pool of slots
+    (``solve_modulo(pooled_devices=...)``). A block on all devices still
+    needs every slot, so it cannot run beside any block of the middle
+    devices: what nnshape, finetune and mllm need (nnshape, 4 devices, limit
+    4: P = 31 proven infeasible in 0.36 deterministic s, the full model 0.73;
+    nnshape_eager, 16 devices, limit 2: P = 121 in 9.4 s, where the full
+    model proved nothing in 30 s).
+
+  Feasibility of either is monotone in the period, like the full model's,
+  so one proof covers every smaller period and no period at or above one
+  the relaxation could not rule out is solved again.
 
   Attributes:
     graph: The full placement.
-    subgraph: Its restriction to ``devices``.
     memory_limit: The per-device limit.
+    kept: The devices whose rules are kept.
+    pooled: Which relaxation (above).
+    model_graph: The placement the relaxed model is built on.
   """
 
   def __init__(self, graph: BlockGraph, memory_limit: int, *,
-               devices: tuple[int, ...] | None = None,
+               kept: tuple[int, ...] | None = None, pooled: bool = False,
                allow_wrap: bool = True, seed: int = 0):
     self.graph = graph
     self.memory_limit = memory_limit
-    self.subgraph = device_subgraph(graph, devices or end_devices(graph))
-    self._kept = [graph.index(b.id) for b in self.subgraph.blocks]
+    self.kept = kept or end_devices(graph)
+    self.pooled = pooled
+    if pooled:
+      self.model_graph = graph
+      self._pooled_devices = tuple(d for d in range(graph.num_devices)
+                                   if d not in self.kept)
+    else:
+      self.model_graph = device_subgraph(graph, self.kept)
+      self._pooled_devices = ()
+    self._kept_blocks = [graph.index(b.id) for b in self.model_graph.blocks]
     self._solve_kw = dict(allow_wrap=allow_wrap, seed=seed)
     self._infeasible_up_to = 0  # proven: no repetend at any P <= this
     # Periods from this one up are not tried again: a repetend exists there,
@@ -126,13 +155,13 @@ class Relaxation:
   def proves_infeasible(self, period: int, time_limit_s: float,
                         hint: ModuloSolution | None = None
                         ) -> tuple[bool, float]:
-    """Whether the subgraph proves ``period`` infeasible for the placement.
+    """Whether the relaxation proves ``period`` infeasible for the placement.
 
     Args:
       period: The period to decide.
       time_limit_s: CP-SAT budget (deterministic seconds).
       hint: A (near) repetend of the full placement at ``period``; its
-        kept blocks start the subgraph's search.
+        kept blocks start the relaxed search.
 
     Returns:
       ``(proven, work)``: True if no repetend of the full placement exists
@@ -142,10 +171,10 @@ class Relaxation:
       return True, 0.0
     if self._undecided_from is not None and period >= self._undecided_from:
       return False, 0.0
-    sol = solve_modulo(self.subgraph, period, self.memory_limit,
+    sol = solve_modulo(self.model_graph, period, self.memory_limit,
                        time_limit_s=time_limit_s, hint=self._restrict(hint),
                        horizon=latency_horizon(self.graph, period),
-                       **self._solve_kw)
+                       pooled_devices=self._pooled_devices, **self._solve_kw)
     if sol.status == "INFEASIBLE":
       self._infeasible_up_to = period
     else:
@@ -157,5 +186,27 @@ class Relaxation:
     if hint is None or not hint.found:
       return None
     return dataclasses.replace(
-        hint, offsets=tuple(hint.offsets[i] for i in self._kept),
-        phases=tuple(hint.phases[i] for i in self._kept))
+        hint, offsets=tuple(hint.offsets[i] for i in self._kept_blocks),
+        phases=tuple(hint.phases[i] for i in self._kept_blocks))
+
+
+def relaxations(graph: BlockGraph, memory_limit: int | None, *,
+                allow_wrap: bool = True, seed: int = 0) -> list[Relaxation]:
+  """The relaxations worth trying before the full model, cheapest first.
+
+  None without a limit (the busiest device's load decides then) or where
+  the end devices are all the devices. The pooled relaxation only where a
+  block joins an end device to a middle one (else the subgraph decides
+  the same periods with fewer blocks).
+  """
+  if memory_limit is None:
+    return []
+  kept = end_devices(graph)
+  if len(kept) == graph.num_devices:
+    return []
+  kw = dict(kept=kept, allow_wrap=allow_wrap, seed=seed)
+  out = [Relaxation(graph, memory_limit, **kw)]
+  if any(set(b.devices) & set(kept) and set(b.devices) - set(kept)
+         for b in graph.blocks):
+    out.append(Relaxation(graph, memory_limit, pooled=True, **kw))
+  return out
