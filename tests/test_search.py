@@ -16,6 +16,7 @@ from tessel_jax.search.modulo_model import (ModuloSolution, _decide_by_memory,
                                             normalise, one_at_a_time,
                                             pull_in, solve_modulo,
                                             steady_peak)
+from tessel_jax.search.repetend import _Budget, _descend, _shortest_latency
 
 
 def chain_vshape(num_devices: int, f: int = 1, b: int = 3) -> BlockGraph:
@@ -297,3 +298,55 @@ def test_one_at_a_time_holds_one_microbatch_and_fits_the_smallest_limit():
   rep = Repetend(period=period, offsets=one.offsets, phases=one.phases)
   validate.assert_valid(Schedule(graph=graph, repetend=rep,
                                  memory_limit=1).unroll(3))
+
+
+def test_latency_rounds_double_while_they_improve():
+  # F0 F1 B1 B0 at phases 0 1 2 5 of period 8: B0's offset sets the latency
+  # (24, 16, 8). Rounds double their work while the latency falls and stop
+  # at the first round that does not improve.
+  graph = chain_vshape(2)
+  phases = (0, 1, 2, 5)
+
+  def rep(b0_offset, status="FEASIBLE"):
+    return ModuloSolution(status, offsets=(0, 0, 0, b0_offset), phases=phases)
+
+  answers = [rep(1), rep(0), rep(0)]
+  works = []
+
+  def solve(work, hint):
+    works.append(work)
+    return answers[len(works) - 1]
+
+  best = _shortest_latency(solve, lambda sol: sol, graph, 8, rep(2, "OPTIMAL"),
+                           polish=8.0)
+  assert best.offsets == (0, 0, 0, 0) and best.status == "FEASIBLE"
+  assert works == [1.0, 2.0, 4.0]
+  # A first round that does not improve is the only one; a start whose
+  # latency no round reached is kept, marked FEASIBLE (not the feasibility
+  # solve's status).
+  works.clear()
+  answers = [rep(2)]
+  best = _shortest_latency(solve, lambda sol: sol, graph, 8, rep(1, "OPTIMAL"),
+                           polish=8.0)
+  assert best.offsets == (0, 0, 0, 1) and best.status == "FEASIBLE"
+  assert works == [1.0]
+
+
+def test_descent_probes_a_missed_period_again_only_as_the_decisive_one():
+  # Repetends exist from 95 up; 90-94 are hard (never decided). The best
+  # repetend comes down 100 -> 98 -> 95 while quick probes miss 92 and 93:
+  # neither is probed twice, and 94, the decisive period, ends the descent.
+  asked = []
+
+  def solve(period, share, quick_stage_s, hint, descending):
+    asked.append((period, share == 1 / 2))
+    status = "FEASIBLE" if period >= 95 else "UNKNOWN"
+    return ModuloSolution(status, offsets=(0,), phases=(0,), work=0.01)
+
+  found, proven_low = _descend(solve, _Budget(30.0), (100, ModuloSolution(
+      "FEASIBLE", offsets=(0,), phases=(0,))), 90, lambda f: f,
+                               lambda f, p: None, 10, 0.01)
+  assert found[0] == 95 and proven_low == 90
+  quick = [p for p, decisive in asked if not decisive]
+  assert len(quick) == len(set(quick)), asked
+  assert asked[-1] == (94, True)

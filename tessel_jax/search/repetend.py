@@ -43,12 +43,12 @@ from ortools.sat.python import cp_model
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Schedule, Repetend
 from tessel_jax.search import completion, list_schedule
-from tessel_jax.search.relaxation import relaxations
 from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             make_solver, moved_to_period,
                                             normalise, one_at_a_time,
                                             pull_in, solve_modulo,
                                             steady_peak)
+from tessel_jax.search.relaxation import relaxations
 
 
 class InfeasibleScheduleError(ValueError):
@@ -281,8 +281,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # --- At that period, the shortest latency of one micro-batch -------------
   # Polishing (latency, then warmup/cooldown) gets an eighth of the budget
   # each, and no more than what finding the period took (at least 0.003 s
-  # per block), so easy cases stay fast (all in deterministic
-  # time, so reproducible). Measured on the 4-device placements with no
+  # per block), so easy cases stay fast (all in deterministic time, so
+  # reproducible); the latency rounds stop early when one does not improve
+  # (``_shortest_latency``). Measured on the 4-device placements with no
   # limit: 0.003 s instead of 0.02 s per block (and 0.05 s instead of 0.5 s
   # of completion) cut nnshape's search from 1.95 s to 0.36 s, nnshape_eager's
   # from 1.50 s to 0.42 s and zbv's from 1.71 s to 0.31 s, for repetend
@@ -375,9 +376,17 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
   return best
 
 
-# Most of the budget a relaxed proof may take per period (``solve`` in
-# ``search_repetend``); the proofs it makes take 0.01-2 deterministic s.
+# Least share of the budget a relaxed proof may take per period (``solve``
+# in ``search_repetend``; the decisive probe's share where larger): the
+# subgraph's proofs take 0.01-2 deterministic s, the pooled model's up to 9.
 _RELAXATION_SHARE = 1 / 8
+
+# Share of the budget of the first solve, at the smallest period. Where the
+# limit binds, a relaxation usually proves that period infeasible first;
+# where it admits it but the repetend is hard to find from one micro-batch
+# at a time, a repetend found a little above is the far better start for
+# the descent back down (nnshape, 8 devices, limit 30: P = 16 found with
+# 1/16 and the descent, not with 1/4 from one micro-batch at a time).
 _FIRST_SHARE = 1 / 16
 
 
