@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import time
 
 from ortools.sat.python import cp_model
 
@@ -280,7 +281,8 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
                  hint: "ModuloSolution | None" = None,
                  quick_stage_s: float = _QUICK_STAGE_S,
                  horizon: int | None = None,
-                 pooled_devices: tuple[int, ...] = ()) -> ModuloSolution:
+                 pooled_devices: tuple[int, ...] = (),
+                 wall_limit_s: float | None = None) -> ModuloSolution:
   """Builds and solves the modulo model at ``period``.
 
   The solver strategy depends on the question (measured on this project's
@@ -332,6 +334,9 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
       share one pool of as many slots as there are such devices (a block
       takes one slot per pooled device it occupies, so a block on all
       devices still runs alone).
+    wall_limit_s: Wall-clock seconds for all stages together (a safety net
+      on a loaded machine; the period search passes what its own wall cap
+      leaves). None: four times each stage's budget.
 
   Returns:
     A ModuloSolution.
@@ -340,10 +345,15 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
             hint=hint, horizon=horizon, pooled_devices=pooled_devices)
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
-                       time_limit_s=time_limit_s, **kw)
+                       time_limit_s=time_limit_s, wall_limit_s=wall_limit_s,
+                       **kw)
+  deadline = (None if wall_limit_s is None
+              else time.perf_counter() + wall_limit_s)
   used = seconds = 0.0
   sol = ModuloSolution("UNKNOWN")
   for i, (stage_objective, level) in enumerate(_STAGES):
+    if deadline is not None:
+      kw["wall_limit_s"] = deadline - time.perf_counter()
     last = i == len(_STAGES) - 1
     limit = (max(0.01, time_limit_s - used) if last
              else min(quick_stage_s, time_limit_s / 4))
@@ -384,7 +394,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 stop_at: int | None = None,
                 linearization_level: int | None = None,
                 horizon: int | None = None,
-                pooled_devices: tuple[int, ...] = ()) -> ModuloSolution:
+                pooled_devices: tuple[int, ...] = (),
+                wall_limit_s: float | None = None) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
@@ -506,7 +517,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
     linearization_level = 2
   solver = make_solver(time_limit_s, seed, num_workers,
                        interleave=objective == "none",
-                       linearization_level=linearization_level)
+                       linearization_level=linearization_level,
+                       wall_limit_s=wall_limit_s)
   if objective == "memory" and stop_at is not None:
     code = solver.Solve(model, _StopWithin(stop_at, solver))
   else:
@@ -558,12 +570,13 @@ class _StopWithin(cp_model.CpSolverSolutionCallback):
 
 def make_solver(time_limit_s: float, seed: int, num_workers: int,
                 interleave: bool = True,
-                linearization_level: int | None = None) -> cp_model.CpSolver:
+                linearization_level: int | None = None,
+                wall_limit_s: float | None = None) -> cp_model.CpSolver:
   """A CP-SAT solver whose result depends only on the model and the seed.
 
   Subsolvers are interleaved deterministically (``interleave_search``) and
   the cut-off is CP-SAT's deterministic time; wall time is limited too, at
-  four times the budget, as a safety net. Measured on vshape with 16 and 32
+  four times the budget or ``wall_limit_s`` if less, as a safety net. Measured on vshape with 16 and 32
   devices: with ``interleave_search`` one worker finds feasible repetends at
   large periods in milliseconds where the default single worker needs tens
   of seconds, and more interleaved workers were 8x slower in total. The
@@ -573,7 +586,10 @@ def make_solver(time_limit_s: float, seed: int, num_workers: int,
   """
   solver = cp_model.CpSolver()
   solver.parameters.max_deterministic_time = max(0.01, time_limit_s)
-  solver.parameters.max_time_in_seconds = 4 * max(0.01, time_limit_s) + 1
+  wall = 4 * max(0.01, time_limit_s) + 1
+  if wall_limit_s is not None:
+    wall = min(wall, max(0.01, wall_limit_s))
+  solver.parameters.max_time_in_seconds = wall
   solver.parameters.random_seed = seed
   solver.parameters.num_workers = num_workers
   solver.parameters.interleave_search = interleave

@@ -227,13 +227,14 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
         continue
       proven, work = relaxation.proves_infeasible(
           period, budget.left(max(share, _RELAXATION_SHARE)),
-          hint=kw.get("hint"))
+          hint=kw.get("hint"), wall_limit_s=budget.wall_left())
       budget.spend(work)
       if proven:
         tried.add(period)
         return ModuloSolution("INFEASIBLE", work=work)
     sol = solve_modulo(graph, period, memory_limit,
-                       time_limit_s=budget.left(share), **solve_kw, **kw)
+                       time_limit_s=budget.left(share),
+                       wall_limit_s=budget.wall_left(), **solve_kw, **kw)
     budget.spend(sol.work)
     if "objective" not in kw:
       tried.add(period)
@@ -586,6 +587,11 @@ class _Budget:
   def left(self, share: float = 1.0) -> float:
     """Time for the next solve: ``share`` of the total, at most what is left."""
     return max(0.05, min(self.total * share, self.total - self.used))
+
+  def wall_left(self) -> float:
+    """Wall-clock seconds left before the cap (at least 0.05, so the
+    polish after the period search still runs)."""
+    return max(0.05, self.wall_deadline - time.perf_counter())
 
   def spent(self) -> bool:
     return (self.used >= self.total or
