@@ -350,3 +350,23 @@ def test_descent_probes_a_missed_period_again_only_as_the_decisive_one():
   quick = [p for p, decisive in asked if not decisive]
   assert len(quick) == len(set(quick)), asked
   assert asked[-1] == (94, True)
+
+
+def test_polish_is_minimal_once_the_wall_cap_is_passed(monkeypatch):
+  from tessel_jax.search import repetend
+  polishes = []
+  real = repetend._shortest_latency
+
+  def spy(solve, pull, graph, period, start, polish):
+    polishes.append(polish)
+    return real(solve, pull, graph, period, start, polish)
+
+  monkeypatch.setattr(repetend, "_shortest_latency", spy)
+  graph = placements.get("xshape", 4)  # its proof costs more than the floor
+  search_repetend(graph, memory_limit=1, complete=False,
+                  list_alternative=False)
+  monkeypatch.setattr(repetend._Budget, "past_wall_cap", lambda self: True)
+  search_repetend(graph, memory_limit=1, complete=False,
+                  list_alternative=False)
+  assert polishes[1] == pytest.approx(0.003 * graph.num_blocks)
+  assert polishes[0] > polishes[1]

@@ -121,7 +121,8 @@ class Relaxation:
     needs every slot, so it cannot run beside any block of the middle
     devices: what nnshape, finetune and mllm need (nnshape, 4 devices, limit
     4: P = 31 proven infeasible in 0.36 deterministic s, the full model 0.73;
-    nnshape_eager, 16 devices, limit 2: P = 121 in 9.4 s, where the full
+    nnshape_eager, 16 devices, limit 2: P = 121 in 9.4 s (17 s of wall
+    time; the period search runs out of wall time first), where the full
     model proved nothing in 30 s).
 
   Feasibility of either is monotone in the period, like the full model's,

@@ -306,6 +306,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # 8-device search from 6.3 s to 2.5 s.
   polish = min(budget.left(share=1 / 8),
                max(0.003 * graph.num_blocks, budget.used))
+  if budget.past_wall_cap():
+    # The period search ran into the wall cap (a loaded machine): polish
+    # at the minimum rather than run past it (nnshape, 32 devices, limit
+    # 143: 21 s of polish after 60 s of period search).
+    polish = 0.003 * graph.num_blocks
   period, feasible = found
   # The feasible repetend's offsets are pulled in first (pure Python: the
   # solver's first repetend often spreads one micro-batch over hundreds of
@@ -472,8 +477,8 @@ def _descend(solve, budget: "_Budget", found: tuple, proven_low: int,
   and every probe starts from the best one (``hint_at``).
   Measured on tight limits: nnshape_eager, 4 devices, went from four
   proofs (3.9 s) to one (0.8-1.5 s); xshape, interleaved and mllm with 16
-  devices are now proven optimal (nnshape with 8 when it has the machine
-  to itself: 55-63 s).
+  devices became provable. The probes are first tried on relaxations
+  (``relaxation``; the pooled one only here, ``descending=True``).
 
   Returns:
     ``(found, proven_low)`` updated.
@@ -593,9 +598,11 @@ class _Budget:
     polish after the period search still runs)."""
     return max(0.05, self.wall_deadline - time.perf_counter())
 
+  def past_wall_cap(self) -> bool:
+    return time.perf_counter() >= self.wall_deadline
+
   def spent(self) -> bool:
-    return (self.used >= self.total or
-            time.perf_counter() >= self.wall_deadline)
+    return self.used >= self.total or self.past_wall_cap()
 
 
 def _with_templates(schedule: Schedule, templates: completion.Templates,
