@@ -352,7 +352,8 @@ def test_descent_probes_a_missed_period_again_only_as_the_decisive_one():
   assert asked[-1] == (94, True)
 
 
-def test_polish_is_minimal_once_the_wall_cap_is_passed(monkeypatch):
+def test_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
+    monkeypatch):
   from tessel_jax.search import repetend
   polishes = []
   real = repetend._shortest_latency
@@ -366,7 +367,9 @@ def test_polish_is_minimal_once_the_wall_cap_is_passed(monkeypatch):
   search_repetend(graph, memory_limit=1, complete=False,
                   list_alternative=False)
   monkeypatch.setattr(repetend._Budget, "past_wall_cap", lambda self: True)
-  search_repetend(graph, memory_limit=1, complete=False,
-                  list_alternative=False)
+  late = search_repetend(graph, memory_limit=1, list_alternative=False)
   assert polishes[1] == pytest.approx(0.003 * graph.num_blocks)
   assert polishes[0] > polishes[1]
+  # No warmup/cooldown compaction then: unroll compacts the modulo schedule.
+  assert not late.warmup and late.completer is None
+  assert_valid_for(late, [1, 3, 2 * late.repetend.max_offset + 3])

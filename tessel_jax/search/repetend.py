@@ -330,7 +330,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       period_lower_bound=min(proven_low, period),
       latency_status=best.status, latency_lower_bound=best.bound or 0,
       period_seconds=period_seconds, source="tessel")
-  if complete:
+  if complete and not budget.past_wall_cap():
+    # Past the wall cap ``unroll`` compacts the modulo schedule in its own
+    # order instead: the warmup model of a repetend that spans many periods
+    # has thousands of actions and CP-SAT loads it for longer than its time
+    # limit (nnshape, 32 devices, limit 143, 67 periods: 24 s at 0.05 s).
     # Warmup and cooldown start from the modulo schedule (a valid hint). A
     # quarter of the polish budget: with all of it, the N = 128 makespans of
     # zbv (16 devices, limit 44), interleaved (16, 25), nnshape (8, 30),
