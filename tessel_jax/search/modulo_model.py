@@ -576,10 +576,11 @@ def make_solver(time_limit_s: float, seed: int, num_workers: int,
 
   Subsolvers are interleaved deterministically (``interleave_search``) and
   the cut-off is CP-SAT's deterministic time; wall time is limited too, at
-  four times the budget or ``wall_limit_s`` if less, as a safety net. Measured on vshape with 16 and 32
-  devices: with ``interleave_search`` one worker finds feasible repetends at
-  large periods in milliseconds where the default single worker needs tens
-  of seconds, and more interleaved workers were 8x slower in total. The
+  four times the budget or ``wall_limit_s`` if less, as a safety net.
+  Measured on vshape with 16 and 32 devices: with ``interleave_search`` one
+  worker finds feasible repetends at large periods in milliseconds where
+  the default single worker needs tens of seconds, and more interleaved
+  workers were 8x slower in total. The
   completion models (thousands of hinted actions) are 30x faster without it
   (``interleave=False``). ``linearization_level=2`` adds the full LP
   relaxation (see ``solve_modulo``).

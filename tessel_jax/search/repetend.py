@@ -292,12 +292,13 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # --- At that period, the shortest latency of one micro-batch -------------
   # Polishing the latency gets an eighth of the budget (warmup and cooldown
   # a quarter of that, below), and no more than what finding the period
-  # took (at least 0.003 s per block), so easy cases stay fast (all in deterministic time, so
-  # reproducible); the latency rounds stop early when one does not improve
-  # (``_shortest_latency``). Measured on the 4-device placements with no
-  # limit: 0.003 s instead of 0.02 s per block (and 0.05 s instead of 0.5 s
-  # of completion) cut nnshape's search from 1.95 s to 0.36 s, nnshape_eager's
-  # from 1.50 s to 0.42 s and zbv's from 1.71 s to 0.31 s, for repetend
+  # took (at least 0.003 s per block), so easy cases stay fast (all in
+  # deterministic time, so reproducible); the latency rounds stop early
+  # when one does not improve (``_shortest_latency``). Measured on the
+  # 4-device placements with no limit: 0.003 s instead of 0.02 s per block
+  # (and 0.05 s instead of 0.5 s of completion) cut nnshape's search from
+  # 1.95 s to 0.36 s, nnshape_eager's from 1.50 s to 0.42 s and zbv's from
+  # 1.71 s to 0.31 s, for repetend
   # makespans at N = 128 longer by at most 0.7% (nnshape_eager 2332 instead
   # of 2316; its list schedule, which unroll keeps, meets the bound). Under
   # the fast limits at 4 and 8 devices, once instead of four times the
