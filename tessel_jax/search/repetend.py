@@ -386,6 +386,7 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
     return Repetend(period, sol.offsets, sol.phases).latency(spans)
 
   best = dataclasses.replace(start, status="FEASIBLE", bound=None)
+  best_latency = latency(best)
   spent, work = 0.0, max(0.003 * graph.num_blocks, polish / 8)
   while spent < polish:
     sol = solve(min(work, polish - spent), best)
@@ -393,11 +394,12 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
     if not sol.found:
       break
     pulled = pull(sol)
-    improved = latency(pulled) < latency(best)
-    if latency(pulled) <= latency(best):
+    new_latency = latency(pulled)
+    if new_latency <= best_latency:  # ties keep the solve's status
       best = pulled
-    if not improved or sol.status == "OPTIMAL":
+    if new_latency >= best_latency or sol.status == "OPTIMAL":
       break
+    best_latency = new_latency
     work *= 2
   return best
 
