@@ -38,7 +38,10 @@ import numpy as np
 from tessel_jax import compat
 from tessel_jax import placements as _placements
 from tessel_jax.cost import model as _cost_model
-from tessel_jax.graph import Block, BlockGraph, Edge, PlacementError
+from tessel_jax.graph import BlockGraph, PlacementError
+from tessel_jax.hand_placement import (SPANS, Placement, fitting_placements,
+                                       forward_count, forward_only,
+                                       forward_reach)
 from tessel_jax.schedule import Schedule, UnrolledSchedule
 
 try:  # installed: passes/ is tessel_jax.passes
@@ -64,69 +67,8 @@ TesselError = _errors.TesselError
 boundary = _boundary.boundary
 
 MODES = ("train", "infer")
-SPANS = {"F": 1, "B": 2, "W": 1}
 MEMORY_UNITS = 16  # the largest block's stash is this many memory units
 COST_ENV = "TESSEL_JAX_COST"  # default of ``cost=`` when it is not given
-
-
-@dataclasses.dataclass(frozen=True)
-class Placement:
-  """A placement given by hand: forward block index -> devices.
-
-  The graph's edges follow the traced data flow; every block has a backward
-  on the same devices unless ``no_grad`` lists it.
-
-  Attributes:
-    devices: Per forward block, the devices (pipe-axis indices) it runs on.
-    no_grad: Forward blocks without a backward (frozen).
-    name: Name used in the graph.
-  """
-
-  devices: tuple[tuple[int, ...], ...]
-  no_grad: frozenset[int] = frozenset()
-  name: str = "custom"
-
-  def __init__(self, devices: Sequence[int | Sequence[int]] | Mapping[int, Any],
-               no_grad: Sequence[int] = (), name: str = "custom"):
-    if isinstance(devices, Mapping):
-      keys = sorted(devices)
-      if keys != list(range(len(keys))):
-        raise PlacementError(
-            f"Placement maps blocks {keys}; give every block 0..{len(keys)-1}"
-            " its devices")
-      devices = [devices[k] for k in keys]
-    norm = tuple((d,) if isinstance(d, (int, np.integer)) else
-                 tuple(int(x) for x in d) for d in devices)
-    object.__setattr__(self, "devices", norm)
-    object.__setattr__(self, "no_grad", frozenset(int(i) for i in no_grad))
-    object.__setattr__(self, "name", name)
-
-  @property
-  def num_blocks(self) -> int:
-    return len(self.devices)
-
-  def to_graph(self, num_devices: int, edges: Sequence[tuple[int, int]],
-               mode: str = "train") -> BlockGraph:
-    """The BlockGraph of this placement for forward data edges ``edges``."""
-    n = len(self.devices)
-    blocks = [Block(i, "F", SPANS["F"], 0, self.devices[i], f"F{i}")
-              for i in range(n)]
-    all_edges = [Edge(s, d) for s, d in edges]
-    if mode == "train":
-      grads = [i for i in reversed(range(n)) if i not in self.no_grad]
-      bid = {i: n + k for k, i in enumerate(grads)}
-      for i in grads:
-        blocks.append(Block(bid[i], "B", SPANS["B"], 0, self.devices[i],
-                            f"B{i}"))
-      for s, d in edges:
-        if s in bid and d in bid:
-          all_edges.append(Edge(bid[d], bid[s]))
-      for i in grads:
-        if not any(s == i and d in bid for s, d in edges):
-          all_edges.append(Edge(i, bid[i]))
-    return BlockGraph(name=f"{self.name}.{mode}.d{num_devices}",
-                      num_devices=num_devices, blocks=tuple(blocks),
-                      edges=tuple(all_edges))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -169,53 +111,6 @@ class Built:
 
 def _fn_name(fn: Callable[..., Any]) -> str:
   return getattr(fn, "__name__", None) or type(fn).__name__
-
-
-def _forward_count(graph: BlockGraph) -> int:
-  return sum(1 for b in graph.blocks if b.kind == "F")
-
-
-def _fitting_placements(count: int, num_devices: int) -> list[str]:
-  out = []
-  for name in _placements.PLACEMENTS:
-    try:
-      g = _placements.get(name, num_devices)
-    except Exception:  # pylint: disable=broad-except
-      continue
-    if _forward_count(g) == count:
-      out.append(f"placements.{name}({num_devices})")
-  if count % num_devices == 0 and count // num_devices >= 2:
-    out.append(f"placements.interleaved({num_devices},"
-               f" chunks={count // num_devices})")
-  return out
-
-
-def _forward_only(graph: BlockGraph) -> BlockGraph:
-  keep = {b.id for b in graph.blocks if b.kind == "F"}
-  blocks = tuple(dataclasses.replace(b, memory=0) for b in graph.blocks
-                 if b.id in keep)
-  edges = tuple(e for e in graph.edges if e.src in keep and e.dst in keep)
-  name = graph.name.replace(".train.", ".infer.")
-  return BlockGraph(name=name, num_devices=graph.num_devices, blocks=blocks,
-                    edges=edges)
-
-
-def _reach(graph: BlockGraph, forward_of: Mapping[int, int]) -> Callable[[int, int], bool]:
-  fids = {forward_of[b.id]: b.id for b in graph.blocks if b.kind == "F"}
-  succ: dict[int, list[int]] = {}
-  for e in graph.edges:
-    if graph.block(e.src).kind == "F" and graph.block(e.dst).kind == "F":
-      succ.setdefault(forward_of[e.src], []).append(forward_of[e.dst])
-  closure: dict[int, set[int]] = {}
-  for i in fids:
-    seen, stack = set(), list(succ.get(i, []))
-    while stack:
-      j = stack.pop()
-      if j not in seen:
-        seen.add(j)
-        stack.extend(succ.get(j, []))
-    closure[i] = seen
-  return lambda i, j: j in closure.get(i, ())
 
 
 class ScheduledFunction:
@@ -501,12 +396,12 @@ class ScheduledFunction:
             f" mesh axis {pipe!r} has {num_devices}; build the placement with"
             f" {num_devices} devices")
       if not train:
-        graph = _forward_only(graph)
+        graph = forward_only(graph)
       elif not any(b.kind == "B" for b in graph.blocks):
         raise self._error(
             f"placement {graph.name!r} has no backward blocks, so it cannot"
             f" train; build it with mode='train' or call with mode='infer'")
-      count = _forward_count(graph)
+      count = forward_count(graph)
       try:
         forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
       except PlacementError as err:
@@ -516,9 +411,9 @@ class ScheduledFunction:
       traced = self._cut(traced, count, f"placement {graph.name!r}",
                          num_devices,
                          [1.0 / shared.get(i, 1) for i in range(count)])
-      part = _partition.partition(traced, _reach(graph, forward_of))
+      part = _partition.partition(traced, forward_reach(graph, forward_of))
     forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
-    reach = _reach(graph, forward_of)
+    reach = forward_reach(graph, forward_of)
     local_parts = {}
     for g in sorted({len(b.devices) for b in graph.blocks if b.kind == "F"}):
       if g > 1 and rows % g == 0:
@@ -642,7 +537,7 @@ class ScheduledFunction:
 
   def _count_error(self, have: int, want: int, what: str,
                    num_devices: int) -> TesselError:
-    fits = _fitting_placements(have, num_devices)
+    fits = fitting_placements(have, num_devices)
     hint = (f"; placements with {have} forward blocks on {num_devices}"
             f" devices: {', '.join(fits)}" if fits else
             f"; no named placement has {have} forward blocks on"
