@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from tessel_jax import placements
 from tessel_jax.search import search_repetend
-from tessel_jax.search.modulo_model import solve_modulo, steady_peak
+from tessel_jax.search.modulo_model import (ModuloSolution, solve_modulo,
+                                            steady_peak)
 from tessel_jax.search.relaxation import (Relaxation, device_subgraph,
                                          relaxations)
 from tessel_jax.search.repetend import period_lower_bound
@@ -102,3 +103,41 @@ def test_pooled_relaxation_sees_the_block_on_all_devices():
   assert not subgraph.proves_infeasible(12, time_limit_s=5.0)[0]
   assert pooled.proves_infeasible(12, time_limit_s=5.0)[0]
   assert not pooled.proves_infeasible(13, time_limit_s=5.0)[0]
+
+
+def test_relaxation_retries_a_proof_only_with_a_larger_budget(monkeypatch):
+  # A proof that ran out of budget is not run again at or above its period
+  # with no more budget; the decisive probe's larger budget runs it again.
+  # A relaxed repetend stops every try at or above its period.
+  from tessel_jax.search import relaxation as relaxation_module
+  asked = []
+  answers = {}
+
+  def fake_solve(graph, period, limit, *, time_limit_s, proof_only, **kw):
+    assert proof_only  # a relaxed repetend is of no use: prove or give up
+    asked.append((period, time_limit_s))
+    return answers.get(period, ModuloSolution("UNKNOWN", work=time_limit_s))
+
+  monkeypatch.setattr(relaxation_module, "solve_modulo", fake_solve)
+  pooled = relaxations(placements.get("finetune", 4), 1)[1]
+  assert pooled.proves_infeasible(12, time_limit_s=1.0) == (False, 1.0)
+  assert pooled.proves_infeasible(12, time_limit_s=1.0) == (False, 0.0)
+  assert pooled.proves_infeasible(14, time_limit_s=0.5) == (False, 0.0)
+  assert pooled.proves_infeasible(11, time_limit_s=1.0) == (False, 1.0)
+  assert pooled.proves_infeasible(12, time_limit_s=4.0) == (False, 4.0)
+  answers[13] = ModuloSolution("OPTIMAL", offsets=(0,), phases=(0,),
+                               work=0.1)
+  assert pooled.proves_infeasible(13, time_limit_s=8.0) == (False, 0.1)
+  assert pooled.proves_infeasible(13, time_limit_s=16.0) == (False, 0.0)
+  assert asked == [(12, 1.0), (11, 1.0), (12, 4.0), (13, 8.0)]
+
+
+def test_proof_only_solve_decides_like_the_staged_one():
+  # Only the LP-guided stage runs: it still proves 25 infeasible for xshape
+  # at one activation per device, and finds a repetend at 26.
+  graph = placements.get("xshape", 4)
+  assert solve_modulo(graph, 25, 1, time_limit_s=10.0,
+                      proof_only=True).status == "INFEASIBLE"
+  found = solve_modulo(graph, 26, 1, time_limit_s=10.0, proof_only=True)
+  assert found.found
+  assert steady_peak(graph, 26, found.phases, found.offsets) <= 1

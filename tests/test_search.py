@@ -17,6 +17,7 @@ from tessel_jax.search.modulo_model import (ModuloSolution, _decide_by_memory,
                                             pull_in, solve_modulo,
                                             steady_peak)
 from tessel_jax.search.repetend import _Budget, _descend, _shortest_latency
+from tessel_jax.simulate import critical_path
 
 
 def chain_vshape(num_devices: int, f: int = 1, b: int = 3) -> BlockGraph:
@@ -332,6 +333,21 @@ def test_latency_rounds_double_while_they_improve():
   assert works == [1.0]
 
 
+def test_latency_already_on_the_critical_path_is_not_polished():
+  # F0 F1 B1 B0 back to back (phases 0 1 2 5, one offset): latency 8, the
+  # critical path, so no latency solve runs and the latency is optimal.
+  graph = chain_vshape(2)
+
+  def solve(work, hint):
+    raise AssertionError("a latency solve ran")
+
+  start = ModuloSolution("OPTIMAL", offsets=(0, 0, 0, 0), phases=(0, 1, 2, 5))
+  best = _shortest_latency(solve, lambda sol: sol, graph, 8, start,
+                           polish=8.0)
+  assert best.offsets == start.offsets
+  assert best.status == "OPTIMAL" and best.bound == critical_path(graph) == 8
+
+
 def test_descent_probes_a_missed_period_again_only_as_the_decisive_one():
   # Repetends exist from 95 up; 90-94 are hard (never decided). The best
   # repetend comes down 100 -> 98 -> 95 while quick probes miss 92 and 93:
@@ -363,11 +379,11 @@ def test_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
     return real(solve, pull, graph, period, start, polish)
 
   monkeypatch.setattr(repetend, "_shortest_latency", spy)
-  graph = placements.get("xshape", 4)  # its proof costs more than the floor
-  search_repetend(graph, memory_limit=1, complete=False,
+  graph = placements.get("mllm", 4)  # its proof costs more than the floor
+  search_repetend(graph, memory_limit=3, complete=False,
                   list_alternative=False)
   monkeypatch.setattr(repetend._Budget, "past_wall_cap", lambda self: True)
-  late = search_repetend(graph, memory_limit=1, list_alternative=False)
+  late = search_repetend(graph, memory_limit=3, list_alternative=False)
   assert polishes[1] == pytest.approx(0.003 * graph.num_blocks)
   assert polishes[0] > polishes[1]
   # No warmup/cooldown compaction then: unroll compacts the modulo schedule.

@@ -126,8 +126,9 @@ class Relaxation:
     model proved nothing in 30 s).
 
   Feasibility of either is monotone in the period, like the full model's,
-  so one proof covers every smaller period and no period at or above one
-  the relaxation could not rule out is solved again.
+  so one proof covers every smaller period, no period at or above a
+  relaxed repetend is solved again, and a proof that ran out of budget is
+  tried again at or above its period only with a larger budget.
 
   Attributes:
     graph: The full placement.
@@ -154,10 +155,16 @@ class Relaxation:
     self._kept_blocks = [graph.index(b.id) for b in self.model_graph.blocks]
     self._solve_kw = dict(allow_wrap=allow_wrap, seed=seed)
     self._infeasible_up_to = 0  # proven: no repetend at any P <= this
-    # Periods from this one up are not tried again: a repetend exists there,
-    # or the proof did not fit its budget (so larger periods, whose proofs
-    # are no easier, would not either).
-    self._undecided_from: int | None = None
+    # Periods from this one up are not tried again: a relaxed repetend
+    # exists there, so the relaxation proves nothing at or above it.
+    self._feasible_from: int | None = None
+    # Proofs that ran out of budget, as {period: budget}: a period at or
+    # above one of them is tried again only with a larger budget (proofs
+    # at larger periods are no easier). The decisive probe of the descent
+    # has four times a quick probe's (nnshape_eager, 16 devices, limit 2:
+    # P = 121 ran out at 3.75 s as a quick probe; the decisive probe used
+    # to skip the relaxation and spend 15 s on the full model in vain).
+    self._out_of_budget: dict[int, float] = {}
 
   def proves_infeasible(self, period: int, time_limit_s: float,
                         hint: ModuloSolution | None = None,
@@ -178,17 +185,24 @@ class Relaxation:
     """
     if period <= self._infeasible_up_to:
       return True, 0.0
-    if self._undecided_from is not None and period >= self._undecided_from:
+    if self._feasible_from is not None and period >= self._feasible_from:
+      return False, 0.0
+    if any(period >= tried and time_limit_s <= budget
+           for tried, budget in self._out_of_budget.items()):
       return False, 0.0
     sol = solve_modulo(self.model_graph, period, self.memory_limit,
                        time_limit_s=time_limit_s, hint=self._restrict(hint),
                        horizon=latency_horizon(self.graph, period),
                        pooled_devices=self._pooled_devices,
-                       wall_limit_s=wall_limit_s, **self._solve_kw)
+                       wall_limit_s=wall_limit_s, proof_only=True,
+                       **self._solve_kw)
     if sol.status == "INFEASIBLE":
       self._infeasible_up_to = period
+    elif sol.found:
+      self._feasible_from = min(period, self._feasible_from or period)
     else:
-      self._undecided_from = min(period, self._undecided_from or period)
+      self._out_of_budget[period] = max(time_limit_s,
+                                        self._out_of_budget.get(period, 0.0))
     return sol.status == "INFEASIBLE", sol.work
 
   def _restrict(self, hint: ModuloSolution | None
