@@ -379,11 +379,11 @@ def test_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
     return real(solve, pull, graph, period, start, polish)
 
   monkeypatch.setattr(repetend, "_shortest_latency", spy)
-  graph = placements.get("mllm", 4)  # its proof costs more than the floor
-  search_repetend(graph, memory_limit=3, complete=False,
+  graph = placements.get("nnshape", 4)  # its search costs more than the floor
+  search_repetend(graph, memory_limit=4, complete=False,
                   list_alternative=False)
   monkeypatch.setattr(repetend._Budget, "past_wall_cap", lambda self: True)
-  late = search_repetend(graph, memory_limit=3, list_alternative=False)
+  late = search_repetend(graph, memory_limit=4, list_alternative=False)
   assert polishes[1] == pytest.approx(0.003 * graph.num_blocks)
   assert polishes[0] > polishes[1]
   # No warmup/cooldown compaction then: unroll compacts the modulo schedule.

@@ -2,8 +2,10 @@
 
 Procedure (modulo model in ``modulo_model``):
 
-1. ``P_lb`` = the larger of the busiest device's load per micro-batch and
-   the period the memory limit allows on average (``memory_period_bound``);
+1. ``P_lb`` = the largest of the busiest device's load per micro-batch,
+   the period the memory limit allows on average (``memory_period_bound``)
+   and the one its memory windows allow (``window_bound``: activations of
+   two micro-batches that cannot be held at once);
    ``P_max`` = the sum of all spans and delays (one micro-batch at a time
    fits in it). Solve at ``P_lb``; done if a repetend is found.
 2. Start from above: the repetend that runs one micro-batch at a time
@@ -49,6 +51,7 @@ from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             pull_in, solve_modulo,
                                             steady_peak)
 from tessel_jax.search.relaxation import relaxations
+from tessel_jax.search.window_bound import window_period_bound
 from tessel_jax.simulate import critical_path
 
 
@@ -211,7 +214,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
 
   high = period_upper_bound(graph)
   low = min(high, max(period_lower_bound(graph),
-                      memory_period_bound(graph, memory_limit)))
+                      memory_period_bound(graph, memory_limit),
+                      window_period_bound(graph, memory_limit)))
   tried: set[int] = set()  # periods whose feasibility was asked
   relaxed = relaxations(graph, memory_limit, allow_wrap=allow_wrap,
                         seed=seed)
