@@ -96,16 +96,35 @@ def memory_period_bound(graph: BlockGraph, memory_limit: int | None, *,
     on_d = [b for b in graph.blocks_on(d) if b.memory != 0]
     if not on_d:
       continue
-    model = cp_model.CpModel()
-    start = {b.id: model.NewIntVar(0, horizon, f"s_{b.id}") for b in graph.blocks}
-    for e in graph.edges:
-      model.Add(start[e.dst] >= start[e.src] + graph.block(e.src).span + e.delay)
-    model.Minimize(-sum(b.memory * start[b.id] for b in on_d))
-    solver = make_solver(time_limit_s, 0, 1, interleave=False)
-    if solver.Solve(model) == cp_model.OPTIMAL:
-      area = int(round(solver.ObjectiveValue()))
+    # The constraints are differences of two starts (totally unimodular),
+    # so at an integer horizon the optimum is the LP's, and the LP's
+    # optimum is convex and non-increasing in the horizon: if one more
+    # step does not lower it, no longer horizon does (interleaved, 32
+    # devices: 0.06 s instead of 1.5 s a device).
+    short = 2 * period_upper_bound(graph)
+    area = _least_area(graph, on_d, short, time_limit_s)
+    if area is None or area != _least_area(graph, on_d, short + 1,
+                                           time_limit_s):
+      area = _least_area(graph, on_d, horizon, time_limit_s)
+    if area is not None:
       bound = max(bound, -(-area // memory_limit))
   return bound
+
+
+def _least_area(graph: BlockGraph, on_device: list, horizon: int,
+                time_limit_s: float) -> int | None:
+  """``min -sum_b m_b s_b`` over ``on_device``'s blocks, starts in
+  ``[0, horizon]`` that respect the edges (``memory_period_bound``); None
+  if not proven in time."""
+  model = cp_model.CpModel()
+  start = {b.id: model.NewIntVar(0, horizon, f"s_{b.id}") for b in graph.blocks}
+  for e in graph.edges:
+    model.Add(start[e.dst] >= start[e.src] + graph.block(e.src).span + e.delay)
+  model.Minimize(-sum(b.memory * start[b.id] for b in on_device))
+  solver = make_solver(time_limit_s, 0, 1, interleave=False)
+  if solver.Solve(model) != cp_model.OPTIMAL:
+    return None
+  return int(round(solver.ObjectiveValue()))
 
 
 def period_upper_bound(graph: BlockGraph) -> int:

@@ -1,4 +1,5 @@
-"""The memory-window period bound: hand-checked values and soundness."""
+"""Period lower bounds from memory: windows (hand-checked, sound) and the
+average level."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from tessel_jax.graph import Block, BlockGraph, Edge
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search import search_repetend
 from tessel_jax.search.modulo_model import normalise, solve_modulo
-from tessel_jax.search.repetend import period_lower_bound
+from tessel_jax.search.repetend import (_least_area, memory_period_bound,
+                                        period_lower_bound, period_upper_bound)
 from tessel_jax.search.window_bound import window_period_bound
 
 from test_search import random_placements
@@ -76,3 +78,20 @@ def test_window_bound_never_exceeds_a_valid_repetend(case, delay, slack):
                                  memory_limit=limit).unroll(
                                      2 * rep.max_offset + 3))
   assert window_period_bound(graph, limit) <= period
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(random_placements(), st.integers(0, 2), st.integers(1, 4))
+def test_average_level_bound_is_the_long_horizon_one(case, delay, limit):
+  # memory_period_bound solves each device inside a short horizon first
+  # and keeps it when one more step changes nothing: the same bound as the
+  # long horizon's.
+  graph = case[0].with_delays(delay)
+  horizon = period_upper_bound(graph) * (graph.num_blocks + 1)
+  expected = 1
+  for d in range(graph.num_devices):
+    on_d = [b for b in graph.blocks_on(d) if b.memory != 0]
+    area = _least_area(graph, on_d, horizon, 5.0) if on_d else None
+    if area is not None:
+      expected = max(expected, -(-area // limit))
+  assert memory_period_bound(graph, limit) == expected
