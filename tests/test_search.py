@@ -368,7 +368,7 @@ def test_descent_probes_a_missed_period_again_only_as_the_decisive_one():
   assert asked[-1] == (94, True)
 
 
-def test_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
+def test_near_or_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
     monkeypatch):
   from tessel_jax.search import repetend
   polishes = []
@@ -382,9 +382,14 @@ def test_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
   graph = placements.get("nnshape", 4)  # its search costs more than the floor
   search_repetend(graph, memory_limit=4, complete=False,
                   list_alternative=False)
+  # Near the cap: the polish fits in the wall time left (here next to none).
+  with monkeypatch.context() as near:
+    near.setattr(repetend._Budget, "wall_left", lambda self: 1e-4)
+    search_repetend(graph, memory_limit=4, complete=False,
+                    list_alternative=False)
   monkeypatch.setattr(repetend._Budget, "past_wall_cap", lambda self: True)
   late = search_repetend(graph, memory_limit=4, list_alternative=False)
-  assert polishes[1] == pytest.approx(0.003 * graph.num_blocks)
+  assert polishes[1] == polishes[2] == pytest.approx(0.003 * graph.num_blocks)
   assert polishes[0] > polishes[1]
   # No warmup/cooldown compaction then: unroll compacts the modulo schedule.
   assert not late.warmup and late.completer is None

@@ -329,13 +329,19 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # period's work kept every N = 128 makespan but one (mshape, 8 devices:
   # 1060 instead of 1053, both within 1% of the bound) and cut xshape's
   # 8-device search from 6.3 s to 2.5 s.
+  least_polish = 0.003 * graph.num_blocks
   polish = min(budget.left(share=1 / 8),
-               max(0.003 * graph.num_blocks, budget.used))
+               max(least_polish, budget.used))
+  # Near the wall cap (a slow or loaded machine) the polish gets what the
+  # cap leaves, at the wall time per deterministic second the period
+  # search saw; past it, the minimum (nnshape, 32 devices, limit 143: 21 s
+  # of polish after 60 s of period search; nnshape, 16 devices, limit 56:
+  # 7 s after 55 s).
+  wall_per_work = period_seconds / max(budget.used, 1e-3)
+  polish = max(least_polish,
+               min(polish, budget.wall_left() / max(wall_per_work, 1.0)))
   if budget.past_wall_cap():
-    # The period search ran into the wall cap (a loaded machine): polish
-    # at the minimum rather than run past it (nnshape, 32 devices, limit
-    # 143: 21 s of polish after 60 s of period search).
-    polish = 0.003 * graph.num_blocks
+    polish = least_polish
   period, feasible = found
   # The feasible repetend's offsets are pulled in first (pure Python: the
   # solver's first repetend often spreads one micro-batch over hundreds of
