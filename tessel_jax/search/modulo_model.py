@@ -579,10 +579,11 @@ class _StopWithin(cp_model.CpSolverSolutionCallback):
 # Wall-clock seconds a solve may take per deterministic second before the
 # safety net cuts it (``make_solver``). On this project's 2-core machine the
 # LP-guided solves take 2.5-4.7 wall s per deterministic s when it is quiet
-# and more beside a second job: at 4 the net cut a 1.9 s first solve of
-# nnshape (4 devices, limit 13) in the benchmark, which then missed the
-# period it finds when run alone. The period search's own cap (twice its
-# budget) still bounds the whole search.
+# and more beside a second job, so at 4 the net could cut them: nnshape (4
+# devices, limit 13) missed P = 16 in a benchmark run beside another and
+# found it alone (its first solve, 1.9 deterministic s, took 4.2-5.2 s of
+# wall time quiet, against a net of 8.5 s). The period search's own cap
+# (twice its budget) still bounds the whole search.
 _WALL_PER_DETERMINISTIC_S = 8
 
 
