@@ -87,6 +87,10 @@ class BlockGraph:
   edges: tuple[Edge, ...] = ()
   _positions: Mapping[int, int] = dataclasses.field(
       init=False, repr=False, compare=False, hash=False, default=None)
+  _edges_out: Mapping[int, tuple[Edge, ...]] = dataclasses.field(
+      init=False, repr=False, compare=False, hash=False, default=None)
+  _edges_in: Mapping[int, tuple[Edge, ...]] = dataclasses.field(
+      init=False, repr=False, compare=False, hash=False, default=None)
 
   def __post_init__(self) -> None:
     object.__setattr__(self, "blocks", tuple(self.blocks))
@@ -95,6 +99,15 @@ class BlockGraph:
         tuple(e if isinstance(e, Edge) else Edge(*e) for e in self.edges))
     object.__setattr__(self, "_positions",
                        {b.id: i for i, b in enumerate(self.blocks)})
+    edges_out: dict[int, list[Edge]] = {}
+    edges_in: dict[int, list[Edge]] = {}
+    for e in self.edges:
+      edges_out.setdefault(e.src, []).append(e)
+      edges_in.setdefault(e.dst, []).append(e)
+    object.__setattr__(self, "_edges_out",
+                       {k: tuple(v) for k, v in edges_out.items()})
+    object.__setattr__(self, "_edges_in",
+                       {k: tuple(v) for k, v in edges_in.items()})
     _check_graph(self)
 
   # --- lookups -------------------------------------------------------------
@@ -121,12 +134,12 @@ class BlockGraph:
           f" are {sorted(self.ids)}") from None
 
   def predecessors(self, block_id: int) -> tuple[Edge, ...]:
-    """Edges entering ``block_id``."""
-    return tuple(e for e in self.edges if e.dst == block_id)
+    """Edges entering ``block_id`` (indexed: no scan of all edges)."""
+    return self._edges_in.get(block_id, ())
 
   def successors(self, block_id: int) -> tuple[Edge, ...]:
-    """Edges leaving ``block_id``."""
-    return tuple(e for e in self.edges if e.src == block_id)
+    """Edges leaving ``block_id`` (indexed: no scan of all edges)."""
+    return self._edges_out.get(block_id, ())
 
   def blocks_on(self, device: int) -> tuple[Block, ...]:
     """Blocks that occupy ``device``, in canonical order."""

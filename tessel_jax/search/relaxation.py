@@ -69,10 +69,7 @@ def device_subgraph(graph: BlockGraph, devices: tuple[int, ...]
   kept = [b for b in graph.blocks if renumber.keys() & set(b.devices)]
   kept_ids = {b.id for b in kept}
   order = graph.topological_order()
-  successors: dict[int, list[Edge]] = {b.id: [] for b in graph.blocks}
-  for e in graph.edges:
-    successors[e.src].append(e)
-  reach = {b.id: _longest_from(graph, b.id, order, successors) for b in kept}
+  reach = {b.id: _longest_from(graph, b.id, order) for b in kept}
   edges = []
   for src in kept:
     for dst, length in reach[src.id].items():
@@ -93,16 +90,16 @@ def device_subgraph(graph: BlockGraph, devices: tuple[int, ...]
                     edges=tuple(edges))
 
 
-def _longest_from(graph: BlockGraph, source: int, order: tuple[int, ...],
-                  successors: dict[int, list[Edge]]) -> dict[int, int]:
+def _longest_from(graph: BlockGraph, source: int, order: tuple[int, ...]
+                  ) -> dict[int, int]:
   """Longest start-to-start distance from ``source`` to each block it
-  reaches (``order`` topological, ``successors`` the edges out of each)."""
+  reaches (``order`` topological)."""
   dist = {source: 0}
   for block_id in order:
     if block_id not in dist:
       continue
     span = graph.block(block_id).span
-    for e in successors[block_id]:
+    for e in graph.successors(block_id):
       dist[e.dst] = max(dist.get(e.dst, 0), dist[block_id] + span + e.delay)
   return dist
 

@@ -168,8 +168,7 @@ def _window_bound(graph: BlockGraph, a: int, r: int,
     path.append(previous[path[-1]])
   # Blocks that share a device with every block of the path and with each
   # other (greedily, longest first): their phases avoid the path's too.
-  path_devices = [set(graph.block(i).devices) for i in path]
-  disjoint = [set(d) for d in path_devices]
+  disjoint = [set(graph.block(i).devices) for i in path]
   total = sum(graph.block(i).span for i in path)
   others = sorted((b for b in graph.blocks if b.id not in path),
                   key=lambda b: (-b.span, b.id))
