@@ -389,7 +389,8 @@ def test_near_or_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
                     list_alternative=False)
   monkeypatch.setattr(repetend._Budget, "past_wall_cap", lambda self: True)
   late = search_repetend(graph, memory_limit=4, list_alternative=False)
-  assert polishes[1] == polishes[2] == pytest.approx(0.003 * graph.num_blocks)
+  assert polishes[1] == polishes[2] == pytest.approx(
+      repetend._LEAST_POLISH_PER_BLOCK * graph.num_blocks)
   assert polishes[0] > polishes[1]
   # No warmup/cooldown compaction then: unroll compacts the modulo schedule.
   assert not late.warmup and late.completer is None

@@ -240,7 +240,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                         seed=seed)
 
   def solve(period: int, share: float = 1.0, descending: bool = False,
-            **kw):
+            seconds: float | None = None, **kw):
     # Relaxations first (feasibility only). The pooled one has every block,
     # so it is only worth its time below a repetend found, where proofs are
     # what is missing, and above the smallest period, where a limit that
@@ -257,7 +257,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
         tried.add(period)
         return ModuloSolution("INFEASIBLE", work=work)
     sol = solve_modulo(graph, period, memory_limit,
-                       time_limit_s=budget.left(share),
+                       time_limit_s=budget.left(share) if seconds is None
+                       else seconds,
                        wall_limit_s=budget.wall_left(), **solve_kw, **kw)
     budget.spend(sol.work)
     if "objective" not in kw:
@@ -316,9 +317,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # --- At that period, the shortest latency of one micro-batch -------------
   # Polishing the latency gets an eighth of the budget (warmup and cooldown
   # a quarter of that, below), and no more than what finding the period
-  # took (at least 0.003 s per block), so easy cases stay fast (all in
-  # deterministic time, so reproducible); the latency rounds stop early
-  # when one does not improve (``_shortest_latency``). Measured on the
+  # took (at least ``_LEAST_POLISH_PER_BLOCK``), so easy cases stay fast
+  # (all in deterministic time, so reproducible); the latency rounds stop
+  # early when one does not improve (``_shortest_latency``). Measured on the
   # 4-device placements with no limit: 0.003 s instead of 0.02 s per block
   # (and 0.05 s instead of 0.5 s of completion) cut nnshape's search from
   # 1.95 s to 0.36 s, nnshape_eager's from 1.50 s to 0.42 s and zbv's from
@@ -329,7 +330,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # period's work kept every N = 128 makespan but one (mshape, 8 devices:
   # 1060 instead of 1053, both within 1% of the bound) and cut xshape's
   # 8-device search from 6.3 s to 2.5 s.
-  least_polish = 0.003 * graph.num_blocks
+  least_polish = _LEAST_POLISH_PER_BLOCK * graph.num_blocks
   polish = min(budget.left(share=1 / 8),
                max(least_polish, budget.used))
   # Near the wall cap (a slow or loaded machine) the polish gets what the
@@ -349,8 +350,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # (xshape, 16 devices, 0.1 s: latency 133 instead of 725).
   feasible = pull_in(graph, period, memory_limit, feasible)
   best = _shortest_latency(
-      lambda work, hint: solve(period, share=work / budget.total,
-                               objective="latency", hint=hint),
+      lambda work, hint: solve(period, seconds=work, objective="latency",
+                               hint=hint),
       lambda sol: pull_in(graph, period, memory_limit, sol),
       graph, period, feasible, polish)
   rep = Repetend(period=period, offsets=normalise(best.offsets),
@@ -396,8 +397,8 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
   """Minimises the latency of one micro-batch from ``start`` in rounds.
 
   Each round starts from the best repetend so far and gets twice the last
-  one's work (the first an eighth of ``polish``, at least 0.003 s per
-  block); the rounds stop when one does not improve, proves its latency
+  one's work (the first an eighth of ``polish``, at least
+  ``_LEAST_POLISH_PER_BLOCK``); the rounds stop when one does not improve, proves its latency
   optimal or ``polish`` is spent; none runs when ``start`` already takes
   the critical path (``simulate.critical_path``). Under the fast limits
   the first round already tells whether more pays: nnshape, 4 devices,
@@ -430,7 +431,8 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
     # s of a solve proving it for mllm, finetune and nnshape_eager).
     return dataclasses.replace(best, status="OPTIMAL",
                                bound=shortest_possible)
-  spent, work = 0.0, max(0.003 * graph.num_blocks, polish / 8)
+  spent, work = 0.0, max(_LEAST_POLISH_PER_BLOCK * graph.num_blocks,
+                         polish / 8)
   while spent < polish:
     sol = solve(min(work, polish - spent), best)
     spent += sol.work
@@ -446,6 +448,18 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
     work *= 2
   return best
 
+
+# Least deterministic seconds per block of the latency polish
+# (``search_repetend``), also the least a latency round gets. A latency
+# solve runs 4-5 wall s per deterministic s here (the LP's cuts), so at
+# 0.003 the two rounds of nnshape (4 devices, limit 4, P = 32) took 0.5 s
+# of its 0.7 s search. At 0.001 (rounds given exactly that, not the
+# budget's 0.05 s floor) the 66 train cases at 4 and 8 devices under the
+# tight, fast and no limits kept the same periods and N = 128 makespans
+# but two (mllm, 4 devices, limit 12: 1568 instead of 1548, the bound;
+# xshape, 4 devices, limit 4: 1032 instead of 1030), and nnshape's search
+# took 0.34 s, zbv's (no limit) 0.13 s instead of 0.29 s.
+_LEAST_POLISH_PER_BLOCK = 0.001
 
 # Least share of the budget a relaxed proof may take per period (``solve``
 # in ``search_repetend``; the decisive probe's share where larger): the
