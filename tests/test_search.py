@@ -333,6 +333,29 @@ def test_latency_rounds_double_while_they_improve():
   assert works == [1.0]
 
 
+def test_latency_solves_get_their_round_work_not_the_budget_floor(
+    monkeypatch):
+  # nnshape, 4 devices, limit 4: the period search is cheap, so the first
+  # latency round is the least polish (0.02 deterministic s for 20 blocks),
+  # below the period budget's 0.05 s floor, and its solve gets exactly that.
+  from tessel_jax.search import repetend
+  limits = []
+  real = repetend.solve_modulo
+
+  def spy(graph, period, memory_limit, **kw):
+    if kw.get("objective") == "latency":
+      limits.append(kw["time_limit_s"])
+    return real(graph, period, memory_limit, **kw)
+
+  monkeypatch.setattr(repetend, "solve_modulo", spy)
+  graph = placements.get("nnshape", 4)
+  search_repetend(graph, memory_limit=4, complete=False,
+                  list_alternative=False)
+  least = repetend._LEAST_POLISH_PER_BLOCK * graph.num_blocks
+  assert least < 0.05
+  assert limits and limits[0] == pytest.approx(least)
+
+
 def test_latency_already_on_the_critical_path_is_not_polished():
   # F0 F1 B1 B0 back to back (phases 0 1 2 5, one offset): latency 8, the
   # critical path, so no latency solve runs and the latency is optimal.
