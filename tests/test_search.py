@@ -356,6 +356,33 @@ def test_latency_solves_get_their_round_work_not_the_budget_floor(
   assert limits and limits[0] == pytest.approx(least)
 
 
+def test_a_latency_solve_starts_from_its_whole_hint():
+  # The hint is given in full (order literals and the latency's ends too,
+  # rotated onto the symmetry pin), so CP-SAT loads it as a solution: even
+  # tiny solves return it or better. mllm, 4 devices, limit 12, P = 12:
+  # from a pulled-in start of latency 72, 0.005 deterministic s reach 69
+  # (offsets and phases alone: 72).
+  graph = placements.get("mllm", 4)
+  spans = [b.span for b in graph.blocks]
+  start = pull_in(graph, 12, 12, solve_modulo(graph, 12, 12, time_limit_s=5))
+  start_latency = Repetend(12, start.offsets, start.phases).latency(spans)
+  assert start_latency == 72
+  sol = solve_modulo(graph, 12, 12, objective="latency", hint=start,
+                     time_limit_s=0.005)
+  assert sol.found and sol.objective < start_latency
+  for name, devices, limit, period in [("nnshape", 4, 4, 32),
+                                       ("zbv", 4, 12, 10)]:
+    graph = placements.get(name, devices)
+    spans = [b.span for b in graph.blocks]
+    start = pull_in(graph, period, limit,
+                    solve_modulo(graph, period, limit, time_limit_s=5))
+    sol = solve_modulo(graph, period, limit, objective="latency", hint=start,
+                       time_limit_s=0.001)
+    assert sol.found
+    assert sol.objective <= Repetend(period, start.offsets,
+                                     start.phases).latency(spans)
+
+
 def test_latency_already_on_the_critical_path_is_not_polished():
   # F0 F1 B1 B0 back to back (phases 0 1 2 5, one offset): latency 8, the
   # critical path, so no latency solve runs and the latency is optimal.

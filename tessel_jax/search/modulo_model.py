@@ -461,6 +461,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
 
   # --- Steady-state memory per device --------------------------------------
   earlier: dict[tuple[int, int], cp_model.IntVar] = {}
+  order_literals: list[tuple[int, int, cp_model.IntVar]] = []
 
   def starts_earlier(a: int, b: int) -> cp_model.IntVar:
     """Boolean: block a has a smaller phase than block b (same device)."""
@@ -470,6 +471,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       model.Add(phase[b] + 1 <= phase[a]).OnlyEnforceIf(lit.Not())
       earlier[(a, b)] = lit
       earlier[(b, a)] = lit.Not()
+      order_literals.append((a, b, lit))
     return earlier[(a, b)]
 
   peak = None
@@ -515,7 +517,10 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   elif objective == "memory":
     model.Minimize(peak)
 
-  if hint is not None and hint.found:
+  if hint is not None and hint.found and objective == "latency":
+    _add_complete_hint(model, graph, period, hint, offset, phase,
+                       order_literals, first, last)
+  elif hint is not None and hint.found:
     for var, value in zip(offset + phase, hint.offsets + hint.phases):
       model.AddHint(var, value)
   # Optimising latency from a hint is fastest with the plain single worker;
@@ -548,6 +553,33 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
       objective=int(solver.ObjectiveValue()) if has_objective else None,
       bound=_integer_bound(solver) if has_objective else None,
       seconds=solver.WallTime(), work=work)
+
+
+def _add_complete_hint(model: cp_model.CpModel, graph: BlockGraph,
+                       period: int, hint: "ModuloSolution", offset: list,
+                       phase: list, order_literals: list, first: cp_model.IntVar,
+                       last: cp_model.IntVar) -> None:
+  """Hints a latency solve with all of ``hint``, a repetend at ``period``.
+
+  Every variable is hinted (the phase order literals and the latency's
+  ends too), after rotating the repetend so the symmetry pin's block is at
+  phase 0, so CP-SAT loads it as a solution and a short solve never
+  returns a longer latency than its start. With only offsets and phases
+  hinted, 0.012 deterministic s on mllm (4 devices, limit 12, P = 12)
+  returned latency 96 from a start of 72; hinted in full, 68.
+  """
+  pin = hint.phases[graph.index(graph.topological_order()[0])]
+  starts = [k * period + r - pin for k, r in zip(hint.offsets, hint.phases)]
+  low = min(s // period for s in starts)
+  phases = [s % period for s in starts]
+  for i, s in enumerate(starts):
+    model.AddHint(offset[i], s // period - low)
+    model.AddHint(phase[i], phases[i])
+  for a, b, lit in order_literals:
+    model.AddHint(lit, phases[a] < phases[b])
+  shifted = [s - low * period for s in starts]
+  model.AddHint(first, min(shifted))
+  model.AddHint(last, max(s + b.span for s, b in zip(shifted, graph.blocks)))
 
 
 def _integer_bound(solver: cp_model.CpSolver) -> int | None:
