@@ -563,8 +563,9 @@ def _add_complete_hint(model: cp_model.CpModel, graph: BlockGraph,
 
   Every variable is hinted (the phase order literals and the latency's
   ends too), after rotating the repetend so the symmetry pin's block is at
-  phase 0, so CP-SAT loads it as a solution and a short solve never
-  returns a longer latency than its start. With only offsets and phases
+  phase 0, so CP-SAT loads it as a solution (a valid repetend within the
+  model's horizon) and a short solve returns it or better. With only
+  offsets and phases
   hinted, 0.012 deterministic s on mllm (4 devices, limit 12, P = 12)
   returned latency 96 from a start of 72; hinted in full, 68.
   """

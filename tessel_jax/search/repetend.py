@@ -454,11 +454,14 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
 # solve runs 4-5 wall s per deterministic s here (the LP's cuts), so at
 # 0.003 the two rounds of nnshape (4 devices, limit 4, P = 32) took 0.5 s
 # of its 0.7 s search. At 0.001 (rounds given exactly that, not the
-# budget's 0.05 s floor) the 66 train cases at 4 and 8 devices under the
+# budget's 0.05 s floor), with latency solves hinted in full
+# (``modulo_model``), the 66 train cases at 4 and 8 devices under the
 # tight, fast and no limits kept the same periods and N = 128 makespans
-# but two (mllm, 4 devices, limit 12: 1568 instead of 1548, the bound;
-# xshape, 4 devices, limit 4: 1032 instead of 1030), and nnshape's search
-# took 0.34 s, zbv's (no limit) 0.13 s instead of 0.29 s.
+# but two (xshape, 8 devices, no limit: 1039 instead of 1040; zbv, 4
+# devices, limit 12: 1299 instead of 1298), and nnshape's search took
+# 0.18 s, zbv's (no limit) 0.12 s instead of 0.29 s. (Hinted with offsets
+# and phases only, mllm, 4 devices, limit 12, lost 1.3%: 1568 instead of
+# 1548, the bound.)
 _LEAST_POLISH_PER_BLOCK = 0.001
 
 # Least share of the budget a relaxed proof may take per period (``solve``
