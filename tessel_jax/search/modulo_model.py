@@ -557,7 +557,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
 
 def _add_complete_hint(model: cp_model.CpModel, graph: BlockGraph,
                        period: int, hint: "ModuloSolution", offset: list,
-                       phase: list, order_literals: list, first: cp_model.IntVar,
+                       phase: list, order_literals: list,
+                       first: cp_model.IntVar,
                        last: cp_model.IntVar) -> None:
   """Hints a latency solve with all of ``hint``, a repetend at ``period``.
 
@@ -565,9 +566,9 @@ def _add_complete_hint(model: cp_model.CpModel, graph: BlockGraph,
   ends too), after rotating the repetend so the symmetry pin's block is at
   phase 0, so CP-SAT loads it as a solution (a valid repetend within the
   model's horizon) and a short solve returns it or better. With only
-  offsets and phases
-  hinted, 0.012 deterministic s on mllm (4 devices, limit 12, P = 12)
-  returned latency 96 from a start of 72; hinted in full, 68.
+  offsets and phases hinted, 0.012 deterministic s on mllm (4 devices,
+  limit 12, P = 12) returned latency 96 from a start of 72; hinted in
+  full, 68.
   """
   pin = hint.phases[graph.index(graph.topological_order()[0])]
   starts = [k * period + r - pin for k, r in zip(hint.offsets, hint.phases)]

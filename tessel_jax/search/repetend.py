@@ -398,9 +398,10 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
 
   Each round starts from the best repetend so far and gets twice the last
   one's work (the first an eighth of ``polish``, at least
-  ``_LEAST_POLISH_PER_BLOCK``); the rounds stop when one does not improve, proves its latency
-  optimal or ``polish`` is spent; none runs when ``start`` already takes
-  the critical path (``simulate.critical_path``). Under the fast limits
+  ``_LEAST_POLISH_PER_BLOCK`` per block); the rounds stop when one does
+  not improve, proves its latency optimal or ``polish`` is spent; none
+  runs when ``start`` already takes the critical path
+  (``simulate.critical_path``). Under the fast limits
   the first round already tells whether more pays: nnshape, 4 devices,
   limit 13 and zbv, 16 devices, limit 44 kept the pulled-in latency (112)
   or improved it by 1.4% (211 to 208) after 3.75 s, 7 s of wall time.
