@@ -572,16 +572,15 @@ def _add_complete_hint(model: cp_model.CpModel, graph: BlockGraph,
   """
   pin = hint.phases[graph.index(graph.topological_order()[0])]
   starts = [k * period + r - pin for k, r in zip(hint.offsets, hint.phases)]
-  low = min(s // period for s in starts)
-  phases = [s % period for s in starts]
+  shift = min(starts) // period * period  # smallest offset back to 0
+  starts = [s - shift for s in starts]
   for i, s in enumerate(starts):
-    model.AddHint(offset[i], s // period - low)
-    model.AddHint(phase[i], phases[i])
+    model.AddHint(offset[i], s // period)
+    model.AddHint(phase[i], s % period)
   for a, b, lit in order_literals:
-    model.AddHint(lit, phases[a] < phases[b])
-  shifted = [s - low * period for s in starts]
-  model.AddHint(first, min(shifted))
-  model.AddHint(last, max(s + b.span for s, b in zip(shifted, graph.blocks)))
+    model.AddHint(lit, starts[a] % period < starts[b] % period)
+  model.AddHint(first, min(starts))
+  model.AddHint(last, max(s + b.span for s, b in zip(starts, graph.blocks)))
 
 
 def _integer_bound(solver: cp_model.CpSolver) -> int | None:
