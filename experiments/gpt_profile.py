@@ -6,7 +6,7 @@ Shared by ``experiments.frontier`` (measured per-layer costs) and
 embedding) on random tokens of a chosen vocabulary, so the embedding and
 head can be made as heavy as wanted. Its *layers*, in forward order, are
 ``embed``, ``layer0 .. layer{L-1}`` and ``head``; a *group* is a
-``(start, end)`` range of them (``tessel_jax.search.frontier.group_layers``
+``(start, end)`` range of them (``tessel_jax.search.plan_graph.group_layers``
 makes them).
 
 ``output="loss"`` ends in the mean next-token loss (training);
@@ -196,7 +196,7 @@ def branches_fn(shape: GPTShape, groups: Sequence[tuple[int, int]],
 def model_fn(placement: str, shape: GPTShape,
              groups: Sequence[tuple[int, int]],
              output: str = "loss") -> Callable[[Any, Any], Any]:
-  """The GPT whose blocks fit ``placement`` (as ``frontier.slots`` maps
+  """The GPT whose blocks fit ``placement`` (as ``plan_graph.slots`` maps
   layer groups to its forward blocks)."""
   if placement == "xshape":
     return towers_fn(shape, groups, output)

@@ -9,11 +9,11 @@ V-shape:
 1. the layers' forward times are measured (``gpt_profile.profile_layers``,
    one block per layer on one device, the smallest of ``profile_rounds``
    measurements) and each placement's layer groups are balanced on them
-   (``frontier.group_layers``: the all-device blocks of M-shape and MLLM
+   (``plan_graph.group_layers``: the all-device blocks of M-shape and MLLM
    split their rows over every device, X- and K-shape run two half-batch
    towers / branches);
 2. the *layer model*: the placement priced from these layer times alone
-   (``frontier.plan_graph(mode="infer")``: devices as fast as the profiled
+   (``plan_graph.plan_graph(mode="infer")``: devices as fast as the profiled
    one, the CPU link), searched and replayed: batch latency, one
    micro-batch's latency and throughput, comparable across placements
    because every one is priced from the same measurements;
@@ -57,7 +57,7 @@ from experiments import compare_schedules_lib, gpt_profile, runs
 from tessel_jax import placements as _placements
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import predict as _predict
-from tessel_jax.search import frontier, search_repetend
+from tessel_jax.search import frontier, plan_graph, search_repetend
 
 RUNNER = "inference"
 BASELINE = "vshape"
@@ -162,7 +162,7 @@ def layer_model(name: str, n: int, args: InferenceArgs,
   Every placement is priced from the same layer measurements, so their
   comparison does not depend on when each block happened to be timed.
   """
-  pg = frontier.plan_graph(model, name, args.devices, 1, microbatches=n,
+  pg = plan_graph.plan_graph(model, name, args.devices, 1, microbatches=n,
                            link=_link.default_link("cpu"), mode="infer")
   sched = search_repetend(pg.graph, None, time_limit_s=args.time_limit,
                           seed=args.seed)
@@ -181,9 +181,9 @@ def placement_case(name: str, n: int, args: InferenceArgs,
   """Builds, predicts and (``args.measure``) times one placement."""
   shape = shape_of(args)
   graph = _placements.get(name, args.devices, mode="infer")
-  slot_of, num_groups = frontier.slots(graph, name)
-  groups = frontier.group_layers([l.forward_s for l in model.layers], graph,
-                                 slot_of, num_groups)
+  slot_of, num_groups = plan_graph.slots(graph, name)
+  groups = plan_graph.group_layers([l.forward_s for l in model.layers],
+                                   graph, slot_of, num_groups)
   names = gpt_profile.layer_names(shape)
   modelled = layer_model(name, n, args, model)
   fn = gpt_profile.model_fn(name, shape, groups, output="nll")

@@ -19,6 +19,7 @@ from tessel_jax import placements, validate
 from tessel_jax.schedule import Action
 from tessel_jax.graph import PlacementError
 from tessel_jax.search import frontier as F
+from tessel_jax.search import plan_graph as P
 from tessel_jax.search import search_repetend
 
 TINY = F.gpt_costs(F.PRESETS["tiny"], "tiny")
@@ -120,39 +121,39 @@ def test_layer_cost_rejects_bad_values():
 
 def test_slots_of_towers_and_branches():
   x = placements.get("xshape", 4)
-  slot_of, groups = F.slots(x, "xshape")
+  slot_of, groups = P.slots(x, "xshape")
   assert groups == 4
   assert sorted((s.group, s.rows) for s in slot_of.values()) == sorted(
       [(g, 0.5) for g in range(4)] * 2)
   k = placements.get("kshape", 4)
-  slot_of, groups = F.slots(k, "kshape")
+  slot_of, groups = P.slots(k, "kshape")
   assert groups == 3
-  assert slot_of[4] == F.Slot(2, 1.0)        # the all-device join
+  assert slot_of[4] == P.Slot(2, 1.0)        # the all-device join
   with pytest.raises(PlacementError, match="cannot map"):
-    F.slots(placements.get("finetune", 2), "finetune")
+    P.slots(placements.get("finetune", 2), "finetune")
 
 
 def test_group_layers_balances_time():
   g = placements.get("vshape", 4)
-  slot_of, n = F.slots(g, "vshape")
-  assert F.group_layers([1.0] * 8, g, slot_of, n) == (
+  slot_of, n = P.slots(g, "vshape")
+  assert P.group_layers([1.0] * 8, g, slot_of, n) == (
       (0, 2), (2, 4), (4, 6), (6, 8))
   # A heavy last layer gets a group of its own.
-  groups = F.group_layers([1, 1, 1, 1, 1, 1, 6], g, slot_of, n)
+  groups = P.group_layers([1, 1, 1, 1, 1, 1, 6], g, slot_of, n)
   assert groups[-1] == (6, 7)
   # M-shape: the all-device block's time is split over every device, so
   # it takes more layers than a one-device block.
   m = placements.get("mshape", 4)
-  slot_of, n = F.slots(m, "mshape")
-  groups = F.group_layers([1.0] * 10, m, slot_of, n)
+  slot_of, n = P.slots(m, "mshape")
+  groups = P.group_layers([1.0] * 10, m, slot_of, n)
   sizes = [b - a for a, b in groups]
   assert sum(sizes) == 10 and sizes[0] >= max(sizes[1:])
   with pytest.raises(PlacementError, match="needs 5 layer groups"):
-    F.group_layers([1.0] * 4, m, slot_of, n)
+    P.group_layers([1.0] * 4, m, slot_of, n)
 
 
 def test_plan_graph_memory_and_fixed_bytes():
-  pg = F.plan_graph(TINY, "vshape", 2, 1, microbatches=4, optimizer_slots=2)
+  pg = P.plan_graph(TINY, "vshape", 2, 1, microbatches=4, optimizer_slots=2)
   g = pg.graph
   assert g.num_devices == 2 and pg.microbatches == 4
   # Each device: its groups' parameters x (params + grads + 2 Adam slots).
@@ -161,14 +162,14 @@ def test_plan_graph_memory_and_fixed_bytes():
     assert pg.param_bytes[d] == params
     assert pg.fixed_bytes[d] == 4 * params
   assert pg.allreduce_seconds == 0.0         # no replica anywhere
-  dp = F.plan_graph(TINY, "vshape", 2, 2, microbatches=4)
+  dp = P.plan_graph(TINY, "vshape", 2, 2, microbatches=4)
   assert dp.microbatches == 2 and dp.allreduce_seconds > 0
   with pytest.raises(ValueError, match="do not divide"):
-    F.plan_graph(TINY, "vshape", 2, 3, microbatches=4)
+    P.plan_graph(TINY, "vshape", 2, 3, microbatches=4)
 
 
 def test_plan_graph_for_inference():
-  pg = F.plan_graph(TINY, "mllm", 2, 2, microbatches=4, mode="infer")
+  pg = P.plan_graph(TINY, "mllm", 2, 2, microbatches=4, mode="infer")
   assert {b.kind for b in pg.graph.blocks} == {"F"}
   assert all(b.memory == 0 for b in pg.graph.blocks)
   assert pg.fixed_bytes == pg.param_bytes and pg.allreduce_seconds == 0.0
@@ -177,19 +178,19 @@ def test_plan_graph_for_inference():
                    status="OPTIMAL")
   assert res.stash_peak_bytes == 0 and res.peak_bytes == max(pg.param_bytes)
   with pytest.raises(ValueError, match="mode"):
-    F.plan_graph(TINY, "mllm", 2, 1, microbatches=4, mode="eval")
+    P.plan_graph(TINY, "mllm", 2, 1, microbatches=4, mode="eval")
 
 
 def test_shard_shared_splits_multi_device_parameters():
-  rep = F.plan_graph(TINY, "mllm", 2, 1, microbatches=4)
-  shard = F.plan_graph(TINY, "mllm", 2, 1, microbatches=4, shard_shared=True)
+  rep = P.plan_graph(TINY, "mllm", 2, 1, microbatches=4)
+  shard = P.plan_graph(TINY, "mllm", 2, 1, microbatches=4, shard_shared=True)
   assert max(shard.param_bytes) < max(rep.param_bytes)
   # Gathering the shards costs time on the all-device blocks.
   assert shard.quantized.seconds[0] > rep.quantized.seconds[0]
 
 
 def test_split_backward_placement_prices_w_blocks():
-  pg = F.plan_graph(TINY, "zbv", 2, 1, microbatches=4)
+  pg = P.plan_graph(TINY, "zbv", 2, 1, microbatches=4)
   kinds = {b.kind for b in pg.graph.blocks}
   assert kinds == {"F", "B", "W"}
   for b in pg.graph.blocks:
@@ -200,7 +201,7 @@ def test_split_backward_placement_prices_w_blocks():
 # --- evaluation and the sweep -------------------------------------------------
 
 def test_evaluate_rejects_an_invalid_schedule():
-  pg = F.plan_graph(TINY, "vshape", 2, 1, microbatches=2)
+  pg = P.plan_graph(TINY, "vshape", 2, 1, microbatches=2)
   run = search_repetend(pg.graph, None, time_limit_s=1.0).unroll(2)
   bad = dataclasses.replace(run, actions=tuple(
       Action(0, a.block, a.microbatch) for a in run.actions))
