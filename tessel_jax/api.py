@@ -36,6 +36,7 @@ import jax
 import numpy as np
 
 from tessel_jax import compat
+from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
 from tessel_jax.cost import model as _cost_model
 from tessel_jax.graph import BlockGraph, PlacementError
@@ -257,93 +258,11 @@ class ScheduledFunction:
     return self._last
 
   def _shards(self, params: Any) -> dict[int, int]:
-    """Parameter leaves sharded over the pipe axis: leaf -> sharded dim.
-
-    From ``param_sharding`` when given, else from the leaves' own
-    ``NamedSharding`` (concrete arrays placed with a spec naming the pipe
-    axis).
-    """
-    pipe = self.pipe_axis
-    leaves, treedef = jax.tree_util.tree_flatten(params)
-    spec_of: list[Any] = [None] * len(leaves)
-    names = [jax.tree_util.keystr(k) for k, _ in
-             jax.tree_util.tree_flatten_with_path(params)[0]]
-    if self.param_sharding is not None:
-      is_spec = lambda x: x is None or isinstance(x, jax.sharding.PartitionSpec)
-      specs, sdef = jax.tree_util.tree_flatten(self.param_sharding,
-                                               is_leaf=is_spec)
-      try:
-        subtrees = sdef.flatten_up_to(params)
-      except (ValueError, TypeError) as err:
-        raise self._error(
-            f"param_sharding must be a pytree of PartitionSpec (or None)"
-            f" matching the params (or a prefix of them): {err}") from None
-      pos = 0
-      for spec, sub in zip(specs, subtrees):
-        count = len(jax.tree_util.tree_leaves(sub))
-        for q in range(pos, pos + count):
-          spec_of[q] = spec
-        pos += count
-      if pos != len(leaves):
-        raise self._error("param_sharding does not cover every parameter leaf;"
-                          " give a PartitionSpec or None per leaf")
-    else:
-      for q, x in enumerate(leaves):
-        try:
-          sh = getattr(x, "sharding", None)
-        except Exception:  # pylint: disable=broad-except  (tracers)
-          sh = None
-        if isinstance(sh, jax.sharding.NamedSharding):
-          spec_of[q] = sh.spec
-    num_devices = int(dict(self.mesh.shape)[pipe])
-    out: dict[int, int] = {}
-    for q, spec in enumerate(spec_of):
-      if spec is None:
-        continue
-      entries = tuple(spec)
-      uses = [a for a, e in enumerate(entries)
-              if e == pipe or (isinstance(e, tuple) and pipe in e)]
-      if not uses:
-        continue
-      shape = tuple(leaves[q].shape)
-      bad = [e for e in entries if e is not None and e != pipe and e != (pipe,)]
-      if len(uses) > 1 or bad or len(entries) > len(shape):
-        raise self._error(
-            f"parameter {names[q]} has sharding {spec}; tessel_jax shards a"
-            f" parameter along one dimension over the pipe axis {pipe!r} only"
-            f" (e.g. PartitionSpec({pipe!r}, None) for a vocab-sharded"
-            f" embedding); use None for the other dimensions")
-      ax = uses[0]
-      if shape[ax] % num_devices:
-        raise self._error(
-            f"parameter {names[q]} of shape {shape} is sharded along dimension"
-            f" {ax} over the {num_devices} devices of {pipe!r}, but"
-            f" {shape[ax]} is not divisible by {num_devices}; pad it to a"
-            f" multiple of {num_devices}")
-      out[q] = ax
-    return out
-
-  def _check_shards(self, shards: Mapping[int, int], ks: Any,
-                    num_devices: int, params: Any) -> None:
-    """Sharded leaves may only be read by blocks on every pipe device."""
-    names = [jax.tree_util.keystr(k) for k, _ in
-             jax.tree_util.tree_flatten_with_path(params)[0]]
-    for k in ks.kernels.values():
-      if k.kind != "F":
-        continue
-      for l in k.params:
-        if l in shards and len(k.devices) != num_devices:
-          raise self._error(
-              f"parameter {names[l]} is sharded over the pipe axis"
-              f" {self.pipe_axis!r}, but block {k.fwd}, which reads it, runs"
-              f" on devices {list(k.devices)}, a strict subset of the"
-              f" {num_devices} devices of {self.pipe_axis!r}. A sharded"
-              f" parameter is gathered with a collective over the whole pipe"
-              f" axis at the block's tick, which would hang for a block some"
-              f" devices skip. Place every block that reads {names[l]} on all"
-              f" devices (e.g. placements.mllm ties an all-device embedding"
-              f" and head), or drop its sharding (param_sharding None for"
-              f" this leaf)")
+    """Parameter leaves sharded over the pipe axis: leaf -> sharded dim
+    (``param_sharding.sharded_leaves``)."""
+    return _param_sharding.sharded_leaves(
+        params, self.param_sharding, self.pipe_axis,
+        int(dict(self.mesh.shape)[self.pipe_axis]), self._error)
 
   def _build(self, params: Any, batch: Any,
              shards: Mapping[int, int] | None = None) -> Built:
@@ -432,7 +351,8 @@ class ScheduledFunction:
                                   microbatch_rows=rows, keep=keep,
                                   seeds=seeds, forward_of=forward_of,
                                   local_parts=local_parts)
-      self._check_shards(shards, ks, num_devices, params)
+      _param_sharding.check_readers(shards, ks, num_devices, params,
+                                    self.pipe_axis, self._error)
       layout = _packing.make_layout(
           traced.param_avals,
           {i: ks.kernels[ks.forward_ids[i]].params for i in ks.forward_ids},

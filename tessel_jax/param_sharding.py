@@ -1,0 +1,140 @@
+"""Parameters sharded over the pipe axis: which, along what, read by whom.
+
+``tessel_jax.schedule`` lets a parameter leaf be split along one dimension
+over the devices of the pipe axis (a vocab-sharded embedding, say), given
+by ``param_sharding=`` or by the leaves' own ``NamedSharding``. Such a leaf
+is gathered by a collective over the whole pipe axis when a block reads it,
+so only blocks on every pipe device may read it. Both rules are checked
+here, each failure naming the leaf and the fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jax
+
+Fail = Callable[[str], Exception]
+
+
+def _leaf_names(params: Any) -> list[str]:
+  return [jax.tree_util.keystr(k) for k, _ in
+          jax.tree_util.tree_flatten_with_path(params)[0]]
+
+
+def _specs(params: Any, param_sharding: Any, fail: Fail) -> list[Any]:
+  """A ``PartitionSpec`` (or None) per parameter leaf: from
+  ``param_sharding`` (a pytree matching ``params`` or a prefix of it) when
+  given, else from the leaves' own ``NamedSharding``."""
+  leaves = jax.tree_util.tree_leaves(params)
+  spec_of: list[Any] = [None] * len(leaves)
+  if param_sharding is None:
+    for q, x in enumerate(leaves):
+      try:
+        sharding = getattr(x, "sharding", None)
+      except Exception:  # pylint: disable=broad-except  (tracers)
+        sharding = None
+      if isinstance(sharding, jax.sharding.NamedSharding):
+        spec_of[q] = sharding.spec
+    return spec_of
+  is_spec = lambda x: x is None or isinstance(x, jax.sharding.PartitionSpec)
+  specs, spec_def = jax.tree_util.tree_flatten(param_sharding,
+                                               is_leaf=is_spec)
+  try:
+    subtrees = spec_def.flatten_up_to(params)
+  except (ValueError, TypeError) as err:
+    raise fail(
+        f"param_sharding must be a pytree of PartitionSpec (or None)"
+        f" matching the params (or a prefix of them): {err}") from None
+  pos = 0
+  for spec, sub in zip(specs, subtrees):
+    count = len(jax.tree_util.tree_leaves(sub))
+    for q in range(pos, pos + count):
+      spec_of[q] = spec
+    pos += count
+  if pos != len(leaves):
+    raise fail("param_sharding does not cover every parameter leaf;"
+               " give a PartitionSpec or None per leaf")
+  return spec_of
+
+
+def sharded_leaves(params: Any, param_sharding: Any, pipe_axis: str,
+                   num_devices: int, fail: Fail) -> dict[int, int]:
+  """Parameter leaves sharded over the pipe axis: leaf index -> dimension.
+
+  Args:
+    params: The parameter pytree (arrays or shape structs).
+    param_sharding: A pytree of ``PartitionSpec`` / None matching
+      ``params`` (or a prefix), or None to read the leaves' shardings.
+    pipe_axis: The mesh axis the pipeline runs on.
+    num_devices: Devices along ``pipe_axis``.
+    fail: Makes the error to raise from a message naming the problem.
+
+  Raises:
+    The ``fail`` error: for a spec that shards a leaf over more than the
+    pipe axis or along two dimensions, or along a dimension the device
+    count does not divide.
+  """
+  leaves = jax.tree_util.tree_leaves(params)
+  names = _leaf_names(params)
+  out: dict[int, int] = {}
+  for q, spec in enumerate(_specs(params, param_sharding, fail)):
+    if spec is None:
+      continue
+    entries = tuple(spec)
+    uses = [a for a, e in enumerate(entries)
+            if e == pipe_axis or (isinstance(e, tuple) and pipe_axis in e)]
+    if not uses:
+      continue
+    shape = tuple(leaves[q].shape)
+    bad = [e for e in entries
+           if e is not None and e != pipe_axis and e != (pipe_axis,)]
+    if len(uses) > 1 or bad or len(entries) > len(shape):
+      raise fail(
+          f"parameter {names[q]} has sharding {spec}; tessel_jax shards a"
+          f" parameter along one dimension over the pipe axis {pipe_axis!r}"
+          f" only (e.g. PartitionSpec({pipe_axis!r}, None) for a"
+          f" vocab-sharded embedding); use None for the other dimensions")
+    ax = uses[0]
+    if shape[ax] % num_devices:
+      raise fail(
+          f"parameter {names[q]} of shape {shape} is sharded along dimension"
+          f" {ax} over the {num_devices} devices of {pipe_axis!r}, but"
+          f" {shape[ax]} is not divisible by {num_devices}; pad it to a"
+          f" multiple of {num_devices}")
+    out[q] = ax
+  return out
+
+
+def check_readers(shards: Mapping[int, int], kernel_set: Any,
+                  num_devices: int, params: Any, pipe_axis: str,
+                  fail: Fail) -> None:
+  """Sharded leaves may only be read by blocks on every pipe device.
+
+  Args:
+    shards: ``sharded_leaves``'s result.
+    kernel_set: The kernels (``passes.kernels``), whose forward kernels name
+      the parameter leaves they read and their devices.
+    num_devices: Devices along ``pipe_axis``.
+    params: The parameter pytree (for leaf names).
+    pipe_axis: The mesh axis the pipeline runs on.
+    fail: Makes the error to raise from a message naming the problem.
+  """
+  names = _leaf_names(params)
+  for k in kernel_set.kernels.values():
+    if k.kind != "F":
+      continue
+    for leaf in k.params:
+      if leaf in shards and len(k.devices) != num_devices:
+        raise fail(
+            f"parameter {names[leaf]} is sharded over the pipe axis"
+            f" {pipe_axis!r}, but block {k.fwd}, which reads it, runs"
+            f" on devices {list(k.devices)}, a strict subset of the"
+            f" {num_devices} devices of {pipe_axis!r}. A sharded"
+            f" parameter is gathered with a collective over the whole pipe"
+            f" axis at the block's tick, which would hang for a block some"
+            f" devices skip. Place every block that reads {names[leaf]} on"
+            f" all devices (e.g. placements.mllm ties an all-device embedding"
+            f" and head), or drop its sharding (param_sharding None for"
+            f" this leaf)")
