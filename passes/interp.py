@@ -22,7 +22,7 @@ import numpy as np
 
 from .plan import (Dyn, GradPort, ReadPort, Round, Target, TermAcc, Tick,
                    _Env, _grad_ports, _read_port, _rows, assign_inputs,
-                   assign_outputs, tick_messages)
+                   assign_outputs, ctx_offset, term_counts, tick_messages)
 
 
 def _static(values: np.ndarray) -> Dyn:
@@ -43,7 +43,7 @@ def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
   branch_of = np.array([[branches.index(k) for k in t.kernels] for t in seg],
                        np.int64)
   row_offset = np.array(
-      [[_rows(kernels[k], d, b)[0] if k is not None else 0
+      [[ctx_offset(kernels[k], d, b) if k is not None else 0
         for d, k in enumerate(t.kernels)] for t in seg], np.int64)
 
   # Reads.
@@ -160,11 +160,9 @@ def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
         for d in k.devices:
           if t.kernels[d] != kid:
             continue
-          mask[tau, d] = True
+          mask[tau, d] = term_counts(k, o, d)
           if k.out_split[o]:
             row[tau, d] = _rows(k, d, b)[0]
-          elif k.split > 1:
-            scale[tau, d] = 1.0 / k.split
           mb[tau, d] = t.mb[d]
       terms.append(TermAcc(terminal=j, port=out_map[kid][o], mask=mask,
                            row=row, rowed=bool(k.out_split[o]),

@@ -1,9 +1,12 @@
 """Backward derivation: one kernel per placement block (F, B, W).
 
 A kernel is what one device runs when the schedule starts a block on it:
-``fn(ctx, params, inputs) -> (outputs, grads)`` on *local* values (a block on
-``g`` devices shares its work along the micro-batch's batch axis, each device
-taking ``b / g`` rows).
+``fn(ctx, params, inputs) -> (outputs, grads)`` on *local* values. A block on
+``g`` devices either splits the micro-batch's rows (each device taking
+``b / g`` rows) or, when its work couples rows (batch statistics, random
+draws over the batch, ...) or the rows do not divide, runs replicated: every
+device computes all rows and only the block's first device (its leader)
+counts parameter gradients and terminals (``passes.modes``).
 
 Training derives the backward per forward block with ``jax.vjp``:
 
@@ -37,6 +40,7 @@ import numpy as np
 from tessel_jax import compat
 
 from .errors import fail
+from .modes import BlockMode, choose_modes
 from .partition import ForwardBlock, Partition
 
 Key = tuple
@@ -61,7 +65,7 @@ class Kernel:
     kind: ``F``, ``B`` or ``W``.
     fwd: Forward block index.
     devices: Devices of the block.
-    split: Batch split factor (``len(devices)`` for a shared block, else 1).
+    split: Row split factor (``len(devices)`` for a split block, else 1).
     params: Parameter leaf indices it reads (its forward block's region).
     inputs: Inputs in call order.
     in_avals: Local input avals.
@@ -73,7 +77,10 @@ class Kernel:
     grads: Parameter leaves whose gradients it returns (aligned with the
       second result of ``fn``).
     fn: ``fn(ctx, params, inputs) -> (outputs, grads)``; ``ctx`` has
-      ``row_offset`` (first batch row of this device, traced int).
+      ``row_offset``: for a split kernel the first batch row of this
+      device, for a replicated one the device's rank in the block (traced
+      int; 0 on the leader either way).
+    mode: ``"single"``, ``"split"`` or ``"replicated"`` (``passes.modes``).
   """
 
   block_id: int
@@ -91,6 +98,7 @@ class Kernel:
   out_split: tuple[bool, ...]
   grads: tuple[int, ...]
   fn: Callable[..., tuple[list[Any], list[Any]]]
+  mode: str = "single"
 
   @property
   def stash_bytes(self) -> int:
@@ -114,6 +122,7 @@ class KernelSet:
       producer's devices.
     keep: Per forward index: residuals kept (True) or recomputed (False).
     train: Training (True) or inference kernels.
+    modes: Per forward index: how its block runs on its devices.
   """
 
   kernels: Mapping[int, Kernel]
@@ -125,29 +134,13 @@ class KernelSet:
   value_split: Mapping[Key, bool]
   keep: Mapping[int, bool]
   train: bool
+  modes: Mapping[int, BlockMode] = dataclasses.field(default_factory=dict)
 
   def producer(self, key: Key) -> Kernel:
     for k in self.kernels.values():
       if key in k.outputs:
         return k
     raise KeyError(key)
-
-
-def _local_block(name: str, full: ForwardBlock, local: Partition | None,
-                 g: int) -> ForwardBlock:
-  """Block ``full.index`` of the partition traced at ``b / g`` rows."""
-  if local is None or len(local.blocks) <= full.index:
-    raise fail(name, f"block {full.index} is shared by {g} devices but the"
-               f" function was not traced at the per-device batch size")
-  fb = local.blocks[full.index]
-  if fb.inputs != full.inputs or len(fb.outvars) != len(full.outvars):
-    raise fail(
-        name,
-        f"block {full.index} runs on {g} devices, so it is traced again on"
-        f" 1/{g} of the micro-batch rows, and that trace reads or exports"
-        f" different values than the full one; shared blocks need a function"
-        f" whose structure does not depend on the batch size")
-  return fb
 
 
 def _nbytes(aval: Any) -> int:
@@ -168,13 +161,12 @@ def _zero_cot(aval: Any) -> Any:
   return compat.float0_zeros(tuple(aval.shape))
 
 
-def _batch_dependent(fb: ForwardBlock, split_inputs: Sequence[bool]) -> list[bool]:
-  """Per output: depends on an input that is split along the batch."""
-  tainted = {v for v, s in zip(fb.invars, split_inputs) if s}
-  for eqn in fb.eqns:
-    if any(not compat.is_literal(v) and v in tainted for v in eqn.invars):
-      tainted.update(eqn.outvars)
-  return [not compat.is_literal(v) and v in tainted for v in fb.outvars]
+def _leader_only(ctx: Mapping[str, Any], x: Any) -> Any:
+  """``x`` on the block's leader (``row_offset == 0``), zeros elsewhere."""
+  rank = ctx["row_offset"]
+  if isinstance(rank, (int, np.integer)):
+    return x if rank == 0 else jnp.zeros_like(x)
+  return jnp.where(rank == 0, x, jnp.zeros_like(x))
 
 
 @dataclasses.dataclass
@@ -186,6 +178,147 @@ class _Residuals:
   avals: tuple[jax.ShapeDtypeStruct, ...] = ()
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Graph:
+  """Placement facts every block's kernels need.
+
+  Attributes:
+    by_kind: ``(kind, forward index)`` -> placement block.
+    forward_ids: Forward index -> graph id of its ``F`` block.
+    has_grad: Forward index -> it has a ``B`` block (train only).
+    split_w: Forward index -> it has a ``W`` block.
+    consumers: ``("y", i, k)`` -> ``(block j, input position p)`` readers.
+    terminal_index: Terminal key -> position.
+  """
+
+  by_kind: Mapping[tuple[str, int], Any]
+  forward_ids: Mapping[int, int]
+  has_grad: Mapping[int, bool]
+  split_w: Mapping[int, bool]
+  consumers: Mapping[Key, list[tuple[int, int]]]
+  terminal_index: Mapping[Key, int]
+
+
+def _index_graph(part: Partition, graph: Any, train: bool,
+                 forward_of: Mapping[int, int]) -> _Graph:
+  by_kind = {(blk.kind, forward_of[blk.id]): blk for blk in graph.blocks}
+  n = len(part.blocks)
+  consumers: dict[Key, list[tuple[int, int]]] = {}
+  for fb in part.blocks:
+    for p, src in enumerate(fb.inputs):
+      if src.kind == "act":
+        consumers.setdefault(("y", src.index, src.output), []).append(
+            (fb.index, p))
+  terminals = [("y", t.index, t.output) for t in part.epilogue.terminals]
+  return _Graph(
+      by_kind=by_kind,
+      forward_ids={i: by_kind[("F", i)].id for i in range(n)},
+      has_grad={i: train and ("B", i) in by_kind for i in range(n)},
+      split_w={i: train and ("W", i) in by_kind for i in range(n)},
+      consumers=consumers,
+      terminal_index={key: j for j, key in enumerate(terminals)})
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Block:
+  """One forward block as its kernels run it.
+
+  Attributes:
+    i: Forward index.
+    fb: The block traced at the rows each device runs (``b / g`` when
+      split, else ``b``).
+    mode: Its :class:`BlockMode`.
+    split: Row split factor (``g`` when split, else 1).
+    ins: Inputs in ``fb`` order (params as ``InRef("param")``).
+    params: Parameter leaves it reads (distinct, in order).
+    local_in: Local input avals (``fb.in_avals``).
+    in_split: Per input: the local value is this device's rows.
+    full_out: Full (micro-batch) output avals.
+    local_out: Local output avals.
+    out_split: Per output: rows of a split value.
+  """
+
+  i: int
+  fb: ForwardBlock
+  mode: BlockMode
+  split: int
+  ins: tuple[InRef, ...]
+  params: tuple[int, ...]
+  local_in: tuple[Any, ...]
+  in_split: tuple[bool, ...]
+  full_out: tuple[Any, ...]
+  local_out: tuple[Any, ...]
+  out_split: tuple[bool, ...]
+
+  @property
+  def devices(self) -> tuple[int, ...]:
+    return self.mode.devices
+
+  @property
+  def data_pos(self) -> list[int]:
+    return [p for p, r in enumerate(self.ins) if r.kind != "param"]
+
+  @property
+  def data_ins(self) -> tuple[InRef, ...]:
+    return tuple(self.ins[p] for p in self.data_pos)
+
+  @property
+  def data_avals(self) -> tuple[Any, ...]:
+    return tuple(self.local_in[p] for p in self.data_pos)
+
+  @property
+  def data_split(self) -> tuple[bool, ...]:
+    return tuple(self.in_split[p] for p in self.data_pos)
+
+  @property
+  def out_keys(self) -> tuple[Key, ...]:
+    return tuple(("y", self.i, k) for k in range(len(self.local_out)))
+
+  def assemble(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> list[Any]:
+    """All inputs of ``fb`` from the parameter and data values."""
+    vals: list[Any] = [None] * len(self.ins)
+    by_leaf = dict(zip(self.params, pvals))
+    for p, r in enumerate(self.ins):
+      if r.kind == "param":
+        vals[p] = by_leaf[r.leaf]
+    for p, v in zip(self.data_pos, dvals):
+      vals[p] = v
+    return vals
+
+  def kernel(self, gid: int, kind: str, **kw: Any) -> Kernel:
+    """A :class:`Kernel` of this block (``kw``: inputs, outputs, fn...)."""
+    return Kernel(block_id=gid, label=f"{kind}{self.i}", kind=kind,
+                  fwd=self.i, devices=self.devices, split=self.split,
+                  params=self.params, mode=self.mode.mode, **kw)
+
+
+def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
+                local_parts: Mapping[int, Partition] | None) -> _Block:
+  """The block as it runs under ``mode`` (the re-trace when split)."""
+  ins = tuple(InRef("batch", leaf=s.index) if s.kind == "batch" else
+              InRef("value", key=("y", s.index, s.output)) if s.kind == "act"
+              else InRef("param", leaf=s.index) for s in full.inputs)
+  params = tuple(dict.fromkeys(s.index for s in full.inputs
+                               if s.kind == "param"))
+  g = len(mode.devices)
+  fb, in_split, out_split = full, (False,) * len(ins), (False,) * len(
+      full.out_avals)
+  if mode.mode == "split":
+    fb = (local_parts or {})[g].blocks[full.index]
+    in_split = tuple(
+        s.kind in ("batch", "act") and bool(a.shape) and a.shape[0] == b and
+        la.shape[0] == b // g
+        for s, a, la in zip(full.inputs, full.in_avals, fb.in_avals))
+    out_split = tuple(bool(a.shape) and a.shape[0] == b and
+                      la.shape[0] == b // g
+                      for a, la in zip(full.out_avals, fb.out_avals))
+  return _Block(i=full.index, fb=fb, mode=mode,
+                split=g if mode.mode == "split" else 1, ins=ins, params=params,
+                local_in=tuple(fb.in_avals), in_split=in_split,
+                full_out=tuple(full.out_avals), local_out=tuple(fb.out_avals),
+                out_split=out_split)
+
+
 def build_kernels(part: Partition, graph: Any, *, train: bool,
                   microbatch_rows: int, keep: Mapping[int, bool] | None = None,
                   seeds: Sequence[Any] | None = None,
@@ -193,6 +326,9 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
                   local_parts: Mapping[int, Partition] | None = None
                   ) -> KernelSet:
   """Builds every kernel for ``graph``.
+
+  Each block on several devices is split by rows or replicated
+  (``passes.modes``); the choice is in ``KernelSet.modes``.
 
   Args:
     part: The partition (forward blocks and epilogue).
@@ -204,325 +340,299 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       the terminal's per-micro-batch mean (full aval); train only.
     forward_of: Graph block id -> forward index (default: parse names).
     local_parts: Split factor ``g`` -> the partition of the function traced
-      on ``b / g`` rows (jaxprs are shape-specialised, so a block shared by
+      on ``b / g`` rows (jaxprs are shape-specialised, so a block split over
       ``g`` devices runs the equations traced at its local size).
-
-  Raises:
-    TesselError: for a shared block whose work cannot be split by rows.
   """
-  name = part.fn_name
   b = microbatch_rows
   keep = dict(keep or {})
   if forward_of is None:
     from tessel_jax import placements  # pylint: disable=import-outside-toplevel
     forward_of = {blk.id: placements.forward_index(blk) for blk in graph.blocks}
-  by_kind: dict[tuple[str, int], Any] = {}
-  for blk in graph.blocks:
-    by_kind[(blk.kind, forward_of[blk.id])] = blk
-  forward_ids = {i: by_kind[("F", i)].id for i in range(len(part.blocks))}
-  has_grad = {i: train and ("B", i) in by_kind for i in range(len(part.blocks))}
-  split_w = {i: train and ("W", i) in by_kind for i in range(len(part.blocks))}
-
-  terminals = tuple(("y", t.index, t.output) for t in part.epilogue.terminals)
-  terminal_index = {key: j for j, key in enumerate(terminals)}
-
-  value_avals: dict[Key, Any] = {}
-  value_split: dict[Key, bool] = {}
-  kernels: dict[int, Kernel] = {}
-  # Consumers of every forward output: (block j, input position p).
-  consumers: dict[Key, list[tuple[int, int]]] = {}
-  for fb in part.blocks:
-    for p, src in enumerate(fb.inputs):
-      if src.kind == "act":
-        consumers.setdefault(("y", src.index, src.output), []).append(
-            (fb.index, p))
-
-  for fb in part.blocks:
-    i = fb.index
-    fblk = by_kind[("F", i)]
-    devices = tuple(fblk.devices)
-    g = len(devices)
-    if g > 1 and b % g:
-      raise fail(name, f"block {i} runs on {g} devices {list(devices)} and"
-                 f" shares each micro-batch's {b} rows among them, but {b} is"
-                 f" not divisible by {g}; pick a batch size / num_microbatches"
-                 f" giving a micro-batch of a multiple of {g} rows")
-    if g > 1:
-      full_fb = fb
-      fb = _local_block(name, full_fb, (local_parts or {}).get(g), g)
-      in_split = tuple(
-          bool(a.shape) and a.shape[0] == b and la.shape[0] == b // g and
-          s.kind in ("batch", "act")
-          for s, a, la in zip(full_fb.inputs, full_fb.in_avals, fb.in_avals))
-      local_in = tuple(fb.in_avals)
-      fb_full_out = full_fb.out_avals
+  gi = _index_graph(part, graph, train, forward_of)
+  modes = choose_modes(
+      part, {i: tuple(gi.by_kind[("F", i)].devices) for i in gi.forward_ids},
+      b, local_parts, gi.has_grad)
+  ks = _Builder(gi, b, seeds)
+  for full in part.blocks:
+    blk = _make_block(full, modes[full.index], b, local_parts)
+    if gi.has_grad[blk.i]:
+      ks.train_block(blk, keep.get(blk.i, True))
     else:
-      in_split = (False,) * len(fb.inputs)
-      local_in = tuple(fb.in_avals)
-      fb_full_out = fb.out_avals
-    local_out = tuple(fb.out_avals)
-    out_split = tuple(
-        g > 1 and bool(full.shape) and full.shape[0] == b and
-        loc.shape[0] == b // g
-        for full, loc in zip(fb_full_out, local_out))
-    dependent = _batch_dependent(fb, in_split) if g > 1 else [False] * len(
-        fb.out_avals)
-    for k, (full, split, dep) in enumerate(zip(fb_full_out, out_split,
-                                               dependent)):
-      key = ("y", i, k)
-      value_avals[key] = full
-      value_split[key] = split
-      if g > 1 and dep and not split and key in consumers:
-        raise fail(
-            name,
-            f"block {i} runs on {g} devices and shares each micro-batch along"
-            f" the batch axis (axis 0, {b} rows), but its output {k} of shape"
-            f" {tuple(full.shape)} depends on the batch without having that"
-            f" axis, so the devices' partial results cannot be passed on;"
-            f" place block {i} on one device or make its outputs keep the"
-            f" batch axis")
+      ks.plain_block(blk)
+  terminals = tuple(gi.terminal_index)
+  return KernelSet(kernels=ks.kernels, forward_ids=gi.forward_ids,
+                   terminals=terminals,
+                   terminal_avals=tuple(ks.value_avals[k] for k in terminals),
+                   microbatch_rows=b, value_avals=ks.value_avals,
+                   value_split=ks.value_split,
+                   keep={i: keep.get(i, True) for i in range(len(part.blocks))},
+                   train=train, modes=modes)
 
-    params = tuple(dict.fromkeys(s.index for s in fb.inputs if s.kind == "param"))
-    ins: list[InRef] = []
-    for s in fb.inputs:
-      if s.kind == "batch":
-        ins.append(InRef("batch", leaf=s.index))
-      elif s.kind == "act":
-        ins.append(InRef("value", key=("y", s.index, s.output)))
-      else:
-        ins.append(InRef("param", leaf=s.index))
-    param_pos = [p for p, r in enumerate(ins) if r.kind == "param"]
-    data_pos = [p for p, r in enumerate(ins) if r.kind != "param"]
-    data_ins = tuple(ins[p] for p in data_pos)
-    data_avals = tuple(local_in[p] for p in data_pos)
-    data_split = tuple(in_split[p] for p in data_pos)
-    out_keys = tuple(("y", i, k) for k in range(len(fb.out_avals)))
 
-    def assemble(pvals: Sequence[Any], dvals: Sequence[Any], *,
-                 param_pos=param_pos, data_pos=data_pos, params=params,
-                 ins=ins) -> list[Any]:
-      vals: list[Any] = [None] * len(ins)
-      by_leaf = dict(zip(params, pvals))
-      for p in param_pos:
-        vals[p] = by_leaf[ins[p].leaf]
-      for p, v in zip(data_pos, dvals):
-        vals[p] = v
-      return vals
+class _Builder:
+  """Accumulates kernels and value facts block by block."""
 
-    if not has_grad[i]:
-      def f_plain(ctx, pvals, dvals, fb=fb, assemble=assemble):
-        del ctx
-        return fb(*assemble(pvals, dvals)), []
-      kernels[fblk.id] = Kernel(
-          block_id=fblk.id, label=f"F{i}", kind="F", fwd=i, devices=devices,
-          split=g, params=params, inputs=data_ins, in_avals=data_avals,
-          in_split=data_split, outputs=out_keys, out_avals=local_out,
-          out_split=out_split, grads=(), fn=f_plain)
-      continue
+  def __init__(self, gi: _Graph, b: int, seeds: Sequence[Any] | None):
+    self.gi = gi
+    self.b = b
+    self.seeds = seeds
+    self.kernels: dict[int, Kernel] = {}
+    self.value_avals: dict[Key, Any] = {}
+    self.value_split: dict[Key, bool] = {}
 
-    # --- training kernels of a block with a gradient -----------------------
-    diff_pos = []  # positions in fb inputs that get cotangents
-    for p, (r, a) in enumerate(zip(ins, local_in)):
-      if r.kind == "param" and _inexact(a):
-        diff_pos.append(p)
-      elif r.kind == "value" and _inexact(a) and has_grad[r.key[1]]:
-        if g > 1 and not in_split[p]:
-          raise fail(
-              name,
-              f"block {i} runs on {g} devices and shares each micro-batch"
-              f" along the batch axis, but it reads a differentiable"
-              f" activation of shape {tuple(local_in[p].shape)} from"
-              f" block {r.key[1]} without that axis; its gradient would need"
-              f" a sum across the devices. Place block {i} on one device or"
-              f" keep the batch axis on the values it reads")
-        diff_pos.append(p)
-    grad_leaves = tuple(ins[p].leaf for p in diff_pos if ins[p].kind == "param")
-    act_diff = [p for p in diff_pos if ins[p].kind == "value"]
-    keep_i = keep.get(i, True)
+  def _outputs(self, blk: _Block) -> None:
+    for key, full, s in zip(blk.out_keys, blk.full_out, blk.out_split):
+      self.value_avals[key] = full
+      self.value_split[key] = s
 
-    def vjp_of(pvals, dvals, *, fb=fb, assemble=assemble, diff_pos=diff_pos):
-      vals = assemble(pvals, dvals)
-      def f(*diff):
-        v = list(vals)
-        for p, x in zip(diff_pos, diff):
-          v[p] = x
-        return fb(*v)
-      return jax.vjp(f, *[vals[p] for p in diff_pos]), vals
+  def plain_block(self, blk: _Block) -> None:
+    """Inference (or no-gradient) ``F`` kernel."""
+    self._outputs(blk)
 
-    res = _Residuals()
-    if keep_i:
-      def probe(pvals, dvals, *, res=res, vjp_of=vjp_of, diff_pos=diff_pos,
-                ins=ins):
-        (ys, vjp), vals = vjp_of(pvals, dvals)
-        leaves, treedef = jax.tree_util.tree_flatten(vjp)
-        alias = []
-        for leaf in leaves:
-          hit = None
-          for q, p in enumerate(diff_pos):
-            if ins[p].kind == "param" and leaf is vals[p]:
-              hit = q
-              break
-          alias.append(hit)
-        res.treedef = treedef
-        res.alias = tuple(alias)
-        kept = [leaf for leaf, a in zip(leaves, alias) if a is None]
-        return kept
-      pv = [fb.in_avals[[q for q in param_pos if ins[q].leaf == l][0]]
-            for l in params]
-      kept = jax.eval_shape(probe, pv, list(data_avals))
-      res.avals = tuple(_sds(a.shape, a.dtype) for a in kept)
-      res_avals = res.avals
-    else:
-      res_avals = data_avals
-    res_keys = tuple(("r", i, r) for r in range(len(res_avals)))
+    def f_plain(ctx, pvals, dvals, *, blk=blk):
+      del ctx
+      return blk.fb(*blk.assemble(pvals, dvals)), []
+    fid = self.gi.forward_ids[blk.i]
+    self.kernels[fid] = blk.kernel(
+        fid, "F", inputs=blk.data_ins, in_avals=blk.data_avals,
+        in_split=blk.data_split, outputs=blk.out_keys,
+        out_avals=blk.local_out, out_split=blk.out_split, grads=(),
+        fn=f_plain)
+
+  def train_block(self, blk: _Block, keep: bool) -> None:
+    """``F``, ``B`` and (split backward) ``W`` kernels of one block."""
+    self._outputs(blk)
+    diff_pos = [p for p, (r, a) in enumerate(zip(blk.ins, blk.local_in))
+                if _inexact(a) and (r.kind == "param" or (
+                    r.kind == "value" and self.gi.has_grad[r.key[1]]))]
+    vjp = _Vjp(blk, diff_pos, keep)
+    res_avals = vjp.residual_avals()
+    res_keys = tuple(("r", blk.i, r) for r in range(len(res_avals)))
     for key, a in zip(res_keys, res_avals):
-      value_avals[key] = a  # local; residuals never leave their device
-      value_split[key] = False
+      self.value_avals[key] = a  # local; residuals never leave their device
+      self.value_split[key] = False
+    fid = self.gi.forward_ids[blk.i]
+    self.kernels[fid] = blk.kernel(
+        fid, "F", inputs=blk.data_ins, in_avals=blk.data_avals,
+        in_split=blk.data_split, outputs=blk.out_keys + res_keys,
+        out_avals=blk.local_out + tuple(res_avals),
+        out_split=blk.out_split + (False,) * len(res_keys), grads=(),
+        fn=vjp.forward)
+    self._backward(blk, vjp, res_keys, res_avals)
 
-    if keep_i:
-      def f_train(ctx, pvals, dvals, *, res=res, vjp_of=vjp_of):
-        del ctx
-        (ys, vjp), _ = vjp_of(pvals, dvals)
-        leaves = jax.tree_util.tree_leaves(vjp)
-        if len(leaves) != len(res.alias):
-          raise AssertionError("vjp residual structure changed between traces")
-        kept = [leaf for leaf, a in zip(leaves, res.alias) if a is None]
-        return list(ys) + kept, []
-    else:
-      def f_train(ctx, pvals, dvals, *, fb=fb, assemble=assemble):
-        del ctx
-        return list(fb(*assemble(pvals, dvals))) + list(dvals), []
-    kernels[fblk.id] = Kernel(
-        block_id=fblk.id, label=f"F{i}", kind="F", fwd=i, devices=devices,
-        split=g, params=params, inputs=data_ins, in_avals=data_avals,
-        in_split=data_split, outputs=out_keys + res_keys,
-        out_avals=local_out + tuple(res_avals),
-        out_split=out_split + (False,) * len(res_keys), grads=(), fn=f_train)
-
-    # Cotangent contributions per output: consumers with a gradient, plus
-    # the terminal seed.
-    full_out = fb_full_out
-    cot_in: list[InRef] = []
-    cot_slot: list[int] = []      # which output each contribution adds to
-    cot_avals: list[Any] = []
-    cot_split: list[bool] = []
-    for k, full in enumerate(full_out):
+  def _cotangent_inputs(self, blk: _Block
+                        ) -> tuple[list[InRef], list[int], list[Any],
+                                   list[bool]]:
+    """Cotangents of the block's outputs from consumers with a gradient."""
+    cot_in, cot_slot, cot_avals, cot_split = [], [], [], []
+    for k, full in enumerate(blk.full_out):
       if not _inexact(full):
         continue
-      for (j, p) in consumers.get(("y", i, k), []):
-        if has_grad[j]:
+      for (j, p) in self.gi.consumers.get(("y", blk.i, k), []):
+        if self.gi.has_grad[j]:
           cot_in.append(InRef("value", key=("c", j, p)))
           cot_slot.append(k)
-          cot_avals.append(local_out[k])
-          cot_split.append(out_split[k])
-    seed_of: dict[int, Any] = {}
-    for k in range(len(fb.out_avals)):
-      j = terminal_index.get(("y", i, k))
-      if j is not None and seeds is not None and seeds[j] is not None:
-        seed_of[k] = seeds[j]
+          cot_avals.append(blk.local_out[k])
+          cot_split.append(blk.out_split[k])
+    return cot_in, cot_slot, cot_avals, cot_split
 
-    res_in = tuple(InRef("value", key=key) for key in res_keys)
-    b_inputs = res_in + tuple(cot_in)
-    b_avals = tuple(res_avals) + tuple(cot_avals)
-    b_split = (False,) * len(res_keys) + tuple(cot_split)
+  def _seeds_of(self, blk: _Block) -> dict[int, Any]:
+    out = {}
+    for k in range(len(blk.local_out)):
+      j = self.gi.terminal_index.get(("y", blk.i, k))
+      if j is not None and self.seeds is not None and self.seeds[j] is not None:
+        out[k] = self.seeds[j]
+    return out
 
-    def ybar_of(ctx, cots, *, fb=fb, local_out=local_out, cot_slot=cot_slot,
-                seed_of=seed_of, out_split=out_split, g=g):
-      bars: list[Any] = [None] * len(local_out)
-      for k, c in zip(cot_slot, cots):
-        bars[k] = c if bars[k] is None else bars[k] + c
-      for k, seed in seed_of.items():
-        aval = local_out[k]
-        s = jnp.asarray(seed, aval.dtype)
-        if out_split[k]:
-          s = jax.lax.dynamic_slice_in_dim(s, ctx["row_offset"], aval.shape[0])
-        elif g > 1:
-          s = s / g
-        bars[k] = s if bars[k] is None else bars[k] + s
-      return [_zero_cot(a) if x is None else x
-              for a, x in zip(local_out, bars)]
-
-    def apply_vjp(ctx, pvals, rvals, ybar, *, keep_i=keep_i, res=res,
-                  vjp_of=vjp_of, params=params, diff_pos=diff_pos, ins=ins):
-      if keep_i:
-        by_leaf = dict(zip(params, pvals))
-        it = iter(rvals)
-        leaves = [next(it) if a is None else by_leaf[ins[diff_pos[a]].leaf]
-                  for a in res.alias]
-        vjp = jax.tree_util.tree_unflatten(res.treedef, leaves)
-      else:
-        (_, vjp), _ = vjp_of(pvals, rvals)
-      return vjp(_as_cot(ybar))
-
-    def split_grads(bars, *, diff_pos=diff_pos, ins=ins):
-      acts = [x for p, x in zip(diff_pos, bars) if ins[p].kind == "value"]
-      grads = [x for p, x in zip(diff_pos, bars) if ins[p].kind == "param"]
-      return acts, grads
-
-    bblk = by_kind[("B", i)]
-    cot_keys = tuple(("c", i, p) for p in act_diff)
-    cot_out_avals = tuple(local_in[p] for p in act_diff)
-    cot_out_split = tuple(in_split[p] for p in act_diff)
+  def _backward(self, blk: _Block, vjp: "_Vjp", res_keys: tuple[Key, ...],
+                res_avals: Sequence[Any]) -> None:
+    cot_in, cot_slot, cot_avals, cot_split = self._cotangent_inputs(blk)
+    ybar = _Ybar(blk, cot_slot, self._seeds_of(blk))
+    act_diff = [p for p in vjp.diff_pos if blk.ins[p].kind == "value"]
+    cot_keys = tuple(("c", blk.i, p) for p in act_diff)
     for key, p in zip(cot_keys, act_diff):
-      value_avals[key] = value_avals[ins[p].key]
-      value_split[key] = in_split[p]
+      self.value_avals[key] = self.value_avals[blk.ins[p].key]
+      self.value_split[key] = blk.in_split[p]
+    res_in = tuple(InRef("value", key=key) for key in res_keys)
     nres = len(res_keys)
-    if not split_w[i]:
-      def b_fn(ctx, pvals, ivals, *, nres=nres, ybar_of=ybar_of,
-               apply_vjp=apply_vjp, split_grads=split_grads):
-        ybar = ybar_of(ctx, ivals[nres:])
-        acts, grads = split_grads(apply_vjp(ctx, pvals, ivals[:nres], ybar))
-        return list(acts), list(grads)
-      kernels[bblk.id] = Kernel(
-          block_id=bblk.id, label=f"B{i}", kind="B", fwd=i, devices=devices,
-          split=g, params=params, inputs=b_inputs, in_avals=b_avals,
-          in_split=b_split, outputs=cot_keys, out_avals=cot_out_avals,
-          out_split=cot_out_split, grads=grad_leaves, fn=b_fn)
+    common = dict(inputs=res_in + tuple(cot_in),
+                  in_avals=tuple(res_avals) + tuple(cot_avals),
+                  in_split=(False,) * nres + tuple(cot_split))
+    cot_avals_out = tuple(blk.local_in[p] for p in act_diff)
+    cot_split_out = tuple(blk.in_split[p] for p in act_diff)
+    bid = self.gi.by_kind[("B", blk.i)].id
+    if not self.gi.split_w[blk.i]:
+      def b_fn(ctx, pvals, ivals, *, nres=nres, ybar=ybar, vjp=vjp):
+        bars = ybar(ctx, ivals[nres:])
+        acts, grads = vjp.backward(ctx, pvals, ivals[:nres], bars)
+        return acts, grads
+      self.kernels[bid] = blk.kernel(
+          bid, "B", outputs=cot_keys, out_avals=cot_avals_out,
+          out_split=cot_split_out, grads=vjp.grad_leaves, fn=b_fn, **common)
+      return
+    bar_keys = tuple(("g", blk.i, k) for k in range(len(blk.local_out)))
+    for key, full, s in zip(bar_keys, blk.full_out, blk.out_split):
+      self.value_avals[key] = full
+      self.value_split[key] = s
+    bar_inexact = tuple(k for k, a in enumerate(blk.local_out) if _inexact(a))
+
+    def bw_fn(ctx, pvals, ivals, *, nres=nres, ybar=ybar, vjp=vjp):
+      bars = ybar(ctx, ivals[nres:])
+      acts, _ = vjp.backward(ctx, pvals, ivals[:nres], bars, grads=False)
+      return acts + [y for y in bars if _inexact(y)], []
+    self.kernels[bid] = blk.kernel(
+        bid, "B", outputs=cot_keys + tuple(bar_keys[k] for k in bar_inexact),
+        out_avals=cot_avals_out + tuple(blk.local_out[k] for k in bar_inexact),
+        out_split=cot_split_out + tuple(blk.out_split[k] for k in bar_inexact),
+        grads=(), fn=bw_fn, **common)
+
+    def w_fn(ctx, pvals, ivals, *, nres=nres, vjp=vjp, blk=blk,
+             bar_inexact=bar_inexact):
+      bars = [_zero_cot(a) for a in blk.local_out]
+      for k, v in zip(bar_inexact, ivals[nres:]):
+        bars[k] = v
+      _, grads = vjp.backward(ctx, pvals, ivals[:nres], bars, acts=False)
+      return [], grads
+    wid = self.gi.by_kind[("W", blk.i)].id
+    self.kernels[wid] = blk.kernel(
+        wid, "W", inputs=res_in + tuple(InRef("value", key=bar_keys[k])
+                                        for k in bar_inexact),
+        in_avals=tuple(res_avals) + tuple(blk.local_out[k]
+                                          for k in bar_inexact),
+        in_split=(False,) * nres + tuple(blk.out_split[k]
+                                         for k in bar_inexact),
+        outputs=(), out_avals=(), out_split=(), grads=vjp.grad_leaves,
+        fn=w_fn)
+
+
+class _Ybar:
+  """Summed output cotangents of a block: consumers' plus terminal seeds.
+
+  Split blocks take their rows of a seed; an output without the batch axis
+  (batch-independent in a split block) counts on the leader only. A
+  replicated block takes whole seeds on every device (each computes the
+  full input cotangents; its parameter gradients count on the leader).
+  """
+
+  def __init__(self, blk: _Block, cot_slot: Sequence[int],
+               seed_of: Mapping[int, Any]):
+    self.blk = blk
+    self.cot_slot = tuple(cot_slot)
+    self.seed_of = dict(seed_of)
+
+  def __call__(self, ctx: Mapping[str, Any], cots: Sequence[Any]) -> list[Any]:
+    blk = self.blk
+    bars: list[Any] = [None] * len(blk.local_out)
+    for k, c in zip(self.cot_slot, cots):
+      bars[k] = c if bars[k] is None else bars[k] + c
+    for k, seed in self.seed_of.items():
+      aval = blk.local_out[k]
+      s = jnp.asarray(seed, aval.dtype)
+      if blk.out_split[k]:
+        s = jax.lax.dynamic_slice_in_dim(s, ctx["row_offset"], aval.shape[0])
+      bars[k] = s if bars[k] is None else bars[k] + s
+    out = []
+    for k, (a, x) in enumerate(zip(blk.local_out, bars)):
+      if x is None:
+        out.append(_zero_cot(a))
+      elif blk.split > 1 and not blk.out_split[k]:
+        out.append(_leader_only(ctx, x))
+      else:
+        out.append(x)
+    return out
+
+
+class _Vjp:
+  """The vjp of one block: forward with residuals, backward from them.
+
+  * keep: ``F`` returns its outputs plus the vjp residuals (leaves of the
+    vjp closure that are not the block's own parameters); ``B`` rebuilds
+    the closure from them and the parameter buffer;
+  * recompute: ``F`` stashes its non-parameter inputs and ``B`` runs
+    ``jax.vjp`` again.
+  """
+
+  def __init__(self, blk: _Block, diff_pos: Sequence[int], keep: bool):
+    self.blk = blk
+    self.diff_pos = tuple(diff_pos)
+    self.keep = keep
+    self.res = _Residuals()
+    self.grad_leaves = tuple(blk.ins[p].leaf for p in diff_pos
+                             if blk.ins[p].kind == "param")
+
+  def vjp_of(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> Any:
+    vals = self.blk.assemble(pvals, dvals)
+
+    def f(*diff):
+      v = list(vals)
+      for p, x in zip(self.diff_pos, diff):
+        v[p] = x
+      return self.blk.fb(*v)
+    return jax.vjp(f, *[vals[p] for p in self.diff_pos]), vals
+
+  def _probe(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> list[Any]:
+    (_, vjp), vals = self.vjp_of(pvals, dvals)
+    leaves, treedef = jax.tree_util.tree_flatten(vjp)
+    alias = []
+    for leaf in leaves:
+      hit = None
+      for q, p in enumerate(self.diff_pos):
+        if self.blk.ins[p].kind == "param" and leaf is vals[p]:
+          hit = q
+          break
+      alias.append(hit)
+    self.res.treedef = treedef
+    self.res.alias = tuple(alias)
+    return [leaf for leaf, a in zip(leaves, alias) if a is None]
+
+  def residual_avals(self) -> tuple[Any, ...]:
+    """Avals of what ``F`` stashes for ``B`` (one abstract trace)."""
+    blk = self.blk
+    if not self.keep:
+      return blk.data_avals
+    pv = [blk.local_in[[q for q, r in enumerate(blk.ins)
+                        if r.kind == "param" and r.leaf == l][0]]
+          for l in blk.params]
+    kept = jax.eval_shape(self._probe, pv, list(blk.data_avals))
+    self.res.avals = tuple(_sds(a.shape, a.dtype) for a in kept)
+    return self.res.avals
+
+  def forward(self, ctx: Any, pvals: Sequence[Any], dvals: Sequence[Any]
+              ) -> tuple[list[Any], list[Any]]:
+    del ctx
+    if not self.keep:
+      return list(self.blk.fb(*self.blk.assemble(pvals, dvals))) + list(
+          dvals), []
+    (ys, vjp), _ = self.vjp_of(pvals, dvals)
+    leaves = jax.tree_util.tree_leaves(vjp)
+    if len(leaves) != len(self.res.alias):
+      raise AssertionError("vjp residual structure changed between traces")
+    return list(ys) + [leaf for leaf, a in zip(leaves, self.res.alias)
+                       if a is None], []
+
+  def backward(self, ctx: Any, pvals: Sequence[Any], rvals: Sequence[Any],
+               ybar: Sequence[Any], *, acts: bool = True, grads: bool = True
+               ) -> tuple[list[Any], list[Any]]:
+    """Input cotangents (activations) and parameter gradients.
+
+    A replicated block's parameter gradients count on its leader only.
+    """
+    if self.keep:
+      by_leaf = dict(zip(self.blk.params, pvals))
+      it = iter(rvals)
+      leaves = [next(it) if a is None else
+                by_leaf[self.blk.ins[self.diff_pos[a]].leaf]
+                for a in self.res.alias]
+      vjp = jax.tree_util.tree_unflatten(self.res.treedef, leaves)
     else:
-      bar_keys = tuple(("g", i, k) for k in range(len(local_out)))
-      for key, full, s in zip(bar_keys, full_out, out_split):
-        value_avals[key] = full
-        value_split[key] = s
-      def bw_fn(ctx, pvals, ivals, *, nres=nres, ybar_of=ybar_of,
-                apply_vjp=apply_vjp, split_grads=split_grads):
-        ybar = ybar_of(ctx, ivals[nres:])
-        acts, _ = split_grads(apply_vjp(ctx, pvals, ivals[:nres], ybar))
-        return list(acts) + [y for y in ybar if _inexact(y)], []
-      bar_inexact = tuple(k for k, a in enumerate(local_out) if _inexact(a))
-      kernels[bblk.id] = Kernel(
-          block_id=bblk.id, label=f"B{i}", kind="B", fwd=i, devices=devices,
-          split=g, params=params, inputs=b_inputs, in_avals=b_avals,
-          in_split=b_split,
-          outputs=cot_keys + tuple(bar_keys[k] for k in bar_inexact),
-          out_avals=cot_out_avals + tuple(local_out[k] for k in bar_inexact),
-          out_split=cot_out_split + tuple(out_split[k] for k in bar_inexact),
-          grads=(), fn=bw_fn)
-      wblk = by_kind[("W", i)]
-
-      def w_fn(ctx, pvals, ivals, *, nres=nres, apply_vjp=apply_vjp,
-               split_grads=split_grads, local_out=local_out,
-               bar_inexact=bar_inexact):
-        bars = [_zero_cot(a) for a in local_out]
-        for k, v in zip(bar_inexact, ivals[nres:]):
-          bars[k] = v
-        _, grads = split_grads(apply_vjp(ctx, pvals, ivals[:nres], bars))
-        return [], list(grads)
-      kernels[wblk.id] = Kernel(
-          block_id=wblk.id, label=f"W{i}", kind="W", fwd=i, devices=devices,
-          split=g, params=params,
-          inputs=res_in + tuple(InRef("value", key=bar_keys[k])
-                                for k in bar_inexact),
-          in_avals=tuple(res_avals) + tuple(local_out[k] for k in bar_inexact),
-          in_split=(False,) * nres + tuple(out_split[k] for k in bar_inexact),
-          outputs=(), out_avals=(), out_split=(), grads=grad_leaves, fn=w_fn)
-
-  terminal_avals = tuple(value_avals[key] for key in terminals)
-  return KernelSet(kernels=kernels, forward_ids=forward_ids,
-                   terminals=terminals, terminal_avals=terminal_avals,
-                   microbatch_rows=b, value_avals=value_avals,
-                   value_split=value_split,
-                   keep={i: keep.get(i, True) for i in range(len(part.blocks))},
-                   train=train)
+      (_, vjp), _ = self.vjp_of(pvals, rvals)
+    bars = vjp(_as_cot(ybar))
+    ins = self.blk.ins
+    act = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "value"]
+    grad = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "param"]
+    if self.blk.mode.mode == "replicated":
+      grad = [_leader_only(ctx, x) for x in grad]
+    return (act if acts else []), (grad if grads else [])
 
 
 def _as_cot(ybar: Sequence[Any]) -> Any:

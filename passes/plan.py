@@ -63,6 +63,20 @@ def _rows(kernel: Kernel, device: int, b: int) -> tuple[int, int]:
   return (k * b // g, (k + 1) * b // g)
 
 
+def ctx_offset(kernel: Kernel, device: int, b: int) -> int:
+  """``ctx["row_offset"]`` of ``kernel`` on ``device``: its first row when
+  split, its rank in the block when replicated (0: the leader)."""
+  if kernel.mode == "replicated":
+    return kernel.devices.index(device)
+  return _rows(kernel, device, b)[0]
+
+
+def term_counts(kernel: Kernel, output: int, device: int) -> bool:
+  """Whether ``device``'s copy of a terminal output of ``kernel`` counts: a
+  row range of a split one, else the one copy on the block's leader."""
+  return bool(kernel.out_split[output]) or device == kernel.devices[0]
+
+
 def _is_rowed(aval: Any, b: int) -> bool:
   return bool(aval.shape) and aval.shape[0] == b
 
@@ -361,7 +375,7 @@ def _make_tick(env: _Env, step: int, kern: tuple[int | None, ...],
   branches = ((None,) if idle else ()) + tuple(present)
   branch_of = np.array([branches.index(k) for k in kern], np.int64)
   row_offset = np.array(
-      [_rows(kernels[k], d, b)[0] if k is not None else 0
+      [ctx_offset(kernels[k], d, b) if k is not None else 0
        for d, k in enumerate(kern)], np.int64)
 
   # Read ports.
@@ -515,7 +529,8 @@ def _terms(env: _Env, kern: Sequence[int | None], present: Sequence[int],
       j = env.terminal_index.get(key)
       if j is None:
         continue
-      mask = np.array([x == kid for x in kern])
+      mask = np.array([x == kid and term_counts(k, o, d)
+                       for d, x in enumerate(kern)])
       row = np.zeros(D, np.int64)
       scale = np.ones(D)
       c = np.zeros(D, np.int64)
@@ -524,8 +539,6 @@ def _terms(env: _Env, kern: Sequence[int | None], present: Sequence[int],
       for d in k.devices:
         if k.out_split[o]:
           row[d] = _rows(k, d, b)[0]
-        elif k.split > 1:
-          scale[d] = 1.0 / k.split
         base[d], sc[d], c[d] = 0, 1, mb[d]
       terms.append(TermAcc(terminal=j, port=out_map[kid][o], mask=mask,
                            row=row, rowed=bool(k.out_split[o]),

@@ -110,6 +110,18 @@ class Built:
     return tuple(p * self.memory_unit for p in self.unrolled.peak_memory)
 
 
+def _shared_modes(ks: Any) -> list[tuple[str, Any]]:
+  """``(F label, BlockMode)`` of every forward block on several devices."""
+  modes = getattr(ks, "modes", None) or {}
+  return [(f"F{i}", m) for i, m in sorted(modes.items())
+          if len(m.devices) > 1]
+
+
+def block_modes(ks: Any) -> dict[str, str]:
+  """``{"F0": "split 4-way" | "replicated: <reason>"}`` for ``step.report``."""
+  return {label: m.describe() for label, m in _shared_modes(ks)}
+
+
 def _fn_name(fn: Callable[..., Any]) -> str:
   return getattr(fn, "__name__", None) or type(fn).__name__
 
@@ -190,7 +202,14 @@ class ScheduledFunction:
     return self.built.unrolled
 
   def grid(self, max_steps: int | None = 64) -> str:
-    return self.built.unrolled.grid(max_steps=max_steps)
+    """The schedule's text grid; a legend below it says how every block on
+    several devices shares a micro-batch (split or replicated, and why)."""
+    text = self.built.unrolled.grid(max_steps=max_steps)
+    ks = self.built.kernels
+    legend = [f"F{ks.forward_ids[m.index]} (forward block {m.index}) on"
+              f" devices {list(m.devices)}: {m.describe()}"
+              for _, m in _shared_modes(ks)]
+    return text + ("\n" + "\n".join(legend) if legend else "")
 
   @property
   def report(self) -> Any:
@@ -333,16 +352,8 @@ class ScheduledFunction:
       part = _partition.partition(traced, forward_reach(graph, forward_of))
     forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
     reach = forward_reach(graph, forward_of)
-    local_parts = {}
-    for g in sorted({len(b.devices) for b in graph.blocks if b.kind == "F"}):
-      if g > 1 and rows % g == 0:
-        local_mb = jax.tree_util.tree_map(
-            lambda x, g=g: jax.ShapeDtypeStruct((rows // g,) + tuple(
-                x.shape[1:]), x.dtype), microbatch)
-        local = _partition.trace(self.fn, name, p_avals, local_mb)
-        local = self._cut(local, len(part.blocks), "", num_devices,
-                          like=traced)
-        local_parts[g] = _partition.partition(local, reach)
+    local_parts = self._local_parts(graph, rows, microbatch, p_avals, part,
+                                    traced, reach, num_devices)
 
     seeds = _kernels.loss_seeds(part, n_total) if train else None
     keep = self._initial_keep(len(part.blocks))
@@ -417,11 +428,35 @@ class ScheduledFunction:
         costs, unrolled, plan, layout, unit,
         self._memory_limit_bytes(layout, costs), mesh, pipe,
         schedule_costs=chosen, alternative_ms=other_ms)
+    if report is not None:
+      report = dataclasses.replace(report, block_modes=block_modes(ks))
     return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
                  partition=part, kernels=ks, layout=layout, memory_unit=unit,
                  jitted=jitted, build_seconds=time.perf_counter() - t0,
                  report=report,
                  profile=costs.profile if costs is not None else None)
+
+  def _local_parts(self, graph: BlockGraph, rows: int, microbatch: Any,
+                   p_avals: Any, part: Any, traced: Any, reach: Any,
+                   num_devices: int) -> dict[int, Any]:
+    """``g`` -> the partition of ``fn`` traced at ``rows / g`` rows, for
+    every ``g`` sharing a forward block (what a split block runs). A ``g``
+    whose re-trace fails is left out: its blocks run replicated."""
+    out = {}
+    for g in sorted({len(b.devices) for b in graph.blocks if b.kind == "F"}):
+      if g <= 1 or rows % g:
+        continue
+      local_mb = jax.tree_util.tree_map(
+          lambda x, g=g: jax.ShapeDtypeStruct((rows // g,) + tuple(
+              x.shape[1:]), x.dtype), microbatch)
+      try:
+        local = _partition.trace(self.fn, self.fn_name, p_avals, local_mb)
+        local = self._cut(local, len(part.blocks), "", num_devices,
+                          like=traced)
+        out[g] = _partition.partition(local, reach)
+      except (TesselError, TypeError, ValueError, IndexError):
+        continue  # the function does not trace at rows / g: replicate
+    return out
 
   def _uniform_candidate(self, graph: BlockGraph, ks: Any, unit: int,
                          layout: Any, n_local: int, num_devices: int,

@@ -44,6 +44,9 @@ class CostReport:
       spans was predicted faster (its quantisation error is then None).
     alternative_ms: Predicted step time of the candidate not taken (None:
       no choice was made).
+    block_modes: Forward block label (``F0``) of every block on several
+      devices -> how it shares a micro-batch: ``"split 4-way"`` or
+      ``"replicated: <reason>"`` (``passes.modes``).
   """
 
   cost: str
@@ -68,6 +71,7 @@ class CostReport:
   backend: str = ""
   schedule_costs: str = ""
   alternative_ms: float | None = None
+  block_modes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -93,5 +97,7 @@ class CostReport:
                  f" ms")
     prof = ("cached" if self.cache_hit else
             f"{self.kernels_measured} kernels in {self.profile_seconds:.2f} s")
+    shared = "".join(f"; {label} {how}"
+                     for label, how in self.block_modes.items())
     return (f"{head}; peak memory per device {mib} MiB; bubble ratio"
-            f" {self.bubble_ratio:.3f}; profiling {prof}")
+            f" {self.bubble_ratio:.3f}; profiling {prof}{shared}")
