@@ -157,7 +157,11 @@ def _source_reason(eqn: Any, rows: int) -> str | None:
     if name in _SOURCES:
       for v in e.outvars:
         shape = _shape(v)
-        if rows > 1 and rows in shape:
+        if name == "iota":  # counts along one dimension only
+          spans = shape[compat.eqn_params(e)["dimension"]] == rows
+        else:
+          spans = rows in shape
+        if rows > 1 and spans:
           return (f"{name} makes a {list(shape)} array over the batch axis"
                   f" (a split would draw or count other values)")
     for sub in compat.sub_jaxprs(e):

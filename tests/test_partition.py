@@ -262,10 +262,20 @@ def test_nonaffine_combination_of_independent_towers(mesh2):
     step(params, batch)
 
 
-def test_shared_block_needs_divisible_rows():
+def test_shared_block_with_indivisible_rows_runs_replicated():
   mesh = jax.make_mesh((2,), ("pipe",))
   params, batch = _data(3, rows=6)
+  params["w"] = [w + 0.1 * i for i, w in enumerate(params["w"])]
+  batch["x"] = batch["x"] * jnp.arange(6.0)[:, None]
   step = tj.schedule(_chain(3), mesh=mesh, placement=tj.placements.mshape(2),
                      num_microbatches=2)            # 3 rows per micro-batch
-  with pytest.raises(TesselError, match="not divisible by 2"):
-    step(params, batch)
+  loss, grads = step(params, batch)
+
+  def ref(p):
+    return jnp.mean(jnp.stack([_chain(3)(p, {"x": batch["x"][3 * m:3 * m + 3]})
+                               for m in range(2)]))
+  want_loss, want_grads = jax.value_and_grad(ref)(params)
+  np.testing.assert_allclose(loss, want_loss, rtol=1e-5)
+  for g, w in zip(grads["w"], want_grads["w"]):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
+  assert "replicated: 3 rows do not divide over 2 devices" in step.grid()
