@@ -160,26 +160,16 @@ def towers_fn(shape: GPTShape, groups: Sequence[tuple[int, int]],
 def branches_fn(shape: GPTShape, groups: Sequence[tuple[int, int]],
                 output: str = "loss") -> Callable[[Any, Any], Any]:
   """K-shape: two branches run ``groups[:-1]`` on half of the rows each,
-  then the join block runs ``groups[-1]`` on all rows.
-
-  Each branch hands the join a value with all the micro-batch's rows (its
-  half, zeros elsewhere) and the join adds them: the lowering splits an
-  all-device block's inputs by micro-batch rows, and a half-batch value
-  concatenated inside the join could not be split that way.
-  """
+  then the join block runs ``groups[-1]`` on all rows (the two halves
+  concatenated; the all-device join then runs replicated, see
+  ``passes.modes``)."""
   names = _check(shape, groups, output)
 
   def branch(params, batch, which):
     x = None
-    for k, (a, b) in enumerate(groups[:-1]):
+    for a, b in groups[:-1]:
       x = _run_layers(params, shape, names[a:b], x, batch,
                       _half(batch, which), output)
-      if k == len(groups) - 2:
-        # Hand the join all rows (zeros in the other branch's half): the
-        # all-device join splits the micro-batch's rows over its devices,
-        # so what it reads must have the micro-batch's rows.
-        pad = jnp.zeros_like(x)
-        x = jnp.concatenate([x, pad] if which == 0 else [pad, x])
       x = tj.boundary(x)
     return x
 
@@ -187,8 +177,8 @@ def branches_fn(shape: GPTShape, groups: Sequence[tuple[int, int]],
     xa = branch(params, batch, 0)
     xb = branch(params, batch, 1)
     a, b = groups[-1]
-    return _run_layers(params, shape, names[a:b], xa + xb, batch, _ALL,
-                       output)
+    return _run_layers(params, shape, names[a:b],
+                       jnp.concatenate([xa, xb]), batch, _ALL, output)
 
   return gpt
 

@@ -71,6 +71,7 @@ def choose_modes(part: Partition, devices: Mapping[int, Sequence[int]],
     Forward index -> :class:`BlockMode`.
   """
   axes: dict[tuple[int, int], _rows.Axis] = {}
+  origin: dict[int, tuple[int, str]] = {}  # block -> where its rows mixed
   out: dict[int, BlockMode] = {}
   for fb in part.blocks:
     devs = tuple(devices[fb.index])
@@ -80,15 +81,36 @@ def choose_modes(part: Partition, devices: Mapping[int, Sequence[int]],
         in_axes + [None] * len(fb.const_vars), rows)
     for k, a in enumerate(found.out_axes):
       axes[(fb.index, k)] = a
+    source = _mixed_source(fb, in_axes, origin)
+    if source is not None:
+      origin[fb.index] = origin[source[0]]
+      j, k = source
+      first, what = origin[j]
+      reason = (f"it reads output {k} of block {j}, whose rows were mixed in"
+                f" block {first} ({what})")
+    else:
+      origin[fb.index] = (fb.index, found.reason)
+      reason = found.reason
     if len(devs) == 1:
       out[fb.index] = BlockMode(fb.index, "single", devs)
       continue
-    reason = (found.reason if found.coupled else
+    reason = (reason if found.coupled else
               _split_obstacle(fb, in_axes, found.out_axes, rows, len(devs),
                               local_parts, differentiable))
     out[fb.index] = BlockMode(fb.index, "replicated" if reason else "split",
                               devs, reason)
   return out
+
+
+def _mixed_source(fb: ForwardBlock, in_axes: Sequence[_rows.Axis],
+                  origin: Mapping[int, tuple[int, str]]
+                  ) -> tuple[int, int] | None:
+  """``(block, output)`` of the first input that arrives with its rows
+  already mixed, or None."""
+  for s, a in zip(fb.inputs, in_axes):
+    if a == _rows.MIXED and s.index in origin:
+      return s.index, s.output
+  return None
 
 
 def _input_axis(src: Any, axes: Mapping[tuple[int, int], _rows.Axis]

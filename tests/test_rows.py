@@ -302,3 +302,22 @@ def test_vmapped_per_example_block_with_batch_last():
   assert M.max_rel_err(grads, ref_grads) <= TOL
   mode = _mode_of_block0(step)
   assert mode.mode == "replicated" and "axis 1" in mode.reason
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_kshape_half_batch_join_without_padding(mode):
+  from experiments import gpt_profile as G  # pylint: disable=import-outside-toplevel
+  shape = G.GPTShape(vocab=32, d_model=8, layers=2, heads=2, seq=4, rows=4)
+  groups = [(0, 1), (1, 2), (2, 4)]
+  fn = G.branches_fn(shape, groups, "loss" if mode == "train" else "nll")
+  params, n = G.init_params(shape), 4
+  batch = {k: jnp.asarray(v) for k, v in G.make_batch(shape, n * 4).items()}
+  mesh = jax.make_mesh((4,), ("pipe",))
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.kshape(4, mode),
+                     num_microbatches=n, mode=mode, solver_time_limit_s=10.0)
+  got = step(params, batch)
+  want = (M.reference(fn, params, batch, n) if mode == "train" else
+          M.reference_infer(fn, params, batch, n))
+  assert M.max_rel_err(got, want) <= TOL
+  join = step.built.kernels.modes[4]
+  assert join.mode == "replicated" and "block 0" in join.reason
