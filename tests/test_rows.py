@@ -234,6 +234,10 @@ def test_batch_statistics_in_a_shared_block_are_exact():
   mode = _mode_of_block0(step)
   assert mode.mode == "replicated" and "reduce_sum" in mode.reason
   assert "replicated: reduce_sum over the batch axis" in step.grid()
+  # Every device runs (and the cost model measures) all 4 rows.
+  ks = step.built.kernels
+  f0 = ks.kernels[ks.forward_ids[0]]
+  assert f0.split == 1 and f0.in_avals[0].shape[0] == 4
   if step.report is not None:
     assert "replicated" in step.report.block_modes["F0"]
 
@@ -265,6 +269,9 @@ def test_dropout_with_row_keys_splits_and_keeps_the_bits():
   step, out, want = _check(dropout, n=n, batch=batch)
   assert _mode_of_block0(step).mode == "split"
   np.testing.assert_array_equal(np.asarray(out[1]), np.asarray(want[1]))
+  ks = step.built.kernels
+  f0 = ks.kernels[ks.forward_ids[0]]
+  assert f0.split == 4 and f0.in_avals[0].shape[0] == 1
 
 
 def test_two_rows_on_four_devices_run_replicated():
