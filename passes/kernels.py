@@ -37,8 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tessel_jax import compat
-
+from .block_vjp import Vjp, Ybar, inexact, zero_cot
 from .errors import fail
 from .modes import BlockMode, choose_modes
 from .partition import ForwardBlock, Partition
@@ -145,37 +144,6 @@ class KernelSet:
 
 def _nbytes(aval: Any) -> int:
   return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(aval.dtype).itemsize
-
-
-def _sds(shape: Sequence[int], dtype: Any) -> jax.ShapeDtypeStruct:
-  return jax.ShapeDtypeStruct(tuple(shape), dtype)
-
-
-def _inexact(aval: Any) -> bool:
-  return jnp.issubdtype(aval.dtype, jnp.inexact)
-
-
-def _zero_cot(aval: Any) -> Any:
-  if _inexact(aval):
-    return jnp.zeros(aval.shape, aval.dtype)
-  return compat.float0_zeros(tuple(aval.shape))
-
-
-def _leader_only(ctx: Mapping[str, Any], x: Any) -> Any:
-  """``x`` on the block's leader (``row_offset == 0``), zeros elsewhere."""
-  rank = ctx["row_offset"]
-  if isinstance(rank, (int, np.integer)):
-    return x if rank == 0 else jnp.zeros_like(x)
-  return jnp.where(rank == 0, x, jnp.zeros_like(x))
-
-
-@dataclasses.dataclass
-class _Residuals:
-  """Static facts of a block's vjp closure (from one abstract trace)."""
-
-  treedef: Any = None
-  alias: tuple[int | None, ...] = ()   # leaf -> diff position (param) or None
-  avals: tuple[jax.ShapeDtypeStruct, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -403,9 +371,9 @@ class _Builder:
     """``F``, ``B`` and (split backward) ``W`` kernels of one block."""
     self._outputs(blk)
     diff_pos = [p for p, (r, a) in enumerate(zip(blk.ins, blk.local_in))
-                if _inexact(a) and (r.kind == "param" or (
+                if inexact(a) and (r.kind == "param" or (
                     r.kind == "value" and self.gi.has_grad[r.key[1]]))]
-    vjp = _Vjp(blk, diff_pos, keep)
+    vjp = Vjp(blk, diff_pos, keep)
     res_avals = vjp.residual_avals()
     res_keys = tuple(("r", blk.i, r) for r in range(len(res_avals)))
     for key, a in zip(res_keys, res_avals):
@@ -426,7 +394,7 @@ class _Builder:
     """Cotangents of the block's outputs from consumers with a gradient."""
     cot_in, cot_slot, cot_avals, cot_split = [], [], [], []
     for k, full in enumerate(blk.full_out):
-      if not _inexact(full):
+      if not inexact(full):
         continue
       for (j, p) in self.gi.consumers.get(("y", blk.i, k), []):
         if self.gi.has_grad[j]:
@@ -444,10 +412,10 @@ class _Builder:
         out[k] = self.seeds[j]
     return out
 
-  def _backward(self, blk: _Block, vjp: "_Vjp", res_keys: tuple[Key, ...],
+  def _backward(self, blk: _Block, vjp: "Vjp", res_keys: tuple[Key, ...],
                 res_avals: Sequence[Any]) -> None:
     cot_in, cot_slot, cot_avals, cot_split = self._cotangent_inputs(blk)
-    ybar = _Ybar(blk, cot_slot, self._seeds_of(blk))
+    ybar = Ybar(blk, cot_slot, self._seeds_of(blk))
     act_diff = [p for p in vjp.diff_pos if blk.ins[p].kind == "value"]
     cot_keys = tuple(("c", blk.i, p) for p in act_diff)
     for key, p in zip(cot_keys, act_diff):
@@ -474,12 +442,12 @@ class _Builder:
     for key, full, s in zip(bar_keys, blk.full_out, blk.out_split):
       self.value_avals[key] = full
       self.value_split[key] = s
-    bar_inexact = tuple(k for k, a in enumerate(blk.local_out) if _inexact(a))
+    bar_inexact = tuple(k for k, a in enumerate(blk.local_out) if inexact(a))
 
     def bw_fn(ctx, pvals, ivals, *, nres=nres, ybar=ybar, vjp=vjp):
       bars = ybar(ctx, ivals[nres:])
       acts, _ = vjp.backward(ctx, pvals, ivals[:nres], bars, grads=False)
-      return acts + [y for y in bars if _inexact(y)], []
+      return acts + [y for y in bars if inexact(y)], []
     self.kernels[bid] = blk.kernel(
         bid, "B", outputs=cot_keys + tuple(bar_keys[k] for k in bar_inexact),
         out_avals=cot_avals_out + tuple(blk.local_out[k] for k in bar_inexact),
@@ -488,7 +456,7 @@ class _Builder:
 
     def w_fn(ctx, pvals, ivals, *, nres=nres, vjp=vjp, blk=blk,
              bar_inexact=bar_inexact):
-      bars = [_zero_cot(a) for a in blk.local_out]
+      bars = [zero_cot(a) for a in blk.local_out]
       for k, v in zip(bar_inexact, ivals[nres:]):
         bars[k] = v
       _, grads = vjp.backward(ctx, pvals, ivals[:nres], bars, acts=False)
@@ -505,141 +473,6 @@ class _Builder:
         fn=w_fn)
 
 
-class _Ybar:
-  """Summed output cotangents of a block: consumers' plus terminal seeds.
-
-  Split blocks take their rows of a seed; an output without the batch axis
-  (batch-independent in a split block) counts on the leader only. A
-  replicated block takes whole seeds on every device (each computes the
-  full input cotangents; its parameter gradients count on the leader).
-  """
-
-  def __init__(self, blk: _Block, cot_slot: Sequence[int],
-               seed_of: Mapping[int, Any]):
-    self.blk = blk
-    self.cot_slot = tuple(cot_slot)
-    self.seed_of = dict(seed_of)
-
-  def __call__(self, ctx: Mapping[str, Any], cots: Sequence[Any]) -> list[Any]:
-    blk = self.blk
-    bars: list[Any] = [None] * len(blk.local_out)
-    for k, c in zip(self.cot_slot, cots):
-      bars[k] = c if bars[k] is None else bars[k] + c
-    for k, seed in self.seed_of.items():
-      aval = blk.local_out[k]
-      s = jnp.asarray(seed, aval.dtype)
-      if blk.out_split[k]:
-        s = jax.lax.dynamic_slice_in_dim(s, ctx["row_offset"], aval.shape[0])
-      bars[k] = s if bars[k] is None else bars[k] + s
-    out = []
-    for k, (a, x) in enumerate(zip(blk.local_out, bars)):
-      if x is None:
-        out.append(_zero_cot(a))
-      elif blk.split > 1 and not blk.out_split[k]:
-        out.append(_leader_only(ctx, x))
-      else:
-        out.append(x)
-    return out
-
-
-class _Vjp:
-  """The vjp of one block: forward with residuals, backward from them.
-
-  * keep: ``F`` returns its outputs plus the vjp residuals (leaves of the
-    vjp closure that are not the block's own parameters); ``B`` rebuilds
-    the closure from them and the parameter buffer;
-  * recompute: ``F`` stashes its non-parameter inputs and ``B`` runs
-    ``jax.vjp`` again.
-  """
-
-  def __init__(self, blk: _Block, diff_pos: Sequence[int], keep: bool):
-    self.blk = blk
-    self.diff_pos = tuple(diff_pos)
-    self.keep = keep
-    self.res = _Residuals()
-    self.grad_leaves = tuple(blk.ins[p].leaf for p in diff_pos
-                             if blk.ins[p].kind == "param")
-
-  def vjp_of(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> Any:
-    vals = self.blk.assemble(pvals, dvals)
-
-    def f(*diff):
-      v = list(vals)
-      for p, x in zip(self.diff_pos, diff):
-        v[p] = x
-      return self.blk.fb(*v)
-    return jax.vjp(f, *[vals[p] for p in self.diff_pos]), vals
-
-  def _probe(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> list[Any]:
-    (_, vjp), vals = self.vjp_of(pvals, dvals)
-    leaves, treedef = jax.tree_util.tree_flatten(vjp)
-    alias = []
-    for leaf in leaves:
-      hit = None
-      for q, p in enumerate(self.diff_pos):
-        if self.blk.ins[p].kind == "param" and leaf is vals[p]:
-          hit = q
-          break
-      alias.append(hit)
-    self.res.treedef = treedef
-    self.res.alias = tuple(alias)
-    return [leaf for leaf, a in zip(leaves, alias) if a is None]
-
-  def residual_avals(self) -> tuple[Any, ...]:
-    """Avals of what ``F`` stashes for ``B`` (one abstract trace)."""
-    blk = self.blk
-    if not self.keep:
-      return blk.data_avals
-    pv = [blk.local_in[[q for q, r in enumerate(blk.ins)
-                        if r.kind == "param" and r.leaf == l][0]]
-          for l in blk.params]
-    kept = jax.eval_shape(self._probe, pv, list(blk.data_avals))
-    self.res.avals = tuple(_sds(a.shape, a.dtype) for a in kept)
-    return self.res.avals
-
-  def forward(self, ctx: Any, pvals: Sequence[Any], dvals: Sequence[Any]
-              ) -> tuple[list[Any], list[Any]]:
-    del ctx
-    if not self.keep:
-      return list(self.blk.fb(*self.blk.assemble(pvals, dvals))) + list(
-          dvals), []
-    (ys, vjp), _ = self.vjp_of(pvals, dvals)
-    leaves = jax.tree_util.tree_leaves(vjp)
-    if len(leaves) != len(self.res.alias):
-      raise AssertionError("vjp residual structure changed between traces")
-    return list(ys) + [leaf for leaf, a in zip(leaves, self.res.alias)
-                       if a is None], []
-
-  def backward(self, ctx: Any, pvals: Sequence[Any], rvals: Sequence[Any],
-               ybar: Sequence[Any], *, acts: bool = True, grads: bool = True
-               ) -> tuple[list[Any], list[Any]]:
-    """Input cotangents (activations) and parameter gradients.
-
-    A replicated block's parameter gradients count on its leader only.
-    """
-    if self.keep:
-      by_leaf = dict(zip(self.blk.params, pvals))
-      it = iter(rvals)
-      leaves = [next(it) if a is None else
-                by_leaf[self.blk.ins[self.diff_pos[a]].leaf]
-                for a in self.res.alias]
-      vjp = jax.tree_util.tree_unflatten(self.res.treedef, leaves)
-    else:
-      (_, vjp), _ = self.vjp_of(pvals, rvals)
-    bars = vjp(_as_cot(ybar))
-    ins = self.blk.ins
-    act = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "value"]
-    grad = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "param"]
-    if self.blk.mode.mode == "replicated":
-      grad = [_leader_only(ctx, x) for x in grad]
-    return (act if acts else []), (grad if grads else [])
-
-
-def _as_cot(ybar: Sequence[Any]) -> Any:
-  """Cotangent structure of a block's output list (``fb`` returns a list)."""
-  return list(ybar)
-
-
 def loss_seeds(part: Partition, num_microbatches: int,
                check_affine: bool = True) -> list[Any]:
   """Constant cotangent of the mean loss with respect to each terminal.
@@ -653,7 +486,7 @@ def loss_seeds(part: Partition, num_microbatches: int,
   """
   name = part.fn_name
   outs = part.out_avals
-  if len(outs) != 1 or outs[0].shape != () or not _inexact(outs[0]):
+  if len(outs) != 1 or outs[0].shape != () or not inexact(outs[0]):
     shapes = [f"{tuple(a.shape)}:{a.dtype}" for a in outs]
     raise fail(name, f"mode='train' needs the function to return one scalar"
                f" float loss; it returns {shapes}. Return the loss only, or"
@@ -668,8 +501,8 @@ def loss_seeds(part: Partition, num_microbatches: int,
 
     def grad_at(seed_shift: float) -> list[np.ndarray]:
       xs = [jnp.asarray(rng.standard_normal(a.shape) + seed_shift, a.dtype)
-            if _inexact(a) else jnp.zeros(a.shape, a.dtype) for a in avals]
-      diff = [k for k, a in enumerate(avals) if _inexact(a)]
+            if inexact(a) else jnp.zeros(a.shape, a.dtype) for a in avals]
+      diff = [k for k, a in enumerate(avals) if inexact(a)]
       def e(*d):
         v = list(xs)
         for k, x in zip(diff, d):

@@ -1,0 +1,186 @@
+"""The vjp side of a block's kernels: residuals, output cotangents, gradients.
+
+:class:`Vjp` derives a forward block's backward with ``jax.vjp`` (keeping the
+vjp residuals or recomputing them) and :class:`Ybar` sums the cotangents of a
+block's outputs (consumers' plus terminal seeds). A block on several devices
+counts each contribution once: a split block's batch-independent outputs
+take their cotangent on the leader only, a replicated block's parameter
+gradients count on the leader only (``ctx["row_offset"] == 0``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tessel_jax import compat
+
+def sds(shape: Sequence[int], dtype: Any) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+
+def inexact(aval: Any) -> bool:
+  return jnp.issubdtype(aval.dtype, jnp.inexact)
+
+
+def zero_cot(aval: Any) -> Any:
+  if inexact(aval):
+    return jnp.zeros(aval.shape, aval.dtype)
+  return compat.float0_zeros(tuple(aval.shape))
+
+
+def leader_only(ctx: Mapping[str, Any], x: Any) -> Any:
+  """``x`` on the block's leader (``row_offset == 0``), zeros elsewhere."""
+  rank = ctx["row_offset"]
+  if isinstance(rank, (int, np.integer)):
+    return x if rank == 0 else jnp.zeros_like(x)
+  return jnp.where(rank == 0, x, jnp.zeros_like(x))
+
+
+@dataclasses.dataclass
+class _Residuals:
+  """Static facts of a block's vjp closure (from one abstract trace)."""
+
+  treedef: Any = None
+  alias: tuple[int | None, ...] = ()   # leaf -> diff position (param) or None
+  avals: tuple[jax.ShapeDtypeStruct, ...] = ()
+
+
+class Ybar:
+  """Summed output cotangents of a block: consumers' plus terminal seeds.
+
+  Split blocks take their rows of a seed; an output without the batch axis
+  (batch-independent in a split block) counts on the leader only. A
+  replicated block takes whole seeds on every device (each computes the
+  full input cotangents; its parameter gradients count on the leader).
+  """
+
+  def __init__(self, blk: Any, cot_slot: Sequence[int],
+               seed_of: Mapping[int, Any]):
+    self.blk = blk
+    self.cot_slot = tuple(cot_slot)
+    self.seed_of = dict(seed_of)
+
+  def __call__(self, ctx: Mapping[str, Any], cots: Sequence[Any]) -> list[Any]:
+    blk = self.blk
+    bars: list[Any] = [None] * len(blk.local_out)
+    for k, c in zip(self.cot_slot, cots):
+      bars[k] = c if bars[k] is None else bars[k] + c
+    for k, seed in self.seed_of.items():
+      aval = blk.local_out[k]
+      s = jnp.asarray(seed, aval.dtype)
+      if blk.out_split[k]:
+        s = jax.lax.dynamic_slice_in_dim(s, ctx["row_offset"], aval.shape[0])
+      bars[k] = s if bars[k] is None else bars[k] + s
+    out = []
+    for k, (a, x) in enumerate(zip(blk.local_out, bars)):
+      if x is None:
+        out.append(zero_cot(a))
+      elif blk.split > 1 and not blk.out_split[k]:
+        out.append(leader_only(ctx, x))
+      else:
+        out.append(x)
+    return out
+
+
+class Vjp:
+  """The vjp of one block: forward with residuals, backward from them.
+
+  * keep: ``F`` returns its outputs plus the vjp residuals (leaves of the
+    vjp closure that are not the block's own parameters); ``B`` rebuilds
+    the closure from them and the parameter buffer;
+  * recompute: ``F`` stashes its non-parameter inputs and ``B`` runs
+    ``jax.vjp`` again.
+  """
+
+  def __init__(self, blk: Any, diff_pos: Sequence[int], keep: bool):
+    self.blk = blk
+    self.diff_pos = tuple(diff_pos)
+    self.keep = keep
+    self.res = _Residuals()
+    self.grad_leaves = tuple(blk.ins[p].leaf for p in diff_pos
+                             if blk.ins[p].kind == "param")
+
+  def vjp_of(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> Any:
+    vals = self.blk.assemble(pvals, dvals)
+
+    def f(*diff):
+      v = list(vals)
+      for p, x in zip(self.diff_pos, diff):
+        v[p] = x
+      return self.blk.fb(*v)
+    return jax.vjp(f, *[vals[p] for p in self.diff_pos]), vals
+
+  def _probe(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> list[Any]:
+    (_, vjp), vals = self.vjp_of(pvals, dvals)
+    leaves, treedef = jax.tree_util.tree_flatten(vjp)
+    alias = []
+    for leaf in leaves:
+      hit = None
+      for q, p in enumerate(self.diff_pos):
+        if self.blk.ins[p].kind == "param" and leaf is vals[p]:
+          hit = q
+          break
+      alias.append(hit)
+    self.res.treedef = treedef
+    self.res.alias = tuple(alias)
+    return [leaf for leaf, a in zip(leaves, alias) if a is None]
+
+  def residual_avals(self) -> tuple[Any, ...]:
+    """Avals of what ``F`` stashes for ``B`` (one abstract trace)."""
+    blk = self.blk
+    if not self.keep:
+      return blk.data_avals
+    pv = [blk.local_in[[q for q, r in enumerate(blk.ins)
+                        if r.kind == "param" and r.leaf == l][0]]
+          for l in blk.params]
+    kept = jax.eval_shape(self._probe, pv, list(blk.data_avals))
+    self.res.avals = tuple(sds(a.shape, a.dtype) for a in kept)
+    return self.res.avals
+
+  def forward(self, ctx: Any, pvals: Sequence[Any], dvals: Sequence[Any]
+              ) -> tuple[list[Any], list[Any]]:
+    del ctx
+    if not self.keep:
+      return list(self.blk.fb(*self.blk.assemble(pvals, dvals))) + list(
+          dvals), []
+    (ys, vjp), _ = self.vjp_of(pvals, dvals)
+    leaves = jax.tree_util.tree_leaves(vjp)
+    if len(leaves) != len(self.res.alias):
+      raise AssertionError("vjp residual structure changed between traces")
+    return list(ys) + [leaf for leaf, a in zip(leaves, self.res.alias)
+                       if a is None], []
+
+  def backward(self, ctx: Any, pvals: Sequence[Any], rvals: Sequence[Any],
+               ybar: Sequence[Any], *, acts: bool = True, grads: bool = True
+               ) -> tuple[list[Any], list[Any]]:
+    """Input cotangents (activations) and parameter gradients.
+
+    A replicated block's parameter gradients count on its leader only.
+    """
+    if self.keep:
+      by_leaf = dict(zip(self.blk.params, pvals))
+      it = iter(rvals)
+      leaves = [next(it) if a is None else
+                by_leaf[self.blk.ins[self.diff_pos[a]].leaf]
+                for a in self.res.alias]
+      vjp = jax.tree_util.tree_unflatten(self.res.treedef, leaves)
+    else:
+      (_, vjp), _ = self.vjp_of(pvals, rvals)
+    bars = vjp(as_cot(ybar))
+    ins = self.blk.ins
+    act = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "value"]
+    grad = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "param"]
+    if self.blk.mode.mode == "replicated":
+      grad = [leader_only(ctx, x) for x in grad]
+    return (act if acts else []), (grad if grads else [])
+
+
+def as_cot(ybar: Sequence[Any]) -> Any:
+  """Cotangent structure of a block's output list (``fb`` returns a list)."""
+  return list(ybar)
