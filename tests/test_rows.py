@@ -79,6 +79,22 @@ OPS = {
     "leaky": lambda x: jnp.where(x > 0, x, 0.1 * x),
     "col_slice": lambda x: jnp.pad(x[:, 1:], ((0, 0), (1, 0))),
     "softmax1": lambda x: jax.nn.softmax(x, axis=1),
+    "take_rows": lambda x: x[np.arange(x.shape[0])[::-1]],
+    "take_cols": lambda x: x[:, np.arange(x.shape[1])[::-1]],
+    "scan_cols": lambda x: jax.lax.scan(
+        lambda c, col: (c * 0.5 + col, c), jnp.zeros(x.shape[0]), x.T)[1].T,
+    "scan_rows": lambda x: jax.lax.scan(
+        lambda c, row: (c * 0.5 + row, c), jnp.zeros(x.shape[1]), x)[1],
+    "cond": lambda x: jax.lax.cond(x.shape[0] > 1, jnp.sin, jnp.cos, x),
+    "fori_cols": lambda x: jax.lax.fori_loop(
+        0, 2, lambda i, y: jnp.roll(y, 1, 1) * 0.9 + x, x),
+    "dyn_slice_cols": lambda x: jax.lax.dynamic_update_slice(
+        x, jax.lax.dynamic_slice(x, (0, 1), (x.shape[0], 1)) * 3.0, (0, 0)),
+    "top_k1": lambda x: x + jax.lax.top_k(x, 1)[0],
+    "remat": lambda x: jax.checkpoint(lambda y: jnp.tanh(y) * y)(x),
+    "custom_relu": jax.nn.relu,
+    "logsumexp0": lambda x: x - jax.nn.logsumexp(x, axis=0, keepdims=True),
+    "outer_rows": lambda x: (x[:, None, :] * x[None, :, :]).sum(1),
 }
 
 
@@ -97,7 +113,7 @@ def _moved(a, b):
   return np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)) > 0
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=120, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(sorted(OPS)), min_size=1, max_size=5))
 def test_analysis_agrees_with_brute_force(names):
@@ -328,3 +344,29 @@ def test_kshape_half_batch_join_without_padding(mode):
   assert M.max_rel_err(got, want) <= TOL
   join = step.built.kernels.modes[4]
   assert join.mode == "replicated" and "block 0" in join.reason
+
+
+@pytest.mark.parametrize("kw", [dict(split_backward=True),
+                                dict(interpret_ramps=2)],
+                         ids=["split_backward", "interp"])
+def test_replicated_block_with_w_kernels_and_interp_segments(kw):
+  def stats(p, h, batch):
+    del batch
+    return (h - h.mean(0)) * p["w"][0][0], jnp.zeros(())
+  fn, params, n = _chain(stats), _params(), 4
+  batch = _batch(n * 4)
+  graph = tj.placements.mshape(4, "train", split_backward=kw.pop(
+      "split_backward", False))
+  step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
+                     placement=graph, num_microbatches=n,
+                     solver_time_limit_s=10.0, **kw)
+  loss, grads = step(params, batch)
+  ref_loss, ref_grads = M.reference(fn, params, batch, n)
+  assert M.max_rel_err(loss, ref_loss) <= TOL
+  assert M.max_rel_err(grads, ref_grads) <= TOL
+  assert step.built.kernels.modes[0].mode == "replicated"
+  if "interpret_ramps" in kw:
+    assert any(s.kind == "interp" for s in step.built.plan.segments)
+  else:
+    assert any(k.kind == "W" and k.mode == "replicated"
+               for k in step.built.kernels.kernels.values())
