@@ -54,8 +54,9 @@ class _Residuals:
 class Ybar:
   """Summed output cotangents of a block: consumers' plus terminal seeds.
 
-  Split blocks take their rows of a seed; an output without the batch axis
-  (batch-independent in a split block) counts on the leader only. A
+  Split blocks take their rows of a seed; a partial sum over the rows takes
+  the seed times its ratio ``r`` on every device; any other output without
+  the batch axis (batch-independent) counts on the leader only. A
   replicated block takes whole seeds on every device (each computes the
   full input cotangents; its parameter gradients count on the leader).
   """
@@ -77,10 +78,13 @@ class Ybar:
       if blk.out_split[k]:
         s = jax.lax.dynamic_slice_in_dim(s, ctx["row_offset"], aval.shape[0])
       bars[k] = s if bars[k] is None else bars[k] + s
+    summed = dict(blk.mode.summed)
     out = []
     for k, (a, x) in enumerate(zip(blk.local_out, bars)):
       if x is None:
         out.append(zero_cot(a))
+      elif k in summed:
+        out.append(x * jnp.asarray(summed[k], x.dtype))
       elif blk.split > 1 and not blk.out_split[k]:
         out.append(leader_only(ctx, x))
       else:

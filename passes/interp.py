@@ -22,7 +22,8 @@ import numpy as np
 
 from .plan import (Dyn, GradPort, ReadPort, Round, Target, TermAcc, Tick,
                    _Env, _grad_ports, _read_port, _rows, assign_inputs,
-                   assign_outputs, ctx_offset, term_counts, tick_messages)
+                   assign_outputs, ctx_offset, term_counts, term_scale,
+                   tick_messages)
 
 
 def _static(values: np.ndarray) -> Dyn:
@@ -161,6 +162,7 @@ def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
           if t.kernels[d] != kid:
             continue
           mask[tau, d] = term_counts(k, o, d)
+          scale[tau, d] = term_scale(k, o)
           if k.out_split[o]:
             row[tau, d] = _rows(k, d, b)[0]
           mb[tau, d] = t.mb[d]

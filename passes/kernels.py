@@ -80,6 +80,8 @@ class Kernel:
       device, for a replicated one the device's rank in the block (traced
       int; 0 on the leader either way).
     mode: ``"single"``, ``"split"`` or ``"replicated"`` (``passes.modes``).
+    summed: ``(output, r)`` of outputs that are partial sums over the rows
+      (split blocks): every device's value counts, times ``r``.
   """
 
   block_id: int
@@ -98,6 +100,7 @@ class Kernel:
   grads: tuple[int, ...]
   fn: Callable[..., tuple[list[Any], list[Any]]]
   mode: str = "single"
+  summed: tuple[tuple[int, float], ...] = ()
 
   @property
   def stash_bytes(self) -> int:
@@ -257,7 +260,8 @@ class _Block:
     """A :class:`Kernel` of this block (``kw``: inputs, outputs, fn...)."""
     return Kernel(block_id=gid, label=f"{kind}{self.i}", kind=kind,
                   fwd=self.i, devices=self.devices, split=self.split,
-                  params=self.params, mode=self.mode.mode, **kw)
+                  params=self.params, mode=self.mode.mode,
+                  summed=self.mode.summed if kind == "F" else (), **kw)
 
 
 def _make_block(full: ForwardBlock, mode: BlockMode, b: int,

@@ -8,6 +8,10 @@ A block on ``g > 1`` devices runs in one of two modes:
   batch-carrying value it reads or exports has the batch on axis 0, every
   differentiable activation it reads carries the batch (its cotangent then
   needs no sum over devices) and the re-trace has the same structure;
+  A terminal output that is a linear function of a sum over the rows (a
+  mean loss, ``passes.rows.SUMMED``) stays split when only the epilogue
+  reads it: every device's partial value counts, scaled by ``r`` (``1 / g``
+  for a mean, 1 for a sum; probed once by :func:`sum_ratios`);
 * ``replicated``: every device computes all ``b`` rows (the full trace, so
   random draws give the plain function's bits); one device (the block's
   first, the *leader*) counts its terminals and parameter gradients.
@@ -22,7 +26,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from . import rows as _rows
 from .partition import ForwardBlock, Partition
@@ -39,17 +45,23 @@ class BlockMode:
     mode: ``"single"``, ``"split"`` or ``"replicated"``.
     devices: Devices of the block.
     reason: Why a shared block is replicated (empty otherwise).
+    summed: Split blocks: ``(output, r)`` of terminal outputs that are sums
+      over the rows (a mean loss): the output is ``r`` times the sum of the
+      devices' values (``r = 1 / g`` for a mean, 1 for a sum).
   """
 
   index: int
   mode: str
   devices: tuple[int, ...]
   reason: str = ""
+  summed: tuple[tuple[int, float], ...] = ()
 
   def describe(self) -> str:
     """``"split 4-way"``, ``"replicated: <reason>"`` or ``"one device"``."""
     if self.mode == "split":
-      return f"split {len(self.devices)}-way"
+      extra = " (partial sums: " + ", ".join(
+          f"output {k}" for k, _ in self.summed) + ")" if self.summed else ""
+      return f"split {len(self.devices)}-way{extra}"
     if self.mode == "replicated":
       return f"replicated: {self.reason}"
     return "one device"
@@ -72,6 +84,9 @@ def choose_modes(part: Partition, devices: Mapping[int, Sequence[int]],
   """
   axes: dict[tuple[int, int], _rows.Axis] = {}
   origin: dict[int, tuple[int, str]] = {}  # block -> where its rows mixed
+  read = {(s.index, s.output) for fb in part.blocks for s in fb.inputs
+          if s.kind == "act"}
+  terminal = {(t.index, t.output) for t in part.epilogue.terminals}
   out: dict[int, BlockMode] = {}
   for fb in part.blocks:
     devs = tuple(devices[fb.index])
@@ -79,27 +94,120 @@ def choose_modes(part: Partition, devices: Mapping[int, Sequence[int]],
     found = _rows.analyze_eqns(
         fb.eqns, tuple(fb.invars) + tuple(fb.const_vars), fb.outvars,
         in_axes + [None] * len(fb.const_vars), rows)
+    summed = [k for k, a in enumerate(found.out_axes) if a == _rows.SUMMED]
     for k, a in enumerate(found.out_axes):
-      axes[(fb.index, k)] = a
-    source = _mixed_source(fb, in_axes, origin)
-    if source is not None:
-      origin[fb.index] = origin[source[0]]
-      j, k = source
-      first, what = origin[j]
-      reason = (f"it reads output {k} of block {j}, whose rows were mixed in"
-                f" block {first} ({what})")
-    else:
-      origin[fb.index] = (fb.index, found.reason)
-      reason = found.reason
+      axes[(fb.index, k)] = _rows.MIXED if a == _rows.SUMMED else a
+    reason = _origin(fb, in_axes, found, origin)
     if len(devs) == 1:
       out[fb.index] = BlockMode(fb.index, "single", devs)
       continue
-    reason = (reason if found.coupled else
-              _split_obstacle(fb, in_axes, found.out_axes, rows, len(devs),
-                              local_parts, differentiable))
+    g = len(devs)
+    if not found.coupled:
+      reason = _split_obstacle(fb, in_axes, found.out_axes, rows, g,
+                               local_parts, differentiable)
+    ratios: tuple[tuple[int, float], ...] = ()
+    if not reason and summed:
+      reason = _summed_obstacle(fb.index, summed, read, terminal)
+      if not reason:
+        ratios = sum_ratios(fb, local_parts[g].blocks[fb.index], in_axes,
+                            summed, rows, g)
+        if not ratios:
+          reason = (f"reduce_sum over the batch axis (output {summed[0]}:"
+                    f" the devices' partial sums do not add up to it)")
     out[fb.index] = BlockMode(fb.index, "replicated" if reason else "split",
-                              devs, reason)
+                              devs, reason, () if reason else ratios)
   return out
+
+
+def _origin(fb: ForwardBlock, in_axes: Sequence[_rows.Axis],
+            found: _rows.RowCoupling, origin: dict[int, tuple[int, str]]
+            ) -> str:
+  """Records where ``fb``'s rows first mixed; returns why it is coupled."""
+  source = _mixed_source(fb, in_axes, origin)
+  if source is not None:
+    origin[fb.index] = origin[source[0]]
+    j, k = source
+    first, what = origin[j]
+    return (f"it reads output {k} of block {j}, whose rows were mixed in"
+            f" block {first} ({what})")
+  what = found.reason or ("reduce_sum over the batch axis" if
+                          _rows.SUMMED in found.out_axes else "")
+  origin[fb.index] = (fb.index, what)
+  return found.reason
+
+
+def _summed_obstacle(i: int, summed: Sequence[int], read: set[tuple[int, int]],
+                     terminal: set[tuple[int, int]]) -> str:
+  """Why a sum over the rows cannot stay split: another block reads it or
+  it is no terminal ('' when every one only feeds the epilogue)."""
+  for k in summed:
+    if (i, k) in read or (i, k) not in terminal:
+      return (f"reduce_sum over the batch axis (output {k} feeds another"
+              f" block, which would need the devices' sum)")
+  return ""
+
+
+def sum_ratios(full: ForwardBlock, local: ForwardBlock,
+               in_axes: Sequence[_rows.Axis], summed: Sequence[int],
+               rows: int, g: int) -> tuple[tuple[int, float], ...]:
+  """Per summed output: ``r`` with ``full = r * (sum of the devices' local
+  values)``, ``1 / g`` (a mean) or ``1`` (a sum); ``()`` when it is neither.
+
+  Probed once on inputs whose batch rows are all equal (then every device's
+  local value is the same ``P`` and ``full = r * g * P``); the analysis
+  already showed the output linear in the sum over rows.
+  """
+  rng = np.random.default_rng(0)
+  full_in, local_in = [], []
+  for aval, lav, a in zip(full.in_avals, local.in_avals, in_axes):
+    if jax.dtypes.issubdtype(aval.dtype, jax.dtypes.prng_key):
+      return ()
+    row = _example(tuple(lav.shape[1:]) if a == 0 else tuple(aval.shape),
+                   aval.dtype, rng)
+    if a == 0:
+      full_in.append(np.repeat(row[None], rows, axis=0))
+      local_in.append(np.repeat(row[None], rows // g, axis=0))
+    else:
+      full_in.append(row)
+      local_in.append(row)
+  try:
+    with jax.ensure_compile_time_eval():
+      f_out = jax.jit(lambda *xs: full(*xs))(*full_in)
+      l_out = jax.jit(lambda *xs: local(*xs))(*local_in)
+  except Exception:  # pylint: disable=broad-except
+    return ()
+  out = []
+  for k in summed:
+    f, p = np.asarray(f_out[k], np.float64), np.asarray(l_out[k], np.float64)
+    r = _ratio(f, g * p, g)
+    if r is None:
+      return ()
+    out.append((k, r))
+  return tuple(out)
+
+
+def _ratio(f: np.ndarray, gp: np.ndarray, g: int) -> float | None:
+  """``f / gp`` when it is one constant, ``1 / g`` or ``1``, else None."""
+  if not (np.all(np.isfinite(f)) and np.all(np.isfinite(gp))):
+    return None
+  scale = float(np.max(np.abs(gp), initial=0.0))
+  big = np.abs(gp) > 1e-6 * scale
+  if scale == 0.0 or np.any((np.abs(f) > 1e-6 * scale) & ~big):
+    return None
+  r = f[big] / gp[big]
+  for want in (1.0 / g, 1.0):
+    if np.allclose(r, want, rtol=1e-4, atol=0.0):
+      return want
+  return None
+
+
+def _example(shape: tuple[int, ...], dtype: Any,
+             rng: np.random.Generator) -> np.ndarray:
+  if jnp.issubdtype(dtype, jnp.inexact):
+    return (rng.standard_normal(shape) * 0.5 + 0.1).astype(dtype)
+  if jnp.issubdtype(dtype, jnp.bool_):
+    return np.ones(shape, bool)
+  return np.zeros(shape, dtype)
 
 
 def _mixed_source(fb: ForwardBlock, in_axes: Sequence[_rows.Axis],
@@ -131,7 +239,7 @@ def _split_obstacle(fb: ForwardBlock, in_axes: Sequence[_rows.Axis],
     return f"{rows} rows do not divide over {g} devices"
   for what, axs in (("reads", in_axes), ("exports", out_axes)):
     for a in axs:
-      if a is not None and a != 0:
+      if a is not None and a not in (0, _rows.SUMMED):
         return (f"it {what} a value carrying the batch on axis {a}, not"
                 f" axis 0")
   for s, a, aval in zip(fb.inputs, in_axes, fb.in_avals):

@@ -73,8 +73,15 @@ def ctx_offset(kernel: Kernel, device: int, b: int) -> int:
 
 def term_counts(kernel: Kernel, output: int, device: int) -> bool:
   """Whether ``device``'s copy of a terminal output of ``kernel`` counts: a
-  row range of a split one, else the one copy on the block's leader."""
-  return bool(kernel.out_split[output]) or device == kernel.devices[0]
+  row range or a partial sum of a split one, else the one copy on the
+  block's leader."""
+  return (bool(kernel.out_split[output]) or device == kernel.devices[0] or
+          output in dict(kernel.summed))
+
+
+def term_scale(kernel: Kernel, output: int) -> float:
+  """Factor of a terminal output's copies (``r`` of a partial sum, else 1)."""
+  return float(dict(kernel.summed).get(output, 1.0))
 
 
 def _is_rowed(aval: Any, b: int) -> bool:
@@ -539,6 +546,7 @@ def _terms(env: _Env, kern: Sequence[int | None], present: Sequence[int],
       for d in k.devices:
         if k.out_split[o]:
           row[d] = _rows(k, d, b)[0]
+        scale[d] = term_scale(k, o)
         base[d], sc[d], c[d] = 0, 1, mb[d]
       terms.append(TermAcc(terminal=j, port=out_map[kid][o], mask=mask,
                            row=row, rowed=bool(k.out_split[o]),

@@ -28,6 +28,11 @@ from tessel_jax import compat
 MIXED = -1
 """Axis state of a value that depends on the batch rows without an axis."""
 
+SUMMED = -2
+"""Axis state of a linear function of a sum over the batch rows (a mean
+loss): split devices' partial sums add up to it, so a block whose only
+cross-row work is such an output may still split its rows."""
+
 Axis = int | None
 
 
@@ -36,11 +41,13 @@ class RowCoupling:
   """What :func:`analyze` found.
 
   Attributes:
-    coupled: Some equation mixes rows (or reads a value that does).
+    coupled: Some equation mixes rows (or reads a value that does); a sum
+      over the rows that reaches an output through linear operations only
+      (:data:`SUMMED`) does not count.
     reason: The first such equation, e.g. ``"reduce_sum over the batch
-      axis"`` (empty when not coupled).
+      axis, then sub"`` (empty when not coupled).
     out_axes: Per output: the batch axis, ``None`` (independent of the
-      batch) or :data:`MIXED`.
+      batch), :data:`MIXED` or :data:`SUMMED`.
   """
 
   coupled: bool
@@ -139,6 +146,12 @@ def _eqn(eqn: Any, ins: list[Axis], rows: int) -> Result:
     return [None] * _nout(eqn), _source_reason(eqn, rows)
   if MIXED in ins:
     return _mixed(eqn, None)  # already reported where the mixing began
+  if SUMMED in ins:
+    return _summed(eqn, ins, rows)
+  if name == "reduce_sum":
+    a = next(x for x in ins if x is not None)
+    if a in tuple(compat.eqn_params(eqn)["axes"]):
+      return [SUMMED], None
   rule = _RULES.get(name)
   if rule is None:
     if name in _ELEMENTWISE:
@@ -170,6 +183,40 @@ def _source_reason(eqn: Any, rows: int) -> str | None:
 
 
 # --- rules ----------------------------------------------------------------
+
+
+_LINEAR_UNARY = frozenset({
+    "neg", "convert_element_type", "copy", "copy_p", "reduce_sum",
+    "broadcast_in_dim", "reshape", "squeeze", "transpose", "reduce_precision",
+    "tessel_boundary", "optimization_barrier", "pcast", "pvary"})
+
+
+def _summed(eqn: Any, ins: list[Axis], rows: int) -> Result:
+  """A sum over the rows stays :data:`SUMMED` through linear operations
+  with batch-independent coefficients; anything else mixes rows."""
+  name = _name(eqn)
+  kinds = {"sum" if a == SUMMED else "free" if a is None else "rows"
+           for a in ins}
+  ok = False
+  if name in _LINEAR_UNARY:
+    ok = ins[0] == SUMMED and all(a is None for a in ins[1:])
+  elif name in ("add", "sub", "add_any"):
+    ok = kinds == {"sum"}
+  elif name in ("mul", "dot_general"):
+    ok = sorted(ins, key=str) == sorted([SUMMED, None], key=str)
+  elif name == "div":
+    ok = ins[0] == SUMMED and ins[1] is None
+  elif name in _RULES and _RULES[name] is _call:
+    return _call(eqn, ins, rows)
+  if ok and name == "convert_element_type":
+    ok = _is_float(eqn.outvars[0])
+  if ok:
+    return [SUMMED] * _nout(eqn), None
+  return _mixed(eqn, f"reduce_sum over the batch axis, then {name}")
+
+
+def _is_float(v: Any) -> bool:
+  return "float" in str(getattr(v.aval, "dtype", ""))
 
 
 def _elementwise(eqn: Any, ins: list[Axis], rows: int) -> Result:
@@ -418,6 +465,13 @@ def _call(eqn: Any, ins: list[Axis], rows: int) -> Result:
   return outs, why
 
 
+def _inner_sum(outs: Sequence[Axis], name: str) -> str | None:
+  """A sum over the rows leaving a loop or branch is not followed further."""
+  if SUMMED in outs:
+    return f"reduce_sum over the batch axis inside {name}"
+  return None
+
+
 def _join(a: Axis, b: Axis) -> Axis:
   if a is None:
     return b
@@ -432,6 +486,7 @@ def _cond(eqn: Any, ins: list[Axis], rows: int) -> Result:
   outs: list[Axis] | None = None
   for br in compat.sub_jaxprs(eqn):
     o, why = _run(br, list(ins[1:]), rows)
+    why = why or _inner_sum(o, "cond")
     if why is not None:
       return _mixed(eqn, f"{why} (inside cond)")
     outs = o if outs is None else [_join(x, y) for x, y in zip(outs, o)]
@@ -452,6 +507,7 @@ def _scan(eqn: Any, ins: list[Axis], rows: int) -> Result:
   carry = list(ins[nc:nc + ncar])
   for _ in range(len(carry) + 2):
     outs, why = _run(body, list(ins[:nc]) + carry + xs, rows)
+    why = why or _inner_sum(outs, "scan")
     if why is not None:
       return _mixed(eqn, f"{why} (inside scan)")
     new = [_join(c, o) for c, o in zip(carry, outs[:ncar])]
@@ -475,6 +531,7 @@ def _while(eqn: Any, ins: list[Axis], rows: int) -> Result:
     if why is not None or pred[0] is not None:
       return _mixed(eqn, "while loop whose trip count depends on the batch")
     outs, why = _run(body, list(bconsts) + carry, rows)
+    why = why or _inner_sum(outs, "while")
     if why is not None:
       return _mixed(eqn, f"{why} (inside while)")
     new = [_join(c, o) for c, o in zip(carry, outs)]

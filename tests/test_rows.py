@@ -129,7 +129,7 @@ def test_analysis_agrees_with_brute_force(names):
       moved = _moved(a, b)
       if axis is None:
         assert not moved.any(), (names, k, "independent output moved")
-      elif axis != rows.MIXED:
+      elif axis not in (rows.MIXED, rows.SUMMED):
         others = np.delete(moved, r, axis=axis)
         assert not others.any(), (names, k, r, axis, "other rows moved")
   if not found.coupled:
@@ -370,3 +370,52 @@ def test_replicated_block_with_w_kernels_and_interp_segments(kw):
   else:
     assert any(k.kind == "W" and k.mode == "replicated"
                for k in step.built.kernels.kernels.values())
+
+
+def _loss_last(kind):
+  """4 blocks; the last one (on all devices) ends in a loss over the rows."""
+  def fn(p, batch):
+    h = batch["x"]
+    for i in range(3):
+      h = tj.boundary(jnp.tanh(h @ p["w"][i]) + h)
+    err = (h @ p["w"][3] - batch["y"]) ** 2
+    if kind == "mean":
+      return jnp.mean(err)
+    if kind == "sum":
+      return jnp.sum(err) * 0.01
+    return jnp.mean(err) + 0.1 * jnp.sum(p["w"][4] ** 2)   # affine: + const
+  return fn
+
+
+@pytest.mark.parametrize("kind,mode", [("mean", "split"), ("sum", "split"),
+                                       ("regularised", "replicated")])
+def test_loss_block_on_all_devices_sums_partial_losses(kind, mode):
+  fn, params, n = _loss_last(kind), _params(), 4
+  batch = _batch(n * 4)
+  step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
+                     placement=tj.Placement([0, 1, 2, (0, 1, 2, 3)]),
+                     num_microbatches=n, solver_time_limit_s=10.0)
+  loss, grads = step(params, batch)
+  ref_loss, ref_grads = M.reference(fn, params, batch, n)
+  assert M.max_rel_err(loss, ref_loss) <= TOL
+  assert M.max_rel_err(grads, ref_grads) <= TOL
+  last = step.built.kernels.modes[3]
+  assert last.mode == mode, last
+  if mode == "split":
+    assert last.summed == ((0, 0.25 if kind == "mean" else 1.0),)
+    assert "partial sums" in step.grid()
+  else:
+    assert "reduce_sum over the batch axis, then add" in last.reason
+
+
+def test_partial_sums_in_infer_mode():
+  fn, params, n = _loss_last("mean"), _params(), 4
+  batch = _batch(n * 4)
+  step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
+                     placement=tj.Placement([0, 1, 2, (0, 1, 2, 3)]),
+                     num_microbatches=n, mode="infer",
+                     solver_time_limit_s=10.0)
+  out = step(params, batch)
+  want = M.reference_infer(fn, params, batch, n)
+  assert out.shape == (n,) and M.max_rel_err(out, want) <= TOL
+  assert step.built.kernels.modes[3].summed == ((0, 0.25),)
