@@ -11,7 +11,12 @@ Anything that reduces, sorts, cumulates, scans, slices or gathers across the
 batch axis mixes rows; so does a random draw or an ``iota`` whose shape spans
 the micro-batch rows (a split would draw other bits / count other
 positions), and any primitive not known here that reads a batch-carrying
-value. The first such equation is the block's *reason*.
+value. The first such equation is the block's *reason*. One kind of
+cross-row work is kept apart: a ``reduce_sum`` over the batch axis followed
+only by linear operations with batch-independent coefficients (a mean loss)
+is :data:`SUMMED`; the devices' partial values of such an output add up to
+it (``passes.modes`` lets such a block split when only the epilogue reads
+the sum).
 
 Only jaxpr objects are read (equations, variables, avals, parameters), via
 ``tessel_jax.compat`` helpers where JAX has no public accessor.
