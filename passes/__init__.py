@@ -7,9 +7,13 @@ Modules, in pipeline order (``tessel_jax.api`` drives them):
 * ``partition`` -- trace ``fn(params, microbatch)``, cut the jaxpr at the
   boundaries into forward blocks, find their inputs/outputs/parameters and
   the epilogue that combines block outputs into the function's outputs;
-* ``kernels``   -- per placement block (F, B, W) the function a device runs:
-  backward via ``jax.vjp`` (keep residuals or recompute), shared blocks split
-  along the batch axis;
+* ``rows``      -- row coupling: the micro-batch axis followed through a
+  block's jaxpr (independent rows, mixed rows, sums over rows);
+* ``modes``     -- each block on several devices splits its rows or runs
+  replicated (exact either way), chosen from ``rows``;
+* ``kernels``   -- per placement block (F, B, W) the function a device runs
+  (``block_vjp``: backward via ``jax.vjp``, keep residuals or recompute;
+  gradients and terminals of shared blocks counted once);
 * ``packing``   -- parameter layout: slot arrays and flat regions, so each
   device holds only its blocks' parameters;
 * ``plan``      -- static tick tables from the unrolled schedule: stash
