@@ -636,6 +636,7 @@ _RULES: dict[str, Callable[..., Result]] = {
     "tessel_boundary": _identity_multi,
     "optimization_barrier": _identity_multi,
     "sharding_constraint": _identity_multi,
-    "pcast": _identity_multi, "stop_gradient": _identity_multi, "pvary": _identity_multi,
+    "pcast": _identity_multi, "pvary": _identity_multi,
+    "stop_gradient": _identity_multi,
     "mesh_cast": _identity_multi, "reshard": _identity_multi,
 }
