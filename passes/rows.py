@@ -84,7 +84,7 @@ def analyze_eqns(eqns: Sequence[Any], invars: Sequence[Any],
                  rows: int) -> RowCoupling:
   """:func:`analyze` for a slice of equations (a partition block)."""
   env = dict(zip(invars, in_axes))
-  reason = _run_eqns(eqns, env, rows)
+  reason = _run_eqns(eqns, env, {}, rows)
   outs = [_read(env, v) for v in outvars]
   if reason is None and MIXED in in_axes:
     reason = "reads a value that already mixes the batch rows"
@@ -92,6 +92,15 @@ def analyze_eqns(eqns: Sequence[Any], invars: Sequence[Any],
 
 
 # --- the walk -------------------------------------------------------------
+#
+# Besides the batch axis of every value, the walk keeps *positional* axes of
+# batch-independent values: axes of the micro-batch's size along which an
+# ``iota`` counts or random bits differ (``Pos``: axes and the source's
+# name). They are harmless until they meet the batch axis of a value (a
+# split would count or draw other values for the same rows).
+
+Pos = tuple[frozenset, str]
+_NO_POS: Pos = (frozenset(), "")
 
 
 def _read(env: dict[Any, Axis], v: Any) -> Axis:
@@ -100,24 +109,47 @@ def _read(env: dict[Any, Axis], v: Any) -> Axis:
   return env.get(v)
 
 
-def _run(jaxpr: Any, in_axes: list[Axis], rows: int
+def _run(jaxpr: Any, in_axes: list[Axis], rows: int,
+         in_pos: Sequence[Pos] | None = None
          ) -> tuple[list[Axis], str | None]:
+  outs, reason, _ = _run_pos(jaxpr, in_axes, rows, in_pos)
+  return outs, reason
+
+
+def _run_pos(jaxpr: Any, in_axes: list[Axis], rows: int,
+             in_pos: Sequence[Pos] | None = None
+             ) -> tuple[list[Axis], str | None, list[Pos]]:
   env: dict[Any, Axis] = dict(zip(jaxpr.invars, in_axes))
-  reason = _run_eqns(jaxpr.eqns, env, rows)
-  return [_read(env, v) for v in jaxpr.outvars], reason
+  pos: dict[Any, Pos] = {v: p for v, p in zip(jaxpr.invars, in_pos or ())
+                         if p[0]}
+  reason = _run_eqns(jaxpr.eqns, env, pos, rows)
+  return ([_read(env, v) for v in jaxpr.outvars], reason,
+          [_NO_POS if compat.is_literal(v) else pos.get(v, _NO_POS)
+           for v in jaxpr.outvars])
 
 
-def _run_eqns(eqns: Sequence[Any], env: dict[Any, Axis], rows: int
-              ) -> str | None:
+def _run_eqns(eqns: Sequence[Any], env: dict[Any, Axis],
+              pos: dict[Any, Pos], rows: int) -> str | None:
   reason = None
   for eqn in eqns:
     ins = [_read(env, v) for v in eqn.invars]
-    outs, why = _eqn(eqn, ins, rows)
+    ins_pos = [_NO_POS if compat.is_literal(v) else pos.get(v, _NO_POS)
+               for v in eqn.invars]
+    if _name(eqn) in _CALLS and compat.sub_jaxprs(eqn):
+      outs, why, out_pos = _call_pos(eqn, ins, ins_pos, rows)
+    else:
+      outs, why = _eqn(eqn, ins, rows)
+      if why is None and any(p[0] for p in ins_pos):
+        why = _pos_meets_batch(eqn, ins, ins_pos)
+      out_pos = (_pos_rule(eqn, ins_pos, rows)
+                 if all(a is None for a in ins) else [_NO_POS] * _nout(eqn))
     if reason is None and why is not None:
       reason = why
-    for v, a in zip(eqn.outvars, outs):
+    for v, a, p in zip(eqn.outvars, outs, out_pos):
       if not compat.is_dropvar(v):
         env[v] = a
+        if p[0]:
+          pos[v] = p
   return reason
 
 
@@ -148,7 +180,7 @@ def _eqn(eqn: Any, ins: list[Axis], rows: int) -> Result:
   """Output axis states of one equation and why it mixes rows (if it does)."""
   name = _name(eqn)
   if all(a is None for a in ins):
-    return [None] * _nout(eqn), _source_reason(eqn, rows)
+    return [None] * _nout(eqn), None
   if MIXED in ins:
     return _mixed(eqn, None)  # already reported where the mixing began
   if SUMMED in ins:
@@ -166,24 +198,118 @@ def _eqn(eqn: Any, ins: list[Axis], rows: int) -> Result:
   return rule(eqn, ins, rows)
 
 
-def _source_reason(eqn: Any, rows: int) -> str | None:
-  """An iota / random draw spanning the batch rows, here or nested."""
-  stack = [eqn]
+def _call_pos(eqn: Any, ins: list[Axis], ins_pos: list[Pos], rows: int
+              ) -> tuple[list[Axis], str | None, list[Pos]]:
+  """jit / closed_call / custom_jvp / custom_vjp / remat: the body."""
+  body = compat.sub_jaxprs(eqn)[0]
+  if len(body.invars) != len(ins):
+    outs, why = _mixed(eqn, f"{_name(eqn)} with an unreadable body reads the"
+                       f" batch")
+    return outs, why, [_NO_POS] * _nout(eqn)
+  outs, why, out_pos = _run_pos(body, list(ins), rows, ins_pos)
+  if why is not None:
+    why = f"{why} (inside {_name(eqn)})"
+  return outs, why, out_pos
+
+
+def _pos_meets_batch(eqn: Any, ins: list[Axis], ins_pos: list[Pos]
+                     ) -> str | None:
+  """Why a positional value meets the batch axis in ``eqn`` (None: it
+  does not). Elementwise-like operations compare axes; others meeting both
+  count as meeting."""
+  name = _name(eqn)
+  rank = len(_shape(eqn.outvars[0])) if eqn.outvars else 0
+  batch = {a for a in ins if a is not None and a >= 0}
+  if not batch:
+    return None
+  aligned = name in _ELEMENTWISE or name in _ALIGNED
+  for v, (axes, src) in zip(eqn.invars, ins_pos):
+    if not axes:
+      continue
+    if aligned and len(_shape(v)) == rank and not axes & batch:
+      continue
+    return (f"{src} makes an array over the batch axis that {name} combines"
+            f" with the batch (a split would draw or count other values)")
+  return None
+
+
+def _pos_rule(eqn: Any, ins_pos: list[Pos], rows: int) -> list[Pos]:
+  """Positional axes of a batch-independent equation's outputs."""
+  name = _name(eqn)
+  n = _nout(eqn)
+  if rows <= 1:
+    return [_NO_POS] * n
+  if name in _SOURCES:
+    return [_source_pos(eqn, v, rows) for v in eqn.outvars]
+  live = [(v, p) for v, p in zip(eqn.invars, ins_pos) if p[0]]
+  nested = _nested_source(eqn, rows)
+  if not live and not nested:
+    return [_NO_POS] * n
+  src = live[0][1][1] if live else nested
+  if live and n == 1:
+    moved = _move_pos(eqn, live, rows)
+    if moved is not None:
+      return [(moved, src) if moved else _NO_POS]
+  return [(frozenset(d for d, size in enumerate(_shape(v)) if size == rows),
+           src) for v in eqn.outvars]
+
+
+def _source_pos(eqn: Any, v: Any, rows: int) -> Pos:
+  shape = _shape(v)
+  if _name(eqn) == "iota":  # counts along one dimension only
+    d = compat.eqn_params(eqn)["dimension"]
+    axes = {d} if shape[d] == rows else set()
+  else:
+    axes = {d for d, size in enumerate(shape) if size == rows}
+  return (frozenset(axes), _name(eqn)) if axes else _NO_POS
+
+
+def _nested_source(eqn: Any, rows: int) -> str:
+  """Name of an iota / random draw of the batch's size nested in ``eqn``."""
+  stack = [e for sub in compat.sub_jaxprs(eqn) for e in sub.eqns]
   while stack:
     e = stack.pop()
-    name = _name(e)
-    if name in _SOURCES:
-      for v in e.outvars:
-        shape = _shape(v)
-        if name == "iota":  # counts along one dimension only
-          spans = shape[compat.eqn_params(e)["dimension"]] == rows
-        else:
-          spans = rows in shape
-        if rows > 1 and spans:
-          return (f"{name} makes a {list(shape)} array over the batch axis"
-                  f" (a split would draw or count other values)")
-    for sub in compat.sub_jaxprs(e):
-      stack.extend(sub.eqns)
+    if _name(e) in _SOURCES and any(
+        _source_pos(e, v, rows)[0] for v in e.outvars):
+      return _name(e)
+    stack.extend(x for sub in compat.sub_jaxprs(e) for x in sub.eqns)
+  return ""
+
+
+def _move_pos(eqn: Any, live: list[tuple[Any, Pos]], rows: int
+              ) -> frozenset | None:
+  """Positional axes through a shape operation (None: not followed)."""
+  del rows
+  name = _name(eqn)
+  out_rank = len(_shape(eqn.outvars[0]))
+  p = compat.eqn_params(eqn)
+  if name in _ELEMENTWISE or name in _ALIGNED:
+    if all(len(_shape(v)) == out_rank for v, _ in live):
+      return frozenset().union(*(pp[0] for _, pp in live))
+    return None
+  v, (axes, _) = live[0]
+  if len(live) != 1:
+    return None
+  if name == "broadcast_in_dim":
+    return frozenset(p["broadcast_dimensions"][a] for a in axes)
+  if name == "transpose":
+    return frozenset(tuple(p["permutation"]).index(a) for a in axes)
+  if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
+              "argmax", "argmin", "squeeze"):
+    gone = tuple(p["axes"] if "axes" in p else p["dimensions"])
+    gone = tuple(d % len(_shape(v)) for d in gone)
+    return frozenset(a - sum(d < a for d in gone) for a in axes
+                     if a not in gone)
+  if name == "reshape" and p.get("dimensions") is None:
+    src, dst = _shape(v), _shape(eqn.outvars[0])
+    out = set()
+    for a in axes:
+      hit = [d for d in range(len(dst))
+             if _prod(dst[:d]) == _prod(src[:a]) and dst[d] == src[a]]
+      if not hit:
+        return None
+      out.add(hit[0])
+    return frozenset(out)
   return None
 
 
@@ -595,6 +721,13 @@ square erf_inv
 
 _SOURCES = frozenset({"iota", "random_bits", "rng_bit_generator",
                       "rng_uniform", "threefry2x32"})
+
+_ALIGNED = frozenset({"select_n", "clamp", "concatenate",
+                      "dynamic_update_slice", "convert_element_type"})
+
+_CALLS = frozenset({"jit", "pjit", "closed_call", "core_call",
+                    "custom_jvp_call", "custom_vjp_call",
+                    "custom_vjp_call_jaxpr", "remat", "remat2", "checkpoint"})
 
 _RULES: dict[str, Callable[..., Result]] = {
     "broadcast_in_dim": _broadcast_in_dim,

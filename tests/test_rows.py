@@ -177,6 +177,16 @@ def test_row_independent_programs_keep_their_axis():
   assert _coupled(lambda x, w: jnp.tanh(x @ w), x, w).out_axes == (0,)
   vm = _coupled(lambda x, w: jax.vmap(lambda r: w.T @ r, out_axes=1)(x), x, w)
   assert not vm.coupled and vm.out_axes == (1,)
+  # A causal mask or positions along another axis of the batch's size
+  # (sequence length == micro-batch rows) do not couple rows.
+  xs = _const((B, B, H), 3)
+
+  def causal(x, w):
+    q = jnp.einsum("bsh,bth->bst", x, x)
+    return jnp.where(jnp.tril(jnp.ones((B, B), bool)), q, -1e9) + w[0, 0]
+  assert _coupled(causal, xs, w).out_axes == (0,)
+  pos = _coupled(lambda x, w: x + jnp.arange(B)[None, :, None], xs, w)
+  assert not pos.coupled and pos.out_axes == (0,)
   am = _coupled(lambda x, w: jnp.argsort(x, 1), x, w)
   assert not am.coupled and am.out_axes == (0,)
   ck = _coupled(lambda x, w: jax.checkpoint(lambda y: jax.nn.relu(y @ w))(x),
