@@ -30,6 +30,9 @@ from typing import Any
 
 from tessel_jax import compat
 
+from .row_positions import (ELEMENTWISE, NO_POS, Pos, nout, pos_meets_batch,
+                            pos_rule, prim, prod, shape)
+
 MIXED = -1
 """Axis state of a value that depends on the batch rows without an axis."""
 
@@ -99,10 +102,6 @@ def analyze_eqns(eqns: Sequence[Any], invars: Sequence[Any],
 # name). They are harmless until they meet the batch axis of a value (a
 # split would count or draw other values for the same rows).
 
-Pos = tuple[frozenset, str]
-_NO_POS: Pos = (frozenset(), "")
-
-
 def _read(env: dict[Any, Axis], v: Any) -> Axis:
   if compat.is_literal(v):
     return None
@@ -124,7 +123,7 @@ def _run_pos(jaxpr: Any, in_axes: list[Axis], rows: int,
                          if p[0]}
   reason = _run_eqns(jaxpr.eqns, env, pos, rows)
   return ([_read(env, v) for v in jaxpr.outvars], reason,
-          [_NO_POS if compat.is_literal(v) else pos.get(v, _NO_POS)
+          [NO_POS if compat.is_literal(v) else pos.get(v, NO_POS)
            for v in jaxpr.outvars])
 
 
@@ -133,16 +132,16 @@ def _run_eqns(eqns: Sequence[Any], env: dict[Any, Axis],
   reason = None
   for eqn in eqns:
     ins = [_read(env, v) for v in eqn.invars]
-    ins_pos = [_NO_POS if compat.is_literal(v) else pos.get(v, _NO_POS)
+    ins_pos = [NO_POS if compat.is_literal(v) else pos.get(v, NO_POS)
                for v in eqn.invars]
-    if _name(eqn) in _CALLS and compat.sub_jaxprs(eqn):
+    if prim(eqn) in _CALLS and compat.sub_jaxprs(eqn):
       outs, why, out_pos = _call_pos(eqn, ins, ins_pos, rows)
     else:
       outs, why = _eqn(eqn, ins, rows)
       if why is None and any(p[0] for p in ins_pos):
-        why = _pos_meets_batch(eqn, ins, ins_pos)
-      out_pos = (_pos_rule(eqn, ins_pos, rows)
-                 if all(a is None for a in ins) else [_NO_POS] * _nout(eqn))
+        why = pos_meets_batch(eqn, ins, ins_pos)
+      out_pos = (pos_rule(eqn, ins_pos, rows)
+                 if all(a is None for a in ins) else [NO_POS] * nout(eqn))
     if reason is None and why is not None:
       reason = why
     for v, a, p in zip(eqn.outvars, outs, out_pos):
@@ -156,31 +155,19 @@ def _run_eqns(eqns: Sequence[Any], env: dict[Any, Axis],
 Result = tuple[list[Axis], str | None]
 
 
-def _name(eqn: Any) -> str:
-  return compat.primitive_name(eqn)
-
-
-def _nout(eqn: Any) -> int:
-  return len(eqn.outvars)
-
-
 def _mixed(eqn: Any, why: str | None) -> Result:
-  return [MIXED] * _nout(eqn), why
+  return [MIXED] * nout(eqn), why
 
 
 def _same(eqn: Any, a: Axis) -> Result:
-  return [a] * _nout(eqn), None
-
-
-def _shape(v: Any) -> tuple[int, ...]:
-  return tuple(getattr(v.aval, "shape", ()))
+  return [a] * nout(eqn), None
 
 
 def _eqn(eqn: Any, ins: list[Axis], rows: int) -> Result:
   """Output axis states of one equation and why it mixes rows (if it does)."""
-  name = _name(eqn)
+  name = prim(eqn)
   if all(a is None for a in ins):
-    return [None] * _nout(eqn), None
+    return [None] * nout(eqn), None
   if MIXED in ins:
     return _mixed(eqn, None)  # already reported where the mixing began
   if SUMMED in ins:
@@ -191,7 +178,7 @@ def _eqn(eqn: Any, ins: list[Axis], rows: int) -> Result:
       return [SUMMED], None
   rule = _RULES.get(name)
   if rule is None:
-    if name in _ELEMENTWISE:
+    if name in ELEMENTWISE:
       return _elementwise(eqn, ins, rows)
     return _mixed(eqn, f"{name} (not known to keep rows apart) reads the"
                   f" batch")
@@ -203,114 +190,13 @@ def _call_pos(eqn: Any, ins: list[Axis], ins_pos: list[Pos], rows: int
   """jit / closed_call / custom_jvp / custom_vjp / remat: the body."""
   body = compat.sub_jaxprs(eqn)[0]
   if len(body.invars) != len(ins):
-    outs, why = _mixed(eqn, f"{_name(eqn)} with an unreadable body reads the"
+    outs, why = _mixed(eqn, f"{prim(eqn)} with an unreadable body reads the"
                        f" batch")
-    return outs, why, [_NO_POS] * _nout(eqn)
+    return outs, why, [NO_POS] * nout(eqn)
   outs, why, out_pos = _run_pos(body, list(ins), rows, ins_pos)
   if why is not None:
-    why = f"{why} (inside {_name(eqn)})"
+    why = f"{why} (inside {prim(eqn)})"
   return outs, why, out_pos
-
-
-def _pos_meets_batch(eqn: Any, ins: list[Axis], ins_pos: list[Pos]
-                     ) -> str | None:
-  """Why a positional value meets the batch axis in ``eqn`` (None: it
-  does not). Elementwise-like operations compare axes; others meeting both
-  count as meeting."""
-  name = _name(eqn)
-  rank = len(_shape(eqn.outvars[0])) if eqn.outvars else 0
-  batch = {a for a in ins if a is not None and a >= 0}
-  if not batch:
-    return None
-  aligned = name in _ELEMENTWISE or name in _ALIGNED
-  for v, (axes, src) in zip(eqn.invars, ins_pos):
-    if not axes:
-      continue
-    if aligned and len(_shape(v)) == rank and not axes & batch:
-      continue
-    return (f"{src} makes an array over the batch axis that {name} combines"
-            f" with the batch (a split would draw or count other values)")
-  return None
-
-
-def _pos_rule(eqn: Any, ins_pos: list[Pos], rows: int) -> list[Pos]:
-  """Positional axes of a batch-independent equation's outputs."""
-  name = _name(eqn)
-  n = _nout(eqn)
-  if rows <= 1:
-    return [_NO_POS] * n
-  if name in _SOURCES:
-    return [_source_pos(eqn, v, rows) for v in eqn.outvars]
-  live = [(v, p) for v, p in zip(eqn.invars, ins_pos) if p[0]]
-  nested = _nested_source(eqn, rows)
-  if not live and not nested:
-    return [_NO_POS] * n
-  src = live[0][1][1] if live else nested
-  if live and n == 1:
-    moved = _move_pos(eqn, live, rows)
-    if moved is not None:
-      return [(moved, src) if moved else _NO_POS]
-  return [(frozenset(d for d, size in enumerate(_shape(v)) if size == rows),
-           src) for v in eqn.outvars]
-
-
-def _source_pos(eqn: Any, v: Any, rows: int) -> Pos:
-  shape = _shape(v)
-  if _name(eqn) == "iota":  # counts along one dimension only
-    d = compat.eqn_params(eqn)["dimension"]
-    axes = {d} if shape[d] == rows else set()
-  else:
-    axes = {d for d, size in enumerate(shape) if size == rows}
-  return (frozenset(axes), _name(eqn)) if axes else _NO_POS
-
-
-def _nested_source(eqn: Any, rows: int) -> str:
-  """Name of an iota / random draw of the batch's size nested in ``eqn``."""
-  stack = [e for sub in compat.sub_jaxprs(eqn) for e in sub.eqns]
-  while stack:
-    e = stack.pop()
-    if _name(e) in _SOURCES and any(
-        _source_pos(e, v, rows)[0] for v in e.outvars):
-      return _name(e)
-    stack.extend(x for sub in compat.sub_jaxprs(e) for x in sub.eqns)
-  return ""
-
-
-def _move_pos(eqn: Any, live: list[tuple[Any, Pos]], rows: int
-              ) -> frozenset | None:
-  """Positional axes through a shape operation (None: not followed)."""
-  del rows
-  name = _name(eqn)
-  out_rank = len(_shape(eqn.outvars[0]))
-  p = compat.eqn_params(eqn)
-  if name in _ELEMENTWISE or name in _ALIGNED:
-    if all(len(_shape(v)) == out_rank for v, _ in live):
-      return frozenset().union(*(pp[0] for _, pp in live))
-    return None
-  v, (axes, _) = live[0]
-  if len(live) != 1:
-    return None
-  if name == "broadcast_in_dim":
-    return frozenset(p["broadcast_dimensions"][a] for a in axes)
-  if name == "transpose":
-    return frozenset(tuple(p["permutation"]).index(a) for a in axes)
-  if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
-              "argmax", "argmin", "squeeze"):
-    gone = tuple(p["axes"] if "axes" in p else p["dimensions"])
-    gone = tuple(d % len(_shape(v)) for d in gone)
-    return frozenset(a - sum(d < a for d in gone) for a in axes
-                     if a not in gone)
-  if name == "reshape" and p.get("dimensions") is None:
-    src, dst = _shape(v), _shape(eqn.outvars[0])
-    out = set()
-    for a in axes:
-      hit = [d for d in range(len(dst))
-             if _prod(dst[:d]) == _prod(src[:a]) and dst[d] == src[a]]
-      if not hit:
-        return None
-      out.add(hit[0])
-    return frozenset(out)
-  return None
 
 
 # --- rules ----------------------------------------------------------------
@@ -325,7 +211,7 @@ _LINEAR_UNARY = frozenset({
 def _summed(eqn: Any, ins: list[Axis], rows: int) -> Result:
   """A sum over the rows stays :data:`SUMMED` through linear operations
   with batch-independent coefficients; anything else mixes rows."""
-  name = _name(eqn)
+  name = prim(eqn)
   kinds = {"sum" if a == SUMMED else "free" if a is None else "rows"
            for a in ins}
   ok = False
@@ -342,7 +228,7 @@ def _summed(eqn: Any, ins: list[Axis], rows: int) -> Result:
   if ok and name == "convert_element_type":
     ok = _is_float(eqn.outvars[0])
   if ok:
-    return [SUMMED] * _nout(eqn), None
+    return [SUMMED] * nout(eqn), None
   return _mixed(eqn, f"reduce_sum over the batch axis, then {name}")
 
 
@@ -352,16 +238,16 @@ def _is_float(v: Any) -> bool:
 
 def _elementwise(eqn: Any, ins: list[Axis], rows: int) -> Result:
   del rows
-  rank = len(_shape(eqn.outvars[0]))
+  rank = len(shape(eqn.outvars[0]))
   axes = set()
   for v, a in zip(eqn.invars, ins):
     if a is None:
       continue
-    if len(_shape(v)) != rank:
-      return _mixed(eqn, f"{_name(eqn)} broadcasts the batch axis")
+    if len(shape(v)) != rank:
+      return _mixed(eqn, f"{prim(eqn)} broadcasts the batch axis")
     axes.add(a)
   if len(axes) > 1:
-    return _mixed(eqn, f"{_name(eqn)} combines values carrying the batch on"
+    return _mixed(eqn, f"{prim(eqn)} combines values carrying the batch on"
                   f" axes {sorted(axes)}")
   return _same(eqn, axes.pop())
 
@@ -381,7 +267,7 @@ def _broadcast_in_dim(eqn: Any, ins: list[Axis], rows: int) -> Result:
     return _mixed(eqn, "broadcast_in_dim with a batch-dependent shape")
   dims = compat.eqn_params(eqn)["broadcast_dimensions"]
   out = dims[a]
-  if _shape(eqn.outvars[0])[out] != _shape(eqn.invars[0])[a]:
+  if shape(eqn.outvars[0])[out] != shape(eqn.invars[0])[a]:
     return _mixed(eqn, "broadcast_in_dim broadcasts the batch axis")
   return _same(eqn, out)
 
@@ -391,19 +277,12 @@ def _reshape(eqn: Any, ins: list[Axis], rows: int) -> Result:
   a = ins[0]
   if a is None or compat.eqn_params(eqn).get("dimensions") is not None:
     return _mixed(eqn, "reshape with a batch-dependent shape")
-  src, dst = _shape(eqn.invars[0]), _shape(eqn.outvars[0])
-  pre = _prod(src[:a])
+  src, dst = shape(eqn.invars[0]), shape(eqn.outvars[0])
+  pre = prod(src[:a])
   for d in range(len(dst)):
-    if _prod(dst[:d]) == pre and dst[d] == src[a]:
+    if prod(dst[:d]) == pre and dst[d] == src[a]:
       return _same(eqn, d)
   return _mixed(eqn, "reshape merges the batch axis with another axis")
-
-
-def _prod(xs: Sequence[int]) -> int:
-  out = 1
-  for x in xs:
-    out *= int(x)
-  return out
 
 
 def _transpose(eqn: Any, ins: list[Axis], rows: int) -> Result:
@@ -414,7 +293,7 @@ def _transpose(eqn: Any, ins: list[Axis], rows: int) -> Result:
 
 def _squeeze(eqn: Any, ins: list[Axis], rows: int) -> Result:
   del rows
-  dims = [d % len(_shape(eqn.invars[0]))
+  dims = [d % len(shape(eqn.invars[0]))
           for d in compat.eqn_params(eqn)["dimensions"]]
   a = ins[0]
   if a in dims:
@@ -430,9 +309,9 @@ def _axes_rule(key: str, what: str, removes: bool) -> Callable[..., Result]:
     axes = tuple(p) if isinstance(p, (tuple, list)) else (p,)
     i, a = _one(ins)
     if any(x is not None for j, x in enumerate(ins) if j != i and x != a):
-      return _mixed(eqn, f"{_name(eqn)} combines different batch axes")
+      return _mixed(eqn, f"{prim(eqn)} combines different batch axes")
     if a in axes:
-      return _mixed(eqn, f"{_name(eqn)} {what} the batch axis")
+      return _mixed(eqn, f"{prim(eqn)} {what} the batch axis")
     return _same(eqn, a - sum(x < a for x in axes) if removes else a)
   return rule
 
@@ -443,7 +322,7 @@ def _split(eqn: Any, ins: list[Axis], rows: int) -> Result:
 
 def _top_k(eqn: Any, ins: list[Axis], rows: int) -> Result:
   del rows
-  if ins[0] == len(_shape(eqn.invars[0])) - 1:
+  if ins[0] == len(shape(eqn.invars[0])) - 1:
     return _mixed(eqn, "top_k over the batch axis")
   return _same(eqn, ins[0])
 
@@ -452,7 +331,7 @@ def _dot_general(eqn: Any, ins: list[Axis], rows: int) -> Result:
   del rows
   (lc, rc), (lb, rb) = compat.eqn_params(eqn)["dimension_numbers"]
   al, ar = ins[0], ins[1]
-  nl, nr = len(_shape(eqn.invars[0])), len(_shape(eqn.invars[1]))
+  nl, nr = len(shape(eqn.invars[0])), len(shape(eqn.invars[1]))
   if (al is not None and al in lc) or (ar is not None and ar in rc):
     return _mixed(eqn, "dot_general contracts the batch axis")
   lfree = [d for d in range(nl) if d not in lc and d not in lb]
@@ -480,8 +359,8 @@ def _slice(eqn: Any, ins: list[Axis], rows: int) -> Result:
   del rows
   a = ins[0]
   p = compat.eqn_params(eqn)
-  size = _shape(eqn.invars[0])[a]
-  strides = p.get("strides") or (1,) * len(_shape(eqn.invars[0]))
+  size = shape(eqn.invars[0])[a]
+  strides = p.get("strides") or (1,) * len(shape(eqn.invars[0]))
   if (p["start_indices"][a], p["limit_indices"][a], strides[a]) != (0, size, 1):
     return _mixed(eqn, "slice over the batch axis")
   return _same(eqn, a)
@@ -508,7 +387,7 @@ def _dynamic_slice(eqn: Any, ins: list[Axis], rows: int) -> Result:
   a = ins[0]
   if a is None or any(x is not None for x in ins[1:]):
     return _mixed(eqn, "dynamic_slice at a batch-dependent index")
-  if _shape(eqn.outvars[0])[a] != _shape(eqn.invars[0])[a]:
+  if shape(eqn.outvars[0])[a] != shape(eqn.invars[0])[a]:
     return _mixed(eqn, "dynamic_slice over the batch axis")
   return _same(eqn, a)
 
@@ -520,7 +399,7 @@ def _dynamic_update_slice(eqn: Any, ins: list[Axis], rows: int) -> Result:
   a = ins[0] if ins[0] is not None else ins[1]
   if ins[1] is not None and ins[1] != a:
     return _mixed(eqn, "dynamic_update_slice moves the batch axis")
-  if _shape(eqn.invars[1])[a] != _shape(eqn.invars[0])[a]:
+  if shape(eqn.invars[1])[a] != shape(eqn.invars[0])[a]:
     return _mixed(eqn, "dynamic_update_slice over the batch axis")
   return _same(eqn, a)
 
@@ -530,10 +409,10 @@ def _gather(eqn: Any, ins: list[Axis], rows: int) -> Result:
   p = compat.eqn_params(eqn)
   dn = p["dimension_numbers"]
   a, ai = ins[0], ins[1]
-  out_rank = len(_shape(eqn.outvars[0]))
-  op_rank = len(_shape(eqn.invars[0]))
+  out_rank = len(shape(eqn.outvars[0]))
+  op_rank = len(shape(eqn.invars[0]))
   batch_out = [d for d in range(out_rank) if d not in dn.offset_dims]
-  idx_last = len(_shape(eqn.invars[1])) - 1
+  idx_last = len(shape(eqn.invars[1])) - 1
   out = None
   if ai is not None:
     if ai == idx_last:
@@ -548,7 +427,7 @@ def _gather(eqn: Any, ins: list[Axis], rows: int) -> Result:
   kept = [d for d in range(op_rank) if d not in dn.collapsed_slice_dims and
           d not in dn.operand_batching_dims]
   if (a in dn.start_index_map or a not in kept or
-      p["slice_sizes"][a] != _shape(eqn.invars[0])[a]):
+      p["slice_sizes"][a] != shape(eqn.invars[0])[a]):
     return _mixed(eqn, "gather across the batch axis")
   return _same(eqn, dn.offset_dims[kept.index(a)])
 
@@ -559,10 +438,10 @@ def _reduce_window(eqn: Any, ins: list[Axis], rows: int) -> Result:
   _, a = _one(ins)
   win = p["window_dimensions"][a]
   stride = p["window_strides"][a]
-  same = all(_shape(v)[a] == _shape(eqn.invars[0])[a] for v in eqn.outvars)
+  same = all(shape(v)[a] == shape(eqn.invars[0])[a] for v in eqn.outvars)
   if (win, stride) != (1, 1) or not same or any(
       x is not None and x != a for x in ins):
-    return _mixed(eqn, f"{_name(eqn)} slides a window over the batch axis")
+    return _mixed(eqn, f"{prim(eqn)} slides a window over the batch axis")
   return _same(eqn, a)
 
 
@@ -573,14 +452,14 @@ def _key_shape_rule(eqn: Any, ins: list[Axis], rows: int) -> Result:
   a = ins[0]
   if any(x is not None for x in ins[1:]):
     return _elementwise(eqn, ins, 0)
-  if _name(eqn) == "random_wrap" and a == len(_shape(eqn.invars[0])) - 1:
+  if prim(eqn) == "random_wrap" and a == len(shape(eqn.invars[0])) - 1:
     return _mixed(eqn, "random_wrap over the batch axis")
   return _same(eqn, a)
 
 
 def _identity_multi(eqn: Any, ins: list[Axis], rows: int) -> Result:
   del rows
-  return list(ins)[:_nout(eqn)], None
+  return list(ins)[:nout(eqn)], None
 
 
 def _call(eqn: Any, ins: list[Axis], rows: int) -> Result:
@@ -588,11 +467,11 @@ def _call(eqn: Any, ins: list[Axis], rows: int) -> Result:
   subs = compat.sub_jaxprs(eqn)
   body = subs[0] if subs else None
   if body is None or len(body.invars) != len(ins):
-    return _mixed(eqn, f"{_name(eqn)} with an unreadable body reads the"
+    return _mixed(eqn, f"{prim(eqn)} with an unreadable body reads the"
                   f" batch")
   outs, why = _run(body, list(ins), rows)
   if why is not None:
-    why = f"{why} (inside {_name(eqn)})"
+    why = f"{why} (inside {prim(eqn)})"
   return outs, why
 
 
@@ -621,7 +500,7 @@ def _cond(eqn: Any, ins: list[Axis], rows: int) -> Result:
     if why is not None:
       return _mixed(eqn, f"{why} (inside cond)")
     outs = o if outs is None else [_join(x, y) for x, y in zip(outs, o)]
-  outs = outs or [None] * _nout(eqn)
+  outs = outs or [None] * nout(eqn)
   if MIXED in outs:
     return _mixed(eqn, "cond branches put the batch on different axes")
   return outs, None
@@ -685,8 +564,8 @@ def _clamp(eqn: Any, ins: list[Axis], rows: int) -> Result:
 def _bitcast(eqn: Any, ins: list[Axis], rows: int) -> Result:
   del rows
   a = ins[0]
-  if a >= len(_shape(eqn.outvars[0])) or _shape(
-      eqn.outvars[0])[a] != _shape(eqn.invars[0])[a]:
+  if a >= len(shape(eqn.outvars[0])) or shape(
+      eqn.outvars[0])[a] != shape(eqn.invars[0])[a]:
     return _mixed(eqn, "bitcast_convert_type reshapes the batch axis")
   return _same(eqn, a)
 
@@ -706,24 +585,6 @@ def _cumulative(eqn: Any, ins: list[Axis], rows: int) -> Result:
 def _reduce(eqn: Any, ins: list[Axis], rows: int) -> Result:
   return _axes_rule("axes", "over", True)(eqn, ins, rows)
 
-
-_ELEMENTWISE = frozenset("""
-abs acos acosh add and asin asinh atan atan2 atanh bessel_i0e bessel_i1e cbrt
-ceil clz complex conj convert_element_type copy copy_p cos cosh digamma div
-eq erf erf_inv erfc exp exp2 expm1 floor ge gt igamma igamma_grad_a igammac
-imag integer_pow is_finite le lgamma log log1p logistic lt max min mul ne neg
-nextafter not or polygamma population_count pow real reduce_precision rem
-round rsqrt shift_left shift_right_arithmetic shift_right_logical sign sin
-sinh sqrt square sub tan tanh xor zeta random_gamma_grad
-regularized_incomplete_beta threefry2x32 random_fold_in random_seed
-square erf_inv
-""".split())
-
-_SOURCES = frozenset({"iota", "random_bits", "rng_bit_generator",
-                      "rng_uniform", "threefry2x32"})
-
-_ALIGNED = frozenset({"select_n", "clamp", "concatenate",
-                      "dynamic_update_slice", "convert_element_type"})
 
 _CALLS = frozenset({"jit", "pjit", "closed_call", "core_call",
                     "custom_jvp_call", "custom_vjp_call",
