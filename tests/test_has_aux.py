@@ -33,7 +33,7 @@ def aux_chain_fn(num_blocks: int, stat: str = "mean"):
   aux: ``acc`` (float accuracy of the micro-batch), ``nll_row`` (per-row
   loss, shape ``(b,)``), ``emb_stat`` (a statistic over the batch of the
   embedding, computed in block 0: ``"mean"``, ``"max"`` or ``"count"``),
-  ``correct`` (an int32 count, last block).
+  ``emb_row`` (per-row, block 0), ``correct`` (an int32 count, last block).
   """
 
   def fn(params, batch):
@@ -44,6 +44,7 @@ def aux_chain_fn(num_blocks: int, stat: str = "mean"):
       emb = h.max(axis=(0, 1))
     else:
       emb = jnp.sum(h > 0, axis=(0, 1)).astype(jnp.int32)
+    emb_row = h.mean(axis=(1, 2))
     h = tj.boundary(h)
     for i in range(num_blocks - 1):
       h = M.layer(params["layers"][i], h)
@@ -54,7 +55,7 @@ def aux_chain_fn(num_blocks: int, stat: str = "mean"):
     nll = -jnp.take_along_axis(logp, batch["labels"][..., None], -1)[..., 0]
     hit = jnp.argmax(logits, -1) == batch["labels"]
     aux = {"acc": hit.mean(), "nll_row": nll.mean(axis=1), "emb_stat": emb,
-           "correct": jnp.sum(hit).astype(jnp.int32)}
+           "emb_row": emb_row, "correct": jnp.sum(hit).astype(jnp.int32)}
     return nll.mean(), aux
 
   return fn
@@ -111,11 +112,28 @@ def test_aux_from_a_block_is_its_own_terminal():
   params, batch = M.make_params(3), M.make_batch(4)
   traced = P.trace(fn, "fn", params, batch, has_aux=True)
   part = P.partition(traced)
-  assert traced.num_aux == 4 and part.primary_outputs == (0,)
+  assert traced.num_aux == 5 and part.primary_outputs == (0,)
   sources = {part.epilogue.terminals[j].index for j in part.aux_terminals}
   assert sources == {0, 3}
-  assert len(part.blocks[0].outvars) == 2       # h and the statistic
+  assert len(part.blocks[0].outvars) == 3       # h, statistic, per-row
   assert all(len(b.outvars) == 1 for b in part.blocks[1:3])
+
+
+def test_many_microbatches_loop_and_ramps():
+  """N = 16: the steady state runs as a loop and the ramps as interpreted
+  segments; aux buffers are indexed per micro-batch in both."""
+  fn = aux_chain_fn(4)
+  params, batch, n = M.make_params(3), M.make_batch(16 * 2), 16
+  step = tj.schedule(fn, mesh=_mesh((4, "pipe")),
+                     placement=tj.placements.vshape(4), num_microbatches=n,
+                     has_aux=True, interpret_ramps=2)
+  (loss, aux), grads = step(params, batch)
+  kinds = {seg.kind for seg in step.built.plan.segments}
+  assert {"loop", "interp"} <= kinds, kinds
+  (ref_loss, ref_aux), ref_grads = reference(fn, params, batch, n)
+  assert M.max_rel_err(loss, ref_loss) <= TOL
+  assert M.max_rel_err(grads, ref_grads) <= TOL
+  _assert_aux_equal(aux, ref_aux)
 
 
 def test_infer_returns_outputs_and_stacked_aux():
