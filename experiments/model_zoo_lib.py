@@ -24,6 +24,7 @@ and inference. Per row (model x placement x mode):
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 import traceback
@@ -42,6 +43,7 @@ from tessel_jax.passes import autocut
 RUNNER = "model_zoo"
 PLACEMENTS = ("vshape", "mshape", "nnshape")
 MODES = ("train", "infer")
+MESSAGE_CHARS = 200  # of an error message in the Markdown table (JSON: all)
 
 
 class ZooArgs(NamedTuple):
@@ -287,8 +289,9 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
                _blocks_text(r)]
     else:
       msg = r.get("message", "").replace("|", "/").replace("\n", " ")
-      msg = msg.replace("tessel_jax.schedule applied to ", "")
-      cells = ["", "", "", "", msg[:300]]
+      msg = re.sub(r"^tessel_jax\.schedule applied to '[^']*': ", "", msg)
+      cells = ["", "", "", "", msg if len(msg) <= MESSAGE_CHARS else
+               msg[:MESSAGE_CHARS - 3] + "..."]
     lines.append("| " + " | ".join(
         [r["model"], r["placement"], r["mode"], r["status"]] + cells) + " |")
   return "\n".join(lines) + "\n"
