@@ -119,6 +119,28 @@ def test_aux_from_a_block_is_its_own_terminal():
   assert all(len(b.outvars) == 1 for b in part.blocks[1:3])
 
 
+def test_aux_passes_inputs_and_constants_through():
+  """Aux leaves that are a parameter, a batch leaf or a constant."""
+  base = aux_chain_fn(4)
+
+  def fn(params, batch):
+    loss, aux = base(params, batch)
+    return loss, {"acc": aux["acc"], "gate": params["gate"],
+                  "labels": batch["labels"], "one": jnp.float32(1.0),
+                  "stat": aux["emb_stat"]}
+
+  params, batch, n = M.make_params(3), M.make_batch(4 * 4), 4
+  step = tj.schedule(fn, mesh=_mesh((4, "pipe")),
+                     placement=tj.placements.vshape(4), num_microbatches=n,
+                     has_aux=True)
+  (loss, aux), grads = step(params, batch)
+  (ref_loss, ref_aux), ref_grads = reference(fn, params, batch, n)
+  assert M.max_rel_err(loss, ref_loss) <= TOL
+  assert M.max_rel_err(grads, ref_grads) <= TOL
+  _assert_aux_equal(aux, ref_aux)
+  assert aux["labels"].shape == (n, 4, M.SEQ) and aux["one"].shape == (n,)
+
+
 def test_many_microbatches_loop_and_ramps():
   """N = 16: the steady state runs as a loop and the ramps as interpreted
   segments; aux buffers are indexed per micro-batch in both."""

@@ -8,7 +8,11 @@ refused by a named rule; ``experiments.model_zoo`` runs the whole table.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from experiments import model_zoo_lib as Z
@@ -75,10 +79,18 @@ def test_missing_package_is_recorded_not_raised(monkeypatch, tmp_path):
 
 
 def test_relative_error_floor_and_structure():
-  import numpy as np  # pylint: disable=import-outside-toplevel
   want = {"big": np.array([1.0, -2.0]), "tiny": np.array([1e-9])}
   got = {"big": np.array([1.0, -2.0]), "tiny": np.array([3e-9])}
   assert Z.max_rel_err(got, want) == pytest.approx(2e-9 / (2.0 * Z.FLOOR))
   assert Z.max_rel_err(got, want, floor=0.0) == pytest.approx(2.0)
   with pytest.raises(ValueError, match="structure"):
     Z.max_rel_err({"big": want["big"]}, want)
+
+
+def test_binary_rejects_unknown_models():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.model_zoo", "--models=nope"],
+      cwd=root, capture_output=True, text=True, timeout=120, check=False)
+  assert out.returncode != 0
+  assert "--models: unknown ['nope']" in out.stderr + out.stdout
