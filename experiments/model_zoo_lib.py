@@ -175,12 +175,14 @@ def _steady(f: Callable[[], Any], repeats: int) -> float:
 def block_info(step: Any) -> dict[str, Any]:
   """Per forward block: devices and how it runs; the cut's balance."""
   built = step.built
-  modes = getattr(built.report, "block_modes", None)  # from step.report
+  # step.report.block_modes: {"F0": "split 4-way" | "replicated: <why>"}
+  # where the report says how shared blocks run; else read the kernels.
+  modes = dict(getattr(built.report, "block_modes", None) or {})
   blocks = []
   for k in sorted((k for k in built.kernels.kernels.values() if k.kind == "F"),
                   key=lambda k: k.fwd):
-    if modes is not None and k.fwd < len(modes):
-      how = str(modes[k.fwd])
+    if f"F{k.fwd}" in modes:
+      how = str(modes[f"F{k.fwd}"])
     elif len(k.devices) == 1:
       how = "one device"
     elif k.split > 1 and any(k.in_split):

@@ -119,9 +119,11 @@ def _fn_name(fn: Callable[..., Any]) -> str:
 class ScheduledFunction:
   """The function returned by :func:`schedule`.
 
-  Calling it runs the pipelined program; ``lower`` returns ``jax.stages
-  .Lowered`` like ``jax.jit(f).lower``; ``schedule``, ``unrolled`` and
-  ``built`` describe the last build.
+  Calling it runs the pipelined program (training: ``(loss, grads)``, or
+  ``((loss, aux), grads)`` with ``has_aux``; inference: the outputs, or
+  ``(outputs, aux)``); ``lower`` returns ``jax.stages.Lowered`` like
+  ``jax.jit(f).lower``; ``schedule``, ``unrolled`` and ``built`` describe
+  the last build.
   """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any, placement: Any,
