@@ -548,7 +548,7 @@ def loss_seeds(part: Partition, num_microbatches: int,
   name = part.fn_name
   primary = part.primary_outputs
   outs = [part.out_avals[o] for o in primary]
-  if len(outs) != 1 or outs[0].shape != () or not _inexact(outs[0]):
+  if len(outs) != 1 or outs[0].shape != () or not _float(outs[0]):
     raise fail(name, _loss_problem(part, outs))
   epi = part.epilogue
   avals = [jax.ShapeDtypeStruct(a.aval.shape, a.aval.dtype) for a in epi.invars]
@@ -597,12 +597,12 @@ def _epilogue_grads(epi: Any, avals: Sequence[Any], used: set[int],
                     shift: float) -> list[np.ndarray | None]:
   """Gradient of the epilogue's first output at random terminal values
   (``None`` for terminals it does not read or that are not float)."""
-  diff = [k for k, a in enumerate(avals) if _inexact(a) and k in used]
+  diff = [k for k, a in enumerate(avals) if _float(a) and k in used]
   if not diff:
     return [None] * len(avals)
   with jax.ensure_compile_time_eval():
     xs = [jnp.asarray(rng.standard_normal(a.shape) + shift, a.dtype)
-          if _inexact(a) else jnp.zeros(a.shape, a.dtype) for a in avals]
+          if _float(a) else jnp.zeros(a.shape, a.dtype) for a in avals]
 
     def e(*d):
       v = list(xs)
@@ -614,3 +614,8 @@ def _epilogue_grads(epi: Any, avals: Sequence[Any], used: set[int],
   for k, gk in zip(diff, gs):
     out[k] = np.asarray(gk)
   return out
+
+
+def _float(aval: Any) -> bool:
+  """A float (or complex) aval: one the loss can be differentiated by."""
+  return jnp.issubdtype(aval.dtype, jnp.inexact)
