@@ -9,6 +9,8 @@ way.
 
 from __future__ import annotations
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +23,10 @@ import test_lowering_models as M
 
 try:
   from tessel_jax.passes import partition as P  # type: ignore
+  from tessel_jax.passes import shared_aux as SA  # type: ignore
 except ImportError:
   from passes import partition as P  # type: ignore
+  from passes import shared_aux as SA  # type: ignore
 
 TOL = 1e-5
 
@@ -32,7 +36,8 @@ def aux_chain_fn(num_blocks: int, stat: str = "mean"):
 
   aux: ``acc`` (float accuracy of the micro-batch), ``nll_row`` (per-row
   loss, shape ``(b,)``), ``emb_stat`` (a statistic over the batch of the
-  embedding, computed in block 0: ``"mean"``, ``"max"`` or ``"count"``),
+  embedding, computed in block 0: ``"mean"``, ``"max"``, ``"sum"`` or
+  ``"count"``),
   ``emb_row`` (per-row, block 0), ``correct`` (an int32 count, last block).
   """
 
@@ -42,6 +47,8 @@ def aux_chain_fn(num_blocks: int, stat: str = "mean"):
       emb = h.mean(axis=(0, 1))
     elif stat == "max":
       emb = h.max(axis=(0, 1))
+    elif stat == "sum":
+      emb = h.sum(axis=(0, 1))
     else:
       emb = jnp.sum(h > 0, axis=(0, 1)).astype(jnp.int32)
     emb_row = h.mean(axis=(1, 2))
@@ -268,15 +275,54 @@ def test_without_has_aux_a_pair_gets_a_hint():
 
 @pytest.mark.parametrize("stat,problem", [
     ("max", "is not the mean over the rows"),
+    ("sum", "is not the mean over the rows"),
     ("count", "is of type int32"),
 ])
-def test_shared_block_aux_that_is_not_a_row_mean_is_refused(stat, problem):
-  """mshape's block 0 splits the rows over 4 devices: a batch mean comes back
-  exactly (test above), a max or a count would not, so they are refused."""
-  with pytest.raises(TesselError, match=(
-      r"the aux leaf aux\[.emb_stat.\] is computed in block 0, which runs on 4 devices"
-      r" \[0, 1, 2, 3\].*" + problem + r".*place block 0 on one device")):
-    _schedule(aux_chain_fn(5, stat), tj.placements.mshape(4))
+def test_shared_block_aux_is_exact_or_refused_by_name(stat, problem):
+  """mshape's block 0 is shared by 4 devices. A batch mean there comes back
+  exactly (tests above). A max, sum or count over the rows is exact where
+  the block runs replicated (every device on all rows); where it splits the
+  rows it is refused by name, never silently different."""
+  fn = aux_chain_fn(5, stat)
+  params, batch, n = M.make_params(4), M.make_batch(4 * 4), 4
+  step = tj.schedule(fn, mesh=_mesh((4, "pipe")),
+                     placement=tj.placements.mshape(4), num_microbatches=n,
+                     has_aux=True)
+  try:
+    (loss, aux), grads = step(params, batch)
+  except TesselError as err:
+    assert re.search(
+        r"the aux leaf aux\['emb_stat'\] is computed in block 0, which runs"
+        r" on 4 devices \[0, 1, 2, 3\].*" + problem +
+        r".*place block 0 on one device", str(err)), str(err)
+    return
+  (ref_loss, ref_aux), ref_grads = reference(fn, params, batch, n)
+  assert M.max_rel_err(loss, ref_loss) <= TOL
+  assert M.max_rel_err(grads, ref_grads) <= TOL
+  _assert_aux_equal(aux, ref_aux)
+
+
+def _stat_problem(stat):
+  """``shared_aux``'s verdict on block 0's ``emb_stat`` split 4 ways."""
+  fn = aux_chain_fn(5, stat)
+  params = M.make_params(4)
+  full = P.partition(P.trace(fn, "fn", params, M.make_batch(4), has_aux=True))
+  local = P.partition(P.trace(fn, "fn", params, M.make_batch(1),
+                              has_aux=True))
+  pos = {v: k for k, v in SA._aux_names(full).items()}["aux['emb_stat']"]
+  term = full.epilogue.terminals[
+      full.epilogue.invars.index(full.epilogue.outvars[pos])]
+  assert term.index == 0
+  return SA._problem(full.blocks[0], local.blocks[0], term.output, 4, 4)
+
+
+def test_row_split_check_tells_a_row_mean_from_other_statistics():
+  """The numerical check itself: the mean of the 4 devices' values equals
+  the full block's only for a float mean over the rows."""
+  assert _stat_problem("mean") is None
+  assert "not the mean over the rows" in _stat_problem("max")
+  assert "not the mean over the rows" in _stat_problem("sum")
+  assert "is of type int32" in _stat_problem("count")
 
 
 def test_has_aux_must_be_a_bool():
