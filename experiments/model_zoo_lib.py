@@ -62,7 +62,7 @@ class ZooArgs(NamedTuple):
   markdown: str | None = None
 
 
-# --- references -----------------------------------------------------------------
+# --- references ---------------------------------------------------------------
 
 
 def split_microbatches(batch: Any, n: int) -> Any:
@@ -159,7 +159,7 @@ def result_err(got: Any, want: Any, mode: str, has_aux: bool) -> float:
   return max(max_rel_err(a, b) for a, b in parts)
 
 
-# --- one row --------------------------------------------------------------------
+# --- one row ------------------------------------------------------------------
 
 
 def _timed(f: Callable[[], Any]) -> tuple[Any, float]:
@@ -257,7 +257,7 @@ def run_all(args: ZooArgs, log: Callable[[str], None] = print
   return rows
 
 
-# --- reporting ------------------------------------------------------------------
+# --- reporting ----------------------------------------------------------------
 
 
 def summary_line(row: dict[str, Any]) -> str:

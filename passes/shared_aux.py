@@ -55,8 +55,8 @@ def check(part: Partition, ks: KernelSet,
     if problem:
       raise fail(
           part.fn_name,
-          f"the aux leaf {', '.join(leaves)} is computed in block {i}, which runs on"
-          f" {g} devices {list(kernel.devices)} that each take"
+          f"the aux leaf {', '.join(leaves)} is computed in block {i}, which"
+          f" runs on {g} devices {list(kernel.devices)} that each take"
           f" {ks.microbatch_rows // g} of the micro-batch's"
           f" {ks.microbatch_rows} rows; the value has no batch axis and"
           f" {problem}, so the devices' partial results would combine into a"
@@ -80,7 +80,8 @@ def _problem(full: ForwardBlock, local: ForwardBlock | None, k: int, g: int,
   """Why output ``k`` is not the mean of its row-slice values (None: it is)."""
   aval = full.out_avals[k]
   if not jnp.issubdtype(aval.dtype, jnp.inexact):
-    return f"is of type {aval.dtype} (the mean of the devices' values is a float)"
+    return (f"is of type {aval.dtype} (the mean of the devices' values is a"
+            f" float)")
   if local is None:
     return "could not be checked (the block was not traced per device)"
   try:
