@@ -20,5 +20,9 @@ Modules, in pipeline order (``tessel_jax.api`` drives them):
   stores and pools, read/out ports, message rounds, loops;
 * ``interp``    -- table-driven ramps (warmup/cooldown as one loop);
 * ``lower``     -- the ``jax.jit(jax.shard_map(...))`` program;
+* ``outputs``   -- the function's outputs (loss, aux stacked per
+  micro-batch, inference outputs) from the accumulated terminals;
+* ``shared_aux`` -- refuses aux values a row-split block would compute
+  differently from ``fn``;
 * ``errors``    -- ``TesselError``.
 """

@@ -482,53 +482,87 @@ def loss_seeds(part: Partition, num_microbatches: int,
   """Constant cotangent of the mean loss with respect to each terminal.
 
   The loss is ``mean_m E(terminals(m))``; for an affine epilogue ``E`` the
-  cotangent of terminal ``j`` of every micro-batch is ``dE/dt_j / N``.
+  cotangent of terminal ``j`` of every micro-batch is ``dE/dt_j / N``. With
+  ``has_aux`` only the loss output is differentiated (aux outputs get no
+  seed, as ``jax.value_and_grad(has_aux=True)`` treats them) and only its
+  part of the epilogue must be affine; terminals the loss does not read get
+  ``None``.
 
   Raises:
-    TesselError: if the output is not a scalar float, or the epilogue is not
+    TesselError: if the loss is not a scalar float, or the epilogue is not
       affine in the block outputs it combines.
   """
   name = part.fn_name
-  outs = part.out_avals
-  if len(outs) != 1 or outs[0].shape != () or not inexact(outs[0]):
-    shapes = [f"{tuple(a.shape)}:{a.dtype}" for a in outs]
-    raise fail(name, f"mode='train' needs the function to return one scalar"
-               f" float loss; it returns {shapes}. Return the loss only, or"
-               f" use mode='infer' to get the outputs")
+  primary = part.primary_outputs
+  outs = [part.out_avals[o] for o in primary]
+  if len(outs) != 1 or outs[0].shape != () or not _float(outs[0]):
+    raise fail(name, _loss_problem(part, outs))
   epi = part.epilogue
   avals = [jax.ShapeDtypeStruct(a.aval.shape, a.aval.dtype) for a in epi.invars]
   scale = 1.0 / num_microbatches
   if epi.is_identity:
-    return [np.asarray(scale, avals[0].dtype)]
-  with jax.ensure_compile_time_eval():
-    rng = np.random.default_rng(0)
-
-    def grad_at(seed_shift: float) -> list[np.ndarray]:
-      xs = [jnp.asarray(rng.standard_normal(a.shape) + seed_shift, a.dtype)
-            if inexact(a) else jnp.zeros(a.shape, a.dtype) for a in avals]
-      diff = [k for k, a in enumerate(avals) if inexact(a)]
-      def e(*d):
-        v = list(xs)
-        for k, x in zip(diff, d):
-          v[k] = x
-        return epi(*v)[0]
-      gs = jax.grad(e, argnums=tuple(range(len(diff))))(*[xs[k] for k in diff])
-      out: list[Any] = [None] * len(avals)
-      for k, gk in zip(diff, gs):
-        out[k] = np.asarray(gk)
-      return out
-    g1 = grad_at(0.0)
-    if check_affine:
-      g2 = grad_at(3.0)
-      for a, b in zip(g1, g2):
-        if a is not None and not np.allclose(a, b, rtol=1e-5, atol=1e-6):
-          raise fail(
-              name,
-              "the loss combines outputs of blocks the placement runs"
-              " independently (no edge between them) in a way that is not"
-              " affine (e.g. a product or a nonlinearity of two blocks'"
-              " losses); the pipeline can only seed the backward of each"
-              " block with a constant. Combine them by a (weighted) sum, or"
-              " compute the nonlinear part inside one block")
+    return [np.asarray(scale, avals[0].dtype)] + [None] * (len(avals) - 1)
+  loss_epi = epi.select(primary)
+  used = set(epi.reads(primary))
+  rng = np.random.default_rng(0)
+  g1 = _epilogue_grads(loss_epi, avals, used, rng, 0.0)
+  if check_affine:
+    g2 = _epilogue_grads(loss_epi, avals, used, rng, 3.0)
+    for a, b in zip(g1, g2):
+      if a is not None and not np.allclose(a, b, rtol=1e-5, atol=1e-6):
+        raise fail(
+            name,
+            "the loss combines outputs of blocks the placement runs"
+            " independently (no edge between them) in a way that is not"
+            " affine (e.g. a product or a nonlinearity of two blocks'"
+            " losses); the pipeline can only seed the backward of each"
+            " block with a constant. Combine them by a (weighted) sum, or"
+            " compute the nonlinear part inside one block")
   return [None if x is None else (x * scale).astype(a.dtype)
           for x, a in zip(g1, avals)]
+
+
+def _loss_problem(part: Partition, outs: Sequence[Any]) -> str:
+  """What is wrong with a training function's outputs, and the fix."""
+  shapes = [f"{tuple(a.shape)}:{a.dtype}" for a in outs]
+  if part.traced.has_aux:
+    return (f"mode='train' with has_aux=True needs fn to return (loss, aux)"
+            f" with a scalar float loss; its loss is {shapes}. Return the"
+            f" scalar loss first (e.g. a mean over the micro-batch) and put"
+            f" everything else in aux, or use mode='infer'")
+  tree = part.traced.out_tree
+  top = jax.tree_util.tree_unflatten(tree, list(range(tree.num_leaves)))
+  hint = (" If fn returns (loss, aux), pass has_aux=True."
+          if isinstance(top, tuple) and len(top) == 2 else "")
+  return (f"mode='train' needs the function to return one scalar float loss;"
+          f" it returns {shapes}. Return the loss only, or use mode='infer'"
+          f" to get the outputs.{hint}")
+
+
+def _epilogue_grads(epi: Any, avals: Sequence[Any], used: set[int],
+                    rng: np.random.Generator,
+                    shift: float) -> list[np.ndarray | None]:
+  """Gradient of the epilogue's first output at random terminal values
+  (``None`` for terminals it does not read or that are not float)."""
+  diff = [k for k, a in enumerate(avals) if _float(a) and k in used]
+  if not diff:
+    return [None] * len(avals)
+  with jax.ensure_compile_time_eval():
+    xs = [jnp.asarray(rng.standard_normal(a.shape) + shift, a.dtype)
+          if _float(a) else jnp.zeros(a.shape, a.dtype) for a in avals]
+
+    def e(*d):
+      v = list(xs)
+      for k, x in zip(diff, d):
+        v[k] = x
+      return epi(*v)[0]
+    gs = jax.grad(e, argnums=tuple(range(len(diff))))(*[xs[k] for k in diff])
+  out: list[Any] = [None] * len(avals)
+  for k, gk in zip(diff, gs):
+    out[k] = np.asarray(gk)
+  return out
+
+
+def _float(aval: Any) -> bool:
+  """A float (or complex) aval: one the loss can be differentiated by."""
+  return jnp.issubdtype(aval.dtype, jnp.inexact)

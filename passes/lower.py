@@ -36,6 +36,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from . import outputs as _outputs
 from .kernels import KernelSet
 from .packing import Layout, pack, read_region, unpack_grads
 from .partition import Partition
@@ -129,6 +130,11 @@ class Lowering:
     self.ks: KernelSet = plan.kernel_set
     self.param_avals = part.traced.param_avals
     self.local_avals = layout.local_avals(self.param_avals)
+    # Terminals kept per micro-batch (buffers ``(n + 1, ...)``): all of them
+    # in inference, the ones aux outputs read in training (the rest are
+    # summed into the mean the loss needs).
+    self.per_mb = frozenset(
+        part.aux_terminals if train else range(len(self.ks.terminals)))
 
   # --- one tick -------------------------------------------------------------
 
@@ -297,7 +303,8 @@ class Lowering:
         sacc[gp.cls] = tuple(group)
     for ta in tick.terms:
       v = out_ports[ta.port]
-      scale = ta.scale / (self.total_n if self.train else 1)
+      summed = ta.terminal not in self.per_mb
+      scale = ta.scale / (self.total_n if summed else 1)
       s = ctx.table(scale.astype(np.float64), jnp.float32)
       mask = ctx.table(ta.mask, jnp.bool_)
       v = v * jnp.asarray(s, v.dtype) if not (isinstance(s, float) and
@@ -306,7 +313,7 @@ class Lowering:
         v = jnp.where(mask, v, jnp.zeros_like(v))
       acc = tacc[ta.terminal]
       row = ctx.table(ta.row)
-      if self.train:
+      if summed:
         if ta.rowed:
           cur = lax.dynamic_slice_in_dim(acc, row, v.shape[0])
           tacc[ta.terminal] = lax.dynamic_update_slice_in_dim(
@@ -376,11 +383,10 @@ class Lowering:
     sacc = (tuple(tuple(jnp.zeros(c.shape, c.dtype) for _ in range(c.count))
                   for c in self.layout.classes) if self.train else ())
     n = plan.num_microbatches
-    if self.train:
-      tacc = tuple(jnp.zeros(a.shape, a.dtype) for a in self.ks.terminal_avals)
-    else:
-      tacc = tuple(jnp.zeros((n + 1,) + tuple(a.shape), a.dtype)
-                   for a in self.ks.terminal_avals)
+    tacc = tuple(
+        jnp.zeros(((n + 1,) if j in self.per_mb else ()) + tuple(a.shape),
+                  a.dtype)
+        for j, a in enumerate(self.ks.terminal_avals))
     state = (pools, (gacc, sacc), tacc)
     for seg in plan.segments:
       if seg.kind == "interp":
@@ -397,11 +403,13 @@ class Lowering:
     if self.train:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
       sgrads = tuple(jnp.stack(s)[None] for s in sacc)
-      terms = tuple(t[None] for t in tacc)
+      terms = tuple(t[:n][None] if j in self.per_mb else t[None]
+                    for j, t in enumerate(tacc))
       if self.data_axes:
         grads = {dt: lax.psum(g, self.data_axes) for dt, g in grads.items()}
         sgrads = tuple(lax.psum(g, self.data_axes) for g in sgrads)
-        terms = tuple(lax.psum(t, self.data_axes) for t in terms)
+        terms = tuple(t if j in self.per_mb else lax.psum(t, self.data_axes)
+                      for j, t in enumerate(terms))
       return grads, sgrads, terms
     return tuple(t[:n][None] for t in tacc)
 
@@ -415,20 +423,21 @@ class Lowering:
     in_specs = ({dt: P(pipe) for dt in layout.dtypes},
                 [[P(pipe)] * c.count for c in layout.classes],
                 tuple(batch_spec for _ in traced.batch_avals))
+    per_mb_spec = P(pipe, data) if data else P(pipe)
+    term_specs = tuple(per_mb_spec if j in self.per_mb else P(pipe)
+                       for j in range(len(self.ks.terminals)))
     if self.train:
       out_specs = ({dt: P(pipe) for dt in layout.dtypes},
-                   tuple(P(pipe) for _ in layout.classes),
-                   tuple(P(pipe) for _ in self.ks.terminals))
+                   tuple(P(pipe) for _ in layout.classes), term_specs)
     else:
-      out_specs = tuple(P(pipe, data) if data else P(pipe)
-                        for _ in self.ks.terminals)
+      out_specs = term_specs
     smap = jax.shard_map(self.body, mesh=self.mesh, in_specs=in_specs,
                          out_specs=out_specs,
                          axis_names=set(self.mesh.axis_names),
                          check_vma=False)
-    epilogue = part.epilogue
-    out_tree = traced.out_tree
     param_avals = traced.param_avals
+    outputs = _outputs.Outputs(part, self.per_mb, self.ks.terminal_avals,
+                               self.total_n)
 
     def run(params: Any, batch: Any) -> Any:
       p_leaves = jax.tree_util.tree_leaves(params)
@@ -436,17 +445,9 @@ class Lowering:
       packed, slots = pack(layout, p_leaves)
       if self.train:
         gpacked, gslots, terms = smap(packed, slots, tuple(b_leaves))
-        means = [t.sum(axis=0) for t in terms]
-        loss = epilogue(*means)[0]
+        value = outputs.train([t.sum(axis=0) for t in terms])
         grads = unpack_grads(layout, gpacked, gslots, param_avals)
-        return loss, jax.tree_util.tree_unflatten(traced.param_tree, grads)
+        return value, jax.tree_util.tree_unflatten(traced.param_tree, grads)
       bufs = smap(packed, slots, tuple(b_leaves))
-      per_mb = [buf.sum(axis=0) for buf in bufs]
-      if epilogue.is_identity:
-        outs = per_mb
-      else:
-        outs = jax.vmap(lambda *ts: epilogue(*ts))(*per_mb)
-      flat = [o.reshape((-1,) + tuple(o.shape[2:])) if o.ndim >= 2 else o
-              for o in outs]
-      return jax.tree_util.tree_unflatten(out_tree, flat)
+      return outputs.infer([buf.sum(axis=0) for buf in bufs])
     return run

@@ -12,6 +12,13 @@ towers of an X-shape meet only in the loss), the equations downstream of that
 value form the *epilogue*: a function of block outputs ("terminals") applied
 after the pipeline. In training the epilogue must be affine (a sum or
 weighted sum of per-block losses), so its gradient is a constant seed.
+
+With ``has_aux=True`` (as in ``jax.value_and_grad``) ``fn`` returns
+``(loss, aux)``; the flat outputs are the loss (or, in inference, the
+outputs) followed by the aux leaves. An aux leaf computed inside a block is a
+terminal of *that* block (it is not passed down the pipeline to the last
+block), and the epilogue evaluates the aux part per micro-batch; only the
+loss part has to be affine, since aux outputs are not differentiated.
 """
 
 from __future__ import annotations
@@ -21,10 +28,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 from tessel_jax import compat
 
-from .errors import fail
+from .errors import TesselError, fail
 
 _JIT_PRIMITIVES = ("pjit", "jit", "closed_call", "core_call")
 _PRIMITIVE_WORDS = {
@@ -124,6 +132,35 @@ class Epilogue:
                             self.outvars,
                             list(terminal_values) + list(self.const_vals))
 
+  def select(self, outputs: Sequence[int]) -> "Epilogue":
+    """The epilogue of outputs ``outputs`` only (other equations pruned).
+
+    It still takes every terminal (positions unchanged); terminals outside
+    :meth:`reads` are not used.
+    """
+    outvars = tuple(self.outvars[o] for o in outputs)
+    return dataclasses.replace(self, eqns=tuple(_needed(self.eqns, outvars)),
+                               outvars=outvars)
+
+  def reads(self, outputs: Sequence[int]) -> tuple[int, ...]:
+    """Positions of the terminals outputs ``outputs`` depend on."""
+    outvars = [self.outvars[o] for o in outputs]
+    live = {v for v in outvars if not compat.is_literal(v)}
+    for eqn in _needed(self.eqns, outvars):
+      live.update(v for v in eqn.invars if not compat.is_literal(v))
+    return tuple(j for j, v in enumerate(self.invars) if v in live)
+
+
+def _needed(eqns: Sequence[Any], outvars: Sequence[Any]) -> list[Any]:
+  """Equations ``outvars`` depend on, in program order."""
+  live = {v for v in outvars if not compat.is_literal(v)}
+  keep = []
+  for eqn in reversed(eqns):
+    if any(v in live for v in eqn.outvars if not compat.is_dropvar(v)):
+      keep.append(eqn)
+      live.update(v for v in eqn.invars if not compat.is_literal(v))
+  return keep[::-1]
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Traced:
@@ -138,6 +175,10 @@ class Traced:
     param_avals: Flat parameter shapes.
     batch_avals: Flat micro-batch shapes.
     num_blocks: Top-level boundaries + 1.
+    aux_tree: With ``has_aux``: tree structure of ``aux`` (its leaves are
+      the last flat outputs); None without.
+    primary_tree: With ``has_aux``: tree structure of the loss (training)
+      or outputs (inference); None without.
   """
 
   fn_name: str
@@ -148,6 +189,17 @@ class Traced:
   param_avals: tuple[jax.ShapeDtypeStruct, ...]
   batch_avals: tuple[jax.ShapeDtypeStruct, ...]
   num_blocks: int
+  aux_tree: Any = None
+  primary_tree: Any = None
+
+  @property
+  def has_aux(self) -> bool:
+    return self.aux_tree is not None
+
+  @property
+  def num_aux(self) -> int:
+    """Flat aux outputs (the last ones)."""
+    return self.aux_tree.num_leaves if self.aux_tree is not None else 0
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -174,6 +226,22 @@ class Partition:
   def out_avals(self) -> tuple[jax.ShapeDtypeStruct, ...]:
     return tuple(_aval(v) for v in self.epilogue.outvars)
 
+  @property
+  def primary_outputs(self) -> tuple[int, ...]:
+    """Flat output positions of the loss (or outputs), before any aux."""
+    return tuple(range(len(self.epilogue.outvars) - self.traced.num_aux))
+
+  @property
+  def aux_outputs(self) -> tuple[int, ...]:
+    """Flat output positions of the aux leaves (empty without has_aux)."""
+    n = len(self.epilogue.outvars)
+    return tuple(range(n - self.traced.num_aux, n))
+
+  @property
+  def aux_terminals(self) -> tuple[int, ...]:
+    """Terminals the aux outputs read (accumulated per micro-batch)."""
+    return self.epilogue.reads(self.aux_outputs) if self.aux_outputs else ()
+
 
 def _aval(atom: Any) -> jax.ShapeDtypeStruct:
   aval = atom.aval
@@ -191,7 +259,7 @@ def _describe(primitive: str) -> str:
 
 
 def trace(fn: Callable[..., Any], fn_name: str, params: Any,
-          microbatch: Any) -> Traced:
+          microbatch: Any, has_aux: bool = False) -> Traced:
   """Traces ``fn(params, microbatch)`` and checks the boundary placement.
 
   Args:
@@ -199,31 +267,44 @@ def trace(fn: Callable[..., Any], fn_name: str, params: Any,
     fn_name: Its name for messages.
     params: Parameter pytree (arrays or ShapeDtypeStructs).
     microbatch: One micro-batch (arrays or ShapeDtypeStructs).
+    has_aux: ``fn`` returns ``(loss, aux)`` (``jax.value_and_grad``'s
+      convention).
 
   Raises:
     TesselError: if a boundary sits inside a cond/scan/while body or another
-      higher-order primitive.
+      higher-order primitive, an output leaf is not an array, or with
+      ``has_aux`` the result is not a pair.
   """
   p_leaves, p_tree = jax.tree_util.tree_flatten(params)
   b_leaves, b_tree = jax.tree_util.tree_flatten(microbatch)
   p_avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in p_leaves)
   b_avals = tuple(jax.ShapeDtypeStruct(x.shape, x.dtype) for x in b_leaves)
   n_p = len(p_leaves)
+  trees: dict[str, Any] = {}
 
   def flat_fn(*leaves: Any) -> Any:
     p = jax.tree_util.tree_unflatten(p_tree, leaves[:n_p])
     b = jax.tree_util.tree_unflatten(b_tree, leaves[n_p:])
-    return fn(p, b)
+    out = fn(p, b)
+    if has_aux:
+      _check_pair(fn_name, out)
+      trees["primary"] = jax.tree_util.tree_structure(out[0])
+      trees["aux"] = jax.tree_util.tree_structure(out[1])
+      _check_arrays(fn_name, out[0], "the first element of fn's result")
+      _check_arrays(fn_name, out[1], "aux")
+    else:
+      _check_arrays(fn_name, out, "fn's result")
+    return out
 
-  closed, out_tree = compat.make_jaxpr(flat_fn, *p_avals, *b_avals)
+  closed, out_tree = _make_jaxpr(flat_fn, *p_avals, *b_avals)
   nested = _nested_boundaries(closed.jaxpr)
   if nested:
     blocking = [p for p in nested
                 if any(name not in _JIT_PRIMITIVES for name in p)]
     if not blocking:
       # Boundaries only inside nested jax.jit calls: inline them.
-      closed, out_tree = compat.make_jaxpr(flat_fn, *p_avals, *b_avals,
-                                           inline_jit=True)
+      closed, out_tree = _make_jaxpr(flat_fn, *p_avals, *b_avals,
+                                     inline_jit=True)
       nested = _nested_boundaries(closed.jaxpr)
       blocking = nested
     if blocking:
@@ -239,7 +320,49 @@ def trace(fn: Callable[..., Any], fn_name: str, params: Any,
   num_blocks = 1 + sum(1 for e in closed.jaxpr.eqns if compat.is_boundary(e))
   return Traced(fn_name=fn_name, closed_jaxpr=closed, param_tree=p_tree,
                 batch_tree=b_tree, out_tree=out_tree, param_avals=p_avals,
-                batch_avals=b_avals, num_blocks=num_blocks)
+                batch_avals=b_avals, num_blocks=num_blocks,
+                aux_tree=trees.get("aux"), primary_tree=trees.get("primary"))
+
+
+def _make_jaxpr(flat_fn: Callable[..., Any], *avals: Any,
+                inline_jit: bool = False) -> tuple[Any, Any]:
+  """``compat.make_jaxpr``; an error raised while tracing is raised again
+  without the note JAX adds about its filtered frames."""
+  try:
+    return compat.make_jaxpr(flat_fn, *avals, inline_jit=inline_jit)
+  except TesselError as err:
+    raise TesselError(*err.args) from None
+
+
+def _check_pair(fn_name: str, out: Any) -> None:
+  """``has_aux``: the result must be a 2-tuple ``(loss, aux)``."""
+  if isinstance(out, tuple) and len(out) == 2:
+    return
+  if isinstance(out, (tuple, list)):
+    what = f"a {type(out).__name__} of length {len(out)}"
+  elif hasattr(out, "shape") and hasattr(out, "dtype"):
+    what = f"one array of shape {tuple(out.shape)}"
+  else:
+    what = f"a {type(out).__name__}"
+  raise fail(fn_name, f"has_aux=True needs fn to return a pair (loss, aux),"
+             f" as jax.value_and_grad(has_aux=True) does; it returned {what}."
+             f" Return a tuple (loss, aux), or drop has_aux=True")
+
+
+def _is_array(x: Any) -> bool:
+  return isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float,
+                        complex))
+
+
+def _check_arrays(fn_name: str, tree: Any, what: str) -> None:
+  """Every leaf of ``tree`` is an array (or a Python number)."""
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    if not _is_array(leaf):
+      where = jax.tree_util.keystr(path) or "(the whole value)"
+      raise fail(fn_name, f"{what} must be a pytree of arrays, but its leaf"
+                 f" {where} is a {type(leaf).__name__} ({leaf!r:.60}); return"
+                 f" arrays only (keep Python values such as strings outside"
+                 f" the traced function)")
 
 
 def partition(traced: Traced,
@@ -302,9 +425,14 @@ def partition(traced: Traced,
       body_last.append(eqn)
   segments[last] = body_last
   outvars = list(jaxpr.outvars)
+  num_primary = len(outvars) - traced.num_aux
+  # Aux leaves computed in a block are terminals of that block (never sent
+  # down the pipeline), so the epilogue is the identity only when they all
+  # come from the last block.
   trivial = not epi_eqns and all(
       compat.is_literal(v) or v not in defined_in or defined_in[v] == last or
-      reach(defined_in[v], last) for v in outvars)
+      (k < num_primary and reach(defined_in[v], last))
+      for k, v in enumerate(outvars))
 
   # Which variables each segment reads from outside itself.
   reads: list[list[Any]] = []
@@ -326,15 +454,22 @@ def partition(traced: Traced,
     terminal_vars = [v for v in outvars if not compat.is_literal(v)]
   else:
     local = {v for e in epi_eqns for v in e.outvars}
+    epi_reads = [v for e in epi_eqns for v in e.invars]
     terminal_vars, seen = [], set()
-    for atom in [v for e in epi_eqns for v in e.invars] + outvars:
+    term_block = dict(defined_in)
+    for pos, atom in enumerate(epi_reads + outvars):
       if compat.is_literal(atom) or atom in local or atom in seen:
         continue
       seen.add(atom)
       if atom in consts:
         continue
       src = where.get(atom)
-      if isinstance(src, Source):
+      if isinstance(src, Source) and pos >= len(epi_reads):
+        # An output that is a parameter or batch leaf itself: the last
+        # block passes it through.
+        reads[last].append(atom)
+        term_block[atom] = last
+      elif isinstance(src, Source):
         raise fail(
             name,
             f"the outputs combine values of blocks the placement runs"
@@ -356,7 +491,7 @@ def partition(traced: Traced,
     exports[last] = list(outvars)
   else:
     for v in terminal_vars:
-      src = defined_in[v]
+      src = term_block[v]
       if v not in exports[src]:
         exports[src].append(v)
 
@@ -406,10 +541,12 @@ def partition(traced: Traced,
                   if not compat.is_literal(v) and v in consts]
     epi_consts = list(dict.fromkeys(epi_consts))
     terminals = tuple(
-        Source("act", defined_in[v], exports[defined_in[v]].index(v))
+        Source("act", term_block[v], exports[term_block[v]].index(v))
         for v in terminal_vars)
+    last_reads = {s.index for s in blocks[last].inputs if s.kind == "act"}
     for t in terminals:
-      edges.discard((t.index, last))
+      if t.index not in last_reads:  # keep real data edges into the last block
+        edges.discard((t.index, last))
     epilogue = Epilogue(terminals=terminals, eqns=tuple(epi_eqns),
                         invars=tuple(terminal_vars),
                         const_vars=tuple(epi_consts),

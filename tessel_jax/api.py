@@ -54,6 +54,7 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import packing as _packing  # type: ignore
   from tessel_jax.passes import partition as _partition  # type: ignore
   from tessel_jax.passes import plan as _plan  # type: ignore
+  from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
 except ImportError:  # run from the repository root
   from passes import autocut as _autocut  # type: ignore
   from passes import boundary as _boundary  # type: ignore
@@ -63,6 +64,7 @@ except ImportError:  # run from the repository root
   from passes import packing as _packing  # type: ignore
   from passes import partition as _partition  # type: ignore
   from passes import plan as _plan  # type: ignore
+  from passes import shared_aux as _shared_aux  # type: ignore
 
 TesselError = _errors.TesselError
 boundary = _boundary.boundary
@@ -129,9 +131,11 @@ def _fn_name(fn: Callable[..., Any]) -> str:
 class ScheduledFunction:
   """The function returned by :func:`schedule`.
 
-  Calling it runs the pipelined program; ``lower`` returns ``jax.stages
-  .Lowered`` like ``jax.jit(f).lower``; ``schedule``, ``unrolled`` and
-  ``built`` describe the last build.
+  Calling it runs the pipelined program (training: ``(loss, grads)``, or
+  ``((loss, aux), grads)`` with ``has_aux``; inference: the outputs, or
+  ``(outputs, aux)``); ``lower`` returns ``jax.stages.Lowered`` like
+  ``jax.jit(f).lower``; ``schedule``, ``unrolled`` and ``built`` describe
+  the last build.
   """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any, placement: Any,
@@ -143,8 +147,9 @@ class ScheduledFunction:
                time_resolution: float | None = None,
                reprofile: bool = False, link: Any = None,
                cache_dir: str | None = None, optimizer_slots: int = 0,
-               cut: str | None = None):
+               cut: str | None = None, has_aux: bool = False):
     self.fn = fn
+    self.has_aux = has_aux
     self.fn_name = _fn_name(fn)
     self.mesh = mesh
     self.placement = placement
@@ -236,6 +241,9 @@ class ScheduledFunction:
     n = self.num_microbatches
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
       raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}")
+    if not isinstance(self.has_aux, bool):
+      raise self._error(f"has_aux must be True or False, got"
+                        f" {self.has_aux!r}")
     if self.cut not in _autocut.CUT_MODES:
       raise self._error(f"cut={self.cut!r}; use 'auto' (cut by cost, ignoring"
                         f" any tj.boundary), 'markers' (cut at the"
@@ -310,7 +318,8 @@ class ScheduledFunction:
         batch)
     p_avals = jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
-    traced = _partition.trace(self.fn, name, p_avals, microbatch)
+    traced = _partition.trace(self.fn, name, p_avals, microbatch,
+                              has_aux=self.has_aux)
 
     source = self._graph(num_devices)
     train = self.mode == "train"
@@ -391,6 +400,9 @@ class ScheduledFunction:
         worst = max(candidates, key=lambda i: ks.kernels[
             ks.forward_ids[i]].stash_bytes)
         keep[worst] = False
+    if self.has_aux:
+      _shared_aux.check(part, ks, local_parts)
+
     def make_plan(actions: Any) -> Any:
       return _plan.build_plan(ks, actions, n_local, num_devices, layout,
                               max_period=self.max_loop_period,
@@ -450,7 +462,8 @@ class ScheduledFunction:
           lambda x, g=g: jax.ShapeDtypeStruct((rows // g,) + tuple(
               x.shape[1:]), x.dtype), microbatch)
       try:
-        local = _partition.trace(self.fn, self.fn_name, p_avals, local_mb)
+        local = _partition.trace(self.fn, self.fn_name, p_avals, local_mb,
+                                 has_aux=self.has_aux)
         local = self._cut(local, len(part.blocks), "", num_devices,
                           like=traced)
         out[g] = _partition.partition(local, reach)
@@ -615,11 +628,13 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              param_sharding: Any = None, cost: str | None = None,
              time_resolution: float | None = None, reprofile: bool = False,
              link: Any = None, cache_dir: str | None = None,
-             optimizer_slots: int = 0, cut: str | None = None) -> Any:
+             optimizer_slots: int = 0, cut: str | None = None,
+             has_aux: bool = False) -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
   Args:
-    fn: ``fn(params, microbatch)``; in training it returns a scalar loss.
+    fn: ``fn(params, microbatch)``; in training it returns a scalar loss
+      (``(loss, aux)`` with ``has_aux=True``).
       Omit it to use ``schedule`` as a decorator.
     mesh: A ``jax.sharding.Mesh`` with the pipe axis (other axes are data
       parallel).
@@ -631,6 +646,18 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
     mode: ``"train"``: ``(loss, grads)`` equal to ``jax.value_and_grad`` of
       the mean of ``fn`` over micro-batches. ``"infer"``: ``fn``'s outputs
       for every micro-batch, concatenated along axis 0 (scalars stacked).
+    has_aux: As in ``jax.value_and_grad(has_aux=True)``: ``fn`` returns
+      ``(loss, aux)`` with ``aux`` a pytree of arrays (metrics, BatchNorm
+      running statistics, RNG state). Training returns ``((loss, aux),
+      grads)``: ``loss`` the mean over micro-batches, ``aux`` with every
+      leaf stacked per micro-batch, shape ``(N, ...)`` over all ``N``
+      micro-batches (data-parallel replicas in order), not differentiated.
+      Inference returns ``(outputs, aux)``: ``outputs`` as without
+      ``has_aux``, ``aux`` stacked per micro-batch the same way. Aux values
+      may be computed anywhere in ``fn`` (non-affine and non-differentiable
+      code is fine); one without a batch axis computed in a block whose
+      rows are split over several devices must be a float mean over the rows
+      (anything else is refused by name, ``passes.shared_aux``).
     memory_limit: Bytes per device (default: what the device reports; none
       on CPU). The stash gets what is left after the parameters, their
       gradients, ``optimizer_slots`` optimiser arrays and (measured costs)
@@ -713,7 +740,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
                 interpret_ramps=interpret_ramps, param_sharding=param_sharding,
                 cost=cost, time_resolution=time_resolution,
                 reprofile=reprofile, link=link, cache_dir=cache_dir,
-                optimizer_slots=optimizer_slots, cut=cut)
+                optimizer_slots=optimizer_slots, cut=cut, has_aux=has_aux)
   if fn is None:
     return lambda f: ScheduledFunction(f, **kwargs)
   return ScheduledFunction(fn, **kwargs)
