@@ -59,10 +59,17 @@ def _cpu_s() -> float:
   return r.ru_utime + r.ru_stime
 
 
-def _hlo_stats(compiled: Any) -> dict[str, int]:
+def _hlo_stats(compiled: Any, args: PeerArgs) -> dict[str, Any]:
+  """XLA temp bytes, HLO size and parameter-sized work per place
+  (``experiments.hlo_count``: adds, copies, selects, zero fills of the
+  layers' (stacked or single) weight and bias shapes)."""
+  from experiments import hlo_count  # pylint: disable=import-outside-toplevel
   ma = compiled.memory_analysis()
-  return {"temp_bytes": int(ma.temp_size_in_bytes),
-          "hlo_chars": len(compiled.as_text())}
+  text = compiled.as_text()
+  h, per = args.hidden, args.layers // 2
+  shapes = [(h, h), (h,), (per, h, h), (per, h), (1, per, h, h), (1, per, h)]
+  return {"temp_bytes": int(ma.temp_size_in_bytes), "hlo_chars": len(text),
+          "param_ops": hlo_count.param_ops(text, shapes)}
 
 
 def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
@@ -120,7 +127,7 @@ def _build(name: str, n: int, args: PeerArgs) -> tuple[Callable, dict]:
   compile_s = time.perf_counter() - t0
   row = {"variant": name, "n": n, "first_call_s": round(first_s, 3),
          "lower_s": round(lower_s, 3), "compile_s": round(compile_s, 3),
-         **_hlo_stats(compiled), **extra}
+         **_hlo_stats(compiled, args), **extra}
   return (lambda: jax.block_until_ready(compiled(*inputs))), row
 
 
@@ -271,6 +278,16 @@ def markdown(built: list[dict], summary: dict[str, Any],
         f" | {col(lambda n: round(by[(v, n)]['temp_bytes'] / 2**20, 1))}"
         f" | {col(lambda n: round(by[(v, n)]['hlo_chars'] / 1e3))} |")
   lines.append(f"| MaxText pipeline | skipped: {MAXTEXT_SKIP} |||||||")
+  lines += ["", f"Parameter-sized instructions in the compiled HLO, N={ns[0]}"
+            f" (add/copy/zero fill; loop: run every iteration on every"
+            f" device; branches: only where the owning block runs):", "",
+            "| variant | loop | loop branches | once | once branches |",
+            "|---|---|---|---|---|"]
+  for v in names:
+    ops = by[(v, ns[0])]["param_ops"]
+    cells = ["/".join(str(ops[w][op]) for op in ("add", "copy", "broadcast"))
+             for w in ("loop", "loop_branches", "once", "once_branches")]
+    lines.append(f"| {v} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
