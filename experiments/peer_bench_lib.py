@@ -23,7 +23,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import jax
 import numpy as np
+
+import tessel_jax as tj
+from experiments import hlo_count
+from experiments import lowering_bench_lib as lb
+from experiments import peer_gpipe as pg
+from tessel_jax import placements
 
 VARIANTS = ("plain_1core", "plain_2core", "data_parallel", "hand_gpipe",
             "tj_searched", "tj_gpipe", "tj_1f1b")
@@ -63,7 +70,6 @@ def _hlo_stats(compiled: Any, args: PeerArgs) -> dict[str, Any]:
   """XLA temp bytes, HLO size and parameter-sized work per place
   (``experiments.hlo_count``: adds, copies, selects, zero fills of the
   layers' (stacked or single) weight and bias shapes)."""
-  from experiments import hlo_count  # pylint: disable=import-outside-toplevel
   ma = compiled.memory_analysis()
   text = compiled.as_text()
   h, per = args.hidden, args.layers // 2
@@ -74,11 +80,6 @@ def _hlo_stats(compiled: Any, args: PeerArgs) -> dict[str, Any]:
 
 def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
   """``(make, inputs)``: ``make()`` returns a fresh callable on ``inputs``."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
-  from experiments import lowering_bench_lib as lb  # pylint: disable=import-outside-toplevel
-  from experiments import peer_gpipe as pg  # pylint: disable=import-outside-toplevel
-  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
 
   params = pg.mlp_params(args.layers, args.hidden, args.seed)
   batch = lb.make_batch(n * args.rows, args.hidden, args.seed + 1)
@@ -102,7 +103,6 @@ def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
 
 def _build(name: str, n: int, args: PeerArgs) -> tuple[Callable, dict]:
   """First call, compile and HLO figures of one variant; its timed call."""
-  import jax  # pylint: disable=import-outside-toplevel
   make, inputs = _variant_fns(name, n, args)
   t0 = time.perf_counter()
   f = make()

@@ -10,7 +10,10 @@ repetend, warmup, cooldown and search figures) and the unrolled actions for
 that N. A record read back is used only when ``tessel_jax.validate`` finds
 no violation for the graph and limit asked for; anything else (unreadable,
 other shape, invalid) counts as a miss and the caller searches again.
-No jax import here.
+A ``Schedule`` read back has no ``completer`` or ``alternative`` (the
+search's callables): the stored unrolled actions are what the lowering
+uses, and unrolling it for another N takes its templates or the compacted
+modulo schedule. No jax import here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Searched schedules cached on disk; progress lines on the tessel_jax logger."""
+"""Searched schedules cached on disk; progress lines on the tessel_jax
+logger."""
 
 from __future__ import annotations
 
