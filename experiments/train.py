@@ -11,7 +11,7 @@ against ``jax.value_and_grad``, saves the schedule picture and a JSON record.
 import os
 import sys
 
-from absl import app
+from absl import app, logging
 
 from experiments import train_args
 
@@ -27,6 +27,11 @@ def main(argv: list[str]) -> None:
       x for x in (os.environ.get("XLA_FLAGS", ""), flag) if x)
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ.setdefault("MPLBACKEND", "Agg")
+  # tessel_jax's progress lines (one per phase of the first call, with its
+  # time) are INFO records of the "tessel_jax" logger.
+  logging.set_verbosity(logging.INFO)
+  logging.info("train: %s on %d devices; importing jax", args.placement,
+               args.devices)
   from experiments import train_lib  # pylint: disable=import-outside-toplevel
   sys.exit(train_lib.main(args))
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 import numpy as np
 
-from .plan import (Dyn, GradPort, ReadPort, Round, Target, TermAcc, Tick,
+from .plan import (Dyn, ReadPort, Round, Target, TermAcc, Tick,
                    _Env, _grad_ports, _read_port, _rows, assign_inputs,
                    assign_outputs, ctx_offset, term_counts, term_scale,
                    tick_messages)
@@ -35,7 +35,7 @@ def _static(values: np.ndarray) -> Dyn:
 def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
                  end: int) -> Tick:
   """The table-driven tick for ticks ``[start, end)``."""
-  D, b, kernels, layout = env.D, env.b, env.kernels, env.layout
+  D, b, kernels = env.D, env.b, env.kernels
   seg = list(ticks[start:end])
   T = len(seg)
   kids = sorted({k for t in seg for k in t.kernels if k is not None})
@@ -114,36 +114,8 @@ def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
           targets=tuple(Target(p, _static(slot[p]), dst_row[p])
                         for p in pools)))
 
-  # Gradient ports: flat regions per dtype, then the union of slot ports.
-  grads: list[GradPort] = []
-  for dt in layout.dtypes:
-    length = max((layout.regions[dt][kernels[k].fwd].length for k in kids
-                  if kernels[k].grads and kernels[k].fwd in layout.regions[dt]),
-                 default=0)
-    if not length:
-      continue
-    offset = np.zeros((T, D), np.int64)
-    for tau, t in enumerate(seg):
-      for d, k in enumerate(t.kernels):
-        if k is not None and kernels[k].grads:
-          region = layout.regions[dt].get(kernels[k].fwd)
-          if region is not None and region.length:
-            offset[tau, d] = region.offsets[d]
-    grads.append(GradPort("flat", dt, length, offset))
-  slot_ports, slot_map = _grad_ports(env, [None] * D, kids)
-  slot_ports = [g for g in slot_ports if g.kind == "slot"]
-  shift = len(grads)
-  grad_map = {k: {l: gi + shift for l, gi in m.items()}
-              for k, m in slot_map.items()}
-  for g in slot_ports:
-    offset = np.full((T, D), layout.classes[g.cls].count, np.int64)
-    grads.append(GradPort("slot", g.dtype, 0, offset, g.cls))
-  for tau, t in enumerate(seg):
-    for d, k in enumerate(t.kernels):
-      if k is None:
-        continue
-      for leaf, gi in grad_map[k].items():
-        grads[gi].offset[tau, d] = layout.slot_of[(leaf, d)][1]
+  # Gradient accumulators: those of every kernel of the segment.
+  grads, grad_map = _grad_ports(env, kids)
 
   # Terminals.
   terms = []

@@ -4,8 +4,12 @@ Per tick (DESIGN §5): the previous tick's messages are written into the stash
 (one ``ppermute`` per round of a partial permutation, local rounds are plain
 writes), then the tick's inputs are read, then one ``lax.switch`` over only
 the kernels present at that tick runs (no switch where one kernel runs on
-every device), then parameter gradients returned by the switch are added to
-the accumulators outside it. The stash is written before it is read, with
+every device). Parameter gradients are added in place inside the branch of
+the kernel that owns them: the tick's accumulators (``Tick.grads``) go into
+the switch and the other branches pass them through, so an accumulator is
+read and written only on the devices and at the ticks where its block runs
+(no zero-filled gradient outputs, no add of every gradient port on every
+device). The stash is written before it is read, with
 ``dynamic_update_slice`` / ``dynamic_slice`` at per-device indices taken
 from numpy tables by ``lax.axis_index``.
 
@@ -184,12 +188,7 @@ class Lowering:
       region = self.layout.regions[dt].get(kernel.fwd)
       if region is None or not region.leaves:
         continue
-      offsets = np.array([region.offsets[d] for d in kernel.devices])
-      if len(kernel.devices) == 1 or np.all(offsets == offsets[0]):
-        off = int(offsets[0])
-      else:
-        table = np.array([max(o, 0) for o in region.offsets])
-        off = jnp.asarray(table, jnp.int32)[ctx.dev]
+      off = self._region_offset(ctx, kernel, region)
       for l, v in zip(region.leaves,
                       read_region(pbuf[dt], region, self.local_avals, off)):
         by_leaf[l] = v
@@ -209,72 +208,96 @@ class Lowering:
     ax, _ = self.layout.shards[leaf]
     return lax.psum_scatter(g, self.pipe, scatter_dimension=ax, tiled=True)
 
-  def _grad_shape(self, gp: Any) -> tuple[int, ...]:
-    if gp.kind == "flat":
-      return (gp.length,)
-    return self.layout.classes[gp.cls].shape
+  # --- parameter gradients: accumulated in place, in the branch ------------
+
+  def _acc_keys(self, tick: Tick) -> tuple[tuple, ...]:
+    """Keys of the accumulators some kernel of the tick adds to."""
+    return tuple(gp.key for gp in tick.grads) if self.train else ()
+
+  def _region_offset(self, ctx: _Ctx, kernel: Any, region: Any) -> Any:
+    """The kernel's flat region start: static when its devices agree."""
+    offsets = np.array([region.offsets[d] for d in kernel.devices])
+    if len(kernel.devices) == 1 or np.all(offsets == offsets[0]):
+      return int(offsets[0])
+    table = np.array([max(o, 0) for o in region.offsets])
+    return jnp.asarray(table, jnp.int32)[ctx.dev]
+
+  def _accumulate(self, ctx: _Ctx, kernel: Any, gvals: Sequence[Any],
+                  accs: dict[tuple, Any]) -> None:
+    """Adds one kernel's parameter gradients into ``accs`` (in place).
+
+    Runs inside the kernel's own switch branch, so an accumulator is read
+    and written only at the ticks where a block that owns it runs; other
+    branches pass it through untouched (no zero-filled gradient outputs, no
+    every-port add on every device).
+    """
+    by_leaf = {l: self._shard_grad(l, g) for l, g in zip(kernel.grads, gvals)}
+    for leaf, g in by_leaf.items():
+      where = self.layout.slot_of.get((leaf, kernel.devices[0]))
+      if where is not None:
+        key = ("slot",) + tuple(where)
+        accs[key] = accs[key] + g.astype(accs[key].dtype)
+    for dt in self.layout.dtypes:
+      region = self.layout.regions[dt].get(kernel.fwd)
+      if region is None or not region.leaves:
+        continue
+      parts = [jnp.zeros((n,), dt) if by_leaf.get(l) is None
+               else jnp.ravel(by_leaf[l]).astype(dt)
+               for l, n in zip(region.leaves, region.sizes)]
+      g = jnp.concatenate(parts) if len(parts) > 1 else parts[0]
+      off = self._region_offset(ctx, kernel, region)
+      acc = accs[("flat", dt)]
+      cur = lax.dynamic_slice_in_dim(acc, off, region.length)
+      accs[("flat", dt)] = lax.dynamic_update_slice_in_dim(acc, cur + g, off,
+                                                           0)
 
   def _branch(self, ctx: _Ctx, tick: Tick, kid: int | None,
-              pbuf: dict[str, Any],
-              slots: Sequence[Sequence[Any]]) -> Callable[..., Any]:
-    grad_ports = tick.grads
+              pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
+              keys: Sequence[tuple]) -> Callable[..., Any]:
+    """One switch branch: ``(vals, accs) -> (out ports, accs)``."""
 
-    def zeros_out() -> tuple[list[Any], list[Any]]:
-      ports = [jnp.zeros(a.shape, a.dtype) for a in tick.out_ports]
-      grads = [jnp.zeros(self._grad_shape(gp), gp.dtype) for gp in grad_ports]
-      return ports, grads
+    def zeros_out() -> list[Any]:
+      return [jnp.zeros(a.shape, a.dtype) for a in tick.out_ports]
 
     if kid is None:
-      def idle(vals: Sequence[Any]) -> Any:
+      def idle(vals: Sequence[Any], accs: tuple) -> Any:
         del vals
-        ports, grads = zeros_out()
-        return tuple(ports), tuple(grads)
+        return tuple(zeros_out()), accs
       return idle
 
     kernel = self.plan.kernels[kid]
 
-    def run(vals: Sequence[Any]) -> Any:
-      ports, grads = zeros_out()
+    def run(vals: Sequence[Any], accs: tuple) -> Any:
+      ports = zeros_out()
       dvals = [vals[p] for p in tick.in_map[kid]]
       pvals = self._params(ctx, kernel, pbuf, slots)
       kctx = {"row_offset": ctx.table(tick.row_offset)}
       outs, gvals = kernel.fn(kctx, pvals, dvals)
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
+      acc = dict(zip(keys, accs))
       if kernel.grads:
-        by_leaf = {l: self._shard_grad(l, g)
-                   for l, g in zip(kernel.grads, gvals)}
-        for leaf, gi in tick.grad_map[kid].items():
-          grads[gi] = by_leaf[leaf].astype(grad_ports[gi].dtype)
-        for gi, gp in enumerate(grad_ports):
-          if gp.kind != "flat":
-            continue
-          region = self.layout.regions[gp.dtype].get(kernel.fwd)
-          if region is None or not region.leaves:
-            continue
-          parts = []
-          for l, n in zip(region.leaves, region.sizes):
-            gl = by_leaf.get(l)
-            parts.append(jnp.zeros((n,), gp.dtype) if gl is None
-                         else jnp.ravel(gl).astype(gp.dtype))
-          if region.length < gp.length:
-            parts.append(jnp.zeros((gp.length - region.length,), gp.dtype))
-          grads[gi] = jnp.concatenate(parts) if len(parts) > 1 else parts[0]
-      return tuple(ports), tuple(grads)
+        self._accumulate(ctx, kernel, gvals, acc)
+      return tuple(ports), tuple(acc[k] for k in keys)
     return run
 
   def _compute(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
                accs: tuple, tacc: Sequence[Any], it: Any,
                pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
                batch: Sequence[Any]) -> tuple:
-    """Reads, runs the tick's kernels, accumulates; returns the out ports."""
-    gacc, sacc = dict(accs[0]), list(accs[1])
+    """Reads, runs the tick's kernels (each adding its parameter gradients
+    to the accumulators it owns), accumulates terminals; returns the out
+    ports."""
+    gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
     tacc = list(tacc)
     vals = self._reads(ctx, tick, pools, batch, it)
-    branches = [self._branch(ctx, tick, kid, pbuf, slots)
+    keys = self._acc_keys(tick)
+    acc_in = tuple(gacc[k[1]] if k[0] == "flat" else sacc[k[1]][k[2]]
+                   for k in keys)
+    branches = [self._branch(ctx, tick, kid, pbuf, slots, keys)
                 for kid in tick.branches]
     if len(branches) == 1:
-      out_ports, out_grads = branches[0](vals)
+      out_ports, acc_out = branches[0](vals, acc_in)
     elif any(kid is not None and any(
         l in self.layout.shards for l in self.plan.kernels[kid].params)
              for kid in tick.branches):
@@ -282,25 +305,14 @@ class Lowering:
           f"tick at step {tick.step}: a kernel reading a sharded parameter"
           f" would run inside a switch (its collective could hang)")
     else:
-      out_ports, out_grads = lax.switch(ctx.table(tick.branch_of), branches,
-                                        vals)
-    for gp, g in zip(tick.grads, out_grads):
-      off = ctx.table(gp.offset)
-      if gp.kind == "flat":
-        acc = gacc[gp.dtype]
-        cur = lax.dynamic_slice_in_dim(acc, off, gp.length)
-        gacc[gp.dtype] = lax.dynamic_update_slice_in_dim(acc, cur + g, off, 0)
+      out_ports, acc_out = lax.switch(ctx.table(tick.branch_of), branches,
+                                      vals, acc_in)
+    for k, v in zip(keys, acc_out):
+      if k[0] == "flat":
+        gacc[k[1]] = v
       else:
-        # One array per slot: a plain add, no dynamic slice of a stacked
-        # buffer (which XLA copies when two ticks of a loop body touch it).
-        count = self.layout.classes[gp.cls].count
-        group = list(sacc[gp.cls])
-        for j in sorted(int(x) for x in np.unique(gp.offset) if x < count):
-          if isinstance(off, int):
-            group[j] = group[j] + g
-          else:
-            group[j] = group[j] + jnp.where(off == j, g, jnp.zeros_like(g))
-        sacc[gp.cls] = tuple(group)
+        sacc[k[1]][k[2]] = v
+    sacc = tuple(tuple(g) for g in sacc)
     for ta in tick.terms:
       v = out_ports[ta.port]
       summed = ta.terminal not in self.per_mb
@@ -326,7 +338,7 @@ class Lowering:
         cur = lax.dynamic_slice(acc, starts, (1,) + v.shape)
         tacc[ta.terminal] = lax.dynamic_update_slice(acc, cur + v[None],
                                                      starts)
-    return (gacc, tuple(sacc)), tuple(tacc), tuple(out_ports)
+    return (gacc, sacc), tuple(tacc), tuple(out_ports)
 
   def _straight(self, ctx: _Ctx, ticks: Sequence[int], state: tuple, it: Any,
                 pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
@@ -368,6 +380,35 @@ class Lowering:
     self._sends(ctx.at(n), spec, ports, pools, 0)
     return tuple(pools), accs, tacc
 
+  def _loop(self, ctx: _Ctx, seg: Any, state: tuple, pbuf: dict[str, Any],
+            slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:
+    """A repetend: ``fori_loop`` whose body unrolls one period.
+
+    A one-tick period whose tick adds parameter gradients is unrolled twice
+    per iteration (plus one iteration after the loop when the count is
+    odd): XLA writes a conditional's outputs to new buffers, so a single
+    switch carrying the accumulators from the loop's input to its output
+    made it copy every accumulator each tick; two switches in a row write
+    back and forth without a copy.
+    """
+    ticks = range(seg.start, seg.start + seg.period)
+    unroll = 1
+    if (seg.period == 1 and seg.iterations >= 2 and
+        self._acc_keys(self.plan.ticks[seg.start])):
+      unroll = 2
+
+    def loop_body(i: Any, st: tuple) -> tuple:
+      for u in range(unroll):
+        st = self._straight(ctx, ticks, st, i * unroll + u, pbuf, slots,
+                            batch)
+      return st
+
+    state = lax.fori_loop(0, seg.iterations // unroll, loop_body, state)
+    for it in range(seg.iterations - seg.iterations % unroll,
+                    seg.iterations):
+      state = self._straight(ctx, ticks, state, it, pbuf, slots, batch)
+    return state
+
   # --- the whole program ----------------------------------------------------
 
   def body(self, packed: dict[str, Any], slots: Sequence[Sequence[Any]],
@@ -392,10 +433,7 @@ class Lowering:
       if seg.kind == "interp":
         state = self._interp(ctx, seg, state, pbuf, slots, batch)
       elif seg.kind == "loop":
-        def loop_body(it, st, seg=seg):
-          return self._straight(ctx, range(seg.start, seg.start + seg.period),
-                                st, it, pbuf, slots, batch)
-        state = lax.fori_loop(0, seg.iterations, loop_body, state)
+        state = self._loop(ctx, seg, state, pbuf, slots, batch)
       else:
         state = self._straight(ctx, range(seg.start, seg.end), state, 0, pbuf,
                                slots, batch)

@@ -442,7 +442,7 @@ def _make_tick(env: _Env, step: int, kern: tuple[int | None, ...],
                        src_row=src_row, perm=tuple(sorted(perm)),
                        targets=targets))
 
-  grads, grad_map = _grad_ports(env, kern, present)
+  grads, grad_map = _grad_ports(env, present)
   terms = _terms(env, kern, present, out_map, mb)
   return Tick(step=step, kernels=kern, mb=mb, branches=branches,
               branch_of=branch_of, reads=tuple(reads), in_map=in_map,
@@ -482,47 +482,44 @@ def _read_port(env: _Env, cls: tuple, users: Mapping[int, tuple[int, int]],
                   np.zeros(D, np.int64))
 
 
-def _grad_ports(env: _Env, kern: Sequence[int | None], present: Sequence[int]
+def _grad_ports(env: _Env, present: Sequence[int]
                 ) -> tuple[list[GradPort], dict[int, dict[int, int]]]:
-  """Gradient ports: flat regions per dtype, then slot leaf positions."""
-  D, kernels, layout = env.D, env.kernels, env.layout
-  grads: list[GradPort] = []
+  """Accumulators the kernels ``present`` at a tick add gradients to.
+
+  Returns:
+    ``(ports, grad_map)``: flat accumulators (one per dtype with a region of
+    a present kernel) then slot accumulators, each once; ``grad_map[kid]``
+    maps each of the kernel's slot leaves to its port.
+  """
+  layout = env.layout
+  keys: dict[tuple, GradPort] = {}
   grad_map: dict[int, dict[int, int]] = {kid: {} for kid in present}
-  for dt in layout.dtypes:
-    length = 0
-    offset = np.zeros(D, np.int64)
-    for d, kid in enumerate(kern):
-      if kid is None or not kernels[kid].grads:
-        continue
-      region = layout.regions[dt].get(kernels[kid].fwd)
-      if region is None or region.length == 0:
-        continue
-      length = max(length, region.length)
-      offset[d] = region.offsets[d]
-    if length:
-      grads.append(GradPort("flat", dt, length, offset))
-  slot_ports: dict[tuple[int, int], int] = {}
+  slot_of: dict[int, dict[int, tuple]] = {kid: {} for kid in present}
   for kid in present:
-    k = kernels[kid]
-    seen_c: dict[int, int] = {}
+    k = env.kernels[kid]
+    if not k.grads:
+      continue
+    for dt in layout.dtypes:
+      region = layout.regions[dt].get(k.fwd)
+      if region is not None and region.leaves:
+        size = region.length * np.dtype(dt).itemsize
+        old = keys.get(("flat", dt))
+        if old is None or old.nbytes < size:
+          keys[("flat", dt)] = GradPort("flat", dt, size)
     for leaf in k.grads:
       where = layout.slot_of.get((leaf, k.devices[0]))
       if where is None:
         continue
-      c = where[0]
-      p = seen_c.get(c, 0)
-      seen_c[c] = p + 1
-      if (c, p) not in slot_ports:
-        cls = layout.classes[c]
-        slot_ports[(c, p)] = len(grads)
-        grads.append(GradPort("slot", cls.dtype, 0,
-                              np.full(D, cls.count, np.int64), cls=c))
-      port = grads[slot_ports[(c, p)]]
-      for d in k.devices:
-        if kern[d] == kid:
-          port.offset[d] = layout.slot_of[(leaf, d)][1]
-      grad_map[kid][leaf] = slot_ports[(c, p)]
-  return grads, grad_map
+      c, j = where
+      cls = layout.classes[c]
+      port = GradPort("slot", cls.dtype, cls.nbytes, c, j)
+      keys.setdefault(port.key, port)
+      slot_of[kid][leaf] = port.key
+  order = sorted(keys, key=lambda key: (key[0] != "flat", key[1:]))
+  index = {key: i for i, key in enumerate(order)}
+  for kid, leaves in slot_of.items():
+    grad_map[kid] = {leaf: index[key] for leaf, key in leaves.items()}
+  return [keys[key] for key in order], grad_map
 
 
 def _terms(env: _Env, kern: Sequence[int | None], present: Sequence[int],

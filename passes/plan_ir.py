@@ -153,26 +153,36 @@ class ReadPort:
   row: np.ndarray
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True)
 class GradPort:
-  """Parameter gradients returned at a tick.
+  """A parameter-gradient accumulator some kernel of a tick adds to.
+
+  Only the switch branch of the kernel that owns it touches it (in place);
+  the other branches pass it through.
 
   Attributes:
-    kind: ``"flat"``: one dtype's flat region (``dtype``, ``length``,
-      ``offset`` into the flat accumulator per device); ``"slot"``: one
-      leaf of slot class ``cls`` (``offset``: slot per device, ``count`` for
-      devices with nothing to add).
+    kind: ``"flat"``: the flat accumulator of dtype ``dtype`` (each kernel
+      adds its forward block's region); ``"slot"``: slot ``slot`` of slot
+      class ``cls``.
     dtype: Dtype name.
-    length: Elements (flat ports).
-    offset: Per device offset or slot.
-    cls: Slot class index (slot ports).
+    nbytes: Bytes one device adds into it at this tick (at most: the
+      largest region or the slot leaf).
+    cls: Slot class index (slot accumulators; -1 for flat).
+    slot: Slot index within the class (slot accumulators; -1 for flat).
   """
 
   kind: str
   dtype: str
-  length: int
-  offset: np.ndarray
+  nbytes: int
   cls: int = -1
+  slot: int = -1
+
+  @property
+  def key(self) -> tuple:
+    """``("flat", dtype)`` or ``("slot", cls, slot)``."""
+    if self.kind == "flat":
+      return ("flat", self.dtype)
+    return ("slot", self.cls, self.slot)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

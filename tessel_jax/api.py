@@ -38,6 +38,8 @@ import numpy as np
 from tessel_jax import compat
 from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
+from tessel_jax import progress as _progress
+from tessel_jax import schedule_cache as _schedule_cache
 from tessel_jax.cost import model as _cost_model
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.hand_placement import (SPANS, Placement, fitting_placements,
@@ -147,7 +149,8 @@ class ScheduledFunction:
                time_resolution: float | None = None,
                reprofile: bool = False, link: Any = None,
                cache_dir: str | None = None, optimizer_slots: int = 0,
-               cut: str | None = None, has_aux: bool = False):
+               cut: str | None = None, has_aux: bool = False,
+               verbose: bool = False):
     self.fn = fn
     self.has_aux = has_aux
     self.fn_name = _fn_name(fn)
@@ -176,13 +179,27 @@ class ScheduledFunction:
     self._costs: Any = None  # tessel_jax.cost.model.CostModel
     self._cache: dict[Any, Built] = {}
     self._last: Built | None = None
+    self._ran: set[int] = set()  # ids of Builts whose program has run
+    self.searches = 0  # CP-SAT searches run (schedule cache misses)
+    self.schedule_cache_hits = 0
+    self.verbose = bool(verbose)
+    if self.verbose:
+      _progress.enable()
     functools.update_wrapper(self, fn)
     self._check_static()
 
   # --- public ---------------------------------------------------------------
 
   def __call__(self, params: Any, batch: Any) -> Any:
-    return self.build(params, batch).jitted(params, batch)
+    built = self.build(params, batch)
+    if id(built) in self._ran:
+      return built.jitted(params, batch)
+    clock = _progress.Clock(self.fn_name)
+    with _progress.CompileTimes() as times:
+      out = built.jitted(params, batch)
+    self._ran.add(id(built))
+    clock.lap("compile", times.note())
+    return out
 
   def lower(self, params: Any, batch: Any) -> Any:
     """``jax.jit(...).lower(params, batch)`` of the pipelined program."""
@@ -295,6 +312,7 @@ class ScheduledFunction:
              shards: Mapping[int, int] | None = None) -> Built:
     shards = dict(shards or {})
     t0 = time.perf_counter()
+    clock = _progress.Clock(self.fn_name)
     name = self.fn_name
     mesh = self.mesh
     pipe = self.pipe_axis
@@ -320,6 +338,7 @@ class ScheduledFunction:
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
     traced = _partition.trace(self.fn, name, p_avals, microbatch,
                               has_aux=self.has_aux)
+    clock.lap("trace")
 
     source = self._graph(num_devices)
     train = self.mode == "train"
@@ -363,6 +382,7 @@ class ScheduledFunction:
     reach = forward_reach(graph, forward_of)
     local_parts = self._local_parts(graph, rows, microbatch, p_avals, part,
                                     traced, reach, num_devices)
+    clock.lap("cut", f"{len(part.blocks)} forward blocks")
 
     seeds = _kernels.loss_seeds(part, n_total) if train else None
     keep = self._initial_keep(len(part.blocks))
@@ -379,16 +399,21 @@ class ScheduledFunction:
           {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
           num_devices, mode=self.param_layout,
           shards={l: (ax, num_devices) for l, ax in shards.items()})
+      clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
         costs = self._costs.search_graph(graph, ks, traced.param_avals,
                                             mesh, pipe, part)
         sgraph, unit = costs.graph, costs.memory_unit
+        clock.lap("profile")
       else:
         sgraph, unit = self._search_graph(graph, ks)
       try:
+        searches = self.searches
         schedule, unrolled = self._schedule(sgraph, unit, layout, n_local,
                                             num_devices, costs)
+        clock.lap("search", _search_note(schedule, unrolled,
+                                         self.searches > searches))
         break
       except _InfeasibleMemory as err:
         candidates = [i for i, k in keep.items() if k]
@@ -433,6 +458,8 @@ class ScheduledFunction:
           plan, chosen, other_ms = alt_plan, "uniform", mine * 1e3
         else:
           other_ms = theirs * 1e3
+      clock.lap("search on uniform spans", f"lowering the schedule searched"
+                f" on {chosen} spans, predicted faster")
     lowering = _lower.Lowering(plan, part, layout, compat.auto_mesh(mesh),
                                pipe, data_axes, train, n_total)
     jitted = jax.jit(lowering.program())
@@ -442,6 +469,8 @@ class ScheduledFunction:
         schedule_costs=chosen, alternative_ms=other_ms)
     if report is not None:
       report = dataclasses.replace(report, block_modes=block_modes(ks))
+    clock.lap("lower", f"plan {plan.loop_summary()}")
+    clock.total("built (compiles at the first call)")
     return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
                  partition=part, kernels=ks, layout=layout, memory_unit=unit,
                  jitted=jitted, build_seconds=time.perf_counter() - t0,
@@ -597,6 +626,15 @@ class ScheduledFunction:
         raise self._error(str(err)) from None
     from tessel_jax import search  # pylint: disable=import-outside-toplevel
     limit = self._memory_units(unit, layout, num_devices, costs)
+    cache = _schedule_cache.ScheduleCache(self.cache_dir)
+    key = _schedule_cache.schedule_key(
+        graph, limit, n_local, {"time_limit_s": self.solver_time_limit_s,
+                                "seed": self.seed})
+    hit = cache.load(key, graph, n_local, limit)
+    if hit is not None:
+      self.schedule_cache_hits += 1
+      return hit
+    self.searches += 1
     try:
       sched = search.search_repetend(graph, memory_limit=limit,
                                      time_limit_s=self.solver_time_limit_s,
@@ -611,7 +649,18 @@ class ScheduledFunction:
           f"no schedule fits the memory limit {self.memory_limit} bytes per"
           f" device{extra}. Raise memory_limit, or recompute activations"
           f" (recompute=True or a list of blocks)") from None
-    return sched, sched.unroll(n_local)
+    unrolled = sched.unroll(n_local)
+    cache.store(key, sched, unrolled)
+    return sched, unrolled
+
+
+def _search_note(sched: Schedule | None, unrolled: UnrolledSchedule,
+                 searched: bool) -> str:
+  """What the search phase did, for its progress line."""
+  if sched is None:
+    return f"{unrolled.source}, makespan {unrolled.makespan}"
+  how = "searched" if searched else "from the schedule cache"
+  return f"{how}, period {sched.period}, makespan {unrolled.makespan}"
 
 
 class _InfeasibleMemory(Exception):
@@ -629,7 +678,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              time_resolution: float | None = None, reprofile: bool = False,
              link: Any = None, cache_dir: str | None = None,
              optimizer_slots: int = 0, cut: str | None = None,
-             has_aux: bool = False) -> Any:
+             has_aux: bool = False, verbose: bool = False) -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
   Args:
@@ -712,8 +761,11 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       backend, ``tessel_jax.cost.link.DEFAULTS``), a
       ``tessel_jax.cost.LinkModel``, or ``"measure"`` (a ``ppermute``
       microbenchmark on the mesh, cached).
-    cache_dir: Directory of the measurement cache (None:
-      ``$TESSEL_JAX_CACHE`` or ``~/.cache/tessel_jax``).
+    cache_dir: Directory of the measurement cache and of the searched
+      schedules (``tessel_jax.schedule_cache``: a second process with the
+      same search graph, memory limit, N, time limit and seed reuses the
+      schedule after validating it) (None: ``$TESSEL_JAX_CACHE`` or
+      ``~/.cache/tessel_jax``).
     optimizer_slots: Parameter-sized optimiser arrays per parameter (Adam:
       2), subtracted from the memory limit and counted in the report's peak.
     cut: How ``fn`` is cut into the placement's forward blocks. None
@@ -727,6 +779,10 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       roofline estimate with ``cost="uniform"``; a block shared by ``g``
       devices counts ``1/g``), then, within 3% of that, the bytes live
       across the cuts.
+    verbose: Show the first call's progress on stderr, one line per phase
+      with its time (trace, cut, kernels, profile, search, lower, compile).
+      They are INFO records of the ``"tessel_jax"`` logger either way, so an
+      application logging at INFO shows them without this.
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).
@@ -740,7 +796,8 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
                 interpret_ramps=interpret_ramps, param_sharding=param_sharding,
                 cost=cost, time_resolution=time_resolution,
                 reprofile=reprofile, link=link, cache_dir=cache_dir,
-                optimizer_slots=optimizer_slots, cut=cut, has_aux=has_aux)
+                optimizer_slots=optimizer_slots, cut=cut, has_aux=has_aux,
+                verbose=verbose)
   if fn is None:
     return lambda f: ScheduledFunction(f, **kwargs)
   return ScheduledFunction(fn, **kwargs)

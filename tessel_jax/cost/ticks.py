@@ -4,8 +4,9 @@ The lowering (``passes.lower``) runs the schedule as *ticks*: at every step
 at which some block starts, every device of the pipe axis writes the
 previous tick's messages into its stash (one ``ppermute`` per round of
 remote messages), reads its inputs and runs a ``lax.switch`` over the
-tick's kernels (idle devices run a branch returning zeros), then adds the
-returned parameter gradients to its accumulators. Interpreted ramps
+tick's kernels (idle devices run a branch returning zero out ports); the
+branch of a kernel with parameter gradients adds them in place to its
+accumulators, the other branches pass them through. Interpreted ramps
 (``passes.interp``) do the same per tick with the ports and message lanes
 of their whole segment.
 
@@ -15,10 +16,11 @@ microbenchmark on the mesh, cached on disk) rather than assumed:
 * **per tick**: ``fixed + per_byte * traffic`` on every device, where
   ``traffic`` (:func:`tick_traffic`) counts the bytes the tick's own
   operations read and write, following ``passes.lower``: every device
-  materialises all out and gradient ports (the idle ones as zeros), copies
-  its read ports out of the stash, adds every gradient port to its
-  accumulator (once per slot it may hit) and writes every message into the
-  stash (after a row slice, a select among candidates, a ``ppermute``);
+  materialises all out ports (the idle ones as zeros), copies its read
+  ports out of the stash, adds the gradients of its kernel into the
+  accumulators (at most ``GradPort.nbytes`` each) and writes every message
+  into the stash (after a row slice, a select among candidates, a
+  ``ppermute``);
 * **transfers**: on XLA's CPU runtime a ``ppermute`` is a rendezvous of
   the devices: a tick's remote messages become an all-device barrier
   priced by the link model (``latency + bytes / bandwidth`` per round).
@@ -108,9 +110,13 @@ MATERIALISE = 1   # a switch output (kernel result or idle zeros): write
 ACCUMULATE = 3    # acc + g: read both, write acc
 
 
-def tick_traffic(tick: Any, layout: Any) -> int:
-  """Bytes a tick's own operations move on one device (see module doc)."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
+def tick_traffic(tick: Any, layout: Any = None) -> int:
+  """Bytes a tick's own operations move on one device (see module doc).
+
+  ``layout`` is not needed (the gradient ports carry their bytes); it is
+  accepted for older callers.
+  """
+  del layout
   n = 0
   for rd in tick.sends:
     p = int(rd.payload.nbytes)
@@ -123,15 +129,8 @@ def tick_traffic(tick: Any, layout: Any) -> int:
     n += COPY * p * len(rd.targets)
   n += sum(COPY * int(rp.aval.nbytes) for rp in tick.reads)
   n += sum(MATERIALISE * int(a.nbytes) for a in tick.out_ports)
-  for gp in tick.grads:
-    if gp.kind == "flat":
-      size, hits = int(gp.length) * np.dtype(gp.dtype).itemsize, 1
-    else:
-      cls = layout.classes[gp.cls]
-      size = int(cls.nbytes)
-      hits = max(1, len({int(x) for x in np.asarray(gp.offset).ravel()
-                         if x < cls.count}))
-    n += MATERIALISE * size + ACCUMULATE * size * hits
+  # Gradients are added in place in the owning kernel's branch only.
+  n += sum(ACCUMULATE * int(gp.nbytes) for gp in tick.grads)
   return n
 
 
@@ -181,7 +180,7 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
   tick_costs: dict[int, float] = {}
   for t, tick in enumerate(ticks):
     shape = spec_of.get(t, tick)
-    tick_costs[tick.step] = costs.seconds(tick_traffic(shape, plan.layout))
+    tick_costs[tick.step] = costs.seconds(tick_traffic(shape))
   if not rendezvous:
     return TickModel(barriers={}, tick_costs=tick_costs, edge_delays=True)
   ends, interp = _iteration_ends(plan)

@@ -1,0 +1,53 @@
+"""Race tessel_jax's lowered programs against hand-written JAX peers.
+
+  python -m experiments.peer_bench                    # the issue-15 table
+  python -m experiments.peer_bench --rounds=3 --ns=8  # quicker
+
+An MLP (``--layers`` x ``tanh(h @ W + b)``, width ``--hidden``, ``--rows``
+rows per micro-batch) trained for one step, N = ``--ns``, on 2 fake
+single-threaded CPU devices pinned to 2 cores
+(``--xla_force_host_platform_device_count=2 --xla_cpu_multi_thread_eigen=false
+intra_op_parallelism_threads=1``): plain ``jax.jit`` on one device pinned to
+one core and given both cores, 2-way data parallel (``shard_map``), a
+hand-written GPipe (``experiments.peer_gpipe``: ``shard_map`` + ``ppermute``,
+stacked stage params, a scan over N + S - 1 ticks, ``jax.grad`` through it),
+and tessel_jax on ``vshape(2)``: searched, ``plan="gpipe"`` and
+``plan="1f1b"``. MaxText's pipeline layer is an optional peer not installed
+here (recorded as skipped).
+
+Per variant: median step ms over quiet rounds, CPU ms, paired ratio to the
+hand-written GPipe, first call s (trace + search + compile + run), compile
+s, XLA temp bytes (``compiled.memory_analysis()``) and HLO size. Every
+variant is timed once per round in shuffled order; ``/proc/stat`` is read
+around each timing and a round is kept only when the rest of the machine
+used under ``--quiet_cores`` cores throughout (if none is, all rounds are
+used and the JSON says so). JSON to ``--output``, a Markdown table beside it.
+"""
+
+import os
+import sys
+
+from absl import app
+
+from experiments import peer_bench_args
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  args = peer_bench_args.from_flags()
+  if args.worker is not None:
+    # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
+    devices = 2 if args.worker == "pipe" else 1
+    flags = [f"--xla_force_host_platform_device_count={devices}",
+             "--xla_cpu_multi_thread_eigen=false",
+             "intra_op_parallelism_threads=1"]
+    os.environ["XLA_FLAGS"] = " ".join(
+        x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
+    os.environ["JAX_PLATFORMS"] = "cpu"
+  from experiments import peer_bench_lib  # pylint: disable=import-outside-toplevel
+  sys.exit(peer_bench_lib.main(args))
+
+
+if __name__ == "__main__":
+  app.run(main)

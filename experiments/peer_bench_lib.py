@@ -1,0 +1,333 @@
+"""The peer benchmark (no flags here); see ``experiments.peer_bench``.
+
+Three worker processes hold the variants, built once (first call, compile,
+memory, HLO size measured there): plain ``jax.jit`` on one device pinned to
+one core, the same given both cores, and a 2-device process on both cores
+(data parallel, the hand-written GPipe of ``experiments.peer_gpipe``, and
+tessel_jax's searched, ``plan="gpipe"`` and ``plan="1f1b"`` programs). The
+parent then runs rounds: every (variant, N) once per round in shuffled
+order, reading ``/proc/stat`` around each timing; a round counts only when,
+in every one of its timings, the CPU the rest of the machine used (busy
+jiffies minus the worker's own CPU time) stayed under ``quiet_cores``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+import tessel_jax as tj
+from experiments import hlo_count
+from experiments import lowering_bench_lib as lb
+from experiments import peer_gpipe as pg
+from tessel_jax import placements
+
+VARIANTS = ("plain_1core", "plain_2core", "data_parallel", "hand_gpipe",
+            "tj_searched", "tj_gpipe", "tj_1f1b")
+PROCESSES = {"plain_1core": ("one", 1), "plain_2core": ("one", 2),
+             "pipe": ("two", 2)}
+MAXTEXT_SKIP = ("MaxText is not installed here; it stays an optional peer"
+                " (its wheel wants Python >= 3.12 and jax >= 0.11.1, see"
+                " issue 15), so its row is skipped")
+USER_HZ = os.sysconf("SC_CLK_TCK")
+
+
+class PeerArgs(NamedTuple):
+  """Everything ``peer_bench_lib`` needs; see the flags for meanings."""
+
+  hidden: int = 1024
+  layers: int = 4
+  rows: int = 256
+  ns: tuple[int, ...] = (8, 32)
+  rounds: int = 7
+  quiet_cores: float = 0.15
+  cost: str = "measured"
+  variants: tuple[str, ...] = VARIANTS
+  seed: int = 0
+  output: str | None = "results/peer_bench/peer_bench.json"
+  worker: str | None = None
+
+
+# --- the worker: builds its variants, then times on request -------------------
+
+
+def _cpu_s() -> float:
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
+def _hlo_stats(compiled: Any, args: PeerArgs) -> dict[str, Any]:
+  """XLA temp bytes, HLO size and parameter-sized work per place
+  (``experiments.hlo_count``: adds, copies, selects, zero fills of the
+  layers' (stacked or single) weight and bias shapes)."""
+  ma = compiled.memory_analysis()
+  text = compiled.as_text()
+  h, per = args.hidden, args.layers // 2
+  shapes = [(h, h), (h,), (per, h, h), (per, h), (1, per, h, h), (1, per, h)]
+  return {"temp_bytes": int(ma.temp_size_in_bytes), "hlo_chars": len(text),
+          "param_ops": hlo_count.param_ops(text, shapes)}
+
+
+def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
+  """``(make, inputs)``: ``make()`` returns a fresh callable on ``inputs``."""
+
+  params = pg.mlp_params(args.layers, args.hidden, args.seed)
+  batch = lb.make_batch(n * args.rows, args.hidden, args.seed + 1)
+  auto = (jax.sharding.AxisType.Auto,)
+  if name.startswith("plain"):
+    return (lambda: jax.jit(jax.value_and_grad(pg.plain_loss(n))),
+            (params, batch))
+  mesh = jax.make_mesh((2,), ("pipe",), axis_types=auto)
+  if name == "data_parallel":
+    return lambda: pg.data_parallel_step(mesh, "pipe", n), (params, batch)
+  if name == "hand_gpipe":
+    return (lambda: pg.gpipe_step(mesh, "pipe", n),
+            (pg.stack_stages(params, 2), batch))
+  fn, _ = lb.chain_model(2, args.hidden, args.layers // 2, args.seed)
+  plan = {"tj_searched": None, "tj_gpipe": "gpipe", "tj_1f1b": "1f1b"}[name]
+  return (lambda: tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                              num_microbatches=n, plan=plan, cut="markers",
+                              cost=args.cost),
+          (params, batch))
+
+
+def _build(name: str, n: int, args: PeerArgs) -> tuple[Callable, dict]:
+  """First call, compile and HLO figures of one variant; its timed call."""
+  make, inputs = _variant_fns(name, n, args)
+  t0 = time.perf_counter()
+  f = make()
+  jax.block_until_ready(f(*inputs))
+  first_s = time.perf_counter() - t0
+  if name.startswith("tj_"):
+    built = f.build(*inputs)
+    jitted = built.jitted
+    extra = {"lowered_as": built.plan.loop_summary(),
+             "makespan": built.unrolled.makespan}
+  else:
+    jitted, extra = f, {}
+  # A fresh jit of the same program: lowering and compiling again, timed.
+  # (a new function object, so no cache of the first call answers).
+  inner = jitted.__wrapped__
+  fresh = jax.jit(lambda *a: inner(*a))
+  t0 = time.perf_counter()
+  lowered = fresh.lower(*inputs)
+  lower_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  compiled = lowered.compile()
+  compile_s = time.perf_counter() - t0
+  row = {"variant": name, "n": n, "first_call_s": round(first_s, 3),
+         "lower_s": round(lower_s, 3), "compile_s": round(compile_s, 3),
+         **_hlo_stats(compiled, args), **extra}
+  return (lambda: jax.block_until_ready(compiled(*inputs))), row
+
+
+def worker(args: PeerArgs) -> int:
+  """Builds this process's variants, then answers ``time NAME N`` lines."""
+  names = [v for v in args.variants
+           if (v.startswith("plain") and args.worker.startswith("plain")
+               and v == args.worker)
+           or (args.worker == "pipe" and not v.startswith("plain"))]
+  runs = {}
+  for name in names:
+    for n in args.ns:
+      run, row = _build(name, n, args)
+      run()  # one warm call
+      runs[(name, n)] = run
+      print(json.dumps({"built": row}), flush=True)
+  print(json.dumps({"ready": True}), flush=True)
+  for line in sys.stdin:
+    cmd = line.split()
+    if not cmd or cmd[0] == "quit":
+      break
+    run = runs[(cmd[1], int(cmd[2]))]
+    c0, t0 = _cpu_s(), time.perf_counter()
+    run()
+    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu}), flush=True)
+  return 0
+
+
+# --- the parent: starts workers, runs the rounds ------------------------------
+
+
+def busy_jiffies() -> int:
+  """Busy jiffies of the whole machine (``/proc/stat``: all but idle/iowait)."""
+  with open("/proc/stat") as f:
+    fields = [int(x) for x in f.readline().split()[1:]]
+  return sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+
+
+class _Worker:
+  """One worker process on ``cores``, spoken to over its stdin/stdout."""
+
+  def __init__(self, kind: str, cores: Sequence[int], args: PeerArgs,
+               log: Callable[[str], None]):
+    cmd = [sys.executable, "-m", "experiments.peer_bench", f"--worker={kind}",
+           f"--hidden={args.hidden}", f"--layers={args.layers}",
+           f"--rows={args.rows}", f"--ns={','.join(map(str, args.ns))}",
+           f"--cost={args.cost}", f"--seed={args.seed}",
+           f"--variants={','.join(args.variants)}", "--output="]
+    env = dict(os.environ)
+    env.pop("XLA_FLAGS", None)
+    self.kind = kind
+    self.proc = subprocess.Popen(
+        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        env=env, preexec_fn=lambda: os.sched_setaffinity(0, cores))
+    self.built: list[dict] = []
+    while True:
+      msg = self._read()
+      if "ready" in msg:
+        break
+      self.built.append(msg["built"] | {"cores": list(cores)})
+      log(f"built {self.built[-1]}")
+
+  def _read(self) -> dict:
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f"peer_bench worker {self.kind} ended early"
+                         f" (exit {self.proc.wait()}); see its stderr above")
+    return json.loads(line)
+
+  def time(self, name: str, n: int) -> dict:
+    self.proc.stdin.write(f"time {name} {n}\n")
+    self.proc.stdin.flush()
+    return self._read()
+
+  def close(self) -> None:
+    self.proc.stdin.write("quit\n")
+    self.proc.stdin.close()
+    self.proc.wait()
+
+
+def _rounds(workers: dict[str, _Worker], cases: list[tuple[str, int]],
+            args: PeerArgs, log: Callable[[str], None]) -> list[dict]:
+  owner = {c: ("pipe" if not c[0].startswith("plain") else c[0])
+           for c in cases}
+  rng = random.Random(args.seed)
+  out = []
+  for r in range(args.rounds):
+    order = list(cases)
+    rng.shuffle(order)
+    times, worst = {}, 0.0
+    for name, n in order:
+      j0, t0 = busy_jiffies(), time.perf_counter()
+      res = workers[owner[(name, n)]].time(name, n)
+      wall = time.perf_counter() - t0
+      others = ((busy_jiffies() - j0) / USER_HZ - res["cpu_s"]) / wall
+      worst = max(worst, others)
+      times[f"{name}@{n}"] = res | {"others_cores": round(others, 3)}
+    quiet = worst < args.quiet_cores
+    out.append({"round": r, "quiet": quiet, "worst_others_cores":
+                round(worst, 3), "times": times})
+    log(f"round {r}: {'quiet' if quiet else 'busy'} (others up to"
+        f" {worst:.2f} cores)")
+  return out
+
+
+def summarise(rounds: list[dict], cases: list[tuple[str, int]],
+              use_all: bool) -> dict[str, Any]:
+  """Medians over kept rounds; paired ratios (per round, then the median)
+  against the hand-written GPipe and against plain jit given both cores."""
+  kept = [r for r in rounds if r["quiet"] or use_all]
+  rows = {}
+  for name, n in cases:
+    key = f"{name}@{n}"
+    walls = [r["times"][key]["wall_s"] for r in kept]
+    cpus = [r["times"][key]["cpu_s"] for r in kept]
+    rows[key] = {"step_ms": round(1e3 * float(np.median(walls)), 2),
+                 "cpu_ms": round(1e3 * float(np.median(cpus)), 2)}
+    for ref in ("hand_gpipe", "plain_2core"):
+      other = f"{ref}@{n}"
+      ratios = [r["times"][key]["wall_s"] / r["times"][other]["wall_s"]
+                for r in kept if other in r["times"]]
+      rows[key][f"vs_{ref}"] = (round(float(np.median(ratios)), 3)
+                                if ratios else None)
+  return {"rounds_kept": len(kept), "rounds_quiet": sum(r["quiet"]
+                                                        for r in rounds),
+          "kept_busy_rounds": use_all and len(kept) > sum(
+              r["quiet"] for r in rounds), "rows": rows}
+
+
+def markdown(built: list[dict], summary: dict[str, Any],
+             ns: Sequence[int]) -> str:
+  """The issue's table: one line per variant, N columns side by side."""
+  by = {(b["variant"], b["n"]): b for b in built}
+  rows = summary["rows"]
+  names = sorted({b["variant"] for b in built}, key=VARIANTS.index)
+  nss = "/".join(str(n) for n in ns)
+  lines = [f"| variant | step ms N={nss} | x hand GPipe | x plain jit 2 cores"
+           f" | CPU ms | first call s | compile s | XLA temp MB | HLO kchars |",
+           "|---|---|---|---|---|---|---|---|---|"]
+  for v in names:
+    def col(f: Callable[[int], Any]) -> str:
+      return "/".join(str(f(n)) for n in ns)
+    lines.append(
+        f"| {v} | {col(lambda n: rows[f'{v}@{n}']['step_ms'])}"
+        f" | {col(lambda n: rows[f'{v}@{n}']['vs_hand_gpipe'])}"
+        f" | {col(lambda n: rows[f'{v}@{n}']['vs_plain_2core'])}"
+        f" | {col(lambda n: rows[f'{v}@{n}']['cpu_ms'])}"
+        f" | {col(lambda n: by[(v, n)]['first_call_s'])}"
+        f" | {col(lambda n: by[(v, n)]['compile_s'])}"
+        f" | {col(lambda n: round(by[(v, n)]['temp_bytes'] / 2**20, 1))}"
+        f" | {col(lambda n: round(by[(v, n)]['hlo_chars'] / 1e3))} |")
+  lines.append(f"| MaxText pipeline | skipped: {MAXTEXT_SKIP} ||||||||")
+  lines += ["", f"Parameter-sized instructions in the compiled HLO, N={ns[0]}"
+            f" (add/copy/zero fill; loop: run every iteration on every"
+            f" device; branches: only where the owning block runs):", "",
+            "| variant | loop | loop branches | once | once branches |",
+            "|---|---|---|---|---|"]
+  for v in names:
+    ops = by[(v, ns[0])]["param_ops"]
+    cells = ["/".join(str(ops[w][op]) for op in ("add", "copy", "broadcast"))
+             for w in ("loop", "loop_branches", "once", "once_branches")]
+    lines.append(f"| {v} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def main(args: PeerArgs) -> int:
+  if args.worker is not None:
+    return worker(args)
+  log = lambda s: print(s, flush=True)
+  cores = sorted(os.sched_getaffinity(0))[:2]
+  kinds = {"plain_1core": cores[:1], "plain_2core": cores, "pipe": cores}
+  wanted = [k for k in kinds if k == "pipe" and any(
+      not v.startswith("plain") for v in args.variants) or k in args.variants]
+  workers = {}
+  try:
+    for k in wanted:  # one at a time: builds do not share the cores
+      workers[k] = _Worker(k, kinds[k], args, log)
+    cases = [(v, n) for v in args.variants for n in args.ns]
+    rounds = _rounds(workers, cases, args, log)
+  finally:
+    for w in workers.values():
+      w.close()
+  built = [b for w in workers.values() for b in w.built]
+  quiet = sum(r["quiet"] for r in rounds)
+  summary = summarise(rounds, cases, use_all=quiet == 0)
+  table = markdown(built, summary, args.ns)
+  record = {"args": args._asdict(), "cores": cores,
+            "maxtext": {"skipped": MAXTEXT_SKIP}, "built": built,
+            "summary": summary, "rounds": rounds, "table": table,
+            "load_average": os.getloadavg()}
+  log(table)
+  log(f"{quiet} of {len(rounds)} rounds quiet (others under"
+      f" {args.quiet_cores} cores)" + ("; none quiet, so the medians are over"
+                                       " all rounds" if not quiet else ""))
+  if args.output:
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w") as f:
+      json.dump(record, f, indent=1)
+    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
+      f.write(table + "\n")
+    log(f"results: {args.output}")
+  return 0
