@@ -64,3 +64,11 @@ def test_help_lists_own_flags(runner):
     name, text = own
     assert f"--{name}" in proc.stdout, proc.stdout
     assert text.split()[0] in proc.stdout
+
+
+def test_comparisons_read_as_shorter_or_longer():
+  from experiments import compare_schedules_lib as lib  # pylint: disable=import-outside-toplevel
+  assert lib.versus("tessel", 83, "zb_h1", 89) == (
+      "tessel 83 steps vs zb_h1 89 (7% shorter)")
+  assert lib.versus("tessel", 95, "gpipe", 89).endswith("89 (7% longer)")
+  assert lib.versus("tessel", 89, "1f1b", 89).endswith("89 (equal)")
