@@ -72,3 +72,17 @@ def test_comparisons_read_as_shorter_or_longer():
       "tessel 83 steps vs zb_h1 89 (7% shorter)")
   assert lib.versus("tessel", 95, "gpipe", 89).endswith("89 (7% longer)")
   assert lib.versus("tessel", 89, "1f1b", 89).endswith("89 (equal)")
+
+
+def test_runners_hide_the_backend_probe():
+  code = ("from experiments import cli\n"
+          "def main(argv):\n"
+          "  import jax\n"
+          "  print(len(jax.devices()))\n"
+          "cli.run(main)\n")
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=300,
+                        check=False)
+  assert proc.returncode == 0, proc.stderr
+  assert "Unable to initialize backend" not in proc.stderr
