@@ -176,28 +176,26 @@ def test_for_placement():
   assert fp(placements.interleaved(4)) == ["gpipe", "1f1b",
                                            "interleaved_1f1b"]
   assert fp(placements.interleaved(4, chunks=1)) == ["gpipe", "1f1b"]
-  assert fp(placements.xshape(4)) == ["gpipe", "chimera"]
-  # 1F1B over the stage list wherever the forward blocks form one chain.
-  for name in ("mshape", "nnshape", "nnshape_eager", "mllm", "finetune",
-               "alphafold", "zbv"):
+  assert fp(placements.xshape(4)) == ["gpipe", "1f1b", "chimera"]
+  # 1F1B over the stage list (forward blocks in topological order) on
+  # every training placement.
+  for name in ("mshape", "kshape", "nnshape", "nnshape_eager", "mllm",
+               "finetune", "alphafold", "zbv"):
     assert fp(placements.get(name, 4)) == ["gpipe", "1f1b"], name
-  assert fp(placements.kshape(4)) == ["gpipe"]
   assert set(baselines.BASELINES) == {
       "gpipe", "1f1b", "interleaved_1f1b", "chimera", "zb_h1"}
 
 
 def test_misfit_raises_naming_supported_placements():
-  with pytest.raises(ValueError, match="vshape") as info:
-    baselines.one_f_one_b(placements.xshape(4), 4)
-  assert "chimera" in str(info.value)  # lists what does fit
+  with pytest.raises(ValueError, match="xshape") as info:
+    baselines.chimera(placements.mshape(4), 4)
+  assert "gpipe, 1f1b" in str(info.value)  # lists what does fit
   with pytest.raises(ValueError, match="xshape"):
     baselines.chimera(placements.vshape(4), 4)
   with pytest.raises(ValueError, match="interleaved"):
     baselines.interleaved_1f1b(placements.vshape(4), 4)
   with pytest.raises(ValueError, match="split_backward=True"):
     baselines.zb_h1(placements.vshape(4), 4)
-  with pytest.raises(ValueError, match="one chain"):
-    baselines.one_f_one_b(placements.kshape(4), 4)
   with pytest.raises(ValueError, match="inference"):
     baselines.one_f_one_b(placements.vshape(4, mode="infer"), 4)
 

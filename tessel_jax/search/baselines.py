@@ -11,12 +11,12 @@ Baselines (registry name: function, placements it fits):
 
 * ``gpipe``: :func:`gpipe`, any placement. All forward blocks of all
   micro-batches, then all backward blocks, stage by stage.
-* ``1f1b``: :func:`one_f_one_b`, any training placement whose forward
-  blocks form one chain (a stage list): the classic PipeDream-flush /
-  Megatron 1F1B on V-shape chains (one single-device stage per device), and
-  on other chains (``mshape``, ``interleaved``, ...) 1F1B over the stage
-  list, as PyTorch runs it for any list of stages: a block shared by several
-  devices is a stage on each of them.
+* ``1f1b``: :func:`one_f_one_b`, any training placement: the classic
+  PipeDream-flush / Megatron 1F1B on V-shape chains (one single-device stage
+  per device), and on other placements (``mshape``, ``interleaved``,
+  ``xshape``, ...) 1F1B over the stage list (forward blocks in topological
+  order), as PyTorch runs it for any list of stages: a block shared by
+  several devices is a stage on each of them.
 * ``interleaved_1f1b``: :func:`interleaved_1f1b`, ``interleaved`` placements
   with >= 2 chunks. Megatron's interleaved 1F1B.
 * ``chimera``: :func:`chimera`, ``xshape``. Two opposite pipelines merged per
@@ -183,28 +183,20 @@ class _StageList:
 
 
 def _stage_list(graph: BlockGraph) -> _StageList | str:
-  """The graph's forward chain (blocks may span devices), or why not."""
+  """The graph's forward blocks as a stage list (topological order).
+
+  A chain is the usual stage list; branching placements (``kshape``,
+  ``xshape``) list their forward blocks in topological order.
+  """
   if graph.is_inference:
     return "it is an inference placement (no backward blocks to interleave)"
   try:
     owner = placements.backward_of(graph)
   except PlacementError as err:
     return f"its block names break the F{{i}}/B{{i}}/W{{i}} convention ({err})"
-  forwards = {b.id for b in graph.blocks if b.kind == "F"}
-  succ: dict[int, list[int]] = {f: [] for f in forwards}
-  pred: dict[int, list[int]] = {f: [] for f in forwards}
-  for e in graph.edges:
-    if e.src in forwards and e.dst in forwards:
-      succ[e.src].append(e.dst)
-      pred[e.dst].append(e.src)
-  heads = [f for f in sorted(forwards) if not pred[f]]
-  if len(heads) != 1 or any(len(v) > 1 for v in (*succ.values(),
-                                                    *pred.values())):
-    return "its forward blocks branch or join (they are not one chain)"
-  chain = [heads[0]]
-  while succ[chain[-1]]:
-    chain.append(succ[chain[-1]][0])
-  return _StageList(forward=tuple(chain), owner=owner)
+  order = tuple(b for b in graph.topological_order()
+                if graph.block(b).kind == "F")
+  return _StageList(forward=order, owner=owner)
 
 
 def _fits_1f1b(graph: BlockGraph) -> _Chain | _StageList | str:
@@ -374,9 +366,10 @@ def _stage_list_1f1b(graph: BlockGraph, stages: _StageList,
                      num_microbatches: int) -> UnrolledSchedule:
   """1F1B over a stage list whose stages may share devices.
 
-  Every stage (forward block with its ``B``/``W``) gets a virtual device of
-  its own and runs 1F1B there: stage ``s`` of ``S`` runs ``S - s - 1``
-  warm-up forwards, then alternates one forward and one backward group (B,
+  Every stage (forward block with its ``B``/``W``, in topological order)
+  gets a virtual device of its own and runs 1F1B there: stage ``s`` of
+  ``S`` runs ``S - s - 1`` warm-up forwards (more, by the smallest common
+  amount, should a branching placement's orders deadlock), then alternates one forward and one backward group (B,
   then W), then drains. The virtual schedule fixes one order of all actions
   (by virtual start time); every real device runs its actions in that order,
   as soon as dependencies and its other stages allow. A block shared by
@@ -390,15 +383,23 @@ def _stage_list_1f1b(graph: BlockGraph, stages: _StageList,
       blocks=tuple(dataclasses.replace(b, devices=(stage_of[b.id],))
                    for b in graph.blocks), edges=graph.edges)
   topo = {b: i for i, b in enumerate(graph.topological_order())}
-  orders = {}
-  for s, f in enumerate(stages.forward):
-    mine = sorted((b for b, owner in stages.owner.items() if owner == f),
-                  key=lambda b: (graph.block(b).kind, topo[b]))
-    fwd = [(f, m) for m in range(n)]
-    bwd = [[(b, m) for b in mine] for m in range(n)]
-    orders[s] = _one_f_one_b_order(fwd, bwd, count - s - 1)
-  timed = schedule_in_device_order(
-      virtual, _sequence_from_device_orders(virtual, orders))
+  timed = None
+  extra = 0
+  while timed is None:  # more warm-up until the orders run (GPipe at worst)
+    orders = {}
+    for s, f in enumerate(stages.forward):
+      mine = sorted((b for b, owner in stages.owner.items() if owner == f),
+                    key=lambda b: (graph.block(b).kind, topo[b]))
+      fwd = [(f, m) for m in range(n)]
+      bwd = [[(b, m) for b in mine] for m in range(n)]
+      orders[s] = _one_f_one_b_order(fwd, bwd, count - s - 1 + extra)
+    try:
+      timed = schedule_in_device_order(
+          virtual, _sequence_from_device_orders(virtual, orders))
+    except ScheduleError:
+      if extra >= n:
+        raise
+      extra += 1
   keys = sorted(timed, key=lambda a: (a.start, topo[a.block], a.microbatch))
   sequence = [Action(i, a.block, a.microbatch) for i, a in enumerate(keys)]
   return _finish(graph, n, sequence, "1f1b")
@@ -625,8 +626,8 @@ _FITS: dict[str, Callable[[BlockGraph], Any]] = {
 
 _SUPPORTS: dict[str, str] = {
     "gpipe": "every placement",
-    "1f1b": ("training placements whose forward blocks form one chain (a"
-             " stage list; shared blocks allowed), e.g. vshape, mshape"),
+    "1f1b": ("training placements (the forward blocks in topological order"
+             " are the stage list; shared blocks allowed)"),
     "interleaved_1f1b": ("interleaved placements with >= 2 chunks (stage s on"
                          " device s % D, each with a backward)"),
     "chimera": ("xshape placements (two chains over devices 0..D-1 and"
