@@ -15,9 +15,13 @@ that other processes on the machine disturb the timings less.
 import os
 import sys
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import autocut_bench_args
+
+# --help lists the flags of autocut_bench_args (defined there, read by this binary).
+flags.adopt_module_key_flags(autocut_bench_args)
 
 
 def main(argv: list[str]) -> None:
@@ -37,4 +41,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -10,9 +10,13 @@ plot it with ``python -m experiments.plot_results --input=<that file>``.
 
 import os
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import compare_schedules_args
+
+# --help lists the flags of compare_schedules_args (defined there, read by this binary).
+flags.adopt_module_key_flags(compare_schedules_args)
 
 
 def main(argv: list[str]) -> None:
@@ -30,4 +34,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

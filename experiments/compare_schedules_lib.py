@@ -416,11 +416,29 @@ def report(row: dict[str, Any]) -> list[str]:
     lines.append(text)
   if "lowered_error" in row:
     lines.append(f"  lowering skipped: {row['lowered_error']}")
+  entries = row.get("schedules", {})
   for label, s in row.get("speedups", {}).items():
-    text = (f"  {label}: {s['speedup']:.3f}x the best classic schedule"
-            f" ({s['best_baseline']})")
-    if "best_baseline_within_memory" in s:
-      text += (f", {s['speedup_within_memory']:.3f}x the best within its"
-               f" memory ({s['best_baseline_within_memory']})")
+    mine = entries[label]["makespan"]
+    best = s["best_baseline"]
+    text = "  " + versus(label, mine, best, entries[best]["makespan"])
+    fit = s.get("best_baseline_within_memory")
+    if fit is not None and fit != best:
+      text += (f"; within its memory: vs {fit}"
+               f" {versus_tail(mine, entries[fit]['makespan'])}")
     lines.append(text)
   return lines
+
+
+def versus_tail(mine: int, theirs: int) -> str:
+  """``"89 (7% shorter)"``: the other makespan and the change against it."""
+  change = round(100 * (theirs - mine) / theirs) if theirs else 0
+  if change > 0:
+    return f"{theirs} ({change}% shorter)"
+  if change < 0:
+    return f"{theirs} ({-change}% longer)"
+  return f"{theirs} ({'equal' if mine == theirs else 'within 1%'})"
+
+
+def versus(label: str, mine: int, other: str, theirs: int) -> str:
+  """``"tessel 83 steps vs zb_h1 89 (7% shorter)"``."""
+  return f"{label} {mine} steps vs {other} {versus_tail(mine, theirs)}"

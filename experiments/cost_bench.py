@@ -17,9 +17,13 @@ Parts (JSON to --output, a markdown table on stdout):
 import os
 import sys
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import cost_bench_args
+
+# --help lists the flags of cost_bench_args (defined there, read by this binary).
+flags.adopt_module_key_flags(cost_bench_args)
 
 
 def main(argv: list[str]) -> None:
@@ -41,4 +45,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -7,9 +7,13 @@ Writes results/frontier/run_<hash of the flags>.json; draw it with
 ``python -m experiments.frontier_plot <that file>``.
 """
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import frontier_args, frontier_lib
+
+# --help lists the flags of frontier_args (defined there, read by this binary).
+flags.adopt_module_key_flags(frontier_args)
 
 
 def main(argv: list[str]) -> None:
@@ -20,4 +24,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -178,7 +178,8 @@ def run(args: FrontierArgs,
       memory_limits=args.memory_limits, memory_limit=args.memory_limit,
       link=link, optimizer_slots=args.optimizer_slots,
       shard_shared=args.shard_shared, baselines=args.baselines,
-      time_limit_s=args.time_limit, seed=args.seed, log=log)
+      time_limit_s=args.time_limit, seed=args.seed,
+      log=lambda line: log(f"[{time.perf_counter() - t1:7.1f} s] {line}"))
   sweep_s = time.perf_counter() - t1
   results.update({
       "model": model.to_dict(), "link": link.to_dict(),

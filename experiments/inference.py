@@ -9,9 +9,13 @@ Writes results/inference/run_<hash of the flags>.json; draw it with
 
 import os
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import inference_args
+
+# --help lists the flags of inference_args (defined there, read by this binary).
+flags.adopt_module_key_flags(inference_args)
 
 
 def main(argv: list[str]) -> None:
@@ -31,4 +35,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

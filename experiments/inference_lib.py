@@ -54,6 +54,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import compare_schedules_lib, gpt_profile, runs
+from experiments import progress as progress_lib
 from tessel_jax import placements as _placements
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import predict as _predict
@@ -330,6 +331,7 @@ def run(args: InferenceArgs,
     results.update({"model": model.to_dict(), "rows": [], "changes": [],
                     "plain_ms": {}})
     mesh = jax.make_mesh((args.devices,), ("pipe",))
+    eta = progress_lib.Eta(len(args.microbatches) * len(args.placements))
     for n in args.microbatches:
       if args.measure:
         results["plain_ms"][str(n)] = round(plain_ms(args, n), 4)
@@ -342,7 +344,7 @@ def run(args: InferenceArgs,
           row = {"placement": name, "microbatches": n,
                  "devices": args.devices, "error": f"{type(e).__name__}: {e}"}
         results["rows"].append(row)
-        log(progress(row))
+        log(eta.finished(progress(row)))
         results["changes"] = changes(results["rows"])
         results["wall_seconds"] = round(time.perf_counter() - t0, 2)
         runs.write(results)

@@ -18,6 +18,7 @@ from absl import app
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from experiments import cli
 from experiments import runs
 
 _SERIES = (("layer_model_ms", "layer model (dedicated devices)", "#8172b2"),
@@ -99,4 +100,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

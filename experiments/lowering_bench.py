@@ -21,9 +21,13 @@ Parts (JSON to --output):
 import os
 import sys
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import lowering_bench_args
+
+# --help lists the flags of lowering_bench_args (defined there, read by this binary).
+flags.adopt_module_key_flags(lowering_bench_args)
 
 
 def main(argv: list[str]) -> None:
@@ -46,4 +50,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -256,10 +257,17 @@ def part_speedup(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
     # several threads even with single-threaded Eigen (measured: the plain
     # step used 1.21 s CPU in 0.62 s wall), so pin the plain step to one core
     # and the 2-device step to two.
+    # taskset pins the child from outside: a preexec_fn would make
+    # subprocess fork this multi-threaded (JAX) process, which Python warns
+    # about.
     cores = sorted(os.sched_getaffinity(0))[:1 if worker == "plain" else 2]
+    taskset = shutil.which("taskset")
+    if taskset:
+      cmd = [taskset, "-c", ",".join(map(str, cores)), *cmd]
+    else:
+      log("taskset not found: the speed-up workers run unpinned")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                          check=False,
-                          preexec_fn=lambda c=cores: os.sched_setaffinity(0, c))
+                          check=False)
     lines = [l for l in proc.stdout.splitlines() if l.startswith("{")]
     if proc.returncode or not lines:
       raise RuntimeError(f"speed-up worker {worker} failed:\n{proc.stderr}")

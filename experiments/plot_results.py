@@ -6,9 +6,13 @@
 Writes run_<hash>_<what>.png next to each input (or into --output_dir).
 """
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import plot_results_args, plot_results_lib
+
+# --help lists the flags of plot_results_args (defined there, read by this binary).
+flags.adopt_module_key_flags(plot_results_args)
 
 
 def main(argv: list[str]) -> None:
@@ -19,4 +23,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

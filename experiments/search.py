@@ -9,9 +9,13 @@ fits under --memory (the smallest limit that works is printed).
 
 import sys
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import search_args, search_lib
+
+# --help lists the flags of search_args (defined there, read by this binary).
+flags.adopt_module_key_flags(search_args)
 
 
 def main(argv: list[str]) -> None:
@@ -21,4 +25,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -7,9 +7,13 @@ Writes results/search_cases_<hash of flags>.json (or --output) after every
 case and prints the markdown table at the end.
 """
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import search_cases_args, search_cases_lib
+
+# --help lists the flags of search_cases_args (defined there, read by this binary).
+flags.adopt_module_key_flags(search_cases_args)
 
 
 def main(argv: list[str]) -> None:
@@ -24,4 +28,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

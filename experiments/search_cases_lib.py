@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from experiments import search_lib
+from experiments import progress, search_lib
 from tessel_jax import placements
 from tessel_jax.graph import BlockGraph
 from tessel_jax.search import baselines, search_repetend, smallest_memory
@@ -195,9 +195,13 @@ def run(args: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
       "cases": [], "skipped": [], "output": output,
   }
   t0 = time.perf_counter()
+  eta = progress.Eta(len(placement_names(args)) * len(args.devices)
+                     * len(args.modes))
   for name in placement_names(args):
     for devices in args.devices:
       for mode in args.modes:
+        log(eta.line(f"{name} d{devices} {mode}: baselines, memory cases,"
+                     " searches"))
         try:
           graph = placements.get(name, devices, mode=mode)
         except (ValueError, NotImplementedError) as e:

@@ -7,9 +7,13 @@ Writes results/search_scaling/run_<hash of the flags>.json after every case;
 plot it with ``python -m experiments.plot_results --input=<that file>``.
 """
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import search_scaling_args, search_scaling_lib
+
+# --help lists the flags of search_scaling_args (defined there, read by this binary).
+flags.adopt_module_key_flags(search_scaling_args)
 
 
 def main(argv: list[str]) -> None:
@@ -20,4 +24,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from experiments import runs, search_cases_lib, search_lib
+from experiments import progress, runs, search_cases_lib, search_lib
 from tessel_jax import placements, simulate
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.schedule import Schedule
@@ -126,6 +126,7 @@ class _Sweep:
     self._graphs: dict[tuple[str, int], BlockGraph | str] = {}
     self._limits: dict[tuple[str, int, str], dict[str, Any]] = {}
     self._searches: dict[tuple, tuple[Schedule | None, dict[str, Any]]] = {}
+    self.eta = progress.Eta(1)
 
   # --- caches ---------------------------------------------------------------
 
@@ -185,6 +186,7 @@ class _Sweep:
     """Runs and records one case (skipped when the placement lacks it)."""
     graph = self.graph(name, devices)
     if graph is None:
+      self.eta.skip()
       return
     row: dict[str, Any] = {
         "part": part, "placement": name, "graph": graph.name,
@@ -199,7 +201,8 @@ class _Sweep:
       if schedule is not None and extra is not None:
         row.update(extra(schedule))
     self.results["cases"].append(row)
-    self.log(progress(row, time.perf_counter() - self.t0))
+    self.log(self.eta.finished(progress_line(row,
+                                             time.perf_counter() - self.t0)))
     self.save()
 
   def save(self) -> None:
@@ -276,6 +279,7 @@ def run(args: ScalingArgs,
   check_args(args)
   sweep = _Sweep(args, log)
   names = search_cases_lib.placement_names(args)
+  sweep.eta = progress.Eta(len(names) * case_count(args))
   for part in args.parts:
     for name in names:
       if part == "devices":
@@ -304,7 +308,19 @@ def run(args: ScalingArgs,
   return sweep.results
 
 
-def progress(row: dict[str, Any], elapsed: float) -> str:
+def case_count(args: ScalingArgs) -> int:
+  """Cases per placement in the sweep (before skipping missing ones)."""
+  wraps = len(args.wraps)
+  per_part = {
+      "devices": len(args.devices) * wraps,
+      "memory": len(args.memory_devices) * len(args.memories) * wraps,
+      "microbatches": len(args.microbatch_devices) * wraps,
+  }
+  other = len(args.time_limit_devices) * wraps * len(args.time_limits)
+  return sum(per_part.get(part, other) for part in args.parts)
+
+
+def progress_line(row: dict[str, Any], elapsed: float) -> str:
   """One line per case."""
   head = (f"[{elapsed:7.1f}s] {row['part']:<12} {row['placement']:>13}"
           f" d{row['devices']:<2} {row['memory_case']:<5}"

@@ -11,9 +11,13 @@ against ``jax.value_and_grad``, saves the schedule picture and a JSON record.
 import os
 import sys
 
-from absl import app, logging
+from absl import app, flags, logging
 
+from experiments import cli
 from experiments import train_args
+
+# --help lists the flags of train_args (defined there, read by this binary).
+flags.adopt_module_key_flags(train_args)
 
 
 def main(argv: list[str]) -> None:
@@ -37,4 +41,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -200,18 +200,21 @@ def run(args: Any, log=print) -> dict[str, Any]:
   rows = n * args.microbatch_size
   batch = data.batch(rows)
 
-  t0 = time.perf_counter()
-  built = step.build(params, batch)
-  build_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
-  compiled = step.lower(params, batch).compile()
-  compile_s = time.perf_counter() - t0
   groups = layer_groups(args.layers, num_blocks)
   log(f"placement {graph.name}: {num_blocks} blocks, layers per block"
       f" {[len(g) for g in groups]} (block 0: embedding; head tied to it in"
       f" the last block)")
   log(f"vocab {data.vocab}, {sum(x.size for x in jax.tree_util.tree_leaves(params))}"
       f" parameters, {n} micro-batches of {args.microbatch_size} x {args.seq}")
+  log("building: tracing, measuring every block (cached for the next run)"
+      " and searching the schedule ...")
+  t0 = time.perf_counter()
+  built = step.build(params, batch)
+  build_s = time.perf_counter() - t0
+  log(f"built in {build_s:.1f} s; compiling the pipelined step ...")
+  t0 = time.perf_counter()
+  compiled = step.lower(params, batch).compile()
+  compile_s = time.perf_counter() - t0
   sched = built.schedule
   if sched is not None:
     log(f"searched repetend: period {sched.period}, offsets"

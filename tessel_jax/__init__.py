@@ -27,6 +27,15 @@ def schedule(fn: Any = None, /, **options: Any) -> Any:
   return api.schedule(fn, **options)
 
 
+def cpu_mesh(n: int = 4, axis: str = "pipe") -> Any:
+  """A mesh of ``n`` fake CPU devices, for trying things out.
+
+  See :func:`tessel_jax.fake_devices.cpu_mesh`; call it before other JAX work.
+  """
+  from tessel_jax import fake_devices  # pylint: disable=import-outside-toplevel
+  return fake_devices.cpu_mesh(n, axis)
+
+
 def boundary(*xs: Any) -> Any:
   """Ends a block of the program; identity otherwise (``tessel_jax.api``)."""
   from tessel_jax import api  # pylint: disable=import-outside-toplevel
@@ -36,7 +45,7 @@ def boundary(*xs: Any) -> Any:
 __all__ = [
     "Action", "Block", "BlockGraph", "Edge", "PlacementError", "Repetend",
     "Schedule", "ScheduleError", "UnrolledSchedule", "make_graph",
-    "placements", *_JAX_API,
+    "cpu_mesh", "placements", *_JAX_API,
 ]
 
 

@@ -8,7 +8,8 @@ servers and notebooks alike.
   colormap), forward/backward/weight blocks told apart by shading (F solid,
   B hatched, W dotted and paler), labels where they fit, repetend boundaries
   as dashed vertical lines.
-* ``gantt_compare``: several schedules stacked on one time axis.
+* ``gantt_compare``: several schedules stacked on one time axis;
+  ``compare``: the searched schedule against a classic one, in one call.
 * ``chrome_trace``: the trace-event JSON that ``chrome://tracing`` and
   https://ui.perfetto.dev open (one thread per device).
 """
@@ -87,33 +88,29 @@ def _draw(ax, schedule: UnrolledSchedule, steps: int, *,
   graph = schedule.graph
   rects: dict[str, list[Rectangle]] = {k: [] for k in _KIND_STYLE}
   colors: dict[str, list[Any]] = {k: [] for k in _KIND_STYLE}
-  # Pixels per step, to decide which labels fit inside their bar.
+  widths: dict[str, list[float]] = {k: [] for k in _KIND_STYLE}
   px_per_step = width_in * 0.9 * _DPI / steps
-  char_px = _LABEL_FONT * 0.62 * _DPI / 72.0
-  row_px = _ROW_INCHES * _DPI * 0.8
   for action in schedule.actions:
     if action.start >= steps:
       continue
     block = graph.block(action.block)
     kind = block.kind if block.kind in _KIND_STYLE else "F"
     shown = min(block.span, steps - action.start)
-    color = microbatch_color(action.microbatch)
-    text = f"{block.label}.{action.microbatch}"
-    fits = (shown * px_per_step >= len(text) * char_px + 2
-            and row_px >= _LABEL_FONT * _DPI / 72.0)
+    shared = len(block.devices) > 1
     for first, last in _device_runs(block.devices):
       rects[kind].append(Rectangle((action.start, first - 0.4), shown,
                                    last - first + 0.8))
-      colors[kind].append(color)
-      if fits:
-        ax.text(action.start + shown / 2, (first + last) / 2, text,
-                ha="center", va="center", fontsize=_LABEL_FONT, clip_on=True)
+      colors[kind].append(microbatch_color(action.microbatch))
+      widths[kind].append(1.6 if shared else 0.3)
+      _label(ax, block.label, action.microbatch,
+             (action.start + shown / 2, (first + last) / 2),
+             shown * px_per_step, (last - first + 0.8) * _ROW_INCHES * _DPI)
   for kind, (alpha, hatch) in _KIND_STYLE.items():
     if not rects[kind]:
       continue
     coll = PatchCollection(rects[kind], facecolors=colors[kind],
-                           edgecolors="0.2", linewidths=0.3, alpha=alpha,
-                           hatch=hatch or None)
+                           edgecolors="0.1", linewidths=widths[kind],
+                           alpha=alpha, hatch=hatch or None)
     ax.add_collection(coll)
   for t in lines:
     ax.axvline(t, color="black", linestyle="--", linewidth=0.9, alpha=0.8)
@@ -121,7 +118,7 @@ def _draw(ax, schedule: UnrolledSchedule, steps: int, *,
   ax.set_ylim(graph.num_devices - 0.5, -0.5)
   ax.set_yticks(range(graph.num_devices))
   ax.set_yticklabels([f"dev{d}" for d in range(graph.num_devices)])
-  ax.set_xlabel("step")
+  ax.set_xlabel("time (steps of the search's time unit)")
   if title:
     ax.set_title(title, fontsize=9)
   kinds = sorted({graph.block(a.block).kind for a in schedule.actions},
@@ -130,11 +127,38 @@ def _draw(ax, schedule: UnrolledSchedule, steps: int, *,
                    alpha=_KIND_STYLE[k][0], hatch=_KIND_STYLE[k][1] or None,
                    label={"F": "forward", "B": "backward",
                           "W": "weight grad"}[k]) for k in kinds]
+  if any(len(b.devices) > 1 for b in graph.blocks):
+    handles.append(Patch(facecolor="white", edgecolor="black", linewidth=1.6,
+                         label="shared by devices"))
   if lines:
     handles.append(Patch(facecolor="none", edgecolor="black",
                          linestyle="--", label="repetend"))
   ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0),
             fontsize=7, frameon=False)
+
+
+def _label(ax: Any, name: str, microbatch: int, at: tuple[float, float],
+           width_px: float, height_px: float) -> None:
+  """Writes ``name.mb`` in its bar, or ``name`` over ``mb`` when narrow.
+
+  The font shrinks (down to 3 pt) until the text fits the bar.
+  """
+  char_px = 0.62 * _DPI / 72.0   # per point of font size
+  line_px = 1.25 * _DPI / 72.0
+  one = f"{name}.{microbatch}"
+  size = min(_LABEL_FONT, (width_px - 2) / (len(one) * char_px),
+             height_px / line_px)
+  text = one
+  if size < 5.0:
+    two = min(_LABEL_FONT, (width_px - 2) / (max(len(name),
+                                                 len(str(microbatch)))
+                                             * char_px),
+              height_px / (2 * line_px))
+    if two > size:
+      text, size = f"{name}\n{microbatch}", two
+  if size >= 3.0:
+    ax.text(at[0], at[1], text, ha="center", va="center", fontsize=size,
+            linespacing=1.0, clip_on=True)
 
 
 def _default_title(schedule: UnrolledSchedule, steps: int) -> str:
@@ -143,8 +167,8 @@ def _default_title(schedule: UnrolledSchedule, steps: int) -> str:
   if schedule.period is not None:
     parts.append(f"period={schedule.period}")
   if schedule.memory_limit is not None:
-    parts.append(f"memory<={schedule.memory_limit}")
-  parts.append(f"peak={max(schedule.peak_memory)}")
+    parts.append(f"memory limit {schedule.memory_limit} units")
+  parts.append(f"peak memory {max(schedule.peak_memory)} units")
   if steps < schedule.makespan:
     parts.append(f"(first {steps} steps shown)")
   return "  ".join(parts)
@@ -230,8 +254,8 @@ def gantt_compare(schedules: Mapping[str, UnrolledSchedule],
   axes = fig.subplots(len(schedules), 1, sharex=True, squeeze=False,
                       gridspec_kw={"height_ratios": [r + 1.5 for r in rows]})
   for ax, (label, schedule) in zip(axes[:, 0], schedules.items()):
-    sub = (f"{label}: makespan={schedule.makespan}"
-           f"  peak={max(schedule.peak_memory)}")
+    sub = (f"{label}: makespan {schedule.makespan} steps,"
+           f" peak memory {max(schedule.peak_memory)} units")
     if schedule.period is not None:
       sub += f"  period={schedule.period}"
     _draw(ax, schedule, steps, lines=[], width_in=width, title=sub)
@@ -296,3 +320,43 @@ def chrome_trace(schedule: UnrolledSchedule, path: str | None = None,
     with open(path, "w") as f:
       json.dump(trace, f)
   return trace
+
+
+def compare(searched: UnrolledSchedule, classic: UnrolledSchedule,
+            path: str | None = None, *, labels: tuple[str, str] | None = None,
+            max_steps: int | None = None) -> Figure:
+  """The searched schedule above a classic one, on one time axis.
+
+  Args:
+    searched: The schedule to show first (e.g. ``step.unrolled``).
+    classic: The one to compare with (e.g.
+      ``baselines.run("1f1b", graph, n)``).
+    path: Where to write the picture; None: do not write.
+    labels: Names of the two (default: their ``source``).
+    max_steps: Draw only the first ``max_steps`` steps.
+
+  Returns:
+    The matplotlib ``Figure``; its title reads like
+    ``"tessel 83 steps vs zb_h1 89 (7% shorter)"``.
+
+  Raises:
+    ValueError: if the two have different placements or micro-batch counts.
+  """
+  if (searched.graph.num_devices != classic.graph.num_devices
+      or searched.num_microbatches != classic.num_microbatches):
+    raise ValueError(
+        "compare needs two schedules of the same placement and micro-batch"
+        f" count; got {searched.graph.name} N={searched.num_microbatches}"
+        f" and {classic.graph.name} N={classic.num_microbatches}")
+  first, second = labels or (searched.source or "searched",
+                             classic.source or "classic")
+  if first == second:
+    second = f"{second} (2)"
+  mine, theirs = searched.makespan, classic.makespan
+  change = round(100 * (theirs - mine) / theirs)
+  verdict = (f"{change}% shorter" if change > 0 else
+             f"{-change}% longer" if change < 0 else "equal")
+  title = (f"{searched.graph.name}, N={searched.num_microbatches}: {first}"
+           f" {mine} steps vs {second} {theirs} ({verdict})")
+  return gantt_compare({first: searched, second: classic}, path,
+                       title=title, max_steps=max_steps)

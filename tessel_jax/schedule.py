@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -402,30 +403,65 @@ class UnrolledSchedule:
   def from_json(cls, text: str, graph: BlockGraph) -> "UnrolledSchedule":
     return cls.from_dict(json.loads(text), graph)
 
-  def grid(self, max_steps: int | None = 64, cell: int = 0) -> str:
+  def grid(self, max_steps: int | None = 64, cell: int = 0,
+           width: int | None = 80, legend: bool = True) -> str:
     """Text picture, one row per device, one column per step.
 
-    Each busy step shows ``<kind><block>.<micro-batch>`` of the block that
-    occupies the device; idle steps show ``.``.
+    Each busy step shows ``<label>.<micro-batch>`` of the block that starts
+    there (``F3.2``: forward block 3 of micro-batch 2; ``B3``/``W3`` its
+    backward and weight gradient, the names the PNG, the Chrome trace and
+    the JSON use), ``~`` where it continues and ``.`` where the device is
+    idle. Columns fold into bands that fit ``width`` characters.
 
     Args:
       max_steps: Show only the first ``max_steps`` steps (None: all).
       cell: Column width (0: fit the widest label).
+      width: Line width to fold at (None: one band, however wide).
+      legend: End with a legend (symbols, shared blocks).
     """
     steps = self.makespan if max_steps is None else min(self.makespan, max_steps)
-    rows = [["." for _ in range(steps)] for _ in range(self.graph.num_devices)]
-    for a in self.actions:
-      block = self.graph.block(a.block)
-      label = f"{block.kind}{block.id}.{a.microbatch}"
-      for t in range(a.start, min(a.start + block.span, steps)):
-        for d in block.devices:
-          rows[d][t] = label if t == a.start else "~"
-    width = cell or max([len(c) for r in rows for c in r] + [len(str(steps))])
-    header = "step  " + " ".join(str(t).rjust(width) for t in range(steps))
-    lines = [header]
-    for d, row in enumerate(rows):
-      lines.append(f"dev{d:<2} " + " ".join(c.rjust(width) for c in row))
+    rows = grid_cells(self, steps)
+    cell = cell or max([len(c) for r in rows for c in r] + [len(str(steps))])
+    per_band = steps if width is None else max(1, (width - 6) // (cell + 1))
+    lines: list[str] = []
+    for first in range(0, steps, per_band):
+      cols = range(first, min(first + per_band, steps))
+      if lines:
+        lines.append("")
+      lines.append("step  " + " ".join(str(t).rjust(cell) for t in cols))
+      for d, row in enumerate(rows):
+        lines.append(f"dev{d:<2} " + " ".join(row[t].rjust(cell) for t in cols))
     if steps < self.makespan:
       lines.append(f"... ({self.makespan - steps} more steps; makespan"
                    f" {self.makespan})")
+    if legend:
+      lines.extend(grid_legend(self.graph))
     return "\n".join(lines)
+
+
+def grid_cells(schedule: UnrolledSchedule, steps: int) -> list[list[str]]:
+  """Per device and step: ``label.mb`` at a start, ``~`` after, ``.`` idle."""
+  graph = schedule.graph
+  rows = [["." for _ in range(steps)] for _ in range(graph.num_devices)]
+  for a in schedule.actions:
+    block = graph.block(a.block)
+    label = f"{block.label}.{a.microbatch}"
+    for t in range(a.start, min(a.start + block.span, steps)):
+      for d in block.devices:
+        rows[d][t] = label if t == a.start else "~"
+  return rows
+
+
+def grid_legend(graph: BlockGraph, width: int = 80) -> list[str]:
+  """Legend lines of :meth:`UnrolledSchedule.grid`, wrapped at ``width``."""
+  kinds = {b.kind for b in graph.blocks}
+  words = {"F": "forward", "B": "backward (input gradient)",
+           "W": "weight gradient"}
+  parts = [f"{k}i.m = {words[k]} of block i, micro-batch m"
+           for k in "FBW" if k in kinds]
+  parts += ["~ = still running", ". = idle", "one step = one time unit"]
+  shared = [b.label for b in graph.blocks if len(b.devices) > 1]
+  if shared:
+    parts.append("shared by several devices: " + ", ".join(shared))
+  text = "legend: " + "; ".join(parts)
+  return textwrap.wrap(text, width=width, subsequent_indent="  ")

@@ -11,9 +11,12 @@ Baselines (registry name: function, placements it fits):
 
 * ``gpipe``: :func:`gpipe`, any placement. All forward blocks of all
   micro-batches, then all backward blocks, stage by stage.
-* ``1f1b``: :func:`one_f_one_b`, V-shape chains (``vshape``, also with split
-  backward, and ``interleaved`` with one chunk). PipeDream-flush / Megatron
-  1F1B.
+* ``1f1b``: :func:`one_f_one_b`, any training placement: the classic
+  PipeDream-flush / Megatron 1F1B on V-shape chains (one single-device stage
+  per device), and on other placements (``mshape``, ``interleaved``,
+  ``xshape``, ...) 1F1B over the stage list (forward blocks in topological
+  order), as PyTorch runs it for any list of stages: a block shared by
+  several devices is a stage on each of them.
 * ``interleaved_1f1b``: :func:`interleaved_1f1b`, ``interleaved`` placements
   with >= 2 chunks. Megatron's interleaved 1F1B.
 * ``chimera``: :func:`chimera`, ``xshape``. Two opposite pipelines merged per
@@ -166,6 +169,41 @@ def _fits_gpipe(graph: BlockGraph) -> BlockGraph:
   return graph
 
 
+@dataclasses.dataclass(frozen=True)
+class _StageList:
+  """Forward blocks of a training graph as one chain of stages.
+
+  Attributes:
+    forward: Forward block id per stage, in chain order.
+    owner: Every ``B``/``W`` block id -> its forward block id.
+  """
+
+  forward: tuple[int, ...]
+  owner: Mapping[int, int]
+
+
+def _stage_list(graph: BlockGraph) -> _StageList | str:
+  """The graph's forward blocks as a stage list (topological order).
+
+  A chain is the usual stage list; branching placements (``kshape``,
+  ``xshape``) list their forward blocks in topological order.
+  """
+  if graph.is_inference:
+    return "it is an inference placement (no backward blocks to interleave)"
+  try:
+    owner = placements.backward_of(graph)
+  except PlacementError as err:
+    return f"its block names break the F{{i}}/B{{i}}/W{{i}} convention ({err})"
+  order = tuple(b for b in graph.topological_order()
+                if graph.block(b).kind == "F")
+  return _StageList(forward=order, owner=owner)
+
+
+def _fits_1f1b(graph: BlockGraph) -> _Chain | _StageList | str:
+  found = _vshape_chain(graph)
+  return found if not isinstance(found, str) else _stage_list(graph)
+
+
 def _fits_zb_h1(graph: BlockGraph) -> _Chain | str:
   found = _vshape_chain(graph)
   if isinstance(found, str):
@@ -313,6 +351,8 @@ def one_f_one_b(graph: BlockGraph, num_microbatches: int) -> UnrolledSchedule:
   """
   num_microbatches = _check_microbatches(num_microbatches)
   chain = _require("1f1b", graph)
+  if isinstance(chain, _StageList):
+    return _stage_list_1f1b(graph, chain, num_microbatches)
   d = len(chain.forward)
   orders = {}
   for s in range(d):
@@ -320,6 +360,49 @@ def one_f_one_b(graph: BlockGraph, num_microbatches: int) -> UnrolledSchedule:
     orders[chain.devices[s]] = _one_f_one_b_order(fwd, bwd, d - s - 1)
   sequence = _sequence_from_device_orders(graph, orders)
   return _finish(graph, num_microbatches, sequence, "1f1b")
+
+
+def _stage_list_1f1b(graph: BlockGraph, stages: _StageList,
+                     num_microbatches: int) -> UnrolledSchedule:
+  """1F1B over a stage list whose stages may share devices.
+
+  Every stage (forward block with its ``B``/``W``, in topological order)
+  gets a virtual device of its own and runs 1F1B there: stage ``s`` of
+  ``S`` runs ``S - s - 1`` warm-up forwards (more, by the smallest common
+  amount, should a branching placement's orders deadlock), then alternates one forward and one backward group (B,
+  then W), then drains. The virtual schedule fixes one order of all actions
+  (by virtual start time); every real device runs its actions in that order,
+  as soon as dependencies and its other stages allow. A block shared by
+  several devices is thus a stage on each of them.
+  """
+  n, count = num_microbatches, len(stages.forward)
+  stage_of = {f: s for s, f in enumerate(stages.forward)}
+  stage_of.update({b: stage_of[f] for b, f in stages.owner.items()})
+  virtual = BlockGraph(
+      name=f"{graph.name}.stages", num_devices=count,
+      blocks=tuple(dataclasses.replace(b, devices=(stage_of[b.id],))
+                   for b in graph.blocks), edges=graph.edges)
+  topo = {b: i for i, b in enumerate(graph.topological_order())}
+  timed = None
+  extra = 0
+  while timed is None:  # more warm-up until the orders run (GPipe at worst)
+    orders = {}
+    for s, f in enumerate(stages.forward):
+      mine = sorted((b for b, owner in stages.owner.items() if owner == f),
+                    key=lambda b: (graph.block(b).kind, topo[b]))
+      fwd = [(f, m) for m in range(n)]
+      bwd = [[(b, m) for b in mine] for m in range(n)]
+      orders[s] = _one_f_one_b_order(fwd, bwd, count - s - 1 + extra)
+    try:
+      timed = schedule_in_device_order(
+          virtual, _sequence_from_device_orders(virtual, orders))
+    except ScheduleError:
+      if extra >= n:
+        raise
+      extra += 1
+  keys = sorted(timed, key=lambda a: (a.start, topo[a.block], a.microbatch))
+  sequence = [Action(i, a.block, a.microbatch) for i, a in enumerate(keys)]
+  return _finish(graph, n, sequence, "1f1b")
 
 
 def interleaved_1f1b(graph: BlockGraph,
@@ -535,7 +618,7 @@ BASELINES: dict[str, Callable[[BlockGraph, int], UnrolledSchedule]] = {
 # name -> function returning the structure the baseline needs, or why not.
 _FITS: dict[str, Callable[[BlockGraph], Any]] = {
     "gpipe": _fits_gpipe,
-    "1f1b": _vshape_chain,
+    "1f1b": _fits_1f1b,
     "interleaved_1f1b": _interleaved_chain,
     "chimera": _xshape_chains,
     "zb_h1": _fits_zb_h1,
@@ -543,8 +626,8 @@ _FITS: dict[str, Callable[[BlockGraph], Any]] = {
 
 _SUPPORTS: dict[str, str] = {
     "gpipe": "every placement",
-    "1f1b": ("vshape placements (one chain of single-device forward stages,"
-             " one per device, each with a backward; split backward allowed)"),
+    "1f1b": ("training placements (the forward blocks in topological order"
+             " are the stage list; shared blocks allowed)"),
     "interleaved_1f1b": ("interleaved placements with >= 2 chunks (stage s on"
                          " device s % D, each with a backward)"),
     "chimera": ("xshape placements (two chains over devices 0..D-1 and"
@@ -552,6 +635,20 @@ _SUPPORTS: dict[str, str] = {
     "zb_h1": ("vshape placements with split_backward=True (every stage has B"
               " and W)"),
 }
+
+
+# Other names accepted by :func:`run` (and ``tj.schedule(plan=...)``).
+ALIASES: dict[str, str] = {
+    "interleaved": "interleaved_1f1b",
+    "zb": "zb_h1",
+}
+
+
+def canonical_name(name: str) -> str:
+  """The registry name of baseline ``name`` or of its alias (any case)."""
+  if not isinstance(name, str):
+    return name
+  return ALIASES.get(name.lower(), name.lower())
 
 
 def for_placement(graph: BlockGraph) -> list[str]:
@@ -568,9 +665,10 @@ def run(name: str, graph: BlockGraph,
     ValueError: for an unknown name or a placement the baseline does not fit.
   """
   try:
-    fn = BASELINES[name]
+    fn = BASELINES[canonical_name(name)]
   except (KeyError, TypeError):
+    aliases = ", ".join(f"{a} ({t})" for a, t in ALIASES.items())
     raise ValueError(
         f"unknown baseline {name!r}; valid names are"
-        f" {', '.join(BASELINES)}") from None
+        f" {', '.join(BASELINES)} (aliases: {aliases})") from None
   return fn(graph, num_microbatches)
