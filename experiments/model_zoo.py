@@ -15,9 +15,13 @@ JSON to ``--output_dir``, a Markdown table to ``--markdown``.
 import os
 import sys
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import model_zoo_args
+
+# --help lists the flags of model_zoo_args (defined there, read by this binary).
+flags.adopt_module_key_flags(model_zoo_args)
 
 
 def main(argv: list[str]) -> None:
@@ -34,4 +38,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

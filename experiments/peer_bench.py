@@ -27,9 +27,13 @@ used and the JSON says so). JSON to ``--output``, a Markdown table beside it.
 import os
 import sys
 
-from absl import app
+from absl import app, flags
 
+from experiments import cli
 from experiments import peer_bench_args
+
+# --help lists the flags of peer_bench_args (defined there, read by this binary).
+flags.adopt_module_key_flags(peer_bench_args)
 
 
 def main(argv: list[str]) -> None:
@@ -50,4 +54,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)
