@@ -35,6 +35,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tessel_jax import checks as _checks
 from tessel_jax import compat
 from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
@@ -255,9 +256,7 @@ class ScheduledFunction:
           f" the pipeline on; make the mesh with one, e.g. jax.make_mesh((4,),"
           f" ({self.pipe_axis!r},)), or pass pipe_axis= naming the axis to"
           f" use")
-    n = self.num_microbatches
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-      raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}")
+    self._check_numbers()
     if not isinstance(self.has_aux, bool):
       raise self._error(f"has_aux must be True or False, got"
                         f" {self.has_aux!r}")
@@ -273,6 +272,51 @@ class ScheduledFunction:
           optimizer_slots=self.optimizer_slots)
     except ValueError as err:
       raise self._error(str(err)) from None
+
+  def _check_numbers(self) -> None:
+    """Type and range checks of the numeric options (``checks``)."""
+    n = self.num_microbatches
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}")
+    try:
+      _checks.microbatches(n)
+      if self.memory_limit is not None:
+        _checks.integer(self.memory_limit, "memory_limit", low=0,
+                        high=2**62, fix="give bytes per device, or None for"
+                        " what the device reports")
+      _checks.time_limit(self.solver_time_limit_s, "solver_time_limit_s")
+      _checks.integer(self.seed, "seed", low=0, high=2**31 - 1)
+      _checks.integer(self.optimizer_slots, "optimizer_slots", low=0,
+                      high=64)
+      _checks.boolean(self.reprofile, "reprofile")
+    except _checks.InputError as err:
+      raise self._error(str(err)) from None
+
+  def _check_leaves(self, params: Any, batch: Any) -> None:
+    """Refuses leaves ``jax.value_and_grad`` would refuse, naming the path.
+
+    Every leaf of ``params`` and ``batch`` must be an array (anything with a
+    ``shape`` and a ``dtype``: jax or numpy arrays, numpy scalars,
+    ``jax.ShapeDtypeStruct`` for ``lower``). In training mode parameters
+    must be floating point (or complex): ``jax.value_and_grad`` raises for
+    integer and boolean inputs, and so does this.
+    """
+    for what, tree in (("params", params), ("batch", batch)):
+      for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
+        where = f"{what}{jax.tree_util.keystr(path)}"
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+          raise self._error(
+              f"leaf {where} is a {type(leaf).__name__} ({leaf!r:.40}), not"
+              f" an array; wrap it with jnp.asarray(...) (or close over it"
+              f" in the function if it is a constant)")
+        dtype = leaf.dtype
+        if (what == "params" and self.mode == "train"
+            and not jax.numpy.issubdtype(dtype, jax.numpy.inexact)):
+          raise self._error(
+              f"parameter {where} has dtype {dtype}; jax.value_and_grad"
+              f" needs floating-point (or complex) inputs and raises for"
+              f" {dtype} too. Cast it (e.g. .astype(jnp.float32)), pass it in"
+              f" the batch, or close over it in the function")
 
   def _graph(self, num_devices: int) -> BlockGraph | Placement:
     p = self.placement
@@ -291,6 +335,7 @@ class ScheduledFunction:
 
   def build(self, params: Any, batch: Any) -> Built:
     """Traces, searches and lowers for these input shapes (cached)."""
+    self._check_leaves(params, batch)
     shards = self._shards(params)
     key = (jax.tree_util.tree_structure(params),
            tuple((tuple(x.shape), str(x.dtype))
@@ -603,7 +648,10 @@ class ScheduledFunction:
                     costs: Any = None) -> int | None:
     del num_devices
     limit = self._memory_limit_bytes(layout, costs)
-    return None if limit is None else limit // unit
+    if limit is None:
+      return None
+    # Above this many units every quantised graph is effectively unlimited.
+    return min(limit // unit, _checks.MAX_MEMORY_LIMIT)
 
   def _schedule(self, graph: BlockGraph, unit: int, layout: Any, n_local: int,
                 num_devices: int, costs: Any = None

@@ -18,10 +18,12 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from tessel_jax import checks
+
 BLOCK_KINDS = ("F", "B", "W")
 
 
-class PlacementError(ValueError):
+class PlacementError(checks.InputError):
   """A placement (BlockGraph) is malformed; the message says how to fix it."""
 
 
@@ -93,10 +95,16 @@ class BlockGraph:
       init=False, repr=False, compare=False, hash=False, default=None)
 
   def __post_init__(self) -> None:
-    object.__setattr__(self, "blocks", tuple(self.blocks))
-    object.__setattr__(
-        self, "edges",
-        tuple(e if isinstance(e, Edge) else Edge(*e) for e in self.edges))
+    where = _where(self.name)
+    checks.string(self.name, "name", where="placement",
+                  error=PlacementError)
+    object.__setattr__(self, "num_devices", checks.integer(
+        self.num_devices, "num_devices", low=1, high=checks.MAX_DEVICES,
+        where=where, error=PlacementError,
+        fix="the search models at most that many devices per pipeline"))
+    object.__setattr__(self, "blocks", _typed_blocks(where, self.blocks))
+    object.__setattr__(self, "edges", _typed_edges(where, self.edges))
+    _check_sizes(where, self)
     object.__setattr__(self, "_positions",
                        {b.id: i for i, b in enumerate(self.blocks)})
     edges_out: dict[int, list[Edge]] = {}
@@ -195,43 +203,92 @@ class BlockGraph:
 
   @classmethod
   def from_dict(cls, data: Mapping[str, Any]) -> "BlockGraph":
-    """Builds a graph from the DESIGN §4 JSON object (validated)."""
+    """Builds a graph from the DESIGN §4 JSON object (validated).
+
+    Raises:
+      PlacementError: naming the field for a missing key, a wrong type (a
+        string, boolean, NaN or fractional number where an integer belongs)
+        or a value out of range.
+    """
+    where = "placement JSON"
+    checks.mapping(data, "the placement", where=where, error=PlacementError)
     for key in ("name", "num_devices", "blocks"):
       if key not in data:
         raise PlacementError(
             f"placement JSON has no {key!r} field; expected the keys name,"
             " num_devices, blocks and edges (DESIGN.md §4)")
-    blocks = []
-    for raw in data["blocks"]:
-      missing = {"id", "kind", "span", "memory", "devices"} - set(raw)
-      if missing:
-        raise PlacementError(
-            f"placement JSON block {raw!r} lacks {sorted(missing)}; every"
-            " block needs id, kind, span, memory and devices")
-      blocks.append(Block(id=int(raw["id"]), kind=str(raw["kind"]),
-                          span=int(raw["span"]), memory=int(raw["memory"]),
-                          devices=tuple(int(d) for d in raw["devices"]),
-                          name=str(raw.get("name", ""))))
-    raw_edges = data.get("edges", [])
-    delays = data.get("edge_delays", [0] * len(raw_edges))
+    name = checks.string(data["name"], "name", where=where,
+                         error=PlacementError)
+    where = _where(name)
+    raw_blocks = checks.sequence(data["blocks"], "blocks", where=where,
+                                 error=PlacementError)
+    blocks = [_block_from_dict(where, i, raw)
+              for i, raw in enumerate(raw_blocks)]
+    raw_edges = checks.sequence(data.get("edges", []), "edges", where=where,
+                                error=PlacementError)
+    delays = checks.sequence(data.get("edge_delays", [0] * len(raw_edges)),
+                             "edge_delays", where=where, error=PlacementError)
     if len(delays) != len(raw_edges):
       raise PlacementError(
           f"placement JSON has {len(raw_edges)} edges but"
           f" {len(delays)} edge_delays; give one delay per edge")
     edges = []
-    for raw, delay in zip(raw_edges, delays):
+    for i, (raw, delay) in enumerate(zip(raw_edges, delays)):
+      raw = checks.sequence(raw, f"edges[{i}]", where=where,
+                            error=PlacementError)
       if len(raw) not in (2, 3):
         raise PlacementError(
-            f"placement JSON edge {raw!r} must be [src, dst] or"
+            f"{where}: edges[{i}] is {raw!r}; each edge must be [src, dst] or"
             " [src, dst, delay]")
-      edges.append(Edge(int(raw[0]), int(raw[1]),
-                        int(raw[2]) if len(raw) == 3 else int(delay)))
-    return cls(name=str(data["name"]), num_devices=int(data["num_devices"]),
+      edges.append(Edge(raw[0], raw[1], raw[2] if len(raw) == 3 else delay))
+    return cls(name=name, num_devices=data["num_devices"],
                blocks=tuple(blocks), edges=tuple(edges))
 
   @classmethod
   def from_json(cls, text: str) -> "BlockGraph":
-    return cls.from_dict(json.loads(text))
+    """Parses DESIGN §4 placement JSON text (see :meth:`from_dict`).
+
+    Raises:
+      PlacementError: for text that is not JSON (NaN and Infinity included)
+        or not a valid placement.
+    """
+    if isinstance(text, (bytes, bytearray)):
+      try:
+        text = text.decode("utf-8")
+      except UnicodeDecodeError as err:
+        raise PlacementError(f"placement JSON is not UTF-8 text ({err});"
+                             " save the file as UTF-8") from None
+    checks.string(text, "placement JSON text", error=PlacementError)
+    try:
+      data = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as err:
+      raise PlacementError(f"placement JSON does not parse: {err}; fix the"
+                           " file (DESIGN.md §4)") from None
+    return cls.from_dict(data)
+
+
+def _refuse_constant(name: str) -> Any:
+  raise PlacementError(f"placement JSON holds {name}; spans, memory and ids"
+                       " must be finite integers")
+
+
+def _where(name: Any) -> str:
+  return f"placement {name!r}"
+
+
+def _block_from_dict(where: str, index: int, raw: Any) -> "Block":
+  raw = checks.mapping(raw, f"blocks[{index}]", where=where,
+                       error=PlacementError)
+  missing = {"id", "kind", "span", "memory", "devices"} - set(raw)
+  if missing:
+    raise PlacementError(
+        f"{where}: blocks[{index}] {raw!r} lacks {sorted(missing)}; every"
+        " block needs id, kind, span, memory and devices")
+  devices = checks.sequence(raw["devices"], f"blocks[{index}].devices",
+                            where=where, error=PlacementError)
+  return Block(id=raw["id"], kind=raw["kind"], span=raw["span"],
+               memory=raw["memory"], devices=tuple(devices),
+               name=raw.get("name", ""))
 
 
 def _block_to_dict(block: Block) -> dict[str, Any]:
@@ -244,6 +301,83 @@ def _block_to_dict(block: Block) -> dict[str, Any]:
 
 
 # --- invariants --------------------------------------------------------------
+
+def _typed_blocks(where: str, blocks: Any) -> tuple[Block, ...]:
+  """Blocks with every field type- and range-checked (ints made ints)."""
+  if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Iterable):
+    raise PlacementError(f"{where}: blocks must be a list of Block, got"
+                         f" {type(blocks).__name__}")
+  out = []
+  for i, b in enumerate(blocks):
+    if not isinstance(b, Block):
+      raise PlacementError(f"{where}: blocks[{i}] is a"
+                           f" {type(b).__name__}; give tessel_jax.Block"
+                           " objects (or use make_graph with tuples)")
+    field = f"blocks[{i}]"
+    bid = checks.integer(b.id, f"{field}.id", low=0, where=where,
+                         error=PlacementError)
+    field = f"block {bid}"
+    if not isinstance(b.kind, str) or b.kind not in BLOCK_KINDS:
+      raise PlacementError(f"{where}: {field} has kind {b.kind!r}; use one of"
+                           f" {', '.join(BLOCK_KINDS)}")
+    span = checks.integer(
+        b.span, f"{field} span", low=1, high=checks.MAX_SPAN, where=where,
+        error=PlacementError,
+        fix="spans are integer time steps (quantise measured times up)")
+    memory = checks.integer(
+        b.memory, f"{field} memory", low=-checks.MAX_MEMORY,
+        high=checks.MAX_MEMORY, where=where, error=PlacementError,
+        fix="memory is an integer delta in the placement's units")
+    if isinstance(b.devices, (str, bytes)) or not isinstance(
+        b.devices, Iterable):
+      raise PlacementError(f"{where}: {field} devices must be a list of"
+                           f" device indices, got {b.devices!r}")
+    devices = tuple(checks.integer(d, f"{field} device", low=0,
+                                   where=where, error=PlacementError)
+                    for d in b.devices)
+    name = checks.string(b.name, f"{field} name", where=where,
+                         error=PlacementError)
+    out.append(Block(bid, b.kind, span, memory, devices, name))
+  return tuple(out)
+
+
+def _typed_edges(where: str, edges: Any) -> tuple[Edge, ...]:
+  """Edges with integer ends and delays (tuples made Edges)."""
+  if isinstance(edges, (str, bytes)) or not isinstance(edges, Iterable):
+    raise PlacementError(f"{where}: edges must be a list of (src, dst),"
+                         f" got {type(edges).__name__}")
+  out = []
+  for i, e in enumerate(edges):
+    if not isinstance(e, Edge):
+      if not isinstance(e, (list, tuple)) or len(e) not in (2, 3):
+        raise PlacementError(f"{where}: edges[{i}] is {e!r}; each edge must"
+                             " be (src, dst) or (src, dst, delay)")
+      e = Edge(*e)
+    src = checks.integer(e.src, f"edges[{i}] src", where=where,
+                         error=PlacementError)
+    dst = checks.integer(e.dst, f"edges[{i}] dst", where=where,
+                         error=PlacementError)
+    delay = checks.integer(e.delay, f"edge {src}->{dst} delay", low=0,
+                           high=checks.MAX_SPAN, where=where,
+                           error=PlacementError,
+                           fix="delays are integer time steps")
+    out.append(Edge(src, dst, delay))
+  return tuple(out)
+
+
+def _check_sizes(where: str, graph: "BlockGraph") -> None:
+  """Refuses placements larger than the search can model."""
+  if len(graph.blocks) > checks.MAX_BLOCKS:
+    raise PlacementError(f"{where}: has {len(graph.blocks)} blocks; the"
+                         f" search models at most {checks.MAX_BLOCKS}")
+  total = (sum(b.span for b in graph.blocks)
+           + sum(e.delay for e in graph.edges))
+  if total > checks.MAX_TOTAL_SPAN:
+    raise PlacementError(
+        f"{where}: spans and delays add up to {total} steps; the search"
+        f" models at most {checks.MAX_TOTAL_SPAN} (its period tables are"
+        " that long); use a coarser time unit")
+
 
 def _fail(graph: BlockGraph, problem: str) -> None:
   raise PlacementError(f"placement {graph.name!r}: {problem}")
@@ -333,7 +467,19 @@ def make_graph(name: str, num_devices: int,
                blocks: Iterable[Block | Sequence[Any]],
                edges: Iterable[Edge | Sequence[int]] = ()) -> BlockGraph:
   """Convenience constructor accepting tuples for blocks and edges."""
-  blocks = tuple(b if isinstance(b, Block) else Block(*b) for b in blocks)
+  where = _where(name)
+  typed = []
+  if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Iterable):
+    raise PlacementError(f"{where}: blocks must be a list of blocks, got"
+                         f" {type(blocks).__name__}")
+  for i, b in enumerate(blocks):
+    if not isinstance(b, Block):
+      if not isinstance(b, (list, tuple)) or not 5 <= len(b) <= 6:
+        raise PlacementError(
+            f"{where}: blocks[{i}] is {b!r}; give (id, kind, span, memory,"
+            " devices[, name]) or a tessel_jax.Block")
+      b = Block(*b)
+    typed.append(b)
+  blocks = tuple(typed)
   return BlockGraph(name=name, num_devices=num_devices, blocks=blocks,
-                    edges=tuple(e if isinstance(e, Edge) else Edge(*e)
-                                for e in edges))
+                    edges=edges)

@@ -42,10 +42,10 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import numbers
 import re
 from collections.abc import Callable, Sequence
 
+from tessel_jax import checks
 from tessel_jax.graph import Block, BlockGraph, Edge, PlacementError
 
 MODES = ("train", "infer")
@@ -123,21 +123,20 @@ class _Fwd:
 
 
 def _check_common(shape: str, num_devices: int, mode: str, spans: dict[str, int]
-                  ) -> None:
-  if (isinstance(num_devices, bool)
-      or not isinstance(num_devices, numbers.Integral) or num_devices < 1):
-    raise PlacementError(
-        f"{shape}: num_devices must be an integer >= 1, got {num_devices!r}")
-  if mode not in MODES:
+                  ) -> int:
+  """Checks the arguments every builder takes; returns ``num_devices``."""
+  num_devices = checks.integer(num_devices, "num_devices", low=1, high=checks.MAX_DEVICES,
+                 where=shape, error=PlacementError,
+                 fix="the search models at most that many devices per"
+                 " pipeline")
+  if not isinstance(mode, str) or mode not in MODES:
     raise PlacementError(
         f"{shape}: mode is {mode!r}; use 'train' (forward and backward) or"
         " 'infer' (forward only)")
   for key, value in spans.items():
-    if (isinstance(value, bool) or not isinstance(value, numbers.Integral)
-        or value < 1):
-      raise PlacementError(
-          f"{shape}: {key} must be an integer >= 1 (time steps), got"
-          f" {value!r}")
+    checks.integer(value, key, low=1, high=checks.MAX_SPAN, where=shape,
+                   error=PlacementError, fix="spans are integer time steps")
+  return num_devices
 
 
 def _build(shape: str, num_devices: int, mode: str, forwards: Sequence[_Fwd],
@@ -227,7 +226,7 @@ def vshape(num_devices: int, mode: str = "train", f_span: int = 1,
     w_span: Span of every ``W`` block (split backward only).
   """
   d = num_devices
-  _check_common("vshape", d, mode, {})
+  d = _check_common("vshape", d, mode, {})
   forwards = [_Fwd((i,)) for i in range(d)]
   return _build("vshape", d, mode, forwards, _chain(0, d), f_span, b_span,
                 split_backward, w_span)
@@ -255,10 +254,12 @@ def interleaved(num_devices: int, mode: str = "train", f_span: int = 1,
     chunks: Model chunks (virtual stages) per device (>= 1).
   """
   d = num_devices
-  _check_common("interleaved", d, mode, {})
-  if isinstance(chunks, bool) or not isinstance(chunks, int) or chunks < 1:
-    raise PlacementError(
-        f"interleaved: chunks must be an integer >= 1, got {chunks!r}")
+  d = _check_common("interleaved", d, mode, {})
+  chunks = checks.integer(chunks, "chunks", low=1,
+                          high=max(1, checks.MAX_BLOCKS // (2 * d)),
+                          where="interleaved", error=PlacementError,
+                          fix="the placement would exceed"
+                          f" {checks.MAX_BLOCKS} blocks")
   shape = "interleaved" if chunks == 2 else f"interleaved_c{chunks}"
   stages = chunks * d
   forwards = [_Fwd((s % d,)) for s in range(stages)]
@@ -281,7 +282,7 @@ def xshape(num_devices: int, mode: str = "train", f_span: int = 1,
     dev3  F4 .  .  F3 B3 .  .  B4
   """
   d = num_devices
-  _check_common("xshape", d, mode, {})
+  d = _check_common("xshape", d, mode, {})
   forwards = ([_Fwd((i,)) for i in range(d)] +
               [_Fwd((d - 1 - i,)) for i in range(d)])
   edges = _chain(0, d) + _chain(d, d)
@@ -304,7 +305,7 @@ def mshape(num_devices: int, mode: str = "train", f_span: int = 1,
     dev3  F0 .  .  .  F4 B4 .  .  .  B0
   """
   d = num_devices
-  _check_common("mshape", d, mode, {})
+  d = _check_common("mshape", d, mode, {})
   forwards = [_Fwd(_all(d))] + [_Fwd((i,)) for i in range(d)]
   return _build("mshape", d, mode, forwards, _chain(0, d + 1), f_span, b_span,
                 split_backward, w_span)
@@ -329,7 +330,7 @@ def kshape(num_devices: int, mode: str = "train", f_span: int = 1,
     PlacementError: if ``D`` is odd.
   """
   d = num_devices
-  _check_common("kshape", d, mode, {})
+  d = _check_common("kshape", d, mode, {})
   if d % 2:
     raise PlacementError(
         f"kshape splits the devices into two equal branches, so it needs an"
@@ -365,7 +366,7 @@ def nnshape(num_devices: int, mode: str = "train", f_span: int = 1,
     dev3  .  .  .  F3 F4 .  .  .  F8 F9 B9 B8 .  .  .  B4 B3 .  .  .
   """
   d = num_devices
-  _check_common("nnshape", d, mode, {})
+  d = _check_common("nnshape", d, mode, {})
   forwards, edges = _nn_forwards(d, eager=False)
   return _build("nnshape", d, mode, forwards, edges, f_span, b_span,
                 split_backward, w_span)
@@ -397,7 +398,7 @@ def nnshape_eager(num_devices: int, mode: str = "train", f_span: int = 1,
   The graph is named ``nnshape_eager.<mode>.d<D>``.
   """
   d = num_devices
-  _check_common("nnshape_eager", d, mode, {})
+  d = _check_common("nnshape_eager", d, mode, {})
   extra = f_span if recompute_span is None else recompute_span
   if isinstance(extra, bool) or not isinstance(extra, int) or extra < 0:
     raise PlacementError(
@@ -424,7 +425,7 @@ def mllm(num_devices: int, mode: str = "train", f_span: int = 1,
     dev3  F0 .  .  .  F4 F5 B5 B4 .  .  .  B0
   """
   d = num_devices
-  _check_common("mllm", d, mode, {})
+  d = _check_common("mllm", d, mode, {})
   forwards = [_Fwd(_all(d))] + [_Fwd((i,)) for i in range(d)] + [_Fwd(_all(d))]
   return _build("mllm", d, mode, forwards, _chain(0, d + 2), f_span, b_span,
                 split_backward, w_span)
@@ -445,7 +446,7 @@ def finetune(num_devices: int, mode: str = "train", f_span: int = 1,
     dev3  F0 .  .  .  F4 B4 .  .  .
   """
   d = num_devices
-  _check_common("finetune", d, mode, {})
+  d = _check_common("finetune", d, mode, {})
   forwards = [_Fwd(_all(d), grad=False)] + [_Fwd((i,)) for i in range(d)]
   return _build("finetune", d, mode, forwards, _chain(0, d + 1), f_span,
                 b_span, split_backward, w_span)
@@ -467,7 +468,7 @@ def alphafold(num_devices: int, mode: str = "train", f_span: int = 1,
     dev3  .   .   .   F3  .   .   .   F7  .   .   .   F11 B11 .   .   .
   """
   d = num_devices
-  _check_common("alphafold", d, mode, {})
+  d = _check_common("alphafold", d, mode, {})
   forwards = ([_Fwd((i % d,), grad=False) for i in range(2 * d)] +
               [_Fwd((i,)) for i in range(d)])
   return _build("alphafold", d, mode, forwards, _chain(0, 3 * d), f_span,
@@ -492,7 +493,7 @@ def zbv(num_devices: int, mode: str = "train", f_span: int = 1,
   possible.)
   """
   d = num_devices
-  _check_common("zbv", d, mode, {})
+  d = _check_common("zbv", d, mode, {})
   forwards = [_Fwd((s if s < d else 2 * d - 1 - s,)) for s in range(2 * d)]
   return _build("zbv", d, mode, forwards, _chain(0, 2 * d), f_span, b_span,
                 split_backward, w_span)

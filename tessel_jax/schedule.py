@@ -23,10 +23,11 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from tessel_jax import checks
 from tessel_jax.graph import BlockGraph
 
 
-class ScheduleError(ValueError):
+class ScheduleError(checks.InputError):
   """A schedule cannot be built or unrolled; the message says why."""
 
 
@@ -168,12 +169,12 @@ class Schedule:
     None and ``source`` ending in ``-list``.
 
     Raises:
-      ScheduleError: if ``num_microbatches < 1``.
+      ScheduleError: if ``num_microbatches`` is not an integer >= 1 or is
+        above ``checks.MAX_MICROBATCHES`` (or makes more than
+        ``checks.MAX_ACTIONS`` actions).
     """
-    n = num_microbatches
-    if n < 1:
-      raise ScheduleError(
-          f"unroll needs at least one micro-batch, got {n}")
+    n = checks.microbatches(num_microbatches, num_blocks=self.graph.num_blocks,
+                            where="Schedule.unroll", error=ScheduleError)
     if n >= self.min_template_microbatches and (self.warmup or self.cooldown
                                                  or self.repetend.max_offset == 0):
       end = self.steady_start + (n - self.repetend.max_offset) * self.period

@@ -50,7 +50,7 @@ def test_dag_with_branches_is_accepted():
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["edges"].append([3, 0]), "cycle"),
     (lambda d: d["blocks"][0].update(devices=[5]), "uses device 5"),
-    (lambda d: d["blocks"][0].update(span=0), "span 0"),
+    (lambda d: d["blocks"][0].update(span=0), "block 0 span must be .* got 0"),
     (lambda d: d["blocks"][1].update(id=0), "used twice"),
     (lambda d: d["edges"].append([0, 9]), "does not exist"),
     (lambda d: d.update(num_devices=3), "device 2 runs no block"),

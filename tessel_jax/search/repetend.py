@@ -39,9 +39,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from typing import Any
 
 from ortools.sat.python import cp_model
 
+from tessel_jax import checks
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Schedule, Repetend
 from tessel_jax.search import completion, list_schedule
@@ -227,6 +229,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
     InfeasibleScheduleError: if no schedule fits under ``memory_limit``.
     SearchTimeoutError: if no schedule was found in time.
   """
+  memory_limit, time_limit_s = _check_search_args(
+      graph, memory_limit, allow_wrap, time_limit_s, seed, num_workers,
+      complete, list_alternative)
   t0 = time.perf_counter()
   budget = _Budget(time_limit_s)
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
@@ -390,6 +395,33 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                               memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
+
+
+def _check_search_args(graph: BlockGraph, memory_limit: Any,
+                       allow_wrap: Any, time_limit_s: Any, seed: Any,
+                       num_workers: Any, complete: Any, list_alternative: Any
+                       ) -> tuple[int | None, float]:
+  """Checks ``search_repetend``'s arguments before any solver call.
+
+  Returns:
+    ``(memory_limit, time_limit_s)`` as an int (or None) and a float.
+
+  Raises:
+    checks.InputError: naming the argument, its value and the fix.
+  """
+  where = "search_repetend"
+  if not isinstance(graph, BlockGraph):
+    raise checks.InputError(
+        f"{where}: graph must be a tessel_jax BlockGraph (e.g."
+        f" tj.placements.get('vshape', 4)), got {type(graph).__name__}")
+  limit = checks.memory_limit(memory_limit, where=where)
+  seconds = checks.time_limit(time_limit_s, where=where)
+  checks.integer(seed, "seed", low=0, high=2**31 - 1, where=where)
+  checks.integer(num_workers, "num_workers", low=1, high=64, where=where)
+  for name, value in (("allow_wrap", allow_wrap), ("complete", complete),
+                      ("list_alternative", list_alternative)):
+    checks.boolean(value, name, where=where)
+  return limit, seconds
 
 
 def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
