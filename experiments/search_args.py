@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.search_lib import SearchArgs
+from tessel_jax import checks, plot
 
 flags.DEFINE_string("placement", None,
                     "Named placement (vshape, xshape, mshape, ...); see"
@@ -55,13 +57,30 @@ def from_flags() -> SearchArgs:
   if (f.placement is None) == (f.placement_file is None):
     raise app.UsageError("give exactly one of --placement=NAME or"
                          " --placement_file=PATH")
-  for name in ("devices", "microbatches", "workers"):
-    if getattr(f, name) < 1:
-      raise app.UsageError(f"--{name} must be >= 1, got {getattr(f, name)}")
-  if f.memory is not None and f.memory < 0:
-    raise app.UsageError(f"--memory must be >= 0, got {f.memory}")
-  if f.time_limit <= 0:
-    raise app.UsageError(f"--time_limit must be > 0, got {f.time_limit}")
+  if f.placement_file is not None:
+    ignored = [f"--{n}" for n in ("devices", "mode", "f_span", "b_span")
+               if cli.given(n)]
+    if ignored:
+      raise app.UsageError(
+          f"{', '.join(ignored)} {'does' if len(ignored) == 1 else 'do'} not"
+          " apply with --placement_file (the"
+          " file fixes devices, mode and spans); drop them or use"
+          " --placement=NAME")
+  try:
+    checks.integer(f.devices, "--devices", low=1, high=checks.MAX_DEVICES)
+    checks.microbatches(f.microbatches, field="--microbatches")
+    checks.integer(f.workers, "--workers", low=1, high=64)
+    checks.memory_limit(f.memory, "--memory")
+    checks.time_limit(f.time_limit, "--time_limit")
+    for name in ("f_span", "b_span"):
+      if getattr(f, name) is not None:
+        checks.integer(getattr(f, name), f"--{name}", low=1,
+                       high=checks.MAX_SPAN)
+  except checks.InputError as err:
+    raise app.UsageError(str(err)) from None
+  cli.check_output(f.output, "--output")
+  cli.check_output(f.plot, "--plot", plot.IMAGE_SUFFIXES)
+  cli.check_output(f.trace, "--trace")
   return SearchArgs(
       placement=f.placement, placement_file=f.placement_file,
       devices=f.devices, mode=f.mode, memory=f.memory,

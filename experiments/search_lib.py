@@ -12,7 +12,8 @@ import dataclasses
 import sys
 from typing import Any, NamedTuple, TextIO
 
-from tessel_jax import placements, plot, simulate, validate
+from tessel_jax import checks, placements, plot, simulate, validate
+from tessel_jax.checks import InputError
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.schedule import Schedule, UnrolledSchedule
 from tessel_jax.search import (CompletionError, InfeasibleScheduleError,
@@ -66,16 +67,12 @@ def load_graph(placement: str | None = None, devices: int = 4,
     OSError: if ``placement_file`` cannot be read.
   """
   if placement_file is not None:
-    with open(placement_file) as f:
-      text = f.read()
+    with open(placement_file, "rb") as f:
+      data = f.read()
     try:
-      return BlockGraph.from_json(text)
-    except PlacementError:
-      raise
-    except (ValueError, TypeError, KeyError) as e:
-      raise PlacementError(
-          f"{placement_file} is not a placement JSON (DESIGN.md §4): {e}"
-      ) from None
+      return BlockGraph.from_json(data)
+    except PlacementError as e:
+      raise PlacementError(f"{placement_file}: {e}") from None
   if placement is None:
     raise PlacementError("give a placement name or a placement JSON file")
   spans = {k: v for k, v in (("f_span", f_span), ("b_span", b_span))
@@ -196,7 +193,8 @@ def run(args: Any) -> dict[str, Any]:
   graph = load_graph(args.placement, args.devices, args.mode,
                      placement_file=args.placement_file, f_span=args.f_span,
                      b_span=args.b_span)
-  n = args.microbatches
+  n = checks.microbatches(args.microbatches, num_blocks=graph.num_blocks,
+                          field="--microbatches", where=graph.name)
   schedule, unrolled, figures = search_and_measure(
       graph, args.memory, n, allow_wrap=args.allow_wrap,
       time_limit_s=args.time_limit, seed=args.seed,
@@ -266,23 +264,28 @@ def format_report(result: dict[str, Any]) -> str:
   return "\n".join(lines)
 
 
-def main(args: Any, out: TextIO = sys.stdout) -> int:
+def main(args: Any, out: TextIO = sys.stdout,
+         err: TextIO | None = None) -> int:
   """Runs ``run(args)``, prints the report; returns the process exit code.
 
   Returns:
     0 on success, ``EXIT_INFEASIBLE`` (2) when no schedule fits under the
-    memory limit, ``EXIT_ERROR`` (1) for a bad placement, an unreadable
-    file or a search that found nothing in time. The reason is printed.
+    memory limit, ``EXIT_ERROR`` (1) for a bad input, an unreadable
+    file or a search that found nothing in time. The reason is printed as
+    one line on ``err`` (default stderr); for infeasible memory the
+    smallest limit that works is also printed on ``out``
+    (``min_memory_limit N``).
   """
+  err = sys.stderr if err is None else err
   try:
     result = run(args)
   except InfeasibleScheduleError as e:
-    print(f"infeasible: {e}", file=out)
+    print("infeasible: " + " ".join(str(e).split()), file=err)
     if e.min_memory_limit is not None:
       print(f"min_memory_limit {e.min_memory_limit}", file=out)
     return EXIT_INFEASIBLE
-  except (PlacementError, SearchTimeoutError, CompletionError, OSError) as e:
-    print(f"error: {e}", file=out)
+  except (InputError, SearchTimeoutError, CompletionError, OSError) as e:
+    print("error: " + " ".join(str(e).split()), file=err)
     return EXIT_ERROR
   print(format_report(result), file=out)
   return 0

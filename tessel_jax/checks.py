@@ -180,12 +180,12 @@ def mapping(value: Any, field: str, *, where: str = "",
   return value
 
 
-def memory_limit(value: Any, *, where: str = "",
+def memory_limit(value: Any, field: str = "memory_limit", *, where: str = "",
                  error: type[ValueError] = InputError) -> int | None:
   """A per-device memory limit: None (no limit) or an int in range."""
   if value is None:
     return None
-  return integer(value, "memory_limit", low=0, high=MAX_MEMORY_LIMIT,
+  return integer(value, field, low=0, high=MAX_MEMORY_LIMIT,
                  where=where, error=error,
                  fix="give an integer in the placement's memory units, or"
                  " None for no limit")

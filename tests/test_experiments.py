@@ -33,7 +33,8 @@ def test_search_runner_writes_valid_schedule_and_picture(tmp_path):
 def test_search_runner_reports_infeasible_memory(tmp_path):
   args = SearchArgs(placement="vshape", devices=4, memory=0, microbatches=4)
   text = io.StringIO()
-  assert search_lib.main(args, out=text) == search_lib.EXIT_INFEASIBLE
+  assert search_lib.main(args, out=text, err=text) == (
+      search_lib.EXIT_INFEASIBLE)
   assert "smallest limit that works is 1" in text.getvalue()
 
 
