@@ -27,13 +27,16 @@ from typing import Any
 MAX_DEVICES = 256
 #: Blocks in one placement.
 MAX_BLOCKS = 4096
-#: Steps of one block's span or one edge's delay.
-MAX_SPAN = 10**6
-#: Sum of all spans and delays of a placement: bounds the period (the search
-#: keeps period-long tables) and every start time.
+#: Sum of all spans and delays of a placement handed to the search: bounds
+#: the period (the search keeps period-long tables) and every start time.
+#: One block's span or one edge's delay is bounded by it too.
 MAX_TOTAL_SPAN = 10**7
-#: |memory| of one block, in the placement's units.
+MAX_SPAN = MAX_TOTAL_SPAN
+#: |memory| of one block handed to the search, in the placement's units.
 MAX_MEMORY = 10**12
+#: |memory| any BlockGraph may hold (what 64-bit integers represent with
+#: room for sums; the search's own derived graphs add memory up).
+MAX_GRAPH_MEMORY = 2**62
 #: A per-device memory limit (CP-SAT works in 64-bit integers; use None for
 #: no limit).
 MAX_MEMORY_LIMIT = 10**15

@@ -104,7 +104,6 @@ class BlockGraph:
         fix="the search models at most that many devices per pipeline"))
     object.__setattr__(self, "blocks", _typed_blocks(where, self.blocks))
     object.__setattr__(self, "edges", _typed_edges(where, self.edges))
-    _check_sizes(where, self)
     object.__setattr__(self, "_positions",
                        {b.id: i for i, b in enumerate(self.blocks)})
     edges_out: dict[int, list[Edge]] = {}
@@ -241,8 +240,8 @@ class BlockGraph:
             f"{where}: edges[{i}] is {raw!r}; each edge must be [src, dst] or"
             " [src, dst, delay]")
       edges.append(Edge(raw[0], raw[1], raw[2] if len(raw) == 3 else delay))
-    return cls(name=name, num_devices=data["num_devices"],
-               blocks=tuple(blocks), edges=tuple(edges))
+    return check_searchable(cls(name=name, num_devices=data["num_devices"],
+                                blocks=tuple(blocks), edges=tuple(edges)))
 
   @classmethod
   def from_json(cls, text: str) -> "BlockGraph":
@@ -325,8 +324,8 @@ def _typed_blocks(where: str, blocks: Any) -> tuple[Block, ...]:
         error=PlacementError,
         fix="spans are integer time steps (quantise measured times up)")
     memory = checks.integer(
-        b.memory, f"{field} memory", low=-checks.MAX_MEMORY,
-        high=checks.MAX_MEMORY, where=where, error=PlacementError,
+        b.memory, f"{field} memory", low=-checks.MAX_GRAPH_MEMORY,
+        high=checks.MAX_GRAPH_MEMORY, where=where, error=PlacementError,
         fix="memory is an integer delta in the placement's units")
     if isinstance(b.devices, (str, bytes)) or not isinstance(
         b.devices, Iterable):
@@ -365,8 +364,24 @@ def _typed_edges(where: str, edges: Any) -> tuple[Edge, ...]:
   return tuple(out)
 
 
-def _check_sizes(where: str, graph: "BlockGraph") -> None:
-  """Refuses placements larger than the search can model."""
+def check_searchable(graph: "BlockGraph") -> "BlockGraph":
+  """Refuses a placement larger than the search can model; returns it.
+
+  Bounds (``tessel_jax.checks``): at most ``MAX_BLOCKS`` blocks, spans and
+  delays adding up to at most ``MAX_TOTAL_SPAN`` steps, block memory within
+  ``+-MAX_MEMORY`` units. Called by every user entry point (JSON,
+  ``make_graph``, ``search_repetend``) before any solver call.
+
+  Raises:
+    PlacementError: naming the size and the bound.
+  """
+  where = _where(graph.name)
+  for b in graph.blocks:
+    if abs(b.memory) > checks.MAX_MEMORY:
+      raise PlacementError(
+          f"{where}: block {b.id} memory is {b.memory}; the search models"
+          f" |memory| <= {checks.MAX_MEMORY} units per block; use a coarser"
+          " memory unit")
   if len(graph.blocks) > checks.MAX_BLOCKS:
     raise PlacementError(f"{where}: has {len(graph.blocks)} blocks; the"
                          f" search models at most {checks.MAX_BLOCKS}")
@@ -377,6 +392,7 @@ def _check_sizes(where: str, graph: "BlockGraph") -> None:
         f"{where}: spans and delays add up to {total} steps; the search"
         f" models at most {checks.MAX_TOTAL_SPAN} (its period tables are"
         " that long); use a coarser time unit")
+  return graph
 
 
 def _fail(graph: BlockGraph, problem: str) -> None:
@@ -481,5 +497,5 @@ def make_graph(name: str, num_devices: int,
       b = Block(*b)
     typed.append(b)
   blocks = tuple(typed)
-  return BlockGraph(name=name, num_devices=num_devices, blocks=blocks,
-                    edges=edges)
+  return check_searchable(BlockGraph(name=name, num_devices=num_devices,
+                                    blocks=blocks, edges=edges))

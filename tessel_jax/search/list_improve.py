@@ -102,8 +102,10 @@ def serial_schedule(inst: Instance, order: list[int],
       in_delay[dst] = max(in_delay[dst], delay)
   horizon = n * sum(s + d + 1 for s, d in zip(span, in_delay)) + max(span)
   busy = [bytearray(horizon) for _ in range(inst.num_devices)]
-  free = [b""] + [bytes(s) for s in range(1, max(span) + 1)]
-  full = [b""] + [b"\x01" * s for s in range(1, max(span) + 1)]
+  # Patterns only for the spans that occur (a table for every length up
+  # to the longest span is quadratic in it).
+  free = {s: bytes(s) for s in set(span)}
+  full = {s: b"\x01" * s for s in set(span)}
   levels = ([_Levels() for _ in range(inst.num_devices)]
             if limit is not None else [])
   earliest = [0] * inst.size

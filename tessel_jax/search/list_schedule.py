@@ -168,6 +168,13 @@ def list_schedule(graph: BlockGraph, num_microbatches: int,
   return None if starts is None else _actions(inst, starts)
 
 
+#: Largest time horizon (steps) the list schedulers index per device
+#: (one byte per step and device, plus a memory tree); beyond it
+#: ``best_list_schedule`` gives up (returns None) and ``Schedule.unroll``
+#: keeps the repetend's unrolling.
+MAX_HORIZON = 2 * 10**7
+
+
 def best_list_schedule(graph: BlockGraph, num_microbatches: int,
                        memory_limit: int | None, improve: bool = True,
                        ) -> tuple[Action, ...] | None:
@@ -187,9 +194,13 @@ def best_list_schedule(graph: BlockGraph, num_microbatches: int,
     improve: Run forward-backward improvement on each schedule.
 
   Returns:
-    Every action, sorted by start; None if the limit stops every try.
+    Every action, sorted by start; None if the limit stops every try or
+    the horizon ``N x (spans + delays)`` exceeds ``MAX_HORIZON`` steps.
   """
   n = num_microbatches
+  if n * (sum(b.span + 1 for b in graph.blocks)
+          + sum(e.delay for e in graph.edges)) > MAX_HORIZON:
+    return None  # time-indexed tables would not fit: no list schedule
   inst = Instance(graph, n)
   bound = simulate.lower_bound_makespan_shared(graph, n)
   widths = {len(b.devices) for b in graph.blocks}

@@ -44,7 +44,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from tessel_jax import checks
-from tessel_jax.graph import BlockGraph
+from tessel_jax.graph import BlockGraph, check_searchable
 from tessel_jax.schedule import Schedule, Repetend
 from tessel_jax.search import completion, list_schedule
 from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
@@ -414,6 +414,7 @@ def _check_search_args(graph: BlockGraph, memory_limit: Any,
     raise checks.InputError(
         f"{where}: graph must be a tessel_jax BlockGraph (e.g."
         f" tj.placements.get('vshape', 4)), got {type(graph).__name__}")
+  check_searchable(graph)
   limit = checks.memory_limit(memory_limit, where=where)
   seconds = checks.time_limit(time_limit_s, where=where)
   checks.integer(seed, "seed", low=0, high=2**31 - 1, where=where)
