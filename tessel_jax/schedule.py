@@ -131,6 +131,8 @@ class Schedule:
       default=None, compare=False, repr=False)
   alternative: Callable[[int], Sequence[Action] | None] | None = (
       dataclasses.field(default=None, compare=False, repr=False))
+  _unrolled: dict[int, "UnrolledSchedule"] = dataclasses.field(
+      default_factory=dict, init=False, compare=False, repr=False)
 
   @property
   def period(self) -> int:
@@ -166,7 +168,11 @@ class Schedule:
     modulo schedule compacted to the left in its own order. When the search
     set an ``alternative`` (a list schedule of all ``N`` micro-batches) whose
     makespan is strictly shorter, that is returned instead, with ``period``
-    None and ``source`` ending in ``-list``.
+    None and ``source`` ending in ``-list``. For ``N <=
+    SPLIT_MICROBATCHES`` it is also never longer than ``unroll(a)``
+    followed by ``unroll(N - a)`` (compacted): where that is strictly
+    shorter it is returned, with ``period`` None and ``source`` ending in
+    ``-split``. Results are memoised per ``N``.
 
     Raises:
       ScheduleError: if ``num_microbatches`` is not an integer >= 1 or is
@@ -175,6 +181,17 @@ class Schedule:
     """
     n = checks.microbatches(num_microbatches, num_blocks=self.graph.num_blocks,
                             where="Schedule.unroll", error=ScheduleError)
+    if n not in self._unrolled:
+      best = self._unroll_once(n)
+      if n <= SPLIT_MICROBATCHES:
+        best = min([best] + [concatenate(self.unroll(a), self.unroll(n - a))
+                             for a in range(1, n // 2 + 1)],
+                   key=lambda u: u.makespan)
+      self._unrolled[n] = best
+    return self._unrolled[n]
+
+  def _unroll_once(self, n: int) -> "UnrolledSchedule":
+    """``unroll(n)`` without the split candidates (see :meth:`unroll`)."""
     if n >= self.min_template_microbatches and (self.warmup or self.cooldown
                                                  or self.repetend.max_offset == 0):
       end = self.steady_start + (n - self.repetend.max_offset) * self.period
@@ -203,6 +220,32 @@ class Schedule:
                                  period=None, repetend_microbatches=None,
                                  source=f"{self.source}-list")
     return listed if listed.makespan < periodic.makespan else periodic
+
+
+#: ``unroll(N)`` for N up to this also tries every split ``a + (N - a)``.
+SPLIT_MICROBATCHES = 8
+
+
+def concatenate(first: "UnrolledSchedule", second: "UnrolledSchedule"
+                ) -> "UnrolledSchedule":
+  """``first`` then ``second`` (micro-batches renumbered after ``first``'s),
+  pulled as early as each device's order allows.
+
+  Valid under the same memory limit: every placement's memory returns to
+  zero per device after a whole micro-batch, so ``second`` starts from the
+  levels it was scheduled from, and compaction keeps every device's order
+  (hence its memory levels).
+  """
+  shift, offset = first.makespan, first.num_microbatches
+  actions = list(first.actions) + [
+      Action(a.start + shift, a.block, a.microbatch + offset)
+      for a in second.actions]
+  actions = compact_in_order(first.graph, actions)
+  source = first.source.removesuffix("-split").removesuffix("-list")
+  return dataclasses.replace(
+      first, num_microbatches=offset + second.num_microbatches,
+      actions=tuple(sorted(actions)), period=None, repetend_microbatches=None,
+      source=f"{source}-split")
 
 
 def modulo_actions(schedule: Schedule, num_microbatches: int) -> tuple[Action, ...]:
