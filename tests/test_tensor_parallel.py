@@ -273,3 +273,30 @@ def test_missing_data_axes_warns_and_infers() -> None:
     quiet = tj.schedule(fn, mesh=mesh, placement="vshape",
                         num_microbatches=4, data_axes=("data",))
     assert quiet._axes(params)[:2] == (("data",), ("model",))  # pylint: disable=protected-access
+
+
+def test_split_activation_crosses_stages_as_shards() -> None:
+  """A boundary value split over ``model`` (the MLP's inner activation) is
+  sent by ``ppermute`` shard by shard: each device sends ``(rows, F / 2)``,
+  nothing is gathered."""
+  params, specs, _ = mlp_model()
+  params = {"layers": params["layers"][:1]}
+  mesh = _mesh({"pipe": 2, "model": 2})
+
+  def fn(params: Any, batch: Any) -> Any:
+    lp = params["layers"][0]
+    u = tj.boundary(jax.nn.gelu(batch["x"] @ lp["up"]))
+    h = batch["x"] + u @ lp["down"] + lp["b"]
+    return jnp.mean((h - batch["y"]) ** 2)
+
+  batch = _batch(16, False)
+  sharded = _put(params, {"layers": specs["layers"][:1]}, mesh)
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(2),
+                     num_microbatches=4, plan="1f1b", data_axes=())
+  compiled = step.lower(sharded, batch).compile()
+  assert max_rel_err(compiled(sharded, batch),
+                     reference(fn, params, batch, 4)) <= TOL
+  sent = re.findall(r"= f32\[([\d,]+)\]\S* collective-permute(?:-start)?\(.*"
+                    r"shard_map", compiled.as_text())
+  assert "4,32" in sent and "4,64" not in sent, sent
+  assert not _gathered_weights(compiled.as_text(), params)
