@@ -436,6 +436,25 @@ class Lowering:
     return {l: c.spec for c in self.layout.classes if c.spec
             for row in c.assign for l in row if l >= 0}
 
+  def out_shardings(self, mesh: Any) -> Any:
+    """``jax.jit`` ``out_shardings`` on the user's ``mesh``: values
+    replicated, each gradient with its parameter's sharding. Needed for
+    meshes with Explicit axes (the program itself runs on an all-Auto copy
+    of the mesh, whose shardings would not mix with the user's arrays)."""
+    rep = NamedSharding(mesh, P())
+    if not self.train:
+      return rep
+    specs = self.leaf_specs
+    out = []
+    for l, a in enumerate(self.param_avals):
+      if l in self.layout.shards:
+        ax, _ = self.layout.shards[l]
+        spec = tuple(self.pipe if i == ax else None for i in range(a.ndim))
+      else:
+        spec = specs.get(l, ())
+      out.append(NamedSharding(mesh, P(*spec)))
+    return rep, jax.tree_util.tree_unflatten(self.part.traced.param_tree, out)
+
   def _place(self, x: Any, spec: tuple[Any, ...],
              replicate: bool = False) -> Any:
     """``x`` constrained to ``spec`` on the whole mesh (outside the map);

@@ -489,7 +489,9 @@ class ScheduledFunction:
                 f" on {chosen} spans, predicted faster")
     lowering = _lower.Lowering(plan, part, layout, compat.auto_mesh(mesh),
                                pipe, data_axes, train, n_total)
-    jitted = jax.jit(lowering.program())
+    jitted = jax.jit(lowering.program(), out_shardings=(
+        lowering.out_shardings(mesh) if compat.has_explicit_axes(mesh)
+        else None))
     report = self._costs.report(
         costs, unrolled, plan, layout, unit,
         self._memory_limit_bytes(layout, costs), mesh, pipe,

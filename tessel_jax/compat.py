@@ -231,6 +231,12 @@ def auto_mesh(mesh: Mesh) -> Mesh:
               axis_types=(AxisType.Auto,) * len(mesh.axis_names))
 
 
+def has_explicit_axes(mesh: Mesh) -> bool:
+  """True when some axis of ``mesh`` is typed ``Explicit``."""
+  types = getattr(mesh, "axis_types", None) or ()
+  return any(t == AxisType.Explicit for t in types)
+
+
 def to_varying(x: Any, axes: tuple[str, ...]) -> Any:
   """Casts ``x`` to varying over ``axes`` (``lax.pcast``; pvary is gone)."""
   if not axes:

@@ -300,3 +300,21 @@ def test_split_activation_crosses_stages_as_shards() -> None:
                     r"shard_map", compiled.as_text())
   assert "4,32" in sent and "4,64" not in sent, sent
   assert not _gathered_weights(compiled.as_text(), params)
+
+
+def test_explicit_mesh_returns_grads_on_the_users_mesh() -> None:
+  """``jax.make_mesh``'s default Explicit axes: same numbers, and the
+  gradients come back on the user's mesh, so an update mixing parameters
+  and gradients works."""
+  params, specs, fn = mlp_model()
+  mesh = _mesh({"pipe": 2, "model": 2}, AxisType.Explicit)
+  sharded = _put(params, specs, mesh)
+  batch = _batch(16, False)
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(2),
+                     num_microbatches=4, plan="1f1b", data_axes=())
+  loss, grads = step(sharded, batch)
+  assert max_rel_err((loss, grads), reference(fn, params, batch, 4)) <= TOL
+  up = grads["layers"][0]["up"]
+  assert up.sharding.mesh == mesh and _spec_of(up) == (None, "model")
+  new = jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, sharded, grads)
+  assert _spec_of(new["layers"][1]["down"]) == ("model",)
