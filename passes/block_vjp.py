@@ -49,6 +49,11 @@ class _Residuals:
   treedef: Any = None
   alias: tuple[int | None, ...] = ()   # leaf -> diff position (param) or None
   avals: tuple[jax.ShapeDtypeStruct, ...] = ()
+  # The vjp closure's structure as traced under each context mesh: it holds
+  # the block's linearised program, whose sharding constraints name the
+  # mesh they were traced under (the lowering's shard_map differs from the
+  # abstract probe's).
+  treedefs: dict[Any, Any] = dataclasses.field(default_factory=dict)
 
 
 class Ybar:
@@ -154,9 +159,10 @@ class Vjp:
       return list(self.blk.fb(*self.blk.assemble(pvals, dvals))) + list(
           dvals), []
     (ys, vjp), _ = self.vjp_of(pvals, dvals)
-    leaves = jax.tree_util.tree_leaves(vjp)
+    leaves, treedef = jax.tree_util.tree_flatten(vjp)
     if len(leaves) != len(self.res.alias):
       raise AssertionError("vjp residual structure changed between traces")
+    self.res.treedefs[compat.context_mesh()] = treedef
     return list(ys) + [leaf for leaf, a in zip(leaves, self.res.alias)
                        if a is None], []
 
@@ -173,7 +179,8 @@ class Vjp:
       leaves = [next(it) if a is None else
                 by_leaf[self.blk.ins[self.diff_pos[a]].leaf]
                 for a in self.res.alias]
-      vjp = jax.tree_util.tree_unflatten(self.res.treedef, leaves)
+      treedef = self.res.treedefs.get(compat.context_mesh(), self.res.treedef)
+      vjp = jax.tree_util.tree_unflatten(treedef, leaves)
     else:
       (_, vjp), _ = self.vjp_of(pvals, rvals)
     bars = vjp(as_cot(ybar))

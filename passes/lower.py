@@ -27,6 +27,16 @@ only allowed for blocks on every device of the pipe axis): at its tick it
 runs on every device without a switch, gathers the full leaf with one
 ``all_gather`` over the pipe axis before running, and returns the leaf's
 gradient reduced and re-sharded with one ``psum_scatter``.
+
+The ``shard_map`` is manual over the pipe and data axes only; every other
+mesh axis is left to GSPMD inside the blocks (tensor parallelism). Slot
+classes of leaves split over those axes (``SlotClass.spec``) are pinned to
+their spec where the program takes them in, where a kernel reads them and
+where their gradients accumulate, so a device holds, reads and updates its
+shard only and XLA inserts the tensor-parallel collectives inside the
+blocks (every device of a GSPMD group takes the same switch branch, as the
+branch depends on the pipe index only). Gradients come back with their
+parameters' shardings.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import outputs as _outputs
@@ -86,6 +97,13 @@ class _Ctx:
     return base + scale * k
 
 
+def _pin(x: Any, spec: tuple[Any, ...]) -> Any:
+  """``x`` constrained to ``spec`` over the GSPMD axes (inside the map)."""
+  if not any(e is not None for e in spec):
+    return x
+  return lax.with_sharding_constraint(x, P(*spec))
+
+
 def _read_rows(x: Any, start: Any, rows: int) -> Any:
   if isinstance(start, int) and start == 0 and x.shape[0] == rows:
     return x
@@ -115,7 +133,8 @@ class Lowering:
     layout: Parameter layout.
     mesh: Mesh with Auto axes (see ``compat.auto_mesh``).
     pipe_axis: Name of the pipeline axis.
-    data_axes: Other mesh axes (data parallel), in mesh order.
+    data_axes: Mesh axes that split the batch (data parallel), in mesh
+      order; the axes besides these and the pipe axis are left to GSPMD.
     train: Training or inference.
     total_microbatches: N over all data replicas.
   """
@@ -183,7 +202,7 @@ class Lowering:
         c, j = where
         if any(self.layout.slot_of[(l, d)] != where for d in kernel.devices):
           raise AssertionError("a shared block's leaf sits in different slots")
-        by_leaf[l] = slots[c][j][0]
+        by_leaf[l] = _pin(slots[c][j][0], self.layout.classes[c].spec)
     for dt in self.layout.dtypes:
       region = self.layout.regions[dt].get(kernel.fwd)
       if region is None or not region.leaves:
@@ -411,6 +430,39 @@ class Lowering:
 
   # --- the whole program ----------------------------------------------------
 
+  @property
+  def leaf_specs(self) -> dict[int, tuple[Any, ...]]:
+    """Leaves split over GSPMD axes -> their spec entries."""
+    return {l: c.spec for c in self.layout.classes if c.spec
+            for row in c.assign for l in row if l >= 0}
+
+  def out_shardings(self, mesh: Any) -> Any:
+    """``jax.jit`` ``out_shardings`` on the user's ``mesh``: values
+    replicated, each gradient with its parameter's sharding. Needed for
+    meshes with Explicit axes (the program itself runs on an all-Auto copy
+    of the mesh, whose shardings would not mix with the user's arrays)."""
+    rep = NamedSharding(mesh, P())
+    if not self.train:
+      return rep
+    specs = self.leaf_specs
+    out = []
+    for l, a in enumerate(self.param_avals):
+      if l in self.layout.shards:
+        ax, _ = self.layout.shards[l]
+        spec = tuple(self.pipe if i == ax else None for i in range(a.ndim))
+      else:
+        spec = specs.get(l, ())
+      out.append(NamedSharding(mesh, P(*spec)))
+    return rep, jax.tree_util.tree_unflatten(self.part.traced.param_tree, out)
+
+  def _place(self, x: Any, spec: tuple[Any, ...],
+             replicate: bool = False) -> Any:
+    """``x`` constrained to ``spec`` on the whole mesh (outside the map);
+    an empty spec leaves ``x`` to XLA unless ``replicate``."""
+    if not replicate and not any(e is not None for e in spec):
+      return x
+    return lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+
   def body(self, packed: dict[str, Any], slots: Sequence[Sequence[Any]],
            batch: Sequence[Any]) -> Any:
     """The shard_map body (one device's view)."""
@@ -421,7 +473,8 @@ class Lowering:
                   for p in plan.pools)
     gacc = ({dt: jnp.zeros((self.layout.size[dt],), dt)
              for dt in self.layout.dtypes} if self.train else {})
-    sacc = (tuple(tuple(jnp.zeros(c.shape, c.dtype) for _ in range(c.count))
+    sacc = (tuple(tuple(_pin(jnp.zeros(c.shape, c.dtype), c.spec)
+                        for _ in range(c.count))
                   for c in self.layout.classes) if self.train else ())
     n = plan.num_microbatches
     tacc = tuple(
@@ -440,7 +493,8 @@ class Lowering:
     _, (gacc, sacc), tacc = state
     if self.train:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
-      sgrads = tuple(jnp.stack(s)[None] for s in sacc)
+      sgrads = tuple(_pin(jnp.stack(s)[None], (None, None) + c.spec)
+                     for s, c in zip(sacc, self.layout.classes))
       terms = tuple(t[:n][None] if j in self.per_mb else t[None]
                     for j, t in enumerate(tacc))
       if self.data_axes:
@@ -471,7 +525,7 @@ class Lowering:
       out_specs = term_specs
     smap = jax.shard_map(self.body, mesh=self.mesh, in_specs=in_specs,
                          out_specs=out_specs,
-                         axis_names=set(self.mesh.axis_names),
+                         axis_names={pipe, *data},
                          check_vma=False)
     param_avals = traced.param_avals
     outputs = _outputs.Outputs(part, self.per_mb, self.ks.terminal_avals,
@@ -481,10 +535,16 @@ class Lowering:
       p_leaves = jax.tree_util.tree_leaves(params)
       b_leaves = jax.tree_util.tree_leaves(batch)
       packed, slots = pack(layout, p_leaves)
+      slots = [[self._place(a, (pipe,) + c.spec) for a in arrays]
+               for arrays, c in zip(slots, layout.classes)]
       if self.train:
         gpacked, gslots, terms = smap(packed, slots, tuple(b_leaves))
         value = outputs.train([t.sum(axis=0) for t in terms])
         grads = unpack_grads(layout, gpacked, gslots, param_avals)
+        specs = self.leaf_specs
+        grads = [g if l in layout.shards else
+                 self._place(g, specs.get(l, ()), replicate=True)
+                 for l, g in enumerate(grads)]
         return value, jax.tree_util.tree_unflatten(traced.param_tree, grads)
       bufs = smap(packed, slots, tuple(b_leaves))
       return outputs.infer([buf.sum(axis=0) for buf in bufs])

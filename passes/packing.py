@@ -23,6 +23,12 @@ A *sharded* leaf (``shards``: leaf -> (axis, parts), from the user's
 device ``d`` holds slice ``d`` of ``parts`` (its layout shape is the shard's),
 so every byte count here is the shard's. Its gradient is assembled by
 concatenating the devices' shard gradients along ``axis``.
+
+A *split* leaf (``split``: leaf -> (spec, parts), sharded by the user over
+mesh axes left to GSPMD, e.g. a Megatron weight ``P(None, "model")``) is
+always stored in slots, whose classes are keyed by shape, dtype and spec:
+the slot arrays carry the spec after the pipe axis, so each device holds
+``1 / parts`` of every such slot (``SlotClass.device_nbytes``).
 """
 
 from __future__ import annotations
@@ -67,16 +73,26 @@ class SlotClass:
     dtype: Dtype name.
     count: Slots ``S``.
     assign: ``assign[d][j]``: leaf in slot ``j`` on device ``d`` (-1: empty).
+    spec: ``PartitionSpec`` entries of the leaves over the GSPMD axes (one
+      per dimension; empty: replicated).
+    parts: Devices each leaf is split over by ``spec`` (1: replicated).
   """
 
   shape: tuple[int, ...]
   dtype: str
   count: int
   assign: tuple[tuple[int, ...], ...]
+  spec: tuple[Any, ...] = ()
+  parts: int = 1
 
   @property
   def nbytes(self) -> int:
     return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+  @property
+  def device_nbytes(self) -> int:
+    """Bytes of one slot on one device (the shard of a split leaf)."""
+    return self.nbytes // self.parts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +126,7 @@ class Layout:
 
   def bytes_per_device(self) -> tuple[int, ...]:
     """Parameter bytes each device holds (flat used + every slot array)."""
-    slots = sum(c.count * c.nbytes for c in self.classes)
+    slots = sum(c.count * c.device_nbytes for c in self.classes)
     return tuple(
         slots + sum(self.used[dt][d] * np.dtype(dt).itemsize
                     for dt in self.dtypes)
@@ -120,7 +136,7 @@ class Layout:
     """Bytes of leaves each device actually uses."""
     out = []
     for d in range(self.num_devices):
-      n = sum(c.nbytes for c in self.classes for leaf in c.assign[d]
+      n = sum(c.device_nbytes for c in self.classes for leaf in c.assign[d]
               if leaf >= 0)
       n += sum(self.used[dt][d] * np.dtype(dt).itemsize for dt in self.dtypes)
       out.append(n)
@@ -142,7 +158,9 @@ def make_layout(param_avals: Sequence[Any],
                 block_params: Mapping[int, Sequence[int]],
                 block_devices: Mapping[int, Sequence[int]],
                 num_devices: int, mode: str = "auto",
-                shards: Mapping[int, tuple[int, int]] | None = None) -> Layout:
+                shards: Mapping[int, tuple[int, int]] | None = None,
+                split: Mapping[int, tuple[tuple[Any, ...], int]] | None = None
+                ) -> Layout:
   """Lays out each forward block's parameters on its devices.
 
   Args:
@@ -154,6 +172,8 @@ def make_layout(param_avals: Sequence[Any],
       ``"slots"`` or ``"flat"``.
     shards: Sharded leaves: leaf -> ``(axis, parts)``; each device stores
       only its slice (see the module docstring).
+    split: Leaves sharded over GSPMD axes: leaf -> ``(spec entries,
+      parts)``; always stored in slots of their own spec.
 
   Raises:
     ValueError: for an unknown ``mode`` or a shard that does not divide.
@@ -161,6 +181,7 @@ def make_layout(param_avals: Sequence[Any],
   if mode not in LAYOUTS:
     raise ValueError(f"param layout {mode!r}; use one of {LAYOUTS}")
   shards = dict(shards or {})
+  split = dict(split or {})
   param_avals = list(param_avals)
   for l, (ax, parts) in shards.items():
     param_avals[l] = jax.ShapeDtypeStruct(
@@ -173,9 +194,10 @@ def make_layout(param_avals: Sequence[Any],
       users.setdefault(l, set()).update(block_devices[i])
       first_block.setdefault(l, i)
 
-  def cls_of(l: int) -> tuple[tuple[int, ...], str]:
+  def cls_of(l: int) -> tuple[tuple[int, ...], str, tuple[Any, ...]]:
     a = param_avals[l]
-    return tuple(int(s) for s in a.shape), np.dtype(a.dtype).name
+    spec = split[l][0] if l in split else ()
+    return tuple(int(s) for s in a.shape), np.dtype(a.dtype).name, spec
 
   by_class: dict[tuple, list[int]] = {}
   for l in sorted(users, key=lambda l: first_block[l]):
@@ -183,8 +205,8 @@ def make_layout(param_avals: Sequence[Any],
   classes: list[SlotClass] = []
   slot_of: dict[tuple[int, int], tuple[int, int]] = {}
   slot_leaves: set[int] = set()
-  for (shape, dt), leaves in by_class.items():
-    if mode == "flat":
+  for (shape, dt, spec), leaves in by_class.items():
+    if mode == "flat" and not spec:
       continue
     # Greedy: leaves on most devices first; same slot on all their devices.
     order = sorted(leaves, key=lambda l: (-len(users[l]), first_block[l]))
@@ -199,7 +221,8 @@ def make_layout(param_avals: Sequence[Any],
         taken[d].add(j)
     count = 1 + max(place.values())
     used_slots = sum(len(t) for t in taken)
-    if mode == "auto" and used_slots < (1 - MAX_EMPTY_SLOTS) * count * D:
+    if (mode == "auto" and not spec and
+        used_slots < (1 - MAX_EMPTY_SLOTS) * count * D):
       continue
     k = len(classes)
     assign = [[-1] * count for _ in range(D)]
@@ -209,7 +232,9 @@ def make_layout(param_avals: Sequence[Any],
         slot_of[(l, d)] = (k, j)
     slot_leaves.update(leaves)
     classes.append(SlotClass(shape=shape, dtype=dt, count=count,
-                             assign=tuple(tuple(a) for a in assign)))
+                             assign=tuple(tuple(a) for a in assign),
+                             spec=spec,
+                             parts=split[leaves[0]][1] if spec else 1))
 
   flat_params = {i: [l for l in ls if l not in slot_leaves]
                  for i, ls in block_params.items()}

@@ -29,6 +29,7 @@ import functools
 import math
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -151,8 +152,9 @@ class ScheduledFunction:
                reprofile: bool = False, link: Any = None,
                cache_dir: str | None = None, optimizer_slots: int = 0,
                cut: str | None = None, has_aux: bool = False,
-               verbose: bool = False):
+               verbose: bool = False, data_axes: Any = None):
     self.fn = fn
+    self.data_axes = data_axes
     self.has_aux = has_aux
     self.fn_name = _fn_name(fn)
     self.mesh = mesh
@@ -181,6 +183,7 @@ class ScheduledFunction:
     self._cache: dict[Any, Built] = {}
     self._last: Built | None = None
     self._ran: set[int] = set()  # ids of Builts whose program has run
+    self._warned: set[Any] = set()  # data_axes warnings already shown
     self.searches = 0  # CP-SAT searches run (schedule cache misses)
     self.schedule_cache_hits = 0
     self.verbose = bool(verbose)
@@ -337,12 +340,14 @@ class ScheduledFunction:
     """Traces, searches and lowers for these input shapes (cached)."""
     self._check_leaves(params, batch)
     shards = self._shards(params)
+    axes = self._axes(params)
     key = (jax.tree_util.tree_structure(params),
            tuple((tuple(x.shape), str(x.dtype))
                  for x in jax.tree_util.tree_leaves((params, batch))),
-           jax.tree_util.tree_structure(batch), tuple(sorted(shards.items())))
+           jax.tree_util.tree_structure(batch), tuple(sorted(shards.items())),
+           axes[0], tuple(sorted(axes[2].items())))
     if key not in self._cache:
-      self._cache[key] = self._build(params, batch, shards)
+      self._cache[key] = self._build(params, batch, shards, axes)
     self._last = self._cache[key]
     return self._last
 
@@ -353,9 +358,30 @@ class ScheduledFunction:
         params, self.param_sharding, self.pipe_axis,
         int(dict(self.mesh.shape)[self.pipe_axis]), self._error)
 
+  def _axes(self, params: Any
+            ) -> tuple[tuple[str, ...], tuple[str, ...], dict[int, tuple]]:
+    """``(data axes, GSPMD axes, leaf -> spec entries over GSPMD axes)``.
+
+    Warns (once per shape) when ``data_axes`` is not given and the mesh has
+    axes besides the pipe axis; refuses a leaf split over a data axis.
+    """
+    fail = self._error
+    data, auto, warning = _param_sharding.resolve_axes(
+        tuple(self.mesh.axis_names), self.pipe_axis, self.data_axes,
+        _param_sharding.spec_axes(params, self.param_sharding, fail), fail)
+    specs = _param_sharding.auto_specs(params, self.param_sharding,
+                                       self.pipe_axis, data, auto, fail)
+    if warning is not None and (data, auto) not in self._warned:
+      self._warned.add((data, auto))
+      warnings.warn(f"tessel_jax.schedule applied to {self.fn_name!r}:"
+                    f" {warning}", UserWarning, stacklevel=4)
+    return data, auto, specs
+
   def _build(self, params: Any, batch: Any,
-             shards: Mapping[int, int] | None = None) -> Built:
+             shards: Mapping[int, int] | None = None,
+             axes: Any = None) -> Built:
     shards = dict(shards or {})
+    data_axes, _, specs = axes if axes is not None else self._axes(params)
     t0 = time.perf_counter()
     clock = _progress.Clock(self.fn_name)
     name = self.fn_name
@@ -363,7 +389,6 @@ class ScheduledFunction:
     pipe = self.pipe_axis
     shape = dict(mesh.shape)
     num_devices = int(shape[pipe])
-    data_axes = tuple(a for a in mesh.axis_names if a != pipe)
     replicas = int(np.prod([shape[a] for a in data_axes])) if data_axes else 1
     n_total = int(self.num_microbatches)
     if n_total % replicas:
@@ -443,7 +468,9 @@ class ScheduledFunction:
           {i: ks.kernels[ks.forward_ids[i]].params for i in ks.forward_ids},
           {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
           num_devices, mode=self.param_layout,
-          shards={l: (ax, num_devices) for l, ax in shards.items()})
+          shards={l: (ax, num_devices) for l, ax in shards.items()},
+          split={l: (spec, _spec_parts(spec, shape))
+                 for l, spec in specs.items()})
       clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
@@ -507,7 +534,9 @@ class ScheduledFunction:
                 f" on {chosen} spans, predicted faster")
     lowering = _lower.Lowering(plan, part, layout, compat.auto_mesh(mesh),
                                pipe, data_axes, train, n_total)
-    jitted = jax.jit(lowering.program())
+    jitted = jax.jit(lowering.program(), out_shardings=(
+        lowering.out_shardings(mesh) if compat.has_explicit_axes(mesh)
+        else None))
     report = self._costs.report(
         costs, unrolled, plan, layout, unit,
         self._memory_limit_bytes(layout, costs), mesh, pipe,
@@ -702,6 +731,15 @@ class ScheduledFunction:
     return sched, unrolled
 
 
+def _spec_parts(spec: Sequence[Any], shape: Mapping[str, int]) -> int:
+  """How many pieces a ``PartitionSpec``'s entries cut a leaf into."""
+  parts = 1
+  for e in spec:
+    for a in (e if isinstance(e, (tuple, list)) else (e,) if e else ()):
+      parts *= int(shape[a])
+  return parts
+
+
 def _search_note(sched: Schedule | None, unrolled: UnrolledSchedule,
                  searched: bool) -> str:
   """What the search phase did, for its progress line."""
@@ -726,15 +764,16 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              time_resolution: float | None = None, reprofile: bool = False,
              link: Any = None, cache_dir: str | None = None,
              optimizer_slots: int = 0, cut: str | None = None,
-             has_aux: bool = False, verbose: bool = False) -> Any:
+             has_aux: bool = False, verbose: bool = False,
+             data_axes: Any = None) -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
   Args:
     fn: ``fn(params, microbatch)``; in training it returns a scalar loss
       (``(loss, aux)`` with ``has_aux=True``).
       Omit it to use ``schedule`` as a decorator.
-    mesh: A ``jax.sharding.Mesh`` with the pipe axis (other axes are data
-      parallel).
+    mesh: A ``jax.sharding.Mesh`` with the pipe axis; ``data_axes`` says
+      which other axes split the batch, the rest are left to GSPMD.
     placement: A ``tj.placements`` BlockGraph (e.g. ``mshape(4)``), its name
       (``"mshape"``), a :class:`Placement`, or a list of device tuples per
       block.
@@ -760,6 +799,19 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       gradients, ``optimizer_slots`` optimiser arrays and (measured costs)
       the largest kernel workspace.
     pipe_axis: Mesh axis of the pipeline.
+    data_axes: Mesh axes that split the batch (data parallel): each data
+      replica runs the pipeline on its share of the micro-batches and the
+      gradients are summed over them once at the end. Every other axis is
+      left to GSPMD inside the blocks (the program's ``shard_map`` is
+      manual over the pipe and data axes only): parameters sharded over it
+      (a ``NamedSharding`` on the arrays or ``param_sharding=``, e.g.
+      Megatron's ``P(None, "model")`` / ``P("model", None)``) stay sharded
+      inside every block, each device storing its shard,
+      ``jax.lax.with_sharding_constraint`` in ``fn`` is honoured, and the
+      gradients come back with the parameters' shardings. A parameter
+      sharded over a data axis is refused. None (default): the axes no
+      parameter sharding names split the batch and the others are left to
+      GSPMD, with a warning when the mesh has axes besides ``pipe_axis``.
     solver_time_limit_s: CP-SAT time budget.
     plan: None (search), a classic schedule by name (``"gpipe"``,
       ``"1f1b"``, ``"interleaved_1f1b"`` alias ``"interleaved"``,
@@ -848,7 +900,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
                 cost=cost, time_resolution=time_resolution,
                 reprofile=reprofile, link=link, cache_dir=cache_dir,
                 optimizer_slots=optimizer_slots, cut=cut, has_aux=has_aux,
-                verbose=verbose)
+                verbose=verbose, data_axes=data_axes)
   if fn is None:
     return lambda f: ScheduledFunction(f, **kwargs)
   return ScheduledFunction(fn, **kwargs)

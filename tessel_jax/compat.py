@@ -18,6 +18,7 @@ from jax import lax
 from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import AxisType, Mesh
+from jax.sharding import PartitionSpec as P
 
 # --- the boundary primitive ---------------------------------------------------
 
@@ -135,6 +136,49 @@ def make_jaxpr(fn: Callable[..., Any], *args: Any,
   return closed, jax.tree_util.tree_structure(shape)
 
 
+def _strip_axes(entry: Any, drop: frozenset) -> Any:
+  """A ``PartitionSpec`` entry without the axes in ``drop``."""
+  if entry is None or entry is P.UNCONSTRAINED:
+    return entry
+  axes = tuple(a for a in (entry if isinstance(entry, tuple) else (entry,))
+               if a not in drop)
+  return None if not axes else axes[0] if len(axes) == 1 else axes
+
+
+def context_mesh() -> Any:
+  """The abstract mesh of the current trace context (hashable; empty outside
+  any mesh or ``shard_map``)."""
+  return jax.sharding.get_abstract_mesh()
+
+
+def retarget_constraints(eqns: Sequence[Any]) -> list[Any]:
+  """``eqns`` with their sharding constraints moved to the current mesh.
+
+  A ``with_sharding_constraint`` traced in the user's function names the
+  user's mesh (all axes Auto); replayed inside the lowering's ``shard_map``
+  (manual over the pipe and data axes) it must name the context mesh and
+  only its GSPMD axes. Entries naming manual axes are dropped (the manual
+  split already places those dimensions). Outside a ``shard_map`` the
+  equations are returned unchanged.
+  """
+  ctx = context_mesh()
+  manual = frozenset(getattr(ctx, "manual_axes", ()) or ())
+  if ctx.empty or not manual:
+    return list(eqns)
+  out = []
+  for eqn in eqns:
+    sharding = eqn.params.get("sharding") if eqn.primitive.name == \
+        "sharding_constraint" else None
+    if isinstance(sharding, jax.sharding.NamedSharding):
+      spec = P(*(_strip_axes(e, manual) for e in sharding.spec))
+      params = dict(eqn.params, sharding=jax.sharding.NamedSharding(ctx, spec))
+      if "context_mesh" in params:
+        params["context_mesh"] = ctx
+      eqn = eqn.replace(params=params)
+    out.append(eqn)
+  return out
+
+
 def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
               outvars: Sequence[Any], args: Sequence[Any]) -> list[Any]:
   """Evaluates a slice of a jaxpr.
@@ -148,6 +192,7 @@ def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
   Returns:
     Values of ``outvars``.
   """
+  eqns = retarget_constraints(eqns)
   effects = frozenset().union(*(e.effects for e in eqns)) if eqns else frozenset()
   info = jex_core.DebugInfo("tessel_jax block", "tessel_jax",
                             tuple(f"in{i}" for i in range(len(invars))),
@@ -199,6 +244,12 @@ def auto_mesh(mesh: Mesh) -> Mesh:
     return mesh
   return Mesh(mesh.devices, mesh.axis_names,
               axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+
+
+def has_explicit_axes(mesh: Mesh) -> bool:
+  """True when some axis of ``mesh`` is typed ``Explicit``."""
+  types = getattr(mesh, "axis_types", None) or ()
+  return any(t == AxisType.Explicit for t in types)
 
 
 def to_varying(x: Any, axes: tuple[str, ...]) -> Any:
@@ -333,4 +384,7 @@ def eqn_params(eqn: Any) -> Any:
 
 def eval_closed(closed: Any, args: Sequence[Any]) -> list[Any]:
   """Evaluates a ClosedJaxpr on ``args`` (binds its equations: traceable)."""
+  eqns = retarget_constraints(closed.jaxpr.eqns)
+  if any(a is not b for a, b in zip(eqns, closed.jaxpr.eqns)):
+    closed = ClosedJaxpr(closed.jaxpr.replace(eqns=eqns), list(closed.consts))
   return list(jex_core.jaxpr_as_fun(closed)(*args))

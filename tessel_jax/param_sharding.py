@@ -138,3 +138,117 @@ def check_readers(shards: Mapping[int, int], kernel_set: Any,
             f" all devices (e.g. placements.mllm ties an all-device embedding"
             f" and head), or drop its sharding (param_sharding None for"
             f" this leaf)")
+
+
+def _named_axes(entry: Any) -> tuple[str, ...]:
+  """Mesh axes one ``PartitionSpec`` entry names (None: none)."""
+  if entry is None:
+    return ()
+  if isinstance(entry, (tuple, list)):
+    return tuple(entry)
+  return (entry,)
+
+
+def spec_axes(params: Any, param_sharding: Any, fail: Fail) -> set[str]:
+  """Every mesh axis some parameter's sharding names."""
+  out: set[str] = set()
+  for spec in _specs(params, param_sharding, fail):
+    for e in tuple(spec) if spec is not None else ():
+      out.update(_named_axes(e))
+  return out
+
+
+def resolve_axes(mesh_axes: tuple[str, ...], pipe_axis: str,
+                 data_axes: Any, used: set[str], fail: Fail
+                 ) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+  """Splits the mesh axes besides the pipe axis into data and GSPMD axes.
+
+  Args:
+    mesh_axes: The mesh's axis names, in order.
+    pipe_axis: The pipeline axis.
+    data_axes: The user's ``data_axes=`` (None: not given).
+    used: Mesh axes named by some parameter's sharding (``spec_axes``).
+    fail: Makes the error to raise from a message naming the problem.
+
+  Returns:
+    ``(data, auto, warning)``: the axes that split the batch and the axes
+    left to GSPMD, both in mesh order, and a warning to show (None when
+    ``data_axes`` was given or the mesh has no other axes). Without
+    ``data_axes`` the axes some parameter is sharded over are left to GSPMD
+    and the rest split the batch, as before ``data_axes`` existed.
+  """
+  others = tuple(a for a in mesh_axes if a != pipe_axis)
+  if data_axes is None:
+    data = tuple(a for a in others if a not in used)
+    auto = tuple(a for a in others if a in used)
+    warning = None
+    if others:
+      warning = (f"data_axes is not given, so mesh axes {data} split the batch"
+                 f" (data parallel)"
+                 + (f" and {auto}, which parameter shardings name, are left"
+                    f" to GSPMD (tensor parallel)" if auto else "")
+                 + f"; pass data_axes={data!r} to say so and silence this"
+                 f" warning, or data_axes=() to leave every axis besides"
+                 f" {pipe_axis!r} to GSPMD")
+    return data, auto, warning
+  if isinstance(data_axes, str):
+    data_axes = (data_axes,)
+  data_axes = tuple(data_axes)
+  for a in data_axes:
+    if a == pipe_axis or a not in mesh_axes:
+      raise fail(
+          f"data_axes names {a!r}, which is "
+          + ("the pipe axis" if a == pipe_axis else
+             f"not an axis of the mesh {tuple(mesh_axes)}")
+          + f"; name mesh axes besides {pipe_axis!r}, e.g."
+          f" data_axes={tuple(x for x in others)[:1]!r}")
+  if len(set(data_axes)) != len(data_axes):
+    raise fail(f"data_axes={data_axes!r} names an axis twice")
+  data = tuple(a for a in mesh_axes if a in data_axes)
+  return data, tuple(a for a in others if a not in data_axes), None
+
+
+def auto_specs(params: Any, param_sharding: Any, pipe_axis: str,
+               data_axes: tuple[str, ...], auto_axes: tuple[str, ...],
+               fail: Fail) -> dict[int, tuple[Any, ...]]:
+  """Parameter leaves sharded over GSPMD (auto) axes: leaf -> spec entries.
+
+  The returned entries have one per dimension of the leaf (None where the
+  dimension is not split) and name auto axes only; such a leaf keeps its
+  sharding inside the blocks and its gradient comes back with it.
+
+  Raises:
+    The ``fail`` error: for a leaf sharded over a data axis (naming the leaf
+    and the axis), a spec longer than the leaf's rank, or one mixing the pipe
+    axis with other axes (the pipe-sharded path is ``sharded_leaves``).
+  """
+  leaves = jax.tree_util.tree_leaves(params)
+  names = _leaf_names(params)
+  out: dict[int, tuple[Any, ...]] = {}
+  for q, spec in enumerate(_specs(params, param_sharding, fail)):
+    if spec is None:
+      continue
+    entries = tuple(spec)
+    axes = [a for e in entries for a in _named_axes(e)]
+    if pipe_axis in axes:
+      continue  # sharded_leaves checks and lays it out
+    for a in axes:
+      if a in data_axes:
+        raise fail(
+            f"parameter {names[q]} has sharding {spec}, which splits it over"
+            f" {a!r}, an axis in data_axes={data_axes!r} (those split the"
+            f" batch, every data replica holds whole parameters); replicate"
+            f" {names[q]} over {a!r} (drop {a!r} from its PartitionSpec), or"
+            f" leave {a!r} out of data_axes to shard the parameter over it"
+            f" with GSPMD (tensor parallel)")
+      if a not in auto_axes:
+        raise fail(f"parameter {names[q]} has sharding {spec}, naming {a!r},"
+                   f" which is not an axis of the mesh")
+    shape = tuple(leaves[q].shape)
+    if len(entries) > len(shape):
+      raise fail(f"parameter {names[q]} of shape {shape} has sharding {spec}"
+                 f" with more entries than dimensions; give one entry (or"
+                 f" None) per dimension")
+    if axes:
+      out[q] = entries + (None,) * (len(shape) - len(entries))
+  return out

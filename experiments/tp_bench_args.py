@@ -1,0 +1,47 @@
+"""Flags of ``python -m experiments.tp_bench``, read into ``BenchArgs``.
+
+Importing this module defines the flags; only the binary imports it.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from experiments.tp_bench_lib import CONFIGS, BenchArgs
+
+flags.DEFINE_list("configs", list(CONFIGS),
+                  "Meshes to measure: pipe4, pipe2_model2 (Megatron weights"
+                  " split over model), pipe2_model2_replicated (same mesh,"
+                  " whole weights), pipe2_data2, model4 and data4 (plain"
+                  " jax.jit of value_and_grad, no pipeline).")
+flags.DEFINE_integer("hidden", 256, "Model width (MLP inner width 4x).")
+flags.DEFINE_integer("layers", 4, "Layers (divisible by 4).")
+flags.DEFINE_integer("vocab", 256, "Vocabulary (tied embedding).")
+flags.DEFINE_integer("rows", 16, "Sequences per step.")
+flags.DEFINE_integer("seq", 4, "Tokens per sequence.")
+flags.DEFINE_integer("microbatches", 4, "Micro-batches per step.")
+flags.DEFINE_integer("repeats", 5, "Timed runs per config (median kept).")
+flags.DEFINE_string("output", "out/tp_bench.json",
+                    "Where to write the JSON results ('': stdout only).")
+
+
+def from_flags() -> BenchArgs:
+  """Reads the parsed flags into ``BenchArgs``.
+
+  Raises:
+    app.UsageError: for unknown configs or sizes that do not divide.
+  """
+  f = flags.FLAGS
+  bad = [c for c in f.configs if c not in CONFIGS]
+  if bad:
+    raise app.UsageError(f"unknown --configs {bad}; choose from"
+                         f" {list(CONFIGS)}")
+  if f.layers % 4:
+    raise app.UsageError("--layers must divide by 4 (pipe4 has 4 stages)")
+  if f.rows % (4 * f.microbatches):
+    raise app.UsageError("--rows must divide by 4 x --microbatches (data4"
+                         " and the 4-way micro-batch split)")
+  return BenchArgs(configs=tuple(f.configs), hidden=f.hidden,
+                   layers=f.layers, vocab=f.vocab, rows=f.rows, seq=f.seq,
+                   microbatches=f.microbatches, repeats=f.repeats,
+                   output=f.output or None)

@@ -1,0 +1,234 @@
+"""The pipeline x tensor x data benchmark (no flags here); see
+``experiments.tp_bench``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import tessel_jax as tj
+from tessel_jax import placements
+
+# name -> (mesh axes and sizes, pipelined?, data_axes, weights split?)
+CONFIGS: dict[str, tuple[dict[str, int], bool, tuple[str, ...], bool]] = {
+    "pipe4": ({"pipe": 4}, True, (), False),
+    "pipe2_model2": ({"pipe": 2, "model": 2}, True, (), True),
+    "pipe2_model2_replicated": ({"pipe": 2, "model": 2}, True, (), False),
+    "pipe2_data2": ({"pipe": 2, "data": 2}, True, ("data",), False),
+    "model4": ({"model": 4}, False, (), True),
+    "data4": ({"data": 4}, False, ("data",), False),
+}
+
+
+class BenchArgs(NamedTuple):
+  """Everything ``tp_bench_lib`` needs; see the flags for meanings."""
+
+  configs: tuple[str, ...] = tuple(CONFIGS)
+  hidden: int = 256
+  layers: int = 4
+  vocab: int = 256
+  rows: int = 16
+  seq: int = 4
+  microbatches: int = 4
+  repeats: int = 5
+  output: str | None = "out/tp_bench.json"
+
+
+# --- the model: the README's GPT with Megatron MLP layers --------------------
+
+
+def gpt(args: BenchArgs) -> tuple[Any, Any, Callable[[int], Any]]:
+  """``(params, specs, make_fn)``: a tied-embedding GPT whose layers are
+  ``h + gelu(h @ up) @ down`` (``up`` split over ``model`` by columns,
+  ``down`` by rows); ``make_fn(blocks)`` cuts it into ``blocks`` blocks."""
+  h, f = args.hidden, 4 * args.hidden
+  keys = jax.random.split(jax.random.key(0), 2 * args.layers + 1)
+  params = {"wte": jax.random.normal(keys[0], (args.vocab, h)) * 0.1,
+            "layers": [{"up": jax.random.normal(keys[2 * i + 1], (h, f))
+                               / np.sqrt(h),
+                        "down": jax.random.normal(keys[2 * i + 2], (f, h))
+                                / np.sqrt(f)}
+                       for i in range(args.layers)]}
+  specs = {"wte": P(), "layers": [{"up": P(None, "model"),
+                                   "down": P("model", None)}] * args.layers}
+
+  def make_fn(blocks: int) -> Callable[[Any, Any], Any]:
+    per = args.layers // blocks
+
+    def loss_fn(params: Any, batch: Any) -> Any:
+      x = params["wte"][batch["tokens"]]
+      for i, lp in enumerate(params["layers"]):
+        x = x + jax.nn.gelu(x @ lp["up"]) @ lp["down"]
+        if (i + 1) % per == 0 and i + 1 < args.layers:
+          x = tj.boundary(x)
+      logp = jax.nn.log_softmax(x @ params["wte"].T)
+      return -jnp.take_along_axis(logp, batch["labels"][..., None],
+                                  -1).mean()
+
+    return loss_fn
+
+  return params, specs, make_fn
+
+
+def make_batch(args: BenchArgs) -> dict[str, Any]:
+  k1, k2 = jax.random.split(jax.random.key(1))
+  shape = (args.rows, args.seq)
+  return {"tokens": jax.random.randint(k1, shape, 0, args.vocab),
+          "labels": jax.random.randint(k2, shape, 0, args.vocab)}
+
+
+# --- one configuration -------------------------------------------------------
+
+
+def _mesh(shape: dict[str, int]) -> Any:
+  n = int(np.prod(list(shape.values())))
+  return jax.make_mesh(tuple(shape.values()), tuple(shape),
+                       axis_types=(AxisType.Auto,) * len(shape),
+                       devices=jax.devices()[:n])
+
+
+def _place(tree: Any, specs: Any, mesh: Any) -> Any:
+  return jax.tree_util.tree_map(
+      lambda x, s: jax.device_put(x, NamedSharding(mesh, s)), tree, specs,
+      is_leaf=lambda x: isinstance(x, P))
+
+
+def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
+  jax.block_until_ready(fn())
+  runs = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(fn())
+    runs.append(time.perf_counter() - t0)
+  return float(np.median(runs))
+
+
+def _program(name: str, args: BenchArgs, params: Any, specs: Any,
+             make_fn: Callable[[int], Any], batch: Any
+             ) -> tuple[Any, Any, Any, Any]:
+  """``(jitted or step, params, batch, step or None)`` of one config."""
+  shape, piped, data, split = CONFIGS[name]
+  mesh = _mesh(shape)
+  use = specs if split else jax.tree_util.tree_map(
+      lambda s: P(), specs, is_leaf=lambda x: isinstance(x, P))
+  placed = _place(params, use, mesh)
+  if piped:
+    d = shape["pipe"]
+    step = tj.schedule(make_fn(d), mesh=mesh,
+                       placement=placements.vshape(d, mode="train"),
+                       num_microbatches=args.microbatches, plan="1f1b",
+                       data_axes=data, cost="uniform")
+    return step, placed, batch, step
+  fn = make_fn(1)
+  batch_spec = P(data) if data else P()
+  placed_batch = jax.tree_util.tree_map(
+      lambda x: jax.device_put(x, NamedSharding(mesh, batch_spec)), batch)
+  return jax.jit(jax.value_and_grad(fn)), placed, placed_batch, None
+
+
+def measure(name: str, args: BenchArgs, model: Any, batch: Any,
+            reference: Any) -> dict[str, Any]:
+  """Step time, compiled bytes per device and (pipelines) the prediction."""
+  params, specs, make_fn = model
+  prog, placed, placed_batch, step = _program(name, args, params, specs,
+                                              make_fn, batch)
+  t0 = time.perf_counter()
+  compiled = prog.lower(placed, placed_batch).compile()
+  compile_s = time.perf_counter() - t0
+  out = compiled(placed, placed_batch)
+  err = _max_rel_err(out, reference)
+  mem = compiled.memory_analysis()
+  measured = {"argument": int(mem.argument_size_in_bytes),
+              "output": int(mem.output_size_in_bytes),
+              "temp": int(mem.temp_size_in_bytes)}
+  total = sum(measured.values())
+  rec = {"mesh": CONFIGS[name][0], "pipelined": CONFIGS[name][1],
+         "weights_split": CONFIGS[name][3],
+         "step_ms": 1e3 * _median_seconds(
+             lambda: compiled(placed, placed_batch), args.repeats),
+         "compile_s": compile_s, "max_rel_err_vs_value_and_grad": err,
+         "bytes_per_device": measured, "total_bytes_per_device": total}
+  if step is not None:
+    rec.update(_prediction(step, args))
+    rec["predicted_over_measured"] = rec["predicted_bytes_per_device"] / total
+  return rec
+
+
+def _prediction(step: Any, args: BenchArgs) -> dict[str, Any]:
+  """Predicted bytes per device: the arguments (parameters as placed, the
+  batch), the outputs (gradients as placed, the loss), the packed
+  parameters, their gradient accumulators and the packed gradients leaving
+  the map (3 x ``Layout.bytes_per_device``), and the stash's peak
+  (``step.report``)."""
+  built = step.built
+  layout_bytes = max(built.layout.bytes_per_device())
+  stash = max(step.report.stash_peak_bytes)
+  placed = _placed_param_bytes(step)
+  batch = 2 * args.rows * args.seq * 4
+  predicted = 2 * placed + batch + 3 * layout_bytes + stash
+  return {"predicted_bytes_per_device": int(predicted),
+          "predicted_parts": {"params_and_grads_as_placed": 2 * placed,
+                              "batch": batch,
+                              "packed_params_accumulators_and_grads":
+                                  3 * layout_bytes,
+                              "stash_peak": int(stash)},
+          "schedule_makespan": built.unrolled.makespan}
+
+
+def _placed_param_bytes(step: Any) -> int:
+  """Bytes of one device's share of the parameters as the user placed
+  them (shards of split leaves, whole replicated leaves)."""
+  layout = step.built.layout
+  parts = {l: c.parts for c in layout.classes for row in c.assign
+           for l in row if l >= 0}
+  avals = step.built.partition.traced.param_avals
+  return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+             // parts.get(l, 1) for l, a in enumerate(avals))
+
+
+def _max_rel_err(got: Any, want: Any) -> float:
+  errs = []
+  for a, b in zip(jax.tree_util.tree_leaves(got),
+                  jax.tree_util.tree_leaves(want)):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    errs.append(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)))
+  return max(errs)
+
+
+def main(args: BenchArgs) -> int:
+  model = gpt(args)
+  batch = make_batch(args)
+  reference = jax.jit(jax.value_and_grad(model[2](1)))(model[0], batch)
+  record: dict[str, Any] = {"jax": jax.__version__, "args": args._asdict(),
+                            "configs": {}}
+  for name in args.configs:
+    rec = measure(name, args, model, batch, reference)
+    record["configs"][name] = rec
+    pred = rec.get("predicted_bytes_per_device")
+    print(f"{name:26s} step {rec['step_ms']:8.2f} ms  bytes/device"
+          f" {rec['total_bytes_per_device'] / 2**20:7.2f} MiB"
+          + (f"  predicted {pred / 2**20:7.2f} MiB"
+             f" ({rec['predicted_over_measured']:.2f}x)" if pred else "")
+          + f"  err {rec['max_rel_err_vs_value_and_grad']:.1e}", flush=True)
+  configs = record["configs"]
+  if {"pipe2_model2", "pipe2_model2_replicated"} <= set(configs):
+    ratio = (configs["pipe2_model2"]["total_bytes_per_device"] /
+             configs["pipe2_model2_replicated"]["total_bytes_per_device"])
+    record["model2_over_replicated_bytes"] = ratio
+    print(f"pipe2_model2 / pipe2_model2_replicated bytes per device:"
+          f" {ratio:.2f}x (target <= 0.6x)")
+  if args.output:
+    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+    with open(args.output, "w") as f:
+      json.dump(record, f, indent=1)
+    print(f"results: {args.output}")
+  return 0
