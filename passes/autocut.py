@@ -5,14 +5,18 @@ When ``fn`` has no ``tj.boundary`` (or the user asks for ``cut="auto"``),
 placement needs and returns a :class:`~passes.partition.Traced` with
 boundary equations inserted, so ``partition.partition`` works unchanged.
 
-Candidate cut points are the positions between top-level equations of the
-traced jaxpr after nested ``jax.jit`` / closed calls are inlined
-(``compat.flatten_jaxpr``; scan, cond, while, remat and custom_jvp/vjp stay
-single equations). Position ``p`` (``1 <= p < n``) starts a new block at
-equation ``p``. Each equation has a cost ``c_i`` (seconds; measured by
-timing groups of equations, or a roofline estimate, see
-``passes.autocut_cost``), a block's cost is ``w_k * sum(c_i)`` over its
-equations (``w_k``: optional per-block weight, e.g. ``1 / devices`` for a
+Candidate cut points are the positions between the *units* of the traced
+jaxpr after nested ``jax.jit`` / closed calls are inlined
+(``compat.flatten_jaxpr``): a unit is a top-level equation (cond, while,
+remat and custom_jvp/vjp stay single equations), except that every iteration
+of a top-level ``lax.scan`` is its own unit (``passes.scan_split``: a layer
+stack scanned over stacked parameters is cut like unrolled layers; the scan
+becomes sub-scans over slices of the stacked leaves). Position ``p``
+(``1 <= p < n``) starts a new block at unit ``p``. Each unit has a cost
+``c_i`` (seconds; measured by timing groups of equations, or a roofline
+estimate, see ``passes.autocut_cost``; an iteration of a scan costs
+``1 / length`` of the scan), a block's cost is ``w_k * sum(c_i)`` over its
+units (``w_k``: optional per-block weight, e.g. ``1 / devices`` for a
 block shared by several devices), and the bytes *live* at position ``p`` are
 those of values produced by equations before ``p`` and read by equations at
 or after ``p`` or returned (parameters, batch leaves and closed-over
@@ -48,7 +52,7 @@ import numpy as np
 
 from tessel_jax import compat
 
-from . import autocut_cost
+from . import autocut_cost, scan_split
 from .errors import fail
 from .partition import Traced
 
@@ -62,7 +66,8 @@ class AutoCut:
   """How a traced function was cut (see :func:`cut_info`).
 
   Attributes:
-    positions: Equation indices (of the flattened jaxpr) starting blocks
+    positions: Unit indices (of the flattened jaxpr's units, one per
+      equation or scan iteration) starting blocks
       ``1..K-1``.
     structure: Primitive names of the flattened jaxpr's equations (a re-trace
       must match them to reuse the cut).
@@ -71,7 +76,7 @@ class AutoCut:
     best_max_cost: ``C*``, the smallest possible busiest-block cost.
     tolerance: Relative slack on ``C*`` spent to save bytes.
     cost_source: ``"measured"``, ``"analytic"`` or ``"given"``.
-    eqn_costs: Cost of each equation.
+    eqn_costs: Cost of each unit.
     seconds: Wall time of the cut (costing included).
   """
 
@@ -334,10 +339,6 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
 # --- the api entry point -----------------------------------------------------
 
 
-def _structure(closed_jaxpr: Any) -> tuple[str, ...]:
-  return tuple(compat.primitive_name(e) for e in closed_jaxpr.jaxpr.eqns)
-
-
 def _count_problem(have: int, want: int, what: str) -> str:
   diff = want - have
   change = (f"add {diff} tj.boundary call{'s' if diff > 1 else ''}" if diff > 0
@@ -407,8 +408,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   if cut is None and num_blocks == 1:
     return traced
 
-  flat = compat.flatten_jaxpr(traced.closed_jaxpr, drop_boundaries=True)
-  structure = _structure(flat)
+  flat, sites, units = _prepared(traced)
+  structure = scan_split.structure(flat, units)
   n = len(structure)
   if like is not None:
     info = cut_info(like)
@@ -417,18 +418,18 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
         raise fail(name, f"the reference trace has {like.num_blocks} blocks,"
                    f" not {num_blocks}")
       return traced
-    return _apply(traced, flat, info, num_blocks, name)
+    return _apply(traced, (flat, sites, units), info, num_blocks, name)
 
   if n < num_blocks:
     raise fail(
         name,
         f"{what} needs {num_blocks} forward blocks but the function has only"
-        f" {n} top-level operations to cut between (a scan, cond, while or"
-        f" remat counts as one); unroll a scanned stack of layers (a Python"
-        f" loop), mark the blocks with tj.boundary, or pick a placement with"
-        f" fewer blocks")
-  costs, source = eqn_costs(flat, cost=cost, train=train, device=device)
-  live = live_bytes(flat)
+        f" {n} top-level operations to cut between (a cond, while or remat"
+        f" counts as one, a scan one per iteration); mark the blocks with"
+        f" tj.boundary, or pick a placement with fewer blocks")
+  eqn_cost, source = eqn_costs(flat, cost=cost, train=train, device=device)
+  costs = scan_split.unit_costs(eqn_cost, units, sites)
+  live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,
                                  weights=weights)
   info = AutoCut(
@@ -439,14 +440,23 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       best_max_cost=best, tolerance=float(tolerance), cost_source=source,
       eqn_costs=tuple(float(x) for x in costs),
       seconds=time.perf_counter() - t0)
-  closed = compat.insert_boundaries(flat, positions)
+  closed = scan_split.emit(flat, sites, units, positions)
   out = dataclasses.replace(traced, closed_jaxpr=closed, num_blocks=num_blocks)
   _INFO[out] = info
   return out
 
 
-def _apply(traced: Traced, flat: Any, info: AutoCut, num_blocks: int,
-           name: str) -> Traced:
+def _prepared(traced: Traced) -> tuple[Any, dict[int, Any], tuple[Any, ...]]:
+  """``(flat, scan sites, units)``: the flattened jaxpr (jit calls inlined,
+  boundaries dropped, checkpoints holding scans hoisted) and its cuttable
+  units (one per equation, one per iteration of a top-level scan)."""
+  flat = scan_split.hoist_remat_scans(flatten(traced))
+  sites = scan_split.sites(flat)
+  return flat, sites, scan_split.units(flat, sites)
+
+
+def _apply(traced: Traced, prepared: tuple[Any, Any, Any], info: AutoCut,
+           num_blocks: int, name: str) -> Traced:
   """``traced`` (flattened as ``flat``) cut where ``info`` says.
 
   Equal structures reuse the positions. Otherwise (a re-trace at another
@@ -455,7 +465,8 @@ def _apply(traced: Traced, flat: Any, info: AutoCut, num_blocks: int,
   is moved to the matching equation; a cut whose neighbours do not match
   raises.
   """
-  structure = _structure(flat)
+  flat, sites, units = prepared
+  structure = scan_split.structure(flat, units)
   if info.num_blocks != num_blocks:
     raise fail(name, f"the reference cut has {info.num_blocks} blocks, not"
                f" {num_blocks}")
@@ -469,7 +480,7 @@ def _apply(traced: Traced, flat: Any, info: AutoCut, num_blocks: int,
         f" ({len(info.structure)} vs {len(structure)} equations); make the"
         f" function's operations independent of the batch size, or mark the"
         f" blocks with tj.boundary")
-  closed = compat.insert_boundaries(flat, positions)
+  closed = scan_split.emit(flat, sites, units, positions)
   out = dataclasses.replace(traced, closed_jaxpr=closed, num_blocks=num_blocks)
   _INFO[out] = info
   return out
@@ -530,7 +541,7 @@ def with_cut(fn: Callable[[Any, Any], Any], params: Any, microbatch: Any,
 
   def marked(p: Any, b: Any) -> Any:
     traced = trace(fn, name, p, b)
-    cut = _apply(traced, flatten(traced), cut_info(ref), num_blocks, name)
+    cut = _apply(traced, _prepared(traced), cut_info(ref), num_blocks, name)
     leaves = list(jax.tree_util.tree_leaves(p)) + list(
         jax.tree_util.tree_leaves(b))
     outs = compat.eval_closed(cut.closed_jaxpr, leaves)
