@@ -28,7 +28,10 @@ The cut is the optimum of an exact dynamic programme over cut points
 1. ``C* = min over cuts of max_k w_k * cost(block k)`` (every block
    non-empty);
 2. among the cuts whose busiest block costs at most
-   ``C* * (1 + tolerance)``, the one minimising, lexicographically,
+   ``C* * (1 + tolerance)`` (and, when the function has a scanned stack,
+   whose lightest block costs at least ``(1 - tolerance)`` times the best
+   lightest block within that bound: whole layers are balanced first, no
+   block is left near-empty), the one minimising, lexicographically,
    ``(sum over cuts of live bytes, busiest block cost)``.
 
 With ``tolerance=0`` this is the lexicographic optimum of (busiest block
@@ -213,10 +216,34 @@ def min_max_cost(costs: Sequence[float], num_blocks: int,
   return float(f[n])
 
 
+def max_min_cost(costs: Sequence[float], num_blocks: int, bound: float,
+                 weights: Sequence[float] | None = None) -> float:
+  """The largest lightest-block cost over the cuts whose every block costs
+  at most ``bound`` (``-inf`` when there is none)."""
+  c = np.asarray(costs, dtype=float)
+  _check(c, num_blocks)
+  w = _weights(weights, num_blocks)
+  n = len(c)
+  s = np.concatenate([[0.0], np.cumsum(c)])
+  # f[p]: best lightest-block cost covering [0, p) with k blocks.
+  f = np.where(w[0] * s <= bound, w[0] * s, -np.inf)
+  f[0] = -np.inf
+  q = np.arange(n + 1)
+  for k in range(1, num_blocks):
+    g = np.full(n + 1, -np.inf)
+    for lo in range(k + 1, n + 1, _CHUNK):
+      p = np.arange(lo, min(n + 1, lo + _CHUNK))
+      seg = w[k] * (s[p][:, None] - s[None, :])
+      ok = (q[None, :] < p[:, None]) & np.isfinite(f)[None, :] & (seg <= bound)
+      g[p] = np.where(ok, np.minimum(f[None, :], seg), -np.inf).max(axis=1)
+    f = g
+  return float(f[n])
+
+
 def optimal_cuts(costs: Sequence[float], live: Sequence[float],
                  num_blocks: int, *, tolerance: float = DEFAULT_TOLERANCE,
-                 weights: Sequence[float] | None = None
-                 ) -> tuple[tuple[int, ...], float]:
+                 weights: Sequence[float] | None = None,
+                 floor: bool = False) -> tuple[tuple[int, ...], float]:
   """The DP cut: balance first, then fewest live bytes within ``tolerance``.
 
   Args:
@@ -225,6 +252,11 @@ def optimal_cuts(costs: Sequence[float], live: Sequence[float],
     num_blocks: ``K``.
     tolerance: Relative slack on ``C*`` (see the module docstring).
     weights: Per-block cost multipliers (default 1).
+    floor: Balance from below too: among the cuts within the bound, only
+      those whose lightest block costs at least ``(1 - tolerance)`` times
+      the best possible lightest block (:func:`max_min_cost`) count, so no
+      block is left near-empty while another holds several layers (used
+      for scanned stacks, whose iterations are many equal units).
 
   Returns:
     ``(positions, C*)``: the ``K - 1`` positions starting blocks ``1..K-1``
@@ -241,10 +273,14 @@ def optimal_cuts(costs: Sequence[float], live: Sequence[float],
   if num_blocks == 1:
     return (), best
   s = np.concatenate([[0.0], np.cumsum(c)])
-  bound = best * (1.0 + tolerance) + 1e-12 * max(1.0, abs(s[-1]))
+  eps = 1e-12 * max(1.0, abs(s[-1]))
+  bound = best * (1.0 + tolerance) + eps
+  lower = -np.inf
+  if floor:
+    lower = max_min_cost(c, num_blocks, bound, w) * (1.0 - tolerance) - eps
   # Layer k: for every p, the lexicographic best (bytes, busiest) covering
   # [0, p) with k+1 blocks, each within the bound; parent for backtracking.
-  by = np.where(w[0] * s <= bound, 0.0, np.inf)
+  by = np.where((w[0] * s <= bound) & (w[0] * s >= lower), 0.0, np.inf)
   by[0] = np.inf
   mx = np.where(np.isfinite(by), w[0] * s, np.inf)
   parents = []
@@ -256,7 +292,8 @@ def optimal_cuts(costs: Sequence[float], live: Sequence[float],
     for lo in range(k + 1, n + 1, _CHUNK):
       p = np.arange(lo, min(n + 1, lo + _CHUNK))
       seg = w[k] * (s[p][:, None] - s[None, :])
-      ok = (q[None, :] < p[:, None]) & np.isfinite(by)[None, :] & (seg <= bound)
+      ok = ((q[None, :] < p[:, None]) & np.isfinite(by)[None, :]
+            & (seg <= bound) & (seg >= lower))
       cand_b = np.where(ok, (by + live_b)[None, :], np.inf)
       cand_m = np.where(ok, np.maximum(mx[None, :], seg), np.inf)
       low = cand_b.min(axis=1)
@@ -431,7 +468,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   costs = scan_split.unit_costs(eqn_cost, units, sites)
   live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,
-                                 weights=weights)
+                                 weights=weights, floor=bool(sites))
   info = AutoCut(
       positions=positions, structure=structure,
       block_costs=tuple(float(x) for x in block_costs(costs, positions,
@@ -561,5 +598,6 @@ def flatten(traced: Traced) -> Any:
 
 __all__ = ["AutoCut", "CUT_MODES", "DEFAULT_TOLERANCE", "block_costs",
            "brute_force_cuts", "cut_info", "cut_to", "eqn_costs", "flatten",
-           "live_bytes", "min_max_cost", "optimal_cuts", "with_cut"]
+           "live_bytes", "max_min_cost", "min_max_cost", "optimal_cuts",
+           "with_cut"]
 
