@@ -300,3 +300,31 @@ def test_floor_keeps_a_shared_block_from_taking_the_stack():
   assert autocut.block_costs(costs, loose, w).min() < 0.01
   pos, _ = autocut.optimal_cuts(costs, live, 5, weights=w, floor=True)
   assert pos == (2, 3, 4, 5)
+
+
+def test_hand_cut_groups_of_layers_by_slicing_the_stack():
+  # README recipe: layers [0, 3) | [3, 5) | [5, 8) as sub-scans over slices
+  # of the stacked leaves with a tj.boundary between the groups.
+  def grouped(p, batch):
+    h = jnp.tanh(batch["x"] @ p["emb"])
+    for a, b in ((0, 3), (3, 5), (5, 8)):
+      h, _ = jax.lax.scan(lambda c, wb: (_layer(c, wb), None), h,
+                          (p["w"][a:b], p["b"][a:b]))
+      h = tj.boundary(h) if b < LAYERS else h
+    return jnp.mean((h @ p["out"] - batch["y"]) ** 2)
+
+  params, batch = _params(), _batch(4)
+  traced = _partition.trace(grouped, "grouped", params, batch)
+  part = _partition.partition(traced)
+  assert len(part.blocks) == 3
+  w_leaf = sorted(params).index("w")   # dict leaves in key order
+  for block in part.blocks:   # every block reads the stacked leaf itself
+    assert any(s.kind == "param" and s.index == w_leaf for s in block.inputs)
+
+  def run(p):
+    return compat.eval_closed(traced.closed_jaxpr, _leaves(p, batch))[0]
+
+  got, got_g = jax.jit(jax.value_and_grad(run))(params)
+  ref, ref_g = jax.jit(jax.value_and_grad(scanned()))(params, batch)
+  assert abs(float(got) - float(ref)) <= TOL * abs(float(ref))
+  assert _max_rel(got_g, ref_g) <= TOL
