@@ -16,7 +16,10 @@ function returns a scalar mean loss; ``has_aux`` ones return ``(loss, aux)``.
 * ``eqx_transformer``: ``equinox.nn`` attention + MLP layers, per sequence
   under ``jax.vmap``;
 * ``penzai_llama``: penzai's llama-like transformer with
-  ``use_layer_stack=True`` (the layers are one scanned stack);
+  ``use_layer_stack=True`` (the layers are one scanned stack, which the
+  automatic cut splits at layer boundaries, ``passes.scan_split``);
+* ``penzai_llama8``: the same with 8 scanned layers (2 per block on
+  vshape(4));
 * ``hf_gpt2``: Hugging Face ``FlaxGPT2LMHeadModel`` built from a
   ``GPT2Config`` (no download), deterministic (``train=False``).
 """
@@ -209,14 +212,17 @@ def eqx_transformer(rows: int) -> ZooModel:
                   token_batch(rows))
 
 
-def penzai_llama(rows: int) -> ZooModel:
+def penzai_llama(rows: int, layers: int = LAYERS,
+                 name: str = "penzai_llama") -> ZooModel:
+  """penzai's llama-like model, its ``layers`` decoder blocks one scanned
+  layer stack."""
   from penzai import pz  # pylint: disable=import-outside-toplevel
   from penzai.models.transformer.variants import llamalike_common  # pylint: disable=import-outside-toplevel
 
   config = llamalike_common.LlamalikeTransformerConfig(
       num_kv_heads=2, query_head_multiplier=1, embedding_dim=WIDTH,
       projection_dim=WIDTH // 2, mlp_hidden_dim=2 * WIDTH,
-      num_decoder_blocks=LAYERS, vocab_size=VOCAB, mlp_variant="swiglu",
+      num_decoder_blocks=layers, vocab_size=VOCAB, mlp_variant="swiglu",
       tie_embedder_and_logits=True, use_layer_stack=True)
   model = llamalike_common.build_llamalike_transformer(
       config, init_base_rng=jax.random.key(0))
@@ -228,8 +234,12 @@ def penzai_llama(rows: int) -> ZooModel:
     logits = out.untag("batch", "seq", "vocabulary").unwrap()
     return cross_entropy(logits, batch["labels"])
 
-  return ZooModel("penzai_llama", "penzai", penzai_llama_loss, params,
-                  token_batch(rows))
+  penzai_llama_loss.__name__ = f"{name}_loss"
+  return ZooModel(name, "penzai", penzai_llama_loss, params, token_batch(rows))
+
+
+def penzai_llama8(rows: int) -> ZooModel:
+  return penzai_llama(rows, layers=8, name="penzai_llama8")
 
 
 def hf_gpt2(rows: int) -> ZooModel:
@@ -253,5 +263,6 @@ BUILDERS: dict[str, Callable[[int], ZooModel]] = {
     "eqx_mlp": eqx_mlp,
     "eqx_transformer": eqx_transformer,
     "penzai_llama": penzai_llama,
+    "penzai_llama8": penzai_llama8,
     "hf_gpt2": hf_gpt2,
 }

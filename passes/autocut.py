@@ -5,14 +5,18 @@ When ``fn`` has no ``tj.boundary`` (or the user asks for ``cut="auto"``),
 placement needs and returns a :class:`~passes.partition.Traced` with
 boundary equations inserted, so ``partition.partition`` works unchanged.
 
-Candidate cut points are the positions between top-level equations of the
-traced jaxpr after nested ``jax.jit`` / closed calls are inlined
-(``compat.flatten_jaxpr``; scan, cond, while, remat and custom_jvp/vjp stay
-single equations). Position ``p`` (``1 <= p < n``) starts a new block at
-equation ``p``. Each equation has a cost ``c_i`` (seconds; measured by
-timing groups of equations, or a roofline estimate, see
-``passes.autocut_cost``), a block's cost is ``w_k * sum(c_i)`` over its
-equations (``w_k``: optional per-block weight, e.g. ``1 / devices`` for a
+Candidate cut points are the positions between the *units* of the traced
+jaxpr after nested ``jax.jit`` / closed calls are inlined
+(``compat.flatten_jaxpr``): a unit is a top-level equation (cond, while,
+remat and custom_jvp/vjp stay single equations), except that every iteration
+of a top-level ``lax.scan`` is its own unit (``passes.scan_split``: a layer
+stack scanned over stacked parameters is cut like unrolled layers; the scan
+becomes sub-scans over slices of the stacked leaves). Position ``p``
+(``1 <= p < n``) starts a new block at unit ``p``. Each unit has a cost
+``c_i`` (seconds; measured by timing groups of equations, or a roofline
+estimate, see ``passes.autocut_cost``; an iteration of a scan costs
+``1 / length`` of the scan), a block's cost is ``w_k * sum(c_i)`` over its
+units (``w_k``: optional per-block weight, e.g. ``1 / devices`` for a
 block shared by several devices), and the bytes *live* at position ``p`` are
 those of values produced by equations before ``p`` and read by equations at
 or after ``p`` or returned (parameters, batch leaves and closed-over
@@ -24,7 +28,10 @@ The cut is the optimum of an exact dynamic programme over cut points
 1. ``C* = min over cuts of max_k w_k * cost(block k)`` (every block
    non-empty);
 2. among the cuts whose busiest block costs at most
-   ``C* * (1 + tolerance)``, the one minimising, lexicographically,
+   ``C* * (1 + tolerance)`` (and, when the function has a scanned stack,
+   whose lightest block costs at least ``(1 - tolerance)`` times the best
+   lightest block within that bound: whole layers are balanced first, no
+   block is left near-empty), the one minimising, lexicographically,
    ``(sum over cuts of live bytes, busiest block cost)``.
 
 With ``tolerance=0`` this is the lexicographic optimum of (busiest block
@@ -48,7 +55,7 @@ import numpy as np
 
 from tessel_jax import compat
 
-from . import autocut_cost
+from . import autocut_cost, scan_split
 from .errors import fail
 from .partition import Traced
 
@@ -62,7 +69,8 @@ class AutoCut:
   """How a traced function was cut (see :func:`cut_info`).
 
   Attributes:
-    positions: Equation indices (of the flattened jaxpr) starting blocks
+    positions: Unit indices (of the flattened jaxpr's units, one per
+      equation or scan iteration) starting blocks
       ``1..K-1``.
     structure: Primitive names of the flattened jaxpr's equations (a re-trace
       must match them to reuse the cut).
@@ -71,7 +79,7 @@ class AutoCut:
     best_max_cost: ``C*``, the smallest possible busiest-block cost.
     tolerance: Relative slack on ``C*`` spent to save bytes.
     cost_source: ``"measured"``, ``"analytic"`` or ``"given"``.
-    eqn_costs: Cost of each equation.
+    eqn_costs: Cost of each unit.
     seconds: Wall time of the cut (costing included).
   """
 
@@ -208,10 +216,34 @@ def min_max_cost(costs: Sequence[float], num_blocks: int,
   return float(f[n])
 
 
+def max_min_cost(costs: Sequence[float], num_blocks: int, bound: float,
+                 weights: Sequence[float] | None = None) -> float:
+  """The largest lightest-block cost over the cuts whose every block costs
+  at most ``bound`` (``-inf`` when there is none)."""
+  c = np.asarray(costs, dtype=float)
+  _check(c, num_blocks)
+  w = _weights(weights, num_blocks)
+  n = len(c)
+  s = np.concatenate([[0.0], np.cumsum(c)])
+  # f[p]: best lightest-block cost covering [0, p) with k blocks.
+  f = np.where(w[0] * s <= bound, w[0] * s, -np.inf)
+  f[0] = -np.inf
+  q = np.arange(n + 1)
+  for k in range(1, num_blocks):
+    g = np.full(n + 1, -np.inf)
+    for lo in range(k + 1, n + 1, _CHUNK):
+      p = np.arange(lo, min(n + 1, lo + _CHUNK))
+      seg = w[k] * (s[p][:, None] - s[None, :])
+      ok = (q[None, :] < p[:, None]) & np.isfinite(f)[None, :] & (seg <= bound)
+      g[p] = np.where(ok, np.minimum(f[None, :], seg), -np.inf).max(axis=1)
+    f = g
+  return float(f[n])
+
+
 def optimal_cuts(costs: Sequence[float], live: Sequence[float],
                  num_blocks: int, *, tolerance: float = DEFAULT_TOLERANCE,
-                 weights: Sequence[float] | None = None
-                 ) -> tuple[tuple[int, ...], float]:
+                 weights: Sequence[float] | None = None,
+                 floor: bool = False) -> tuple[tuple[int, ...], float]:
   """The DP cut: balance first, then fewest live bytes within ``tolerance``.
 
   Args:
@@ -220,6 +252,11 @@ def optimal_cuts(costs: Sequence[float], live: Sequence[float],
     num_blocks: ``K``.
     tolerance: Relative slack on ``C*`` (see the module docstring).
     weights: Per-block cost multipliers (default 1).
+    floor: Balance from below too: among the cuts within the bound, only
+      those whose lightest block costs at least ``(1 - tolerance)`` times
+      the best possible lightest block (:func:`max_min_cost`) count, so no
+      block is left near-empty while another holds several layers (used
+      for scanned stacks, whose iterations are many equal units).
 
   Returns:
     ``(positions, C*)``: the ``K - 1`` positions starting blocks ``1..K-1``
@@ -236,10 +273,14 @@ def optimal_cuts(costs: Sequence[float], live: Sequence[float],
   if num_blocks == 1:
     return (), best
   s = np.concatenate([[0.0], np.cumsum(c)])
-  bound = best * (1.0 + tolerance) + 1e-12 * max(1.0, abs(s[-1]))
+  eps = 1e-12 * max(1.0, abs(s[-1]))
+  bound = best * (1.0 + tolerance) + eps
+  lower = -np.inf
+  if floor:
+    lower = max_min_cost(c, num_blocks, bound, w) * (1.0 - tolerance) - eps
   # Layer k: for every p, the lexicographic best (bytes, busiest) covering
   # [0, p) with k+1 blocks, each within the bound; parent for backtracking.
-  by = np.where(w[0] * s <= bound, 0.0, np.inf)
+  by = np.where((w[0] * s <= bound) & (w[0] * s >= lower), 0.0, np.inf)
   by[0] = np.inf
   mx = np.where(np.isfinite(by), w[0] * s, np.inf)
   parents = []
@@ -251,7 +292,8 @@ def optimal_cuts(costs: Sequence[float], live: Sequence[float],
     for lo in range(k + 1, n + 1, _CHUNK):
       p = np.arange(lo, min(n + 1, lo + _CHUNK))
       seg = w[k] * (s[p][:, None] - s[None, :])
-      ok = (q[None, :] < p[:, None]) & np.isfinite(by)[None, :] & (seg <= bound)
+      ok = ((q[None, :] < p[:, None]) & np.isfinite(by)[None, :]
+            & (seg <= bound) & (seg >= lower))
       cand_b = np.where(ok, (by + live_b)[None, :], np.inf)
       cand_m = np.where(ok, np.maximum(mx[None, :], seg), np.inf)
       low = cand_b.min(axis=1)
@@ -334,10 +376,6 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
 # --- the api entry point -----------------------------------------------------
 
 
-def _structure(closed_jaxpr: Any) -> tuple[str, ...]:
-  return tuple(compat.primitive_name(e) for e in closed_jaxpr.jaxpr.eqns)
-
-
 def _count_problem(have: int, want: int, what: str) -> str:
   diff = want - have
   change = (f"add {diff} tj.boundary call{'s' if diff > 1 else ''}" if diff > 0
@@ -407,8 +445,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   if cut is None and num_blocks == 1:
     return traced
 
-  flat = compat.flatten_jaxpr(traced.closed_jaxpr, drop_boundaries=True)
-  structure = _structure(flat)
+  flat, sites, units = _prepared(traced)
+  structure = scan_split.structure(flat, units)
   n = len(structure)
   if like is not None:
     info = cut_info(like)
@@ -417,20 +455,20 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
         raise fail(name, f"the reference trace has {like.num_blocks} blocks,"
                    f" not {num_blocks}")
       return traced
-    return _apply(traced, flat, info, num_blocks, name)
+    return _apply(traced, (flat, sites, units), info, num_blocks, name)
 
   if n < num_blocks:
     raise fail(
         name,
         f"{what} needs {num_blocks} forward blocks but the function has only"
-        f" {n} top-level operations to cut between (a scan, cond, while or"
-        f" remat counts as one); unroll a scanned stack of layers (a Python"
-        f" loop), mark the blocks with tj.boundary, or pick a placement with"
-        f" fewer blocks")
-  costs, source = eqn_costs(flat, cost=cost, train=train, device=device)
-  live = live_bytes(flat)
+        f" {n} top-level operations to cut between (a cond, while or remat"
+        f" counts as one, a scan one per iteration); mark the blocks with"
+        f" tj.boundary, or pick a placement with fewer blocks")
+  eqn_cost, source = eqn_costs(flat, cost=cost, train=train, device=device)
+  costs = scan_split.unit_costs(eqn_cost, units, sites)
+  live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,
-                                 weights=weights)
+                                 weights=weights, floor=bool(sites))
   info = AutoCut(
       positions=positions, structure=structure,
       block_costs=tuple(float(x) for x in block_costs(costs, positions,
@@ -439,14 +477,23 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       best_max_cost=best, tolerance=float(tolerance), cost_source=source,
       eqn_costs=tuple(float(x) for x in costs),
       seconds=time.perf_counter() - t0)
-  closed = compat.insert_boundaries(flat, positions)
+  closed = scan_split.emit(flat, sites, units, positions)
   out = dataclasses.replace(traced, closed_jaxpr=closed, num_blocks=num_blocks)
   _INFO[out] = info
   return out
 
 
-def _apply(traced: Traced, flat: Any, info: AutoCut, num_blocks: int,
-           name: str) -> Traced:
+def _prepared(traced: Traced) -> tuple[Any, dict[int, Any], tuple[Any, ...]]:
+  """``(flat, scan sites, units)``: the flattened jaxpr (jit calls inlined,
+  boundaries dropped, checkpoints holding scans hoisted) and its cuttable
+  units (one per equation, one per iteration of a top-level scan)."""
+  flat = scan_split.hoist_remat_scans(flatten(traced))
+  sites = scan_split.sites(flat)
+  return flat, sites, scan_split.units(flat, sites)
+
+
+def _apply(traced: Traced, prepared: tuple[Any, Any, Any], info: AutoCut,
+           num_blocks: int, name: str) -> Traced:
   """``traced`` (flattened as ``flat``) cut where ``info`` says.
 
   Equal structures reuse the positions. Otherwise (a re-trace at another
@@ -455,7 +502,8 @@ def _apply(traced: Traced, flat: Any, info: AutoCut, num_blocks: int,
   is moved to the matching equation; a cut whose neighbours do not match
   raises.
   """
-  structure = _structure(flat)
+  flat, sites, units = prepared
+  structure = scan_split.structure(flat, units)
   if info.num_blocks != num_blocks:
     raise fail(name, f"the reference cut has {info.num_blocks} blocks, not"
                f" {num_blocks}")
@@ -469,7 +517,7 @@ def _apply(traced: Traced, flat: Any, info: AutoCut, num_blocks: int,
         f" ({len(info.structure)} vs {len(structure)} equations); make the"
         f" function's operations independent of the batch size, or mark the"
         f" blocks with tj.boundary")
-  closed = compat.insert_boundaries(flat, positions)
+  closed = scan_split.emit(flat, sites, units, positions)
   out = dataclasses.replace(traced, closed_jaxpr=closed, num_blocks=num_blocks)
   _INFO[out] = info
   return out
@@ -530,7 +578,7 @@ def with_cut(fn: Callable[[Any, Any], Any], params: Any, microbatch: Any,
 
   def marked(p: Any, b: Any) -> Any:
     traced = trace(fn, name, p, b)
-    cut = _apply(traced, flatten(traced), cut_info(ref), num_blocks, name)
+    cut = _apply(traced, _prepared(traced), cut_info(ref), num_blocks, name)
     leaves = list(jax.tree_util.tree_leaves(p)) + list(
         jax.tree_util.tree_leaves(b))
     outs = compat.eval_closed(cut.closed_jaxpr, leaves)
@@ -550,5 +598,6 @@ def flatten(traced: Traced) -> Any:
 
 __all__ = ["AutoCut", "CUT_MODES", "DEFAULT_TOLERANCE", "block_costs",
            "brute_force_cuts", "cut_info", "cut_to", "eqn_costs", "flatten",
-           "live_bytes", "min_max_cost", "optimal_cuts", "with_cut"]
+           "live_bytes", "max_min_cost", "min_max_cost", "optimal_cuts",
+           "with_cut"]
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from tessel_jax import compat
 
+from . import scan_split
 from .errors import TesselError, fail
 
 _JIT_PRIMITIVES = ("pjit", "jit", "closed_call", "core_call")
@@ -271,8 +272,9 @@ def trace(fn: Callable[..., Any], fn_name: str, params: Any,
       convention).
 
   Raises:
-    TesselError: if a boundary sits inside a cond/scan/while body or another
-      higher-order primitive, an output leaf is not an array, or with
+    TesselError: if a boundary sits inside a cond/while body or another
+      higher-order primitive (a boundary directly in the body of a top-level
+      scan cuts the scan after every iteration, ``scan_split.split_marked``), an output leaf is not an array, or with
       ``has_aux`` the result is not a pair.
   """
   p_leaves, p_tree = jax.tree_util.tree_flatten(params)
@@ -307,16 +309,22 @@ def trace(fn: Callable[..., Any], fn_name: str, params: Any,
                                      inline_jit=True)
       nested = _nested_boundaries(closed.jaxpr)
       blocking = nested
+    if blocking and all(p == ("scan",) for p in blocking):
+      # Boundaries in the body of a top-level scan: cut after every layer.
+      closed = scan_split.split_marked(closed)
+      blocking = [p for p in _nested_boundaries(closed.jaxpr)
+                  if any(name not in _JIT_PRIMITIVES for name in p)]
     if blocking:
       outer = next(name for name in blocking[0]
                    if name not in _JIT_PRIMITIVES)
       raise fail(
           fn_name,
           f"tj.boundary is called inside {_describe(outer)}; blocks can only"
-          " be cut at the top level of the step function. Move the boundary"
-          " out of the control-flow body (for a scanned stack of layers,"
-          " loop over the layers in Python and put a boundary between the"
-          " groups you want on different devices).")
+          " be cut at the top level of the step function or directly in the"
+          " body of a top-level lax.scan (which cuts the scanned stack after"
+          " every iteration). Move the boundary out of the control-flow"
+          " body, or leave the stack unmarked and pass cut='auto' to cut"
+          " the scan at iteration boundaries by cost.")
   num_blocks = 1 + sum(1 for e in closed.jaxpr.eqns if compat.is_boundary(e))
   return Traced(fn_name=fn_name, closed_jaxpr=closed, param_tree=p_tree,
                 batch_tree=b_tree, out_tree=out_tree, param_avals=p_avals,

@@ -388,3 +388,99 @@ def eval_closed(closed: Any, args: Sequence[Any]) -> list[Any]:
   if any(a is not b for a, b in zip(eqns, closed.jaxpr.eqns)):
     closed = ClosedJaxpr(closed.jaxpr.replace(eqns=eqns), list(closed.consts))
   return list(jex_core.jaxpr_as_fun(closed)(*args))
+
+
+# --- scans split at iteration boundaries (passes/scan_split) ------------------
+
+_REMAT_NAMES = ("checkpoint", "remat", "remat2")
+
+
+def is_scan(eqn: Any) -> bool:
+  """True for a ``lax.scan`` equation (fori_loop with static bounds too)."""
+  return primitive_name(eqn) == "scan"
+
+
+def scan_layout(eqn: Any) -> tuple[int, int, int, bool]:
+  """``(length, num_consts, num_carry, reverse)`` of a scan equation."""
+  p = eqn.params
+  return (int(p["length"]), int(p["num_consts"]), int(p["num_carry"]),
+          bool(p["reverse"]))
+
+
+def scan_body(eqn: Any) -> Any:
+  """The body (a ClosedJaxpr) of a scan equation."""
+  return eqn.params["jaxpr"]
+
+
+def remat_info(eqn: Any) -> tuple[Any, dict[str, Any]] | None:
+  """``(body jaxpr, checkpoint kwargs)`` of a ``jax.checkpoint`` equation.
+
+  The kwargs (``prevent_cse``, ``policy``) rebuild an equivalent
+  ``jax.checkpoint`` around other code; None for any other equation.
+  """
+  if primitive_name(eqn) not in _REMAT_NAMES or "jaxpr" not in eqn.params:
+    return None
+  p = eqn.params
+  return p["jaxpr"], {"prevent_cse": p.get("prevent_cse", True),
+                      "policy": p.get("policy")}
+
+
+def bind_eqn(eqn: Any, ins: Sequence[Any], **updates: Any) -> list[Any]:
+  """Binds ``eqn``'s primitive on ``ins`` with its parameters (some updated,
+  e.g. a scan's ``length`` or ``jaxpr``); returns the outputs as a list."""
+  params = eqn.primitive.get_bind_params(eqn.params)
+  params.update(updates)
+  outs = eqn.primitive.bind(*ins, **params)
+  return list(outs) if eqn.primitive.multiple_results else [outs]
+
+
+def jaxpr_eqns(jaxpr: Any) -> list[Any]:
+  """Equations of a Jaxpr or ClosedJaxpr."""
+  return list(getattr(jaxpr, "jaxpr", jaxpr).eqns)
+
+
+def jaxpr_io(jaxpr: Any) -> tuple[list[Any], list[Any]]:
+  """``(invars, outvars)`` of a Jaxpr or ClosedJaxpr."""
+  inner = getattr(jaxpr, "jaxpr", jaxpr)
+  return list(inner.invars), list(inner.outvars)
+
+
+def retrace(closed: Any, handler: Callable[[int, Any, list[Any]],
+                                           list[Any] | None]) -> Any:
+  """Re-traces ``closed``'s top-level equations through ``handler``.
+
+  ``handler(index, eqn, inputs)`` returns the equation's outputs after
+  binding whatever it likes (sub-scans, boundaries), or None to bind the
+  equation unchanged. The result has the same invars (in order), constants
+  and outputs as ``closed``.
+  """
+  jaxpr = closed.jaxpr
+  avals = [jax.ShapeDtypeStruct(v.aval.shape, v.aval.dtype)
+           for v in jaxpr.invars]
+
+  def run(*args: Any) -> list[Any]:
+    env: dict[Any, Any] = {}
+
+    def read(v: Any) -> Any:
+      return v.val if isinstance(v, Literal) else env[v]
+
+    env.update(zip(jaxpr.constvars, closed.consts))
+    env.update(zip(jaxpr.invars, args))
+    for i, eqn in enumerate(jaxpr.eqns):
+      ins = [read(v) for v in eqn.invars]
+      outs = handler(i, eqn, ins)
+      if outs is None:
+        outs = bind_eqn(eqn, ins)
+      for v, x in zip(eqn.outvars, outs):
+        if not isinstance(v, DropVar):
+          env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+  return jax.make_jaxpr(run)(*avals)
+
+
+def eval_jaxpr(jaxpr: Any, args: Sequence[Any]) -> list[Any]:
+  """Evaluates an open Jaxpr (no constants) or a ClosedJaxpr on ``args``."""
+  if isinstance(jaxpr, ClosedJaxpr):
+    return eval_closed(jaxpr, args)
+  return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))

@@ -337,15 +337,19 @@ def test_too_few_equations():
     autocut.cut_to(traced, 5, cost="analytic")
 
 
-def test_scan_counts_as_one_operation():
+def test_scan_is_cut_at_iteration_boundaries():
   def scanned(p, batch):
     h, _ = jax.lax.scan(lambda c, w: (jnp.tanh(c @ w), None), batch["x"], p)
     return jnp.sum(h)
 
   params = jnp.ones((6, 8, 8)) / 8
   traced = _trace(scanned, params, {"x": jnp.ones((4, 8))}, "scanned")
-  with pytest.raises(TesselError, match="unroll a scanned stack"):
-    autocut.cut_to(traced, 3, cost="analytic")
+  cut = autocut.cut_to(traced, 3, cost="analytic")
+  lengths = [compat.scan_layout(e)[0] for e in cut.closed_jaxpr.jaxpr.eqns
+             if compat.is_scan(e)]
+  assert lengths == [2, 2, 2]   # two layers per block (passes.scan_split)
+  with pytest.raises(TesselError, match="a scan one per iteration"):
+    autocut.cut_to(traced, 12, cost="analytic")
 
 
 def test_no_markers_one_block_is_unchanged():

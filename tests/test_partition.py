@@ -117,19 +117,34 @@ def test_boundary_inside_control_flow_is_an_error(where):
     h = batch["x"] * params["w"]
     if where == "cond":
       h = lax.cond(True, lambda v: tj.boundary(v), lambda v: v, h)
-    elif where == "scan":
-      h, _ = lax.scan(lambda c, _: (tj.boundary(c * 2), None), h, None,
-                      length=2)
+    elif where == "scan":  # a top-level scan's body may hold one; deeper not
+      h, _ = lax.scan(lambda c, _: (lax.scan(
+          lambda d, _: (tj.boundary(d * 2), None), c, None, length=2)[0],
+                                    None), h, None, length=2)
     else:
-      h = lax.fori_loop(0, 2, lambda i, c: tj.boundary(c + 1.0), h)
+      # (a fori_loop with static bounds is a scan: cut per iteration)
+      h = lax.while_loop(lambda c: c[0, 0] < 2.0,
+                         lambda c: tj.boundary(c + 1.0), h)
     return jnp.sum(h)
 
-  word = {"cond": "lax.cond", "scan": "lax.scan", "while": "fori_loop"}[where]
+  word = {"cond": "lax.cond", "scan": "lax.scan",
+          "while": "lax.while_loop"}[where]
   with pytest.raises(TesselError, match=re.escape(word)) as err:
     P.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3,), jnp.float32)},
             {"x": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
   assert "tessel_jax.schedule applied to 'fn'" in str(err.value)
   assert "top level" in str(err.value)
+
+
+def test_boundary_in_top_level_scan_body_cuts_every_iteration():
+  def fn(params, batch):
+    h, _ = lax.scan(lambda c, w: (tj.boundary(jnp.tanh(c * w)), None),
+                    batch["x"], params["w"])
+    return jnp.sum(h)
+
+  traced = P.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3, 3), jnp.float32)},
+                   {"x": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
+  assert traced.num_blocks == 3
 
 
 # --- errors through tj.schedule ---------------------------------------------
