@@ -201,6 +201,15 @@ class ScheduledFunction:
     clock.lap("compile", times.note())
     return out
 
+  def verify(self, params: Any, batch: Any, *, rtol: float = 1e-5,
+             microbatches: int | None = None) -> Any:
+    """Compares the program with ``jax.value_and_grad`` (infer: the plain
+    outputs) on these inputs; a ``tessel_jax.verify.VerifyReport`` (max error
+    per leaf, the first block that differs). See ``tessel_jax.verify``."""
+    from tessel_jax import verify as _verify  # pylint: disable=import-outside-toplevel
+    return _verify.verify(self, params, batch, rtol=rtol,
+                          microbatches=microbatches)
+
   def lower(self, params: Any, batch: Any) -> Any:
     """``jax.jit(...).lower(params, batch)`` of the pipelined program."""
     return self.build(params, batch).jitted.lower(params, batch)
