@@ -152,6 +152,8 @@ class ScheduledFunction:
                cut: str | None = None, has_aux: bool = False,
                verbose: bool = False):
     self.fn = fn
+    self.auto = isinstance(placement, str) and placement == "auto"
+    self.choice: Any = None  # tessel_jax.plans.AutoChoice of the last build
     self.has_aux = has_aux
     self.fn_name = _fn_name(fn)
     self.mesh = mesh
@@ -178,6 +180,7 @@ class ScheduledFunction:
     self.optimizer_slots = optimizer_slots
     self._costs: Any = None  # tessel_jax.cost.model.CostModel
     self._cache: dict[Any, Built] = {}
+    self._choices: dict[Any, Any] = {}  # placement="auto": key -> AutoChoice
     self._last: Built | None = None
     self._ran: set[int] = set()  # ids of Builts whose program has run
     self.searches = 0  # CP-SAT searches run (schedule cache misses)
@@ -265,8 +268,15 @@ class ScheduledFunction:
           f" ({self.pipe_axis!r},)), or pass pipe_axis= naming the axis to"
           f" use")
     n = self.num_microbatches
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-      raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}")
+    if self.auto and self.plan is not None:
+      raise self._error("placement='auto' chooses the schedule too; drop"
+                        " plan=, or name a placement to lower that plan")
+    if n is None and self.auto:
+      pass  # placement="auto" tries the counts that divide the batch
+    elif isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+      raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}"
+                        + (" (or None with placement='auto')"
+                           if not self.auto else ""))
     if not isinstance(self.has_aux, bool):
       raise self._error(f"has_aux must be True or False, got"
                         f" {self.has_aux!r}")
@@ -306,8 +316,16 @@ class ScheduledFunction:
                  for x in jax.tree_util.tree_leaves((params, batch))),
            jax.tree_util.tree_structure(batch), tuple(sorted(shards.items())))
     if key not in self._cache:
-      self._cache[key] = self._build(params, batch, shards)
+      if self.auto:
+        from tessel_jax import plans  # pylint: disable=import-outside-toplevel
+        built, choice = plans.auto_build(self, params, batch)
+        self._cache[key] = dataclasses.replace(built, report=dataclasses.replace(
+            built.report, chosen_plan=choice.describe()))
+        self._choices[key] = choice
+      else:
+        self._cache[key] = self._build(params, batch, shards)
     self._last = self._cache[key]
+    self.choice = self._choices.get(key)
     return self._last
 
   def _shards(self, params: Any) -> dict[int, int]:
@@ -677,7 +695,8 @@ class _InfeasibleMemory(Exception):
 
 
 def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
-             placement: Any, num_microbatches: int, mode: str = "train",
+             placement: Any, num_microbatches: int | None = None,
+             mode: str = "train",
              memory_limit: int | None = None, pipe_axis: str = "pipe",
              solver_time_limit_s: float = 30.0, plan: Any = None,
              recompute: Any = None, seed: int = 0,
@@ -697,10 +716,17 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
     mesh: A ``jax.sharding.Mesh`` with the pipe axis (other axes are data
       parallel).
     placement: A ``tj.placements`` BlockGraph (e.g. ``mshape(4)``), its name
-      (``"mshape"``), a :class:`Placement`, or a list of device tuples per
-      block.
+      (``"mshape"``), a :class:`Placement`, a list of device tuples per
+      block, or ``"auto"``: every plan that makes sense on this mesh (named
+      placements that fit, ``pipe x data`` widths of a 1-D mesh, micro-batch
+      counts, searched and classic schedules) is priced with the cost model
+      (``tj.frontier``) and the fastest predicted one whose peak fits
+      ``memory_limit`` is lowered; ``step.report.chosen_plan`` names it, its
+      predicted step and peak and the runner-up (``step.choice`` has every
+      plan).
     num_microbatches: ``N``; the batch is split along axis 0 into ``N``
-      micro-batches (divided evenly over data-parallel replicas).
+      micro-batches (divided evenly over data-parallel replicas). None with
+      ``placement="auto"``: the counts that divide the batch are tried.
     mode: ``"train"``: ``(loss, grads)`` equal to ``jax.value_and_grad`` of
       the mean of ``fn`` over micro-batches. ``"infer"``: ``fn``'s outputs
       for every micro-batch, concatenated along axis 0 (scalars stacked).

@@ -212,6 +212,9 @@ def verify(step: Any, params: Any, batch: Any, *, rtol: float = 1e-5,
   Returns:
     A :class:`VerifyReport`; ``str(report)`` is a readable table.
   """
+  if getattr(step, "auto", False):  # placement="auto": the plan it chose
+    step.build(params, batch)
+    step = step.choice.step
   if microbatches is not None and microbatches != step.num_microbatches:
     step = _with_microbatches(step, microbatches)
   n = int(step.num_microbatches)
