@@ -21,7 +21,8 @@ flags.DEFINE_integer("microbatches", _D.microbatches,
 flags.DEFINE_list("memories", list(_D.memories),
                   "Memory cases of the searched schedule: "
                   f"{', '.join(MEMORY_CASES)} (baseline: the smallest peak"
-                  " memory of the classic schedules other than GPipe) or an"
+                  " memory of the classic schedules other than GPipe; each: one"
+                  " search at every classic schedule's peak memory) or an"
                   " integer limit.")
 flags.DEFINE_float("time_limit", _D.time_limit, "CP-SAT budget per search.")
 flags.DEFINE_integer("seed", _D.seed, "CP-SAT and model seed.")

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -50,7 +50,7 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "vshape_split": ("vshape", {"split_backward": True}),
 }
 #: Memory cases of the searched schedule (besides an integer limit).
-MEMORY_CASES = ("loose", "baseline", "tight", "fast")
+MEMORY_CASES = ("loose", "baseline", "each", "tight", "fast")
 #: Label of the searched schedule.
 SEARCHED = "tessel"
 
@@ -159,6 +159,24 @@ def memory_limit(graph: BlockGraph, memory: str,
                                row.get("memory_search_seconds")}
 
 
+def _memory_cases(memories: Sequence[str],
+                  entries: dict[str, dict[str, Any]]
+                  ) -> list[tuple[str, str, int | None]]:
+  """``(case, label, limit or None)`` of every search to run; ``each``
+  becomes one search at every classic schedule's peak memory (GPipe's
+  aside), labelled ``tessel@=<baseline>``."""
+  out = []
+  for memory in memories:
+    if memory != "each":
+      label = SEARCHED if memory == "loose" else f"{SEARCHED}@{memory}"
+      out.append((memory, label, None))
+      continue
+    for name, e in entries.items():
+      if name != "gpipe" and "error" not in e:
+        out.append((f"={name}", f"{SEARCHED}@={name}", e["max_peak_memory"]))
+  return out
+
+
 def simulate_all(graph: BlockGraph, args: CompareArgs) -> dict[str, Any]:
   """Every classic schedule and the searched one(s), in the simulator."""
   n = args.microbatches
@@ -169,10 +187,10 @@ def simulate_all(graph: BlockGraph, args: CompareArgs) -> dict[str, Any]:
     except Exception as e:  # pylint: disable=broad-except
       entries[name] = {"kind": "baseline", "error": _error(e)}
   searched: dict[str, dict[str, Any]] = {}
-  for memory in args.memories:
-    label = SEARCHED if memory == "loose" else f"{SEARCHED}@{memory}"
+  for memory, label, limit in _memory_cases(args.memories, entries):
     try:
-      limit, how = memory_limit(graph, memory, entries, args)
+      limit, how = ((limit, {"memory_from": memory[1:]}) if limit is not None
+                    else memory_limit(graph, memory, entries, args))
       _, unrolled, figures = search_lib.search_and_measure(
           graph, limit, n, time_limit_s=args.time_limit, seed=args.seed)
       entry = schedule_entry(unrolled, "searched", memory_case=memory, **how)

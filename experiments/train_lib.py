@@ -168,15 +168,6 @@ def adam(params, grads, state, lr):
   return params, (m, v, t)
 
 
-def _rel_err(got: Any, want: Any) -> float:
-  errs = []
-  for a, b in zip(jax.tree_util.tree_leaves(got),
-                  jax.tree_util.tree_leaves(want)):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    errs.append(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)))
-  return max(errs)
-
-
 # --- run ------------------------------------------------------------------
 
 
@@ -235,17 +226,16 @@ def run(args: Any, log=print) -> dict[str, Any]:
       "compile_seconds": round(compile_s, 3), "losses": [],
       "step_seconds": [], "report": built.report.to_dict()}
   if args.check:
-    def mean_loss(p):
-      mbs = jax.tree_util.tree_map(
-          lambda x: x.reshape((n, -1) + x.shape[1:]), batch)
-      return jnp.mean(jax.lax.map(lambda mb: loss_fn(p, mb), mbs))
-    ref_loss, ref_grads = jax.jit(jax.value_and_grad(mean_loss))(params)
-    loss, grads = compiled(params, batch)
-    record["check_loss_rel_err"] = _rel_err(loss, ref_loss)
-    record["check_grad_rel_err"] = _rel_err(grads, ref_grads)
-    log(f"step 0 vs jax.value_and_grad: loss rel err"
+    check = step.verify(params, batch)
+    grads_rel = [l.max_rel for l in check.leaves if l.path != "[0]"]
+    record["check_loss_rel_err"] = check.leaves[0].max_rel
+    record["check_grad_rel_err"] = max(grads_rel, default=0.0)
+    record["check_ok"] = check.ok
+    record["check_first_bad_block"] = check.first_bad_block
+    log(f"step 0 vs jax.value_and_grad (step.verify): loss rel err"
         f" {record['check_loss_rel_err']:.2e}, grad rel err"
-        f" {record['check_grad_rel_err']:.2e}")
+        f" {record['check_grad_rel_err']:.2e}"
+        + ("" if check.ok else "\n" + str(check)))
   state = (jax.tree_util.tree_map(jnp.zeros_like, params),
            jax.tree_util.tree_map(jnp.zeros_like, params), 0)
   for i in range(args.steps):

@@ -27,6 +27,14 @@ def schedule(fn: Any = None, /, **options: Any) -> Any:
   return api.schedule(fn, **options)
 
 
+def frontier(fn: Any = None, /, **options: Any) -> Any:
+  """Every plan of ``fn`` on a mesh, priced: ``tj.frontier(fn, mesh=...)
+  (params, batch)`` gives a ``ProgramFrontier`` (``.plans``, ``.pareto``,
+  ``.choose(memory_limit)``, ``.plot(path)``); see ``tessel_jax.plans``."""
+  from tessel_jax import plans  # pylint: disable=import-outside-toplevel
+  return plans.frontier(fn, **options)
+
+
 def cpu_mesh(n: int = 4, axis: str = "pipe") -> Any:
   """A mesh of ``n`` fake CPU devices, for trying things out.
 
@@ -45,7 +53,7 @@ def boundary(*xs: Any) -> Any:
 __all__ = [
     "Action", "Block", "BlockGraph", "Edge", "PlacementError", "Repetend",
     "Schedule", "ScheduleError", "UnrolledSchedule", "make_graph",
-    "cpu_mesh", "placements", *_JAX_API,
+    "cpu_mesh", "frontier", "placements", *_JAX_API,
 ]
 
 

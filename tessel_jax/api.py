@@ -155,6 +155,8 @@ class ScheduledFunction:
                verbose: bool = False, data_axes: Any = None):
     self.fn = fn
     self.data_axes = data_axes
+    self.auto = isinstance(placement, str) and placement == "auto"
+    self.choice: Any = None  # tessel_jax.plans.AutoChoice of the last build
     self.has_aux = has_aux
     self.fn_name = _fn_name(fn)
     self.mesh = mesh
@@ -181,6 +183,7 @@ class ScheduledFunction:
     self.optimizer_slots = optimizer_slots
     self._costs: Any = None  # tessel_jax.cost.model.CostModel
     self._cache: dict[Any, Built] = {}
+    self._choices: dict[Any, Any] = {}  # placement="auto": key -> AutoChoice
     self._last: Built | None = None
     self._ran: set[int] = set()  # ids of Builts whose program has run
     self._warned: set[Any] = set()  # data_axes warnings already shown
@@ -204,6 +207,15 @@ class ScheduledFunction:
     self._ran.add(id(built))
     clock.lap("compile", times.note())
     return out
+
+  def verify(self, params: Any, batch: Any, *, rtol: float = 1e-5,
+             microbatches: int | None = None) -> Any:
+    """Compares the program with ``jax.value_and_grad`` (infer: the plain
+    outputs) on these inputs; a ``tessel_jax.verify.VerifyReport`` (max error
+    per leaf, the first block that differs). See ``tessel_jax.verify``."""
+    from tessel_jax import verify as _verify  # pylint: disable=import-outside-toplevel
+    return _verify.verify(self, params, batch, rtol=rtol,
+                          microbatches=microbatches)
 
   def lower(self, params: Any, batch: Any) -> Any:
     """``jax.jit(...).lower(params, batch)`` of the pipelined program."""
@@ -259,6 +271,9 @@ class ScheduledFunction:
           f" the pipeline on; make the mesh with one, e.g. jax.make_mesh((4,),"
           f" ({self.pipe_axis!r},)), or pass pipe_axis= naming the axis to"
           f" use")
+    if self.auto and self.plan is not None:
+      raise self._error("placement='auto' chooses the schedule too; drop"
+                        " plan=, or name a placement to lower that plan")
     self._check_numbers()
     if not isinstance(self.has_aux, bool):
       raise self._error(f"has_aux must be True or False, got"
@@ -279,8 +294,12 @@ class ScheduledFunction:
   def _check_numbers(self) -> None:
     """Type and range checks of the numeric options (``checks``)."""
     n = self.num_microbatches
+    if n is None and self.auto:
+      n = 1  # placement="auto" tries the counts that divide the batch
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-      raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}")
+      raise self._error(f"num_microbatches must be an integer >= 1, got {n!r}"
+                        + (" (or None with placement='auto')"
+                           if not self.auto else ""))
     try:
       _checks.microbatches(n)
       if self.memory_limit is not None:
@@ -347,8 +366,16 @@ class ScheduledFunction:
            jax.tree_util.tree_structure(batch), tuple(sorted(shards.items())),
            axes[0], tuple(sorted(axes[2].items())))
     if key not in self._cache:
-      self._cache[key] = self._build(params, batch, shards, axes)
+      if self.auto:
+        from tessel_jax import plans  # pylint: disable=import-outside-toplevel
+        built, choice = plans.auto_build(self, params, batch)
+        self._cache[key] = dataclasses.replace(built, report=dataclasses.replace(
+            built.report, chosen_plan=choice.describe()))
+        self._choices[key] = choice
+      else:
+        self._cache[key] = self._build(params, batch, shards, axes)
     self._last = self._cache[key]
+    self.choice = self._choices.get(key)
     return self._last
 
   def _shards(self, params: Any) -> dict[int, int]:
@@ -754,7 +781,8 @@ class _InfeasibleMemory(Exception):
 
 
 def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
-             placement: Any, num_microbatches: int, mode: str = "train",
+             placement: Any, num_microbatches: int | None = None,
+             mode: str = "train",
              memory_limit: int | None = None, pipe_axis: str = "pipe",
              solver_time_limit_s: float = 30.0, plan: Any = None,
              recompute: Any = None, seed: int = 0,
@@ -775,10 +803,17 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
     mesh: A ``jax.sharding.Mesh`` with the pipe axis; ``data_axes`` says
       which other axes split the batch, the rest are left to GSPMD.
     placement: A ``tj.placements`` BlockGraph (e.g. ``mshape(4)``), its name
-      (``"mshape"``), a :class:`Placement`, or a list of device tuples per
-      block.
+      (``"mshape"``), a :class:`Placement`, a list of device tuples per
+      block, or ``"auto"``: every plan that makes sense on this mesh (named
+      placements that fit, ``pipe x data`` widths of a 1-D mesh, micro-batch
+      counts, searched and classic schedules) is priced with the cost model
+      (``tj.frontier``) and the fastest predicted one whose peak fits
+      ``memory_limit`` is lowered; ``step.report.chosen_plan`` names it, its
+      predicted step and peak and the runner-up (``step.choice`` has every
+      plan).
     num_microbatches: ``N``; the batch is split along axis 0 into ``N``
-      micro-batches (divided evenly over data-parallel replicas).
+      micro-batches (divided evenly over data-parallel replicas). None with
+      ``placement="auto"``: the counts that divide the batch are tried.
     mode: ``"train"``: ``(loss, grads)`` equal to ``jax.value_and_grad`` of
       the mean of ``fn`` over micro-batches. ``"infer"``: ``fn``'s outputs
       for every micro-batch, concatenated along axis 0 (scalars stacked).

@@ -365,3 +365,63 @@ def compare(searched: UnrolledSchedule, classic: UnrolledSchedule,
            f" {mine} steps vs {second} {theirs} ({verdict})")
   return gantt_compare({first: searched, second: classic}, path,
                        title=title, max_steps=max_steps)
+
+
+def frontier_scatter(points: list[tuple[int, float, str, bool]],
+                     pareto: tuple[int, ...], path: str, *, title: str = "",
+                     step_unit: str = "ms", chosen: int | None = None,
+                     memory_limit: int | None = None) -> str:
+  """Plans as points (peak bytes per device, step), the Pareto set joined as
+  a staircase, the memory limit dashed and the chosen plan circled, as
+  ``experiments.frontier_plot`` draws a sweep.
+
+  Args:
+    points: ``(peak bytes, step, placement, baseline)`` per plan; one colour
+      per placement, hollow for a classic baseline schedule.
+    pareto: Indices of the Pareto set.
+    path: PNG to write.
+    title: Figure title.
+    step_unit: Unit of the steps (``ms`` or ``steps``).
+    chosen: Index of the chosen plan (circled), or None.
+    memory_limit: Bytes per device (dashed line), or None.
+
+  Returns:
+    ``path``.
+  """
+  if not points:
+    raise ValueError("no plans to draw")
+  names = list(dict.fromkeys(p[2] for p in points))
+  colours = {n: colormaps["tab10"](i % 10) for i, n in enumerate(names)}
+  scale = 2**20
+  fig = _new_figure(8, 5.5)
+  ax = fig.add_subplot()
+  for peak, step, name, base in points:
+    ax.scatter(peak / scale, step, s=36, facecolors="none" if base else
+               colours[name], edgecolors=colours[name], linewidths=1.2,
+               zorder=3)
+  xs: list[float] = []
+  ys: list[float] = []
+  for peak, step, _, _ in sorted((points[i] for i in pareto)):
+    if ys:
+      xs.append(peak / scale)
+      ys.append(ys[-1])
+    xs.append(peak / scale)
+    ys.append(step)
+  ax.plot(xs, ys, color="black", linewidth=1.2, zorder=2,
+          label=f"Pareto set ({len(pareto)} plans)")
+  if memory_limit is not None:
+    ax.axvline(memory_limit / scale, color="grey", linestyle="--",
+               label=f"memory limit {memory_limit / scale:.4g} MiB")
+  if chosen is not None:
+    ax.scatter(points[chosen][0] / scale, points[chosen][1], s=240,
+               facecolors="none", edgecolors="red", linewidths=2, zorder=4,
+               label="chosen")
+  for n in names:
+    ax.scatter([], [], color=colours[n], label=n)
+  ax.set_xlabel("peak memory per device (MiB)")
+  ax.set_ylabel(f"predicted step ({step_unit})")
+  ax.set_title(title)
+  ax.grid(True, alpha=0.3)
+  ax.legend(fontsize=8)
+  _save(fig, path)
+  return path

@@ -1,5 +1,6 @@
 """Tests for the classic baselines (tessel_jax.search.baselines)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -180,10 +181,13 @@ def test_for_placement():
   # 1F1B over the stage list (forward blocks in topological order) on
   # every training placement.
   for name in ("mshape", "kshape", "nnshape", "nnshape_eager", "mllm",
-               "finetune", "alphafold", "zbv"):
+               "finetune", "alphafold"):
     assert fp(placements.get(name, 4)) == ["gpipe", "1f1b"], name
+  assert fp(placements.zbv(4)) == ["gpipe", "1f1b", "dualpipev", "zbv"]
+  assert fp(placements.zbv(4, split_backward=False)) == ["gpipe", "1f1b"]
   assert set(baselines.BASELINES) == {
-      "gpipe", "1f1b", "interleaved_1f1b", "chimera", "zb_h1"}
+      "gpipe", "1f1b", "interleaved_1f1b", "chimera", "zb_h1", "dualpipev",
+      "zbv"}
 
 
 def test_misfit_raises_naming_supported_placements():
@@ -218,3 +222,82 @@ def test_schedule_json():
   assert data["source"] == "1f1b"
   assert data["makespan"] == 28
   assert len(data["actions"]) == 4 * graph.num_blocks
+
+
+# --- DualPipeV and ZB-V on the V placement (two stages per device) ----------
+
+
+def _device_orders(sched, graph):
+  """Per device: (kind, block id, micro-batch) in start order."""
+  out = {d: [] for d in range(graph.num_devices)}
+  for a in sorted(sched.actions, key=lambda a: a.start):
+    blk = graph.block(a.block)
+    out[blk.devices[0]].append((blk.kind, a.block, a.microbatch))
+  return out
+
+
+@pytest.mark.parametrize("name", ["dualpipev", "zbv"])
+@pytest.mark.parametrize("d", DEVICE_COUNTS)
+@pytest.mark.parametrize("b_span", [1, 3])
+def test_v_baselines_are_valid(name, d, b_span):
+  graph = placements.zbv(d, b_span=b_span)
+  for n in (2 * d, 2 * d + 3):
+    sched = baselines.run(name, graph, n)
+    check_schedule(sched, graph, n)
+    assert sched.source == name
+
+
+@pytest.mark.parametrize("d", DEVICE_COUNTS)
+def test_dualpipev_phases(d):
+  # Rank r runs 2(D-r-1) forwards of its first stage, then r+1 pairs of
+  # first/second-stage forwards: 2D forwards before its first backward (the
+  # last rank starts its main phase with a forward: 2D + 1).
+  # Micro-batches per block stay in order, Ws of a stage too.
+  graph = placements.zbv(d)
+  n = 2 * d + 2
+  orders = _device_orders(baselines.dualpipev(graph, n), graph)
+  for r, order in orders.items():
+    kinds = [k for k, _, _ in order]
+    assert kinds.index("B") == 2 * d + (r == d - 1), (r, kinds[:2 * d + 1])
+    first = [m for k, b, m in order if k == "F" and b == r]
+    assert first[:2 * (d - r - 1) + 1] == list(range(2 * (d - r - 1) + 1))
+  with pytest.raises(ValueError, match=f"{2 * d} micro-batches"):
+    baselines.dualpipev(graph, 2 * d - 1)
+
+
+@pytest.mark.parametrize("d", DEVICE_COUNTS)
+def test_zbv_memory_and_bubble(d):
+  # ZB-V keeps 1F1B's peak (2D chunk activations of memory 2 each) and,
+  # with F = B = W, nearly no bubble: 2 N (F + B + W) plus the fill.
+  graph = placements.zbv(d, b_span=1)
+  n = 4 * d
+  zb = baselines.zbv_baseline(graph, n)
+  assert max(zb.peak_memory) <= 2 * d * 2
+  assert zb.makespan - n * 2 * 3 <= d
+  assert zb.makespan <= baselines.dualpipev(graph, n).makespan
+  assert zb.makespan <= baselines.one_f_one_b(graph, n).makespan
+
+
+def test_v_baselines_misfit():
+  with pytest.raises(ValueError, match="V"):
+    baselines.zbv_baseline(placements.vshape(4, split_backward=True), 8)
+  with pytest.raises(ValueError, match="split"):
+    baselines.dualpipev(placements.zbv(4, split_backward=False), 8)
+  assert baselines.canonical_name("DualPipe_V") == "dualpipev"
+
+
+@pytest.mark.parametrize("d,b_span", [(2, 3), (4, 1), (4, 3)])
+def test_search_ties_or_beats_v_baselines_at_their_memory(d, b_span):
+  from tessel_jax import search  # pylint: disable=import-outside-toplevel
+  graph = placements.zbv(d, b_span=b_span)
+  n = 16
+  for name in ("dualpipev", "zbv"):
+    base = baselines.run(name, graph, n)
+    limit = max(base.peak_memory)
+    found = search.search_repetend(graph, memory_limit=limit,
+                                   time_limit_s=10.0).unroll(n)
+    check_schedule(dataclasses.replace(found, status="BASELINE", period=None),
+                   graph, n)
+    assert max(found.peak_memory) <= limit
+    assert found.makespan <= base.makespan, (name, found.makespan,
+                                             base.makespan)

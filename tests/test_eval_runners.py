@@ -147,6 +147,19 @@ def test_dag_model_fits_each_placement_and_zb_h1_applies(name):
     assert "zb_h1" in entries and "error" not in entries["zb_h1"]
 
 
+def test_compare_schedules_v_rows_searched_at_each_baseline_memory():
+  graph = compare_schedules_lib.build_graph("zbv", 2)
+  args = CompareArgs(microbatches=8, memories=("each",), time_limit=5.0,
+                     lower=False)
+  entries = compare_schedules_lib.simulate_all(graph, args)
+  for name in ("dualpipev", "zbv"):
+    base, mine = entries[name], entries[f"tessel@={name}"]
+    assert "error" not in base and "error" not in mine, (base, mine)
+    assert mine["memory_limit"] == base["max_peak_memory"]
+    assert mine["max_peak_memory"] <= base["max_peak_memory"]
+    assert mine["makespan"] <= base["makespan"]
+
+
 def test_compare_schedules_rejects_unknown_names():
   with pytest.raises(ValueError, match="unknown placements"):
     compare_schedules_lib.check_args(CompareArgs(placements=("nope",)))

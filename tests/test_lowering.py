@@ -99,6 +99,12 @@ def test_baselines_match_value_and_grad(baseline):
   assert loops, step.built.plan.loop_summary()
 
 
+@pytest.mark.parametrize("baseline", ["dualpipev", "zbv"])
+def test_v_baselines_match_value_and_grad(baseline):
+  step = _check_train(tj.placements.zbv(2), n=4, plan=baseline)
+  assert step.unrolled.source == baseline
+
+
 @pytest.mark.parametrize("n", [1, 3, 64])
 def test_number_of_microbatches(n):
   _check_train(tj.placements.vshape(2), n=n, rows_per_mb=2)

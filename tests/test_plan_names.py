@@ -31,6 +31,10 @@ def test_every_fitting_baseline_validates(name, d):
   assert fitting[:2] == ["gpipe", "1f1b"]   # on every training placement
   for plan in fitting:
     for n in (1, 3, 8):
+      if plan == "dualpipev" and n < 2 * d:   # DualPipeV needs N >= 2D
+        with pytest.raises(ValueError, match=f"{2 * d} micro-batches"):
+          baselines.run(plan, graph, n)
+        continue
       run = baselines.run(plan, graph, n)
       validate.assert_valid(run)
       assert run.source == plan

@@ -47,6 +47,8 @@ class CostReport:
     block_modes: Forward block label (``F0``) of every block on several
       devices -> how it shares a micro-batch: ``"split 4-way"`` or
       ``"replicated: <reason>"`` (``passes.modes``).
+    chosen_plan: With ``placement="auto"``: the plan chosen, its predicted
+      step and peak, and the runner-up (``plans.AutoChoice.describe``).
   """
 
   cost: str
@@ -72,6 +74,7 @@ class CostReport:
   schedule_costs: str = ""
   alternative_ms: float | None = None
   block_modes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  chosen_plan: str = ""
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -99,5 +102,6 @@ class CostReport:
             f"{self.kernels_measured} kernels in {self.profile_seconds:.2f} s")
     shared = "".join(f"; {label} {how}"
                      for label, how in self.block_modes.items())
+    chosen = f"; {self.chosen_plan}" if self.chosen_plan else ""
     return (f"{head}; peak memory per device {mib} MiB; bubble ratio"
-            f" {self.bubble_ratio:.3f}; profiling {prof}{shared}")
+            f" {self.bubble_ratio:.3f}; profiling {prof}{shared}{chosen}")

@@ -25,6 +25,12 @@ Baselines (registry name: function, placements it fits):
   the zero-bubble paper (Qi et al., 2023): 1F1B with each ``W`` deferred by
   the stage index, at 1F1B's peak memory (the maximum over devices).
 
+* ``dualpipev``: :func:`dualpipev`, ``zbv`` placements (V shape, two stages
+  per device, split backward). DeepSeek's DualPipeV (the DualPipe
+  repository's ``dualpipev.py``), its eight phases per rank; ``N >= 2D``.
+* ``zbv``: :func:`zbv_baseline`, ``zbv`` placements. ZB-V of the zero-bubble
+  paper (the greedy of its repository), memory capped at 1F1B's peak.
+
 With a split backward, the baselines that do not place ``W`` themselves run
 each ``W`` right after its ``B`` (fused backward).
 
@@ -42,6 +48,7 @@ from tessel_jax import placements
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.schedule import (Action, ScheduleError, UnrolledSchedule,
                                  schedule_in_device_order)
+from tessel_jax.search import v_orders
 
 Key = tuple[int, int]  # (block id, micro-batch)
 
@@ -212,6 +219,25 @@ def _fits_zb_h1(graph: BlockGraph) -> _Chain | str:
     return ("its backward is not split into B and W; build it with"
             " placements.vshape(D, split_backward=True)")
   return found
+
+
+def _fits_v(graph: BlockGraph) -> _Chain | str:
+  """A chain of ``2D`` single-device stages in a V (stage ``s`` on device
+  ``s``, then ``2D-1-s``) with split backward, as ``placements.zbv``."""
+  chains = _chains(graph)
+  if isinstance(chains, str):
+    return chains
+  if len(chains) != 1:
+    return f"it has {len(chains)} forward chains, not one"
+  chain, d = chains[0], graph.num_devices
+  want = tuple(s if s < d else 2 * d - 1 - s for s in range(2 * d))
+  if chain.devices != want:
+    return (f"its stages run on devices {list(chain.devices)}, not the V"
+            f" {list(want)} (two stages per device)")
+  if not chain.split:
+    return ("its backward is not split into B and W; build it with"
+            " placements.zbv(D) (split_backward=True)")
+  return chain
 
 
 # --- helpers ------------------------------------------------------------------
@@ -543,6 +569,61 @@ def zb_h1(graph: BlockGraph, num_microbatches: int) -> UnrolledSchedule:
   return _finish(graph, n, sequence, "zb_h1")
 
 
+def _v_schedule(graph: BlockGraph, chain: _Chain, n: int,
+                orders: Sequence[Sequence[v_orders.Op]],
+                source: str) -> UnrolledSchedule:
+  """Maps ``(kind, half, m)`` device orders of a V chain to a schedule."""
+  d = graph.num_devices
+  ids = {"F": chain.forward, "B": chain.backward, "W": chain.weight}
+  by_device = {}
+  for r, order in enumerate(orders):
+    stage = (r, 2 * d - 1 - r)
+    by_device[r] = [(ids[kind][stage[half]], m) for kind, half, m in order]
+  sequence = _sequence_from_device_orders(graph, by_device)
+  return _finish(graph, n, sequence, source)
+
+
+def dualpipev(graph: BlockGraph, num_microbatches: int) -> UnrolledSchedule:
+  """DualPipeV (DeepSeek) on a ``zbv`` placement; see
+  :func:`tessel_jax.search.v_orders.dualpipev_orders` for the order.
+
+  Needs ``N >= 2D``. Memory: rank ``r`` runs ``2(R-r-1) + 2(r+1) = 2R``
+  forwards before its first backward, so every device holds ``2D`` chunk
+  activations at its peak (1F1B's ``D`` full-stage activations).
+  """
+  n = _check_microbatches(num_microbatches)
+  chain = _require("dualpipev", graph)
+  try:
+    orders = v_orders.dualpipev_orders(graph.num_devices, n)
+  except ValueError as err:
+    raise ValueError(f"baseline 'dualpipev' on {graph.name!r}: {err}") from None
+  return _v_schedule(graph, chain, n, orders, "dualpipev")
+
+
+def zbv_baseline(graph: BlockGraph,
+                 num_microbatches: int) -> UnrolledSchedule:
+  """ZB-V (zero-bubble paper) on a ``zbv`` placement; see
+  :func:`tessel_jax.search.v_orders.zbv_orders`.
+
+  The greedy runs on the spans and memory of stage 0's F, B and W, with
+  the reference's memory cap: ``2D`` forwards' memory (1F1B's peak).
+  """
+  n = _check_microbatches(num_microbatches)
+  chain = _require("zbv", graph)
+  f, b, w = (graph.block(chain.forward[0]), graph.block(chain.backward[0]),
+             graph.block(chain.weight[0]))
+  delays = [e.delay for e in graph.edges]
+  costs = v_orders.Costs(span=(f.span, b.span, w.span),
+                         memory=(f.memory, b.memory, w.memory),
+                         max_memory=2 * graph.num_devices * max(f.memory, 1),
+                         comm=max(delays, default=0))
+  try:
+    orders = v_orders.zbv_orders(graph.num_devices, n, costs)
+  except ValueError as err:
+    raise ValueError(f"baseline 'zbv' on {graph.name!r}: {err}") from None
+  return _v_schedule(graph, chain, n, orders, "zbv")
+
+
 class _Simulator:
   """Time-stepped list scheduler for single-device blocks.
 
@@ -613,6 +694,8 @@ BASELINES: dict[str, Callable[[BlockGraph, int], UnrolledSchedule]] = {
     "interleaved_1f1b": interleaved_1f1b,
     "chimera": chimera,
     "zb_h1": zb_h1,
+    "dualpipev": dualpipev,
+    "zbv": zbv_baseline,
 }
 
 # name -> function returning the structure the baseline needs, or why not.
@@ -622,6 +705,8 @@ _FITS: dict[str, Callable[[BlockGraph], Any]] = {
     "interleaved_1f1b": _interleaved_chain,
     "chimera": _xshape_chains,
     "zb_h1": _fits_zb_h1,
+    "dualpipev": _fits_v,
+    "zbv": _fits_v,
 }
 
 _SUPPORTS: dict[str, str] = {
@@ -634,6 +719,9 @@ _SUPPORTS: dict[str, str] = {
                 " D-1..0, each stage with a backward)"),
     "zb_h1": ("vshape placements with split_backward=True (every stage has B"
               " and W)"),
+    "dualpipev": ("zbv placements (2D stages in a V, two per device, split"
+                  " backward), N >= 2D"),
+    "zbv": "zbv placements (2D stages in a V, two per device, split backward)",
 }
 
 
@@ -641,6 +729,8 @@ _SUPPORTS: dict[str, str] = {
 ALIASES: dict[str, str] = {
     "interleaved": "interleaved_1f1b",
     "zb": "zb_h1",
+    "dualpipe_v": "dualpipev",
+    "zb_v": "zbv",
 }
 
 

@@ -46,7 +46,7 @@ from ortools.sat.python import cp_model
 from tessel_jax import checks
 from tessel_jax.graph import BlockGraph, check_searchable
 from tessel_jax.schedule import Schedule, Repetend
-from tessel_jax.search import completion, list_schedule
+from tessel_jax.search import completion, list_schedule, portfolio
 from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             make_solver, moved_to_period,
                                             normalise, one_at_a_time,
@@ -218,7 +218,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       schedule of all ``N`` micro-batches (``list_schedule``) when it is
       strictly shorter than the repetend's unrolling (typical with a loose
       limit, where the best schedule for a given ``N`` is GPipe-like and has
-      no short repetend).
+      no short repetend), or the shortest classic baseline whose peak fits
+      the limit (``portfolio.best_alternative``).
 
   Returns:
     A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
@@ -391,7 +392,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   if list_alternative:
     schedule = dataclasses.replace(
         schedule, alternative=functools.lru_cache(maxsize=16)(
-            functools.partial(list_schedule.best_list_schedule, graph,
+            functools.partial(portfolio.best_alternative, graph,
                               memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)

@@ -1,0 +1,501 @@
+"""``tj.frontier``: every plan of a user's program, priced, and the choice.
+
+::
+
+    fr = tj.frontier(loss_fn, mesh=tj.cpu_mesh(4))(params, batch)
+    print(fr)                       # every plan: step, peak, Pareto set
+    fr.plot("frontier.png")
+    best = fr.choose(memory_limit=2**30)    # what placement="auto" takes
+
+A *plan* is a named placement that fits the devices per pipeline, a
+data-parallel width (the mesh's data axes, or a ``pipe x data``
+factorisation of a 1-D mesh), a micro-batch count and a schedule (searched,
+or a classic baseline that fits the placement). Each is priced by building
+it (``ScheduledFunction.build``: trace, cut at the placement's block count
+- at the ``tj.boundary`` markers when their count fits, else automatically -,
+profile, search, plan the lowering; nothing is compiled): its predicted
+step time and per-device peak bytes come from ``step.report``. The cost
+model object is shared, so a kernel measured for one plan is reused by
+every plan that contains it (and the disk cache keeps it for the next
+process).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from tessel_jax import placements as _placements
+from tessel_jax.graph import PlacementError
+from tessel_jax.search import baselines as _baselines
+from tessel_jax.search import frontier as _frontier
+
+#: Placements tried by default (every named one; those that do not fit a
+#: pipeline width are skipped with the reason).
+DEFAULT_PLACEMENTS = tuple(_placements.PLACEMENTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+  """One plan before pricing.
+
+  Attributes:
+    placement: Placement name.
+    pipe: Devices per pipeline.
+    dp: Data-parallel replicas.
+    microbatches: Micro-batches per step in all (``dp`` replicas).
+    plan: None (searched) or a classic baseline's name.
+    memory_limit: Bytes per device the search ran under (None: none).
+  """
+
+  placement: str
+  pipe: int
+  dp: int
+  microbatches: int
+  plan: str | None = None
+  memory_limit: int | None = None
+
+  @property
+  def label(self) -> str:
+    how = self.plan or "searched"
+    limit = ("" if self.memory_limit is None else
+             f"@{_frontier.size_label(self.memory_limit)}")
+    return (f"{self.placement} pipe{self.pipe} dp{self.dp}"
+            f" N{self.microbatches} {how}{limit}")
+
+
+@dataclasses.dataclass(frozen=True)
+class PricedPlan:
+  """A priced plan.
+
+  Attributes:
+    candidate: What was built.
+    step: Predicted step time in ms (measured costs) or the makespan in
+      steps (``cost="uniform"``); see ``unit``.
+    unit: ``"ms"`` or ``"steps"``.
+    peak_bytes_per_device: Per device of the pipe axis (parameters,
+      gradients, optimiser state, peak stash, workspace).
+    source: Who made the schedule (``tessel``, ``tessel-list``, ``1f1b``...).
+    blocks: Forward blocks of the placement.
+    build_seconds: Seconds the pricing took.
+  """
+
+  candidate: Candidate
+  step: float
+  unit: str
+  peak_bytes_per_device: tuple[int, ...]
+  source: str
+  blocks: int
+  build_seconds: float
+
+  @property
+  def peak_bytes(self) -> int:
+    return max(self.peak_bytes_per_device)
+
+  @property
+  def label(self) -> str:
+    return self.candidate.label
+
+  def to_dict(self) -> dict[str, Any]:
+    out = dataclasses.asdict(self)
+    out["label"] = self.label
+    out["peak_bytes"] = self.peak_bytes
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramFrontier:
+  """Every priced plan of a program and its Pareto set.
+
+  Attributes:
+    fn_name: The program.
+    plans: Every priced plan.
+    pareto: Indices of the plans no other beats in both step and peak.
+    skipped: ``(what, why)`` of candidates that gave no plan.
+    seconds: Wall seconds of the pricing.
+  """
+
+  fn_name: str
+  plans: tuple[PricedPlan, ...]
+  pareto: tuple[int, ...]
+  skipped: tuple[tuple[str, str], ...] = ()
+  seconds: float = 0.0
+
+  def choose(self, memory_limit: int | None = None) -> PricedPlan | None:
+    """The fastest plan whose peak fits ``memory_limit`` bytes per device
+    (ties: the smaller peak, then the earlier plan); None if none fits."""
+    i = _choose_index(self.plans, memory_limit)
+    return None if i is None else self.plans[i]
+
+  def runner_up(self, memory_limit: int | None = None) -> PricedPlan | None:
+    """The next fastest fitting plan of another placement, width or N."""
+    best = self.choose(memory_limit)
+    if best is None:
+      return None
+    key = _shape(best.candidate)
+    rest = [p for p in self.plans if _shape(p.candidate) != key]
+    i = _choose_index(rest, memory_limit)
+    return None if i is None else rest[i]
+
+  def smallest_peak(self) -> PricedPlan | None:
+    return min(self.plans, key=lambda p: (p.peak_bytes, p.step),
+               default=None)
+
+  def plot(self, path: str, memory_limit: int | None = None) -> str:
+    """Step against peak memory, the Pareto set joined and the plan chosen
+    for ``memory_limit`` circled (as ``experiments.frontier_plot`` draws a
+    sweep); returns ``path``."""
+    from tessel_jax import plot as _plot  # pylint: disable=import-outside-toplevel
+    return _plot.frontier_scatter(
+        [(p.peak_bytes, p.step, p.candidate.placement,
+          p.candidate.plan is not None) for p in self.plans],
+        self.pareto, path, title=f"plans of {self.fn_name!r}",
+        step_unit=self.plans[0].unit if self.plans else "ms",
+        chosen=_choose_index(self.plans, memory_limit),
+        memory_limit=memory_limit)
+
+  def to_dict(self) -> dict[str, Any]:
+    return {"fn": self.fn_name, "plans": [p.to_dict() for p in self.plans],
+            "pareto": list(self.pareto), "skipped": [list(s) for s in
+                                                     self.skipped],
+            "seconds": round(self.seconds, 3)}
+
+  def __str__(self) -> str:
+    lines = [f"{len(self.plans)} plans of {self.fn_name!r}"
+             f" ({self.seconds:.1f} s; * = Pareto set)"]
+    for i, p in enumerate(sorted(range(len(self.plans)),
+                                 key=lambda j: self.plans[j].step)):
+      q = self.plans[p]
+      mark = "*" if p in self.pareto else " "
+      lines.append(f" {mark} {q.label:<40} step {q.step:10.3f} {q.unit}"
+                   f"  peak {q.peak_bytes / 2**20:9.3f} MiB  ({q.source})")
+      del i
+    return "\n".join(lines)
+
+
+def _shape(c: Candidate) -> tuple[str, int, int, int]:
+  return (c.placement, c.pipe, c.dp, c.microbatches)
+
+
+def _choose_index(plans: Sequence[PricedPlan],
+                  memory_limit: int | None) -> int | None:
+  fits = [i for i, p in enumerate(plans)
+          if memory_limit is None or p.peak_bytes <= memory_limit]
+  if not fits:
+    return None
+  return min(fits, key=lambda i: (plans[i].step, plans[i].peak_bytes, i))
+
+
+def pareto(plans: Sequence[PricedPlan]) -> tuple[int, ...]:
+  """Indices of the Pareto set of ``plans`` (step, peak bytes)."""
+  return _frontier.pareto_indices([(p.step, p.peak_bytes) for p in plans])
+
+
+# --- enumeration ---------------------------------------------------------------
+
+
+def widths(mesh: Any, pipe_axis: str) -> list[tuple[int, int]]:
+  """``(pipe, dp)`` pairs: the mesh's own when it has data axes, else every
+  factorisation of the 1-D pipe axis with at least 2 devices per pipeline
+  (a single device is no pipeline)."""
+  shape = dict(mesh.shape)
+  d = int(shape[pipe_axis])
+  if len(shape) > 1:
+    return [(d, int(np.prod([v for k, v in shape.items() if k != pipe_axis])))]
+  return [(p, d // p) for p in range(d, 1, -1) if d % p == 0]
+
+
+def submesh(mesh: Any, pipe: int, dp: int, pipe_axis: str) -> Any:
+  """The mesh of a ``pipe x dp`` plan on ``mesh``'s devices."""
+  if dp == 1 and len(mesh.axis_names) == 1:
+    return mesh
+  if len(mesh.axis_names) > 1:
+    return mesh
+  devs = np.asarray(mesh.devices).reshape(dp, pipe)
+  return jax.sharding.Mesh(devs, ("data", pipe_axis))
+
+
+def microbatch_counts(rows: int, pipe: int, dp: int,
+                      given: Sequence[int] | None) -> list[int]:
+  """``N`` candidates: the given ones that fit, else every divisor of the
+  batch rows with ``pipe <= N / dp <= 4 pipe`` (enough micro-batches to fill
+  the pipeline, few enough to keep micro-batches large)."""
+  if given is not None:
+    return [n for n in given if rows % n == 0 and n % dp == 0]
+  return [n for n in range(dp, rows + 1, dp)
+          if rows % n == 0 and pipe <= n // dp <= 4 * pipe]
+
+
+def frozen(graph: Any) -> bool:
+  """Whether a training placement has forward blocks without a backward."""
+  owners = set(_placements.backward_of(graph).values())
+  return any(b.kind == "F" and b.id not in owners for b in graph.blocks)
+
+
+def candidates(mesh: Any, pipe_axis: str, rows: int, mode: str,
+               names: Sequence[str], microbatches: Sequence[int] | None,
+               with_baselines: bool,
+               skip: Callable[[str, str], None]) -> list[Candidate]:
+  """Every candidate plan on ``mesh`` (placements that do not fit a width
+  are reported to ``skip``)."""
+  out = []
+  for pipe, dp in widths(mesh, pipe_axis):
+    counts = microbatch_counts(rows, pipe, dp, microbatches)
+    if not counts:
+      skip(f"pipe{pipe} dp{dp}", f"no micro-batch count divides the"
+           f" {rows} batch rows over {dp} replicas")
+      continue
+    for name in names:
+      try:
+        graph = _placements.get(name, pipe, mode=mode)
+      except PlacementError as err:
+        skip(f"{name} pipe{pipe}", str(err))
+        continue
+      if mode == "train" and frozen(graph):
+        skip(f"{name} pipe{pipe}", "it freezes forward blocks (no backward),"
+             " so its gradients would differ from jax.value_and_grad")
+        continue
+      plans = [None] + (_baselines.for_placement(graph)
+                        if with_baselines and mode == "train" else [])
+      for n in counts:
+        out.extend(Candidate(name, pipe, dp, n, plan) for plan in plans)
+  return out
+
+
+# --- pricing -----------------------------------------------------------------
+
+
+class FrontierFunction:
+  """``tj.frontier(fn, ...)``: call it with ``(params, batch)``."""
+
+  def __init__(self, fn: Callable[..., Any], *, mesh: Any,
+               placements: Sequence[str] | None = None,
+               microbatches: Sequence[int] | None = None,
+               memory_limit: int | None = None, baselines: bool = True,
+               pipe_axis: str = "pipe", mode: str = "train",
+               **schedule_kw: Any):
+    self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
+    self.names = tuple(placements or DEFAULT_PLACEMENTS)
+    self.microbatches = (None if microbatches is None else
+                         tuple(int(n) for n in microbatches))
+    self.memory_limit = memory_limit
+    self.baselines = baselines
+    self.schedule_kw = schedule_kw
+    self.costs: Any = None  # the CostModel shared by every candidate
+    self.steps: dict[Candidate, Any] = {}  # priced ScheduledFunctions
+
+  def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
+    t0 = time.perf_counter()
+    skipped: list[tuple[str, str]] = []
+    rows = int(jax.tree_util.tree_leaves(batch)[0].shape[0])
+    markers = _marker_blocks(self.fn, params, batch, self.schedule_kw)
+    todo = candidates(self.mesh, self.pipe_axis, rows, self.mode, self.names,
+                      self.microbatches, self.baselines,
+                      lambda w, y: skipped.append((w, y)))
+    priced: list[PricedPlan] = []
+    failed: dict[tuple[str, int, int, int], str] = {}
+    for cand in todo:
+      for c in _with_limit(cand, self.memory_limit):
+        why = failed.get(_shape(c))
+        if why is None:
+          try:
+            priced.append(self.price(c, params, batch, markers))
+            continue
+          except Exception as err:  # pylint: disable=broad-except
+            # One plan that cannot be built (the program does not fit the
+            # placement, or the planner refuses it) is skipped, not fatal.
+            why = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
+            if c.plan is None and c.memory_limit is None:
+              failed[_shape(c)] = why  # the program does not fit the shape
+        skipped.append((c.label, why))
+    name = getattr(self.fn, "__name__", type(self.fn).__name__)
+    return ProgramFrontier(fn_name=name, plans=tuple(priced),
+                           pareto=pareto(priced), skipped=tuple(skipped),
+                           seconds=time.perf_counter() - t0)
+
+  def step_for(self, c: Candidate, markers: int | None = None) -> Any:
+    """The ``ScheduledFunction`` of candidate ``c`` (shared cost model)."""
+    from tessel_jax import api  # pylint: disable=import-outside-toplevel
+    graph = _placements.get(c.placement, c.pipe, mode=self.mode)
+    count = sum(1 for b in graph.blocks if b.kind == "F")
+    kw = dict(self.schedule_kw)
+    if markers is not None and markers != count and kw.get("cut") is None:
+      kw["cut"] = "auto"
+    step = api.schedule(self.fn, mesh=submesh(self.mesh, c.pipe, c.dp,
+                                              self.pipe_axis),
+                        placement=graph, num_microbatches=c.microbatches,
+                        mode=self.mode, plan=c.plan,
+                        memory_limit=c.memory_limit,
+                        pipe_axis=self.pipe_axis, **kw)
+    if self.costs is None:
+      self.costs = step._costs  # pylint: disable=protected-access
+    step._costs = self.costs  # pylint: disable=protected-access
+    self.steps[c] = step
+    return step
+
+  def price(self, c: Candidate, params: Any, batch: Any,
+            markers: int | None = None) -> PricedPlan:
+    t0 = time.perf_counter()
+    step = self.step_for(c, markers)
+    built = step.build(params, batch)
+    rep = built.report
+    measured = rep is not None and rep.predicted_step_ms is not None
+    return PricedPlan(
+        candidate=c,
+        step=rep.predicted_step_ms if measured else float(
+            built.unrolled.makespan),
+        unit="ms" if measured else "steps",
+        peak_bytes_per_device=tuple(int(b) for b in rep.peak_memory_bytes),
+        source=built.unrolled.source,
+        blocks=len(built.partition.blocks),
+        build_seconds=time.perf_counter() - t0)
+
+
+def _with_limit(c: Candidate, limit: int | None) -> list[Candidate]:
+  """A searched candidate is priced with no limit and, when a limit is
+  given, under it too (it may then keep less in flight)."""
+  if c.plan is not None or limit is None:
+    return [c]
+  return [c, dataclasses.replace(c, memory_limit=int(limit))]
+
+
+def _marker_blocks(fn: Callable[..., Any], params: Any, batch: Any,
+                   kw: dict[str, Any]) -> int | None:
+  """Blocks the ``tj.boundary`` markers of ``fn`` make (None: no marker)."""
+  from tessel_jax.passes import partition as _partition  # pylint: disable=import-outside-toplevel
+  leaves = jax.tree_util.tree_leaves(batch)
+  rows = int(leaves[0].shape[0])
+  one = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct((1,) + tuple(x.shape[1:]), x.dtype)
+      if rows else x, batch)
+  p_avals = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+  name = getattr(fn, "__name__", "fn")
+  try:
+    traced = _partition.trace(fn, name, p_avals, one,
+                              has_aux=bool(kw.get("has_aux", False)))
+  except Exception:  # pylint: disable=broad-except
+    return None  # the builds will report the problem
+  return traced.num_blocks if traced.num_blocks > 1 else None
+
+
+def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
+             placements: Sequence[str] | None = None,
+             microbatches: Sequence[int] | None = None,
+             memory_limit: int | None = None, baselines: bool = True,
+             pipe_axis: str = "pipe", mode: str = "train",
+             **schedule_kw: Any) -> Any:
+  """Every plan of ``fn`` on ``mesh``, priced; call the result with
+  ``(params, batch)`` to get a :class:`ProgramFrontier`.
+
+  Args:
+    fn: ``fn(params, microbatch)`` as for ``tj.schedule``.
+    mesh: The mesh (a 1-D pipe axis is also tried as ``pipe x data``).
+    placements: Placement names to try (default: every named one).
+    microbatches: Micro-batch counts to try (default: divisors of the batch
+      rows giving ``pipe .. 4 pipe`` per pipeline).
+    memory_limit: Bytes per device: searched plans are also priced under it.
+    baselines: Also price the classic schedules that fit each placement.
+    pipe_axis: The mesh's pipe axis.
+    mode: ``"train"`` or ``"infer"``.
+    **schedule_kw: Other ``tj.schedule`` options (``cost``, ``recompute``,
+      ``optimizer_slots``, ``solver_time_limit_s``, ...).
+  """
+  def make(f: Callable[..., Any]) -> FrontierFunction:
+    return FrontierFunction(f, mesh=mesh, placements=placements,
+                            microbatches=microbatches,
+                            memory_limit=memory_limit, baselines=baselines,
+                            pipe_axis=pipe_axis, mode=mode, **schedule_kw)
+  return make if fn is None else make(fn)
+
+
+# --- placement="auto" ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoChoice:
+  """What ``placement="auto"`` chose and why.
+
+  Attributes:
+    winner: The plan lowered.
+    runner_up: The fastest fitting plan of another placement, width or N.
+    memory_limit: Bytes per device the choice fits (None: none).
+    frontier: Every priced plan.
+    choose_seconds: Wall seconds of pricing and choosing.
+    step: The ``ScheduledFunction`` of the winner (what runs).
+  """
+
+  winner: PricedPlan
+  runner_up: PricedPlan | None
+  memory_limit: int | None
+  frontier: ProgramFrontier
+  choose_seconds: float
+  step: Any = None
+
+  def describe(self) -> str:
+    w, r = self.winner, self.runner_up
+    text = (f"placement='auto' chose {w.label} from {len(self.frontier.plans)}"
+            f" plans in {self.choose_seconds:.1f} s: predicted step"
+            f" {w.step:.3f} {w.unit}, peak {w.peak_bytes} bytes per device")
+    if r is not None:
+      text += (f"; runner-up {r.label}: {r.step:.3f} {r.unit}, peak"
+               f" {r.peak_bytes} bytes")
+    return text
+
+
+def _schedule_options(step: Any) -> dict[str, Any]:
+  """The ``tj.schedule`` options of ``step`` that every candidate shares."""
+  names = ("solver_time_limit_s", "recompute", "seed", "max_loop_period",
+           "param_layout", "interpret_ramps", "param_sharding", "cost",
+           "time_resolution", "reprofile", "link", "cache_dir",
+           "optimizer_slots", "cut", "has_aux")
+  return {n: getattr(step, n) for n in names}
+
+
+def auto_build(step: Any, params: Any, batch: Any,
+               placements: Sequence[str] | None = None
+               ) -> tuple[Any, AutoChoice]:
+  """Prices every plan of ``step.fn`` on ``step.mesh``, picks the fastest
+  predicted one whose peak fits ``step.memory_limit`` and builds it.
+
+  Returns:
+    ``(Built, AutoChoice)``.
+
+  Raises:
+    TesselError: when no plan fits, naming the smallest limit that does.
+  """
+  t0 = time.perf_counter()
+  n = step.num_microbatches
+  ff = FrontierFunction(step.fn, mesh=step.mesh, placements=placements,
+                        microbatches=None if n is None else [int(n)],
+                        memory_limit=step.memory_limit,
+                        pipe_axis=step.pipe_axis, mode=step.mode,
+                        **_schedule_options(step))
+  fr = ff(params, batch)
+  best = fr.choose(step.memory_limit)
+  if best is None:
+    raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
+  built = ff.steps[best.candidate].build(params, batch)
+  choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),
+                      memory_limit=step.memory_limit, frontier=fr,
+                      choose_seconds=time.perf_counter() - t0,
+                      step=ff.steps[best.candidate])
+  return built, choice
+
+
+def _nothing_fits(fr: ProgramFrontier, limit: int | None) -> str:
+  small = fr.smallest_peak()
+  if small is None:
+    reasons = "; ".join(f"{w}: {y}" for w, y in fr.skipped[:3])
+    return (f"placement='auto' found no plan for this program on this mesh"
+            f" ({len(fr.skipped)} candidates skipped, e.g. {reasons}); pick a"
+            f" placement and tj.boundary markers by hand")
+  return (f"placement='auto': none of the {len(fr.plans)} plans fits"
+          f" memory_limit={limit} bytes per device; the smallest peak is"
+          f" {small.peak_bytes} bytes ({small.label}). Pass memory_limit >="
+          f" {small.peak_bytes}, or recompute=True to stash less")

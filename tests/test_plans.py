@@ -1,0 +1,93 @@
+"""tj.frontier (every plan of a program, priced) and placement="auto"."""
+
+from __future__ import annotations
+
+import re
+
+import jax
+import pytest
+
+import tessel_jax as tj
+from tessel_jax import plans as P
+
+import test_lowering_models as M
+
+KINDS = ["embed", "mixed", "layer", "head"]
+NAMES = ("vshape", "mshape")
+
+
+def _plan(step, peak, name="vshape"):
+  return P.PricedPlan(candidate=P.Candidate(name, 2, 1, 4), step=step,
+                      unit="ms", peak_bytes_per_device=(peak, peak // 2),
+                      source="tessel", blocks=2, build_seconds=0.0)
+
+
+def test_pareto_choose_and_runner_up_on_hand_made_points():
+  pts = [(10.0, 100), (8.0, 300), (12.0, 50), (9.0, 300), (8.0, 300),
+         (20.0, 40), (11.0, 120)]
+  plans = [_plan(s, m, name=f"p{i}") for i, (s, m) in enumerate(pts)]
+  fr = P.ProgramFrontier(fn_name="f", plans=tuple(plans),
+                         pareto=P.pareto(plans))
+  # (9, 300) is beaten by (8, 300); (11, 120) by (10, 100); both copies of
+  # (8, 300) stay.
+  assert fr.pareto == (1, 4, 0, 2, 5)
+  assert fr.choose(None) is plans[1]
+  assert fr.choose(100) is plans[0] and fr.choose(99) is plans[2]
+  assert fr.choose(39) is None
+  assert fr.runner_up(None) is plans[4] or fr.runner_up(None) is plans[3]
+  assert fr.smallest_peak() is plans[5]
+
+
+def _inputs():
+  return M.make_params(M.num_layers(KINDS)), M.make_batch(16)
+
+
+def test_frontier_prices_every_width_and_placement(tmp_path):
+  params, batch = _inputs()
+  mesh = jax.make_mesh((4,), ("pipe",))
+  fr = tj.frontier(M.chain_fn(KINDS), mesh=mesh, placements=NAMES,
+                   microbatches=[4])(params, batch)
+  shapes = {(p.candidate.placement, p.candidate.pipe, p.candidate.dp)
+            for p in fr.plans}
+  assert {("vshape", 4, 1), ("vshape", 2, 2), ("mshape", 4, 1)} <= shapes
+  assert any(p.candidate.plan == "1f1b" for p in fr.plans)
+  for p in fr.plans:
+    assert p.step > 0 and p.peak_bytes > 0 and p.unit == "steps"
+  # The Pareto set is exactly the plans no other plan beats in both.
+  for i, p in enumerate(fr.plans):
+    beaten = any(q.step <= p.step and q.peak_bytes <= p.peak_bytes and
+                 (q.step, q.peak_bytes) != (p.step, p.peak_bytes)
+                 for q in fr.plans)
+    assert (i in fr.pareto) == (not beaten)
+  limit = sorted(p.peak_bytes for p in fr.plans)[len(fr.plans) // 2]
+  chosen = fr.choose(limit)
+  assert chosen.peak_bytes <= limit
+  assert all(p.step >= chosen.step for p in fr.plans if p.peak_bytes <= limit)
+  path = fr.plot(str(tmp_path / "f.png"), memory_limit=limit)
+  assert (tmp_path / "f.png").stat().st_size > 1000 and path.endswith(".png")
+  assert "Pareto" in str(fr)
+
+
+def test_auto_matches_value_and_grad_fits_the_limit_and_explains(monkeypatch):
+  monkeypatch.setattr(P, "DEFAULT_PLACEMENTS", NAMES)
+  params, batch = _inputs()
+  fn = M.chain_fn(KINDS)
+  mesh = jax.make_mesh((4,), ("pipe",))
+  with pytest.raises(tj.TesselError, match="smallest peak is") as info:
+    tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4,
+                memory_limit=1000).build(params, batch)
+  smallest = int(re.search(r"smallest peak is (\d+)", str(info.value))[1])
+  assert f"memory_limit >= {smallest}" in str(info.value)
+  step = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4,
+                     memory_limit=smallest)
+  loss, grads = step(params, batch)
+  ref_loss, ref_grads = M.reference(fn, params, batch, 4)
+  assert M.max_rel_err(loss, ref_loss) <= 1e-5
+  assert M.max_rel_err(grads, ref_grads) <= 1e-5
+  assert max(step.report.peak_memory_bytes) <= smallest
+  assert step.choice.winner.peak_bytes <= smallest
+  assert "placement='auto' chose" in step.report.chosen_plan
+  assert "runner-up" in step.report.chosen_plan or len(
+      step.choice.frontier.plans) == 1
+  with pytest.raises(tj.TesselError, match="drop plan="):
+    tj.schedule(fn, mesh=mesh, placement="auto", plan="1f1b")
