@@ -49,6 +49,24 @@ from .plan import Dyn, Plan, Tick
 
 _NO_MOD = 1 << 30
 
+# Name scopes of the program's parts: they reach the HLO's op_name metadata,
+# where ``experiments.step_profile`` reads them to split a profiled step.
+SCOPES = {"kernel": "tj_kernel", "params": "tj_params",
+          "stash_read": "tj_stash_read", "stash_write": "tj_stash_write",
+          "send": "tj_send", "ppermute": "tj_ppermute",
+          "accumulate": "tj_accumulate", "terminals": "tj_terminals"}
+
+
+def _scoped(part: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+  """Runs a method under the name scope of ``part`` (see ``SCOPES``)."""
+  def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+    def scoped(*args: Any, **kwargs: Any) -> Any:
+      with jax.named_scope(SCOPES[part]):
+        return method(*args, **kwargs)
+    scoped.__doc__, scoped.__name__ = method.__doc__, method.__name__
+    return scoped
+  return wrap
+
 
 class _Ctx:
   """Trace-time helpers bound to one device index (and an interp tick)."""
@@ -143,6 +161,7 @@ class Lowering:
 
   # --- one tick -------------------------------------------------------------
 
+  @_scoped("send")
   def _payload(self, ctx: _Ctx, rd: Any, ports: Sequence[Any]) -> Any:
     """What this device sends in round ``rd`` (before any ``ppermute``)."""
     rows = rd.payload.shape[0] if rd.payload.shape else 0
@@ -156,6 +175,7 @@ class Lowering:
       return vals[0]
     return lax.select_n(ctx.table(rd.cand), *vals)
 
+  @_scoped("stash_write")
   def _write_targets(self, ctx: _Ctx, rd: Any, payload: Any,
                      pools: list[Any], it: Any) -> None:
     for tg in rd.targets:
@@ -170,9 +190,11 @@ class Lowering:
         continue
       payload = self._payload(ctx, rd, ports)
       if rd.remote:
-        payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
+        with jax.named_scope(SCOPES["ppermute"]):
+          payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
       self._write_targets(ctx, rd, payload, pools, it)
 
+  @_scoped("stash_read")
   def _reads(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
              batch: Sequence[Any], it: Any) -> list[Any]:
     vals = []
@@ -185,6 +207,7 @@ class Lowering:
                                rp.aval.shape[0]))
     return vals
 
+  @_scoped("params")
   def _params(self, ctx: _Ctx, kernel: Any, pbuf: dict[str, Any],
               slots: Sequence[Sequence[Any]]) -> list[Any]:
     by_leaf: dict[int, Any] = {}
@@ -233,6 +256,7 @@ class Lowering:
     table = np.array([max(o, 0) for o in region.offsets])
     return jnp.asarray(table, jnp.int32)[ctx.dev]
 
+  @_scoped("accumulate")
   def _accumulate(self, ctx: _Ctx, kernel: Any, gvals: Sequence[Any],
                   accs: dict[tuple, Any]) -> None:
     """Adds one kernel's parameter gradients into ``accs`` (in place).
@@ -283,7 +307,8 @@ class Lowering:
       dvals = [vals[p] for p in tick.in_map[kid]]
       pvals = self._params(ctx, kernel, pbuf, slots)
       kctx = {"row_offset": ctx.table(tick.row_offset)}
-      outs, gvals = kernel.fn(kctx, pvals, dvals)
+      with jax.named_scope(SCOPES["kernel"]):
+        outs, gvals = kernel.fn(kctx, pvals, dvals)
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
       acc = dict(zip(keys, accs))
@@ -324,6 +349,14 @@ class Lowering:
       else:
         sacc[k[1]][k[2]] = v
     sacc = tuple(tuple(g) for g in sacc)
+    tacc = self._terminals(ctx, tick, out_ports, tacc, it)
+    return (gacc, sacc), tuple(tacc), tuple(out_ports)
+
+  @_scoped("terminals")
+  def _terminals(self, ctx: _Ctx, tick: Tick, out_ports: Sequence[Any],
+                 tacc: list[Any], it: Any) -> list[Any]:
+    """Adds the tick's terminal outputs (loss parts, outputs) into ``tacc``."""
+    tacc = list(tacc)
     for ta in tick.terms:
       v = out_ports[ta.port]
       summed = ta.terminal not in self.per_mb
@@ -349,7 +382,7 @@ class Lowering:
         cur = lax.dynamic_slice(acc, starts, (1,) + v.shape)
         tacc[ta.terminal] = lax.dynamic_update_slice(acc, cur + v[None],
                                                      starts)
-    return (gacc, sacc), tuple(tacc), tuple(out_ports)
+    return tacc
 
   def _straight(self, ctx: _Ctx, ticks: Sequence[int], state: tuple, it: Any,
                 pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
@@ -401,7 +434,8 @@ class Lowering:
             which[src] = m
         payload = lax.select_n(ctx.table(which), *vals)
       perm = sorted(pair for _, rd in members for pair in rd.perm)
-      payload = lax.ppermute(payload, self.pipe, perm=perm)
+      with jax.named_scope(SCOPES["ppermute"]):
+        payload = lax.ppermute(payload, self.pipe, perm=perm)
       for _, rd in members:
         self._write_targets(ctx, rd, payload, pools, it)
 
