@@ -2,6 +2,7 @@
 
   python -m experiments.lowering_bench                 # everything
   python -m experiments.lowering_bench --parts=compile --compile_n=8,256
+  python -m experiments.lowering_bench --profile --profile_models=mlp
 
 Parts (JSON to --output):
 
@@ -15,7 +16,11 @@ Parts (JSON to --output):
   ``jax.jit(jax.value_and_grad)``, each in its own process
   (``--xla_cpu_multi_thread_eigen=false``, one intra-op thread), with wall
   and CPU seconds (CPU seconds show the work overhead even when other
-  processes share the cores).
+  processes share the cores);
+* profile (``--profile``, not in the default parts): one step of the MLP,
+  the README's GPT and a parameter-heavy MLP under each plan, split into
+  kernels, ppermute/rendezvous, stash, gradient accumulation, switch/loop
+  overhead and idle time from XLA's trace (``experiments.step_profile``).
 """
 
 import os
@@ -36,7 +41,7 @@ def main(argv: list[str]) -> None:
   args = lowering_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
   if args.worker is not None:
-    devices = 2 if args.worker == "pipe" else 1
+    devices = 1 if args.worker == "plain" else 2
     flags = [f"--xla_force_host_platform_device_count={devices}",
              "--xla_cpu_multi_thread_eigen=false",
              "intra_op_parallelism_threads=1"]

@@ -7,12 +7,26 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from experiments.lowering_bench_lib import PARTS, BenchArgs
+from experiments.lowering_bench_lib import DEFAULT_PARTS, PARTS, BenchArgs
 
-flags.DEFINE_list("parts", list(PARTS),
+flags.DEFINE_list("parts", list(DEFAULT_PARTS),
                   "What to measure: compile (time vs N), memory"
                   " (memory_analysis vs predicted, HLO stash copies), speedup"
-                  " (2 single-threaded devices vs 1).")
+                  " (2 single-threaded devices vs 1), profile (see"
+                  " --profile).")
+flags.DEFINE_bool("profile", False, "Only the profile part: a step of each"
+                  " --profile_models x --profile_plans on vshape(2) split"
+                  " into kernels, ppermute/rendezvous, stash, gradient"
+                  " accumulation, switch/loop overhead and idle time, from"
+                  " XLA's trace (experiments.step_profile).")
+flags.DEFINE_list("profile_models", ["mlp", "gpt", "wide"],
+                  "Models of the profile: mlp (4x1024, 256 rows), gpt (the"
+                  " README's), wide (4x1664, 11.1M parameters, 32 rows).")
+flags.DEFINE_list("profile_plans", ["searched", "gpipe", "1f1b"],
+                  "Plans of the profile (searched: the default search).")
+flags.DEFINE_integer("profile_n", 8, "Micro-batches of the profile.")
+flags.DEFINE_enum("profile_cost", "measured", ["measured", "uniform"],
+                  "cost= of the profiled schedules.")
 flags.DEFINE_list("compile_n", ["8", "32", "128", "256"],
                   "Micro-batch counts for the compile-time part.")
 flags.DEFINE_string("placement", "vshape", "Placement of the compile and"
@@ -47,13 +61,20 @@ def from_flags() -> BenchArgs:
     ns = tuple(int(n) for n in f.compile_n)
   except ValueError:
     raise app.UsageError(f"--compile_n must be integers: {f.compile_n}") from None
-  if f.worker not in (None, "plain", "pipe"):
-    raise app.UsageError("--worker is internal ('plain' or 'pipe')")
+  if f.worker not in (None, "plain", "pipe", "profile"):
+    raise app.UsageError("--worker is internal ('plain', 'pipe', 'profile')")
+  bad = [m for m in f.profile_models if m not in ("mlp", "gpt", "wide")]
+  bad += [p for p in f.profile_plans if p not in ("searched", "gpipe", "1f1b")]
+  if bad:
+    raise app.UsageError(f"unknown --profile_models/--profile_plans {bad}")
   if f.speed_layers % 2:
     raise app.UsageError("--speed_layers must be even (two pipeline stages)")
-  return BenchArgs(parts=tuple(f.parts), compile_n=ns, placement=f.placement,
+  return BenchArgs(parts=("profile",) if f.profile else tuple(f.parts), compile_n=ns, placement=f.placement,
                    devices=f.devices, speed_hidden=f.speed_hidden,
                    speed_layers=f.speed_layers, speed_rows=f.speed_rows,
                    speed_n=f.speed_n, speed_cut=f.speed_cut,
                    repeats=f.repeats,
-                   output=f.output or None, worker=f.worker)
+                   output=f.output or None, worker=f.worker,
+                   profile_models=tuple(f.profile_models),
+                   profile_plans=tuple(f.profile_plans),
+                   profile_n=f.profile_n, profile_cost=f.profile_cost)

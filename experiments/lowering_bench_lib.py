@@ -20,13 +20,14 @@ import numpy as np
 import tessel_jax as tj
 from tessel_jax import placements
 
-PARTS = ("compile", "memory", "speedup")
+PARTS = ("compile", "memory", "speedup", "profile")
+DEFAULT_PARTS = ("compile", "memory", "speedup")
 
 
 class BenchArgs(NamedTuple):
   """Everything ``lowering_bench_lib`` needs; see the flags for meanings."""
 
-  parts: tuple[str, ...] = PARTS
+  parts: tuple[str, ...] = DEFAULT_PARTS
   compile_n: tuple[int, ...] = (8, 32, 128, 256)
   placement: str = "vshape"
   devices: int = 4
@@ -38,6 +39,10 @@ class BenchArgs(NamedTuple):
   repeats: int = 5
   output: str | None = "out/lowering_bench.json"
   worker: str | None = None
+  profile_models: tuple[str, ...] = ("mlp", "gpt", "wide")
+  profile_plans: tuple[str, ...] = ("searched", "gpipe", "1f1b")
+  profile_n: int = 8
+  profile_cost: str = "measured"
 
 
 # --- models -----------------------------------------------------------------
@@ -299,6 +304,11 @@ def part_speedup(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def main(args: Any) -> int:
+  from experiments import lowering_profile  # pylint: disable=import-outside-toplevel
+  if args.worker == "profile":
+    lowering_profile.worker(args.profile_models, args.profile_plans,
+                            args.profile_n, args.profile_cost, args.repeats)
+    return 0
   if args.worker is not None:
     print(json.dumps(_worker(args)))
     return 0
@@ -306,7 +316,8 @@ def main(args: Any) -> int:
   log = lambda s: print(s, flush=True)
   for part in args.parts:
     record[part] = {"compile": part_compile, "memory": part_memory,
-                    "speedup": part_speedup}[part](args, log)
+                    "speedup": part_speedup,
+                    "profile": lowering_profile.part_profile}[part](args, log)
   text = json.dumps(record, indent=1)
   if args.output:
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)

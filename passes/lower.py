@@ -51,6 +51,7 @@ from jax import lax
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from . import flushes as _flushes
 from . import outputs as _outputs
 from .kernels import KernelSet
 from .packing import Layout, pack, read_region, unpack_grads
@@ -58,6 +59,24 @@ from .partition import Partition
 from .plan import Dyn, Plan, Tick
 
 _NO_MOD = 1 << 30
+
+# Name scopes of the program's parts: they reach the HLO's op_name metadata,
+# where ``experiments.step_profile`` reads them to split a profiled step.
+SCOPES = {"kernel": "tj_kernel", "params": "tj_params",
+          "stash_read": "tj_stash_read", "stash_write": "tj_stash_write",
+          "send": "tj_send", "ppermute": "tj_ppermute",
+          "accumulate": "tj_accumulate", "terminals": "tj_terminals"}
+
+
+def _scoped(part: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+  """Runs a method under the name scope of ``part`` (see ``SCOPES``)."""
+  def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+    def scoped(*args: Any, **kwargs: Any) -> Any:
+      with jax.named_scope(SCOPES[part]):
+        return method(*args, **kwargs)
+    scoped.__doc__, scoped.__name__ = method.__doc__, method.__name__
+    return scoped
+  return wrap
 
 
 class _Ctx:
@@ -161,26 +180,40 @@ class Lowering:
 
   # --- one tick -------------------------------------------------------------
 
-  def _sends(self, ctx: _Ctx, tick: Tick, ports: Sequence[Any],
-             pools: list[Any], it: Any) -> None:
-    for rd in tick.sends:
-      rows = rd.payload.shape[0] if rd.payload.shape else 0
-      vals = []
-      for c in rd.candidates:
-        v = ports[c]
-        if rd.rowed and tuple(v.shape) != rd.payload.shape:
-          v = _read_rows(v, ctx.table(rd.src_row), rows)
-        vals.append(v)
-      if len(vals) == 1:
-        payload = vals[0]
-      else:
-        payload = lax.select_n(ctx.table(rd.cand), *vals)
-      if rd.remote:
-        payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
-      for tg in rd.targets:
-        pools[tg.pool] = _write(pools[tg.pool], payload,
-                                ctx.dyn(tg.slot, it), ctx.table(tg.row))
+  @_scoped("send")
+  def _payload(self, ctx: _Ctx, rd: Any, ports: Sequence[Any]) -> Any:
+    """What this device sends in round ``rd`` (before any ``ppermute``)."""
+    rows = rd.payload.shape[0] if rd.payload.shape else 0
+    vals = []
+    for c in rd.candidates:
+      v = ports[c]
+      if rd.rowed and tuple(v.shape) != rd.payload.shape:
+        v = _read_rows(v, ctx.table(rd.src_row), rows)
+      vals.append(v)
+    if len(vals) == 1:
+      return vals[0]
+    return lax.select_n(ctx.table(rd.cand), *vals)
 
+  @_scoped("stash_write")
+  def _write_targets(self, ctx: _Ctx, rd: Any, payload: Any,
+                     pools: list[Any], it: Any) -> None:
+    for tg in rd.targets:
+      pools[tg.pool] = _write(pools[tg.pool], payload, ctx.dyn(tg.slot, it),
+                              ctx.table(tg.row))
+
+  def _sends(self, ctx: _Ctx, tick: Tick, ports: Sequence[Any],
+             pools: list[Any], it: Any, remote: bool | None = None) -> None:
+    """Writes the tick's rounds (only the remote or local ones if given)."""
+    for rd in tick.sends:
+      if remote is not None and rd.remote != remote:
+        continue
+      payload = self._payload(ctx, rd, ports)
+      if rd.remote:
+        with jax.named_scope(SCOPES["ppermute"]):
+          payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
+      self._write_targets(ctx, rd, payload, pools, it)
+
+  @_scoped("stash_read")
   def _reads(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
              batch: Sequence[Any], it: Any) -> list[Any]:
     vals = []
@@ -193,6 +226,7 @@ class Lowering:
                                rp.aval.shape[0]))
     return vals
 
+  @_scoped("params")
   def _params(self, ctx: _Ctx, kernel: Any, pbuf: dict[str, Any],
               slots: Sequence[Sequence[Any]]) -> list[Any]:
     by_leaf: dict[int, Any] = {}
@@ -241,6 +275,7 @@ class Lowering:
     table = np.array([max(o, 0) for o in region.offsets])
     return jnp.asarray(table, jnp.int32)[ctx.dev]
 
+  @_scoped("accumulate")
   def _accumulate(self, ctx: _Ctx, kernel: Any, gvals: Sequence[Any],
                   accs: dict[tuple, Any]) -> None:
     """Adds one kernel's parameter gradients into ``accs`` (in place).
@@ -291,7 +326,8 @@ class Lowering:
       dvals = [vals[p] for p in tick.in_map[kid]]
       pvals = self._params(ctx, kernel, pbuf, slots)
       kctx = {"row_offset": ctx.table(tick.row_offset)}
-      outs, gvals = kernel.fn(kctx, pvals, dvals)
+      with jax.named_scope(SCOPES["kernel"]):
+        outs, gvals = kernel.fn(kctx, pvals, dvals)
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
       acc = dict(zip(keys, accs))
@@ -332,6 +368,14 @@ class Lowering:
       else:
         sacc[k[1]][k[2]] = v
     sacc = tuple(tuple(g) for g in sacc)
+    tacc = self._terminals(ctx, tick, out_ports, tacc, it)
+    return (gacc, sacc), tuple(tacc), tuple(out_ports)
+
+  @_scoped("terminals")
+  def _terminals(self, ctx: _Ctx, tick: Tick, out_ports: Sequence[Any],
+                 tacc: list[Any], it: Any) -> list[Any]:
+    """Adds the tick's terminal outputs (loss parts, outputs) into ``tacc``."""
+    tacc = list(tacc)
     for ta in tick.terms:
       v = out_ports[ta.port]
       summed = ta.terminal not in self.per_mb
@@ -357,26 +401,62 @@ class Lowering:
         cur = lax.dynamic_slice(acc, starts, (1,) + v.shape)
         tacc[ta.terminal] = lax.dynamic_update_slice(acc, cur + v[None],
                                                      starts)
-    return (gacc, sacc), tuple(tacc), tuple(out_ports)
+    return tacc
 
   def _straight(self, ctx: _Ctx, ticks: Sequence[int], state: tuple, it: Any,
                 pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
                 batch: Sequence[Any]) -> tuple:
-    """Pruned ticks in order; the last tick's messages are written at the
-    end, so nothing is pending when the run ends (write before read)."""
+    """Pruned ticks in order. Local messages are written at the next tick;
+    remote rounds are held and written together just before the first tick
+    that reads one of them (``passes.flushes``: one rendezvous where the
+    schedule needs it, not one per tick); whatever is pending is written at
+    the end, so nothing crosses the run's end (write before read)."""
     pools, accs, tacc = state
     pools = list(pools)
-    ports, prev = None, None
-    for t in ticks:
-      tick = self.plan.ticks[t]
-      if ports is not None:
-        self._sends(ctx, self.plan.ticks[prev], ports, pools, it)
-      accs, tacc, ports = self._compute(ctx, tick, pools, accs, tacc, it,
-                                        pbuf, slots, batch)
-      prev = t
-    if ports is not None:
-      self._sends(ctx, self.plan.ticks[prev], ports, pools, it)
+    run = list(ticks)
+    flushes = _flushes.remote_flushes(self.plan.ticks, run)
+    held: dict[int, Sequence[Any]] = {}
+    for i, t in enumerate(run):
+      if i:
+        self._sends(ctx, self.plan.ticks[run[i - 1]], held[i - 1], pools, it,
+                    remote=False)
+      self._flush(ctx, run, flushes[i], held, pools, it)
+      accs, tacc, held[i] = self._compute(ctx, self.plan.ticks[t], pools,
+                                          accs, tacc, it, pbuf, slots, batch)
+    if run:
+      self._sends(ctx, self.plan.ticks[run[-1]], held[len(run) - 1], pools,
+                  it, remote=False)
+      self._flush(ctx, run, flushes[-1], held, pools, it)
     return tuple(pools), accs, tacc
+
+  def _flush(self, ctx: _Ctx, run: Sequence[int], positions: Sequence[int],
+             held: dict[int, Sequence[Any]], pools: list[Any],
+             it: Any) -> None:
+    """Writes the held remote rounds of the ticks at ``positions``.
+
+    Rounds of equal payload shape whose senders and receivers are disjoint
+    share one ``ppermute`` (``flushes.merge_rounds``): fewer rendezvous,
+    and the merged payload depends on every tick it carries, so XLA
+    cannot run the rendezvous before the latest of them.
+    """
+    rounds = [(j, rd) for j in positions for rd in self.plan.ticks[run[j]].sends
+              if rd.remote]
+    for group in _flushes.merge_rounds([rd for _, rd in rounds]):
+      members = [rounds[g] for g in group]
+      vals = [self._payload(ctx, rd, held[j]) for j, rd in members]
+      if len(vals) == 1:
+        payload = vals[0]
+      else:
+        which = np.zeros(self.plan.num_devices, np.int64)
+        for m, (_, rd) in enumerate(members):
+          for src, _ in rd.perm:
+            which[src] = m
+        payload = lax.select_n(ctx.table(which), *vals)
+      perm = sorted(pair for _, rd in members for pair in rd.perm)
+      with jax.named_scope(SCOPES["ppermute"]):
+        payload = lax.ppermute(payload, self.pipe, perm=perm)
+      for _, rd in members:
+        self._write_targets(ctx, rd, payload, pools, it)
 
   def _interp(self, ctx: _Ctx, seg: Any, state: tuple, pbuf: dict[str, Any],
               slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:

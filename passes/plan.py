@@ -151,6 +151,7 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
   store_rows: dict[tuple[Key, int], tuple[int, int] | None] = {}
   store_aval: dict[tuple[Key, int], Aval] = {}
   store_slots: dict[tuple[Key, int], int] = {}
+  first_read: dict[tuple[Key, int, int], int] = {}
   for (key, d), uses in sorted(readers.items(), key=lambda kv: (str(kv[0][0]),
                                                                 kv[0][1])):
     full = ks.value_avals[key]
@@ -176,6 +177,8 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
             f" written at tick {w}")
       writes.append(w)
       reads.append(r)
+    for m in range(n):
+      first_read[(key, d, m)] = min(tick_of[(kid, m)] for kid, _ in uses)
     slots = 1
     for m in range(n):
       last = bisect.bisect_right(writes, reads[m]) - 1
@@ -205,7 +208,7 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
   terminal_index = {key: j for j, key in enumerate(ks.terminals)}
   env = _Env(D=D, n=n, b=b, kernels=kernels, stores=stores,
              stores_of_key=stores_of_key, pools=pools, layout=layout,
-             terminal_index=terminal_index)
+             terminal_index=terminal_index, first_read=first_read)
   ticks = [_make_tick(env, steps[t], tuple(run[t]), mbs[t]) for t in range(T)]
   segments = find_loops(ticks, max_period=max_period)
   if interpret_ramps is not None:
@@ -230,6 +233,8 @@ class _Env:
   pools: tuple[Pool, ...]
   layout: Layout
   terminal_index: Mapping[Key, int]
+  first_read: Mapping[tuple[Key, int, int], int] = dataclasses.field(
+      default_factory=dict)
 
 
 def _slot_dyn(D: int, entries: Mapping[int, tuple[Store, int]],
@@ -437,10 +442,12 @@ def _make_tick(env: _Env, step: int, kern: tuple[int | None, ...],
         Target(pool=p, slot=_slot_dyn(D, entries, env.pools[p]),
                row=rows_by_pool[p])
         for p, entries in sorted(by_pool.items()))
+    dues = [env.first_read.get((m.store.key, m.store.device, m.mb), -1)
+            for m in rd["msgs"]]
     sends.append(Round(remote=rd["remote"], payload=rd["payload"],
                        rowed=rowed, candidates=cands, cand=cand,
                        src_row=src_row, perm=tuple(sorted(perm)),
-                       targets=targets))
+                       targets=targets, due=min(dues) if dues else -1))
 
   grads, grad_map = _grad_ports(env, present)
   terms = _terms(env, kern, present, out_map, mb)

@@ -120,6 +120,9 @@ class Round:
     src_row: Per device: first row taken from the out port value.
     perm: ``(src, dst)`` pairs (remote only).
     targets: Per destination pool.
+    due: Index of the earliest tick reading one of the round's messages:
+      the round may be written at any tick boundary up to that tick
+      (``passes.flushes``); -1: at the next tick.
   """
 
   remote: bool
@@ -130,6 +133,7 @@ class Round:
   src_row: np.ndarray
   perm: tuple[tuple[int, int], ...]
   targets: tuple[Target, ...]
+  due: int = -1
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .flushes import barrier_count
+
 if TYPE_CHECKING:
   from .plan_ir import Tick
 
@@ -78,18 +80,37 @@ def find_loops(ticks: Sequence[Tick], max_period: int = 64,
         iters = 1 + (t - a) // p
         if iters >= min_iterations and (best is None or
                                         iters * p > best[2] * best[1]):
-          best = (a, p, iters)
+          best = (a, p, iters, t + p)
     if best is None:
       if hi > lo:
         out.append(Segment(lo, hi - lo, 1))
       return
-    start, p, iters = best
+    start, p, iters = _rotate(ticks, *best, min_iterations)
     solve(lo, start)
     out.append(Segment(start, p, iters, kind="loop"))
     solve(start + p * iters, hi)
 
   solve(0, len(ticks))
   return [s for s in out if s.period * s.iterations > 0]
+
+
+def _rotate(ticks: Sequence[Tick], start: int, period: int, iterations: int,
+            run_end: int, min_iterations: int) -> tuple[int, int, int]:
+  """The loop's phase: ``(start, period, iterations)`` over the periodic
+  ticks ``[start, run_end)`` whose body has the fewest rendezvous when its
+  remote rounds are deferred (``passes.flushes``; an iteration's end
+  writes what is pending, so the phase decides how many barriers an
+  iteration needs), then the most iterations, then the earliest start."""
+  best = None
+  for r in range(period):
+    s = start + r
+    iters = (run_end - s) // period
+    if iters < min_iterations or (r and iters < iterations - 1):
+      continue
+    cost = (barrier_count(ticks, range(s, s + period)), -iters, r)
+    if best is None or cost < best[0]:
+      best = (cost, (s, period, iters))
+  return best[1] if best else (start, period, iterations)
 
 
 def interp_segments(segments: Sequence[Segment], ticks: Sequence[Tick],

@@ -26,6 +26,7 @@ from tessel_jax.cost import measure, predict, quantize, ticks
 from tessel_jax.graph import Edge
 from tessel_jax.schedule import Action, UnrolledSchedule
 from tessel_jax.search import search_repetend
+from passes import flushes
 
 import test_lowering_models as M
 
@@ -238,10 +239,23 @@ def test_tick_model_prices_ticks_and_rendezvous():
   assert not rv.edge_delays
   remote = sum(1 for t in plan.ticks for rd in t.sends if rd.remote)
   assert remote > 0
-  # Every remote round is priced once (latency dominates these payloads).
-  assert rv.barrier_seconds == pytest.approx(
-      sum(link.seconds(rd.payload.nbytes) for t in plan.ticks
-          for rd in t.sends if rd.remote))
+  # Every ppermute the lowering emits is priced once: held remote rounds
+  # are written at their first reader, equal-shaped ones merged
+  # (passes.flushes), per straight run and loop iteration.
+  expected = 0.0
+  for seg in plan.segments:
+    assert seg.kind != "interp"
+    body = list(range(seg.start, seg.start + seg.period))
+    for positions in flushes.remote_flushes(plan.ticks, body):
+      rounds = [rd for j in positions for rd in plan.ticks[body[j]].sends
+                if rd.remote]
+      expected += seg.iterations * sum(
+          link.seconds(rounds[g[0]].payload.nbytes)
+          for g in flushes.merge_rounds(rounds))
+  every = sum(link.seconds(rd.payload.nbytes) for t in plan.ticks
+              for rd in t.sends if rd.remote)
+  assert 0 < rv.barrier_seconds == pytest.approx(expected)
+  assert expected <= every
 
 
 # --- measurement and cache (jax) ----------------------------------------------

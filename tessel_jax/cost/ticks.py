@@ -154,6 +154,40 @@ def _iteration_ends(plan: Any) -> tuple[set[int], set[int]]:
   return ends, interp
 
 
+def _deferred_barriers(plan: Any, link: Any, interp: set[int]
+                       ) -> list[tuple[int, float]]:
+  """``(tick, seconds)``: the rendezvous right after ``tick``, where the
+  lowering writes held remote rounds (``passes.flushes``: at the first
+  tick reading one of them, equal-shaped rounds in one ``ppermute``), per
+  straight run and loop iteration; interp ticks send at every tick."""
+  try:  # installed: passes/ is tessel_jax.passes
+    from tessel_jax.passes import flushes  # type: ignore  # pylint: disable=import-outside-toplevel
+  except ImportError:  # run from the repository root
+    from passes import flushes  # type: ignore  # pylint: disable=import-outside-toplevel
+  ticks = plan.ticks
+  out = []
+  for t in sorted(interp):
+    sec = _remote_seconds(ticks[t], link)
+    if sec:
+      out.append((t, sec))
+  for seg in plan.segments:
+    if seg.kind == "interp":
+      continue
+    body = list(range(seg.start, seg.start + seg.period))
+    rounds_at = flushes.remote_flushes(ticks, body)
+    for k in range(seg.iterations):
+      shift = k * seg.period
+      for i, positions in enumerate(rounds_at):
+        rounds = [rd for j in positions for rd in ticks[body[j]].sends
+                  if rd.remote]
+        if not rounds:
+          continue
+        sec = sum(link.seconds(int(rounds[g[0]].payload.nbytes))
+                  for g in flushes.merge_rounds(rounds))
+        out.append((body[i - 1] + shift, sec))
+  return out
+
+
 def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
                rendezvous: bool = False) -> TickModel:
   """The :class:`TickModel` of ``plan``.
@@ -197,8 +231,7 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
     if t in interp and (t == 0 or spec_of.get(t - 1) is not shape) and sec:
       # an interp loop sends (dummies) before its first tick
       before[tick.step] = before.get(tick.step, 0.0) + sec
-    if not sec:
-      continue
+  for t, sec in _deferred_barriers(plan, link, interp):
     # A following kernel runs first only if it reads no stash value at all
     # (micro-batch inputs only): measured, XLA moved such a kernel (the
     # V-shape's F0) ahead of the rendezvous but not one reading the stash
