@@ -66,7 +66,10 @@ def fail(message: str, code: int = EXIT_ERROR, prefix: str = "error"
 def user_error_code(err: BaseException) -> int | None:
   """The exit code for a user error, or None for anything else (a bug)."""
   # Imported here so that importing this module stays cheap.
-  from passes.errors import TesselError  # pylint: disable=import-outside-toplevel
+  try:
+    from tessel_jax.passes.errors import TesselError  # pylint: disable=import-outside-toplevel
+  except ImportError:  # a source checkout without the installed alias
+    from passes.errors import TesselError  # type: ignore  # pylint: disable=import-outside-toplevel
   from tessel_jax.checks import InputError  # pylint: disable=import-outside-toplevel
   from tessel_jax.search import (  # pylint: disable=import-outside-toplevel
       CompletionError, InfeasibleScheduleError, SearchTimeoutError)

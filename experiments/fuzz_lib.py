@@ -50,6 +50,7 @@ class FuzzArgs(NamedTuple):
   determinism_sample: int = 20
   hang_seconds: float = 60.0
   max_forwards: int = 8
+  max_seconds: float = 0.0
   output: str | None = None
 
 
@@ -263,11 +264,16 @@ def other_process_fingerprints(indices: Sequence[int], args: FuzzArgs
 
 
 def run(args: FuzzArgs) -> dict[str, Any]:
-  """Runs ``args.cases`` cases; returns the figures (and writes them)."""
+  """Runs ``args.cases`` cases (fewer when ``args.max_seconds`` runs out
+  first); returns the figures (and writes them)."""
   t0 = time.perf_counter()
-  cases = [run_case(i, args) for i in range(args.cases)]
-  sample = list(range(0, args.cases,
-                      max(1, args.cases // max(1, args.determinism_sample))))
+  cases = []
+  for i in range(args.cases):
+    if args.max_seconds and time.perf_counter() - t0 > args.max_seconds:
+      break  # out of time: report the cases run so far
+    cases.append(run_case(i, args))
+  done = len(cases)
+  sample = list(range(0, done, max(1, done // max(1, args.determinism_sample))))
   sample = sample[:args.determinism_sample]
   mismatched = []
   if sample:
@@ -279,6 +285,7 @@ def run(args: FuzzArgs) -> dict[str, Any]:
       "runner": RUNNER,
       "args": {**args._asdict(), "microbatches": list(args.microbatches)},
       "cases": len(cases),
+      "cases_asked": args.cases,
       "schedules_checked": sum(c["schedules"] for c in cases),
       "invalid": sum(bool(c["invalid"]) for c in cases),
       "raw_errors": sum(c["raw_error"] is not None for c in cases),
@@ -303,7 +310,7 @@ def run(args: FuzzArgs) -> dict[str, Any]:
 def summary(result: dict[str, Any]) -> str:
   """The lines ``python -m experiments.fuzz`` prints."""
   return "\n".join([
-      f"cases {result['cases']}  schedules checked"
+      f"cases {result['cases']} of {result['cases_asked']}  schedules checked"
       f" {result['schedules_checked']}  wall {result['wall_seconds']} s"
       f" (slowest case {result['max_case_seconds']} s)",
       f"invalid {result['invalid']}  raw errors {result['raw_errors']}"
