@@ -199,6 +199,21 @@ def test_bad_search_arguments_are_refused_before_any_solve(kwargs, field,
     search_repetend(placements.get("vshape", 2), **kwargs)
 
 
+@pytest.mark.parametrize("devices, field", [
+    ([(0, 1.5)], "block 0 device"),
+    ([0, "a"], "block 1 devices"),
+    ([True, 1], "block 0 devices"),
+    ([[]], "block 0 has no devices"),
+    ([0, -1], "block 1 device"),
+    ("x", "devices must be a list"),
+    ([0, None], "block 1 devices"),
+])
+def test_bad_hand_placements_are_refused(devices, field, no_solver):
+  from tessel_jax.hand_placement import Placement  # pylint: disable=import-outside-toplevel
+  with pytest.raises(PlacementError, match=field):
+    Placement(devices)
+
+
 def test_search_refuses_a_non_graph(no_solver):
   with pytest.raises(checks.InputError, match="graph"):
     search_repetend(placement_json())
