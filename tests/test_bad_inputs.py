@@ -237,6 +237,30 @@ def test_whole_float_counts_are_accepted(vshape_schedule):
   assert graph.num_devices == 2 and isinstance(graph.num_devices, int)
 
 
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.update(num_microbatches=2.5), "num_microbatches"),
+    (lambda d: d.update(num_microbatches="4"), "num_microbatches"),
+    (lambda d: d.pop("actions"), "'actions'"),
+    (lambda d: d.update(actions=5), "actions"),
+    (lambda d: d["actions"][0].update(start=1.5), r"actions\[0\]\.start"),
+    (lambda d: d["actions"][0].update(start=-1), r"actions\[0\]\.start"),
+    (lambda d: d["actions"][0].update(microbatch=99),
+     r"actions\[0\]\.microbatch"),
+    (lambda d: d["actions"][0].pop("block"), r"actions\[0\] lacks"),
+    (lambda d: d.update(memory_limit=math.nan), "memory_limit"),
+    (lambda d: d.update(period=0), "period"),
+])
+def test_bad_schedule_json_is_refused(vshape_schedule, mutate, field):
+  from tessel_jax.schedule import UnrolledSchedule  # pylint: disable=import-outside-toplevel
+  unrolled = vshape_schedule.unroll(4)
+  data = json.loads(unrolled.to_json())
+  back = UnrolledSchedule.from_dict(data, unrolled.graph)
+  assert back.actions == unrolled.actions and back.period == unrolled.period
+  mutate(data)
+  with pytest.raises(ScheduleError, match=field):
+    UnrolledSchedule.from_dict(data, unrolled.graph)
+
+
 # --- tj.schedule ----------------------------------------------------------------
 
 
