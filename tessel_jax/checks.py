@@ -49,6 +49,11 @@ MAX_ACTIONS = 10**6
 #: Seconds of a solver time limit (about 11 days).
 MAX_TIME_LIMIT_S = 10.0**6
 
+#: Picture formats ``plot.gantt`` writes (matplotlib picks the format from
+#: the suffix); runners check ``--plot`` against them before any work.
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps",
+                  ".tif", ".tiff", ".webp")
+
 
 class InputError(ValueError):
   """A value given to tessel_jax has the wrong type or is out of range.
