@@ -39,6 +39,24 @@ def no_solver(monkeypatch):
   monkeypatch.setattr(repetend, "solve_modulo", trap)
 
 
+def test_checks_accept_integers_and_whole_floats_only():
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  assert checks.integer(np.int64(3), "x") == 3
+  assert checks.integer(4.0, "x") == 4 and checks.integer(np.float32(2), "x") == 2
+  for bad in (2.7, "3", True, np.True_, math.nan, math.inf, None, [1], 1j):
+    with pytest.raises(checks.InputError, match="x must be an integer"):
+      checks.integer(bad, "x")
+  with pytest.raises(checks.InputError, match=r"in \[1, 5\], got 6"):
+    checks.integer(6, "x", low=1, high=5)
+  assert checks.real(0.5, "t", positive=True) == 0.5
+  for bad in (0, -1, math.nan, math.inf, "1", False):
+    with pytest.raises(checks.InputError, match="t must be a finite number"):
+      checks.real(bad, "t", positive=True)
+  assert checks.boolean(np.True_, "b") is True
+  with pytest.raises(checks.InputError, match="b must be True or False"):
+    checks.boolean(1, "b")
+
+
 def placement_json() -> dict:
   return {"name": "p", "num_devices": 2,
           "blocks": [{"id": 0, "kind": "F", "span": 1, "memory": 1,
