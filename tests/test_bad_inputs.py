@@ -475,6 +475,20 @@ def test_bad_tick_and_link_records_are_dropped(tmp_path, kind, record):
   assert not (tmp_path / f"{kind}-k.json").exists()
 
 
+def test_bad_schedule_cache_record_is_dropped(tmp_path, vshape_schedule):
+  from tessel_jax import schedule_cache  # pylint: disable=import-outside-toplevel
+  cache = schedule_cache.ScheduleCache(str(tmp_path))
+  graph = vshape_schedule.graph
+  unrolled = vshape_schedule.unroll(4)
+  cache.store("k", vshape_schedule, unrolled)
+  assert cache.load("k", graph, 4, 4) is not None
+  path = tmp_path / "schedule-k.json"
+  record = json.loads(path.read_text())
+  record["unrolled"]["actions"][0]["start"] = "abc"
+  path.write_text(json.dumps(record))
+  assert cache.load("k", graph, 4, 4) is None and not path.exists()
+
+
 def test_bad_records_are_never_stored(tmp_path):
   store = cost_cache.ProfileCache(str(tmp_path))
   store.put("kernel", "k", _kernel_record(seconds=math.nan))
