@@ -371,6 +371,8 @@ CLI_CASES = [
     (lambda t: ["--placement=vshape", "--devices=abc"], 1, "--devices"),
     (lambda t: ["--placement=vshape", "--memory=0", "--microbatches=4"], 2,
      "smallest limit"),
+    (lambda t: ["-m", "experiments.search_cases", "--time_limit=-1"], 1,
+     "--time_limit"),
 ]
 
 
@@ -381,8 +383,11 @@ def test_search_cli_reports_user_errors_on_one_line(tmp_path):
       '{"name": "x", "num_devices": 1, "blocks": [{"id": 0, "kind": "F",'
       ' "span": Infinity, "memory": 0, "devices": [0]}], "edges": []}')
   (tmp_path / "bin.json").write_bytes(b"\xff\xfe{")
+  def command(args):  # another runner when the case starts with -m
+    return args if args[0] == "-m" else ["-m", "experiments.search", *args]
+
   procs = [subprocess.Popen(
-      [sys.executable, "-m", "experiments.search", *make(tmp_path)],
+      [sys.executable, *command(make(tmp_path))],
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
            for make, _, _ in CLI_CASES]
   for proc, (make, code, text) in zip(procs, CLI_CASES):
