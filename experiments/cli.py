@@ -66,7 +66,10 @@ def fail(message: str, code: int = EXIT_ERROR, prefix: str = "error"
 def user_error_code(err: BaseException) -> int | None:
   """The exit code for a user error, or None for anything else (a bug)."""
   # Imported here so that importing this module stays cheap.
-  from passes.errors import TesselError  # pylint: disable=import-outside-toplevel
+  try:
+    from tessel_jax.passes.errors import TesselError  # pylint: disable=import-outside-toplevel
+  except ImportError:  # a source checkout without the installed alias
+    from passes.errors import TesselError  # type: ignore  # pylint: disable=import-outside-toplevel
   from tessel_jax.checks import InputError  # pylint: disable=import-outside-toplevel
   from tessel_jax.search import (  # pylint: disable=import-outside-toplevel
       CompletionError, InfeasibleScheduleError, SearchTimeoutError)
@@ -97,11 +100,34 @@ def guarded(main: Callable[[list[str]], Any]) -> Callable[[list[str]], Any]:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing with a bad value reported on one stderr line."""
+  """absl's flag parsing with a bad value reported on one stderr line.
+
+  Every runner's time-limit flags (``--time_limit``, ``--*_time_limit``)
+  must be finite seconds in ``(0, 10**6]``: NaN, 0 and negatives are
+  refused here, before any work.
+  """
   try:
-    return flags.FLAGS(argv)
+    rest = flags.FLAGS(argv)
   except flags.Error as err:
     fail(f"{err} (see --help)")
+  from tessel_jax import checks  # pylint: disable=import-outside-toplevel
+  for name, flag in _own_flags():
+    if (name == "time_limit" or name.endswith("_time_limit")) and (
+        flag.value is not None and not isinstance(flag.value, list)):
+      try:
+        checks.time_limit(flag.value, f"--{name}")
+      except checks.InputError as err:
+        fail(str(err))
+  return rest
+
+
+def _own_flags() -> list[tuple[str, Any]]:
+  """``(name, flag)`` of every flag defined by an ``experiments`` module."""
+  out = []
+  for module, defined in flags.FLAGS.flags_by_module_dict().items():
+    if module.startswith("experiments") or module == "__main__":
+      out += [(f.name, f) for f in defined]
+  return out
 
 
 def check_output(path: str | None, flag: str,

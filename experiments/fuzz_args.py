@@ -27,6 +27,9 @@ flags.DEFINE_float("hang_seconds", _D.hang_seconds,
 flags.DEFINE_integer("max_forwards", _D.max_forwards,
                      "Most forward blocks per placement (training doubles"
                      " them; inference up to twice as many).")
+flags.DEFINE_float("max_seconds", 0.0,
+                   "Stop starting cases after this many seconds and report"
+                   " those run (0: run them all).")
 flags.DEFINE_string("output", None, "Write the figures as JSON here.")
 
 
@@ -50,10 +53,12 @@ def from_flags() -> FuzzArgs:
                    high=cases)
     checks.real(f.hang_seconds, "--hang_seconds", positive=True)
     checks.integer(f.max_forwards, "--max_forwards", low=1, high=8)
+    checks.real(f.max_seconds, "--max_seconds", low=0)
   except checks.InputError as err:
     raise app.UsageError(str(err)) from None
   cli.check_output(f.output, "--output")
   return FuzzArgs(cases=cases, seed=f.seed, time_limit=f.time_limit,
                   microbatches=ns, determinism_sample=f.determinism_sample,
                   hang_seconds=f.hang_seconds, max_forwards=f.max_forwards,
+                  max_seconds=f.max_seconds,
                   output=f.output)

@@ -11,7 +11,9 @@ infeasible to loose and a few N, then:
   alone (it shares no code with ``validate`` or the search);
 * checks small-N completion: ``unroll(N)`` is never longer than
   ``unroll(a)`` followed by ``unroll(N - a)``;
-* counts raw errors (any exception but the library's infeasibility) and
+* counts raw errors (any exception but the library's own infeasibility,
+  search-timeout and completion errors), search timeouts (CP-SAT found
+  nothing within the budget: a clear library error, counted apart) and
   cases slower than the hang threshold.
 
 Determinism: a sample of cases is searched again in a second process and
@@ -35,7 +37,8 @@ from typing import Any, NamedTuple
 from tessel_jax import validate
 from tessel_jax.graph import Block, BlockGraph, Edge
 from tessel_jax.schedule import UnrolledSchedule
-from tessel_jax.search import InfeasibleScheduleError, search_repetend
+from tessel_jax.search import (CompletionError, InfeasibleScheduleError,
+                               SearchTimeoutError, search_repetend)
 
 RUNNER = "fuzz"
 
@@ -50,6 +53,7 @@ class FuzzArgs(NamedTuple):
   determinism_sample: int = 20
   hang_seconds: float = 60.0
   max_forwards: int = 8
+  max_seconds: float = 0.0
   output: str | None = None
 
 
@@ -187,7 +191,8 @@ def run_case(index: int, args: FuzzArgs) -> dict[str, Any]:
                          "devices": graph.num_devices, "limit": limit,
                          "wrap": allow_wrap, "invalid": [], "raw_error": None,
                          "infeasible": False, "recheck_failed": False,
-                         "split_longer": [], "schedules": 0}
+                         "split_longer": [], "schedules": 0,
+                         "timeout": None}
   t0 = time.perf_counter()
   try:
     try:
@@ -223,6 +228,8 @@ def run_case(index: int, args: FuzzArgs) -> dict[str, Any]:
             makespans[n] > makespans[a] + makespans[n - a]):
           out["split_longer"].append([n, a, makespans[n],
                                       makespans[a] + makespans[n - a]])
+  except (SearchTimeoutError, CompletionError) as err:
+    out["timeout"] = str(err)[:200]  # the library's own error, not raw
   except Exception as err:  # pylint: disable=broad-except
     out["raw_error"] = "".join(traceback.format_exception_only(
         type(err), err)).strip()[-300:]
@@ -263,11 +270,16 @@ def other_process_fingerprints(indices: Sequence[int], args: FuzzArgs
 
 
 def run(args: FuzzArgs) -> dict[str, Any]:
-  """Runs ``args.cases`` cases; returns the figures (and writes them)."""
+  """Runs ``args.cases`` cases (fewer when ``args.max_seconds`` runs out
+  first); returns the figures (and writes them)."""
   t0 = time.perf_counter()
-  cases = [run_case(i, args) for i in range(args.cases)]
-  sample = list(range(0, args.cases,
-                      max(1, args.cases // max(1, args.determinism_sample))))
+  cases = []
+  for i in range(args.cases):
+    if args.max_seconds and time.perf_counter() - t0 > args.max_seconds:
+      break  # out of time: report the cases run so far
+    cases.append(run_case(i, args))
+  done = len(cases)
+  sample = list(range(0, done, max(1, done // max(1, args.determinism_sample))))
   sample = sample[:args.determinism_sample]
   mismatched = []
   if sample:
@@ -279,10 +291,12 @@ def run(args: FuzzArgs) -> dict[str, Any]:
       "runner": RUNNER,
       "args": {**args._asdict(), "microbatches": list(args.microbatches)},
       "cases": len(cases),
+      "cases_asked": args.cases,
       "schedules_checked": sum(c["schedules"] for c in cases),
       "invalid": sum(bool(c["invalid"]) for c in cases),
       "raw_errors": sum(c["raw_error"] is not None for c in cases),
       "hangs": sum(s > args.hang_seconds for s in seconds),
+      "search_timeouts": sum(c["timeout"] is not None for c in cases),
       "infeasible_claims": sum(c["infeasible"] for c in cases),
       "infeasible_recheck_failed": sum(c["recheck_failed"] for c in cases),
       "split_longer": sum(bool(c["split_longer"]) for c in cases),
@@ -303,11 +317,12 @@ def run(args: FuzzArgs) -> dict[str, Any]:
 def summary(result: dict[str, Any]) -> str:
   """The lines ``python -m experiments.fuzz`` prints."""
   return "\n".join([
-      f"cases {result['cases']}  schedules checked"
+      f"cases {result['cases']} of {result['cases_asked']}  schedules checked"
       f" {result['schedules_checked']}  wall {result['wall_seconds']} s"
       f" (slowest case {result['max_case_seconds']} s)",
       f"invalid {result['invalid']}  raw errors {result['raw_errors']}"
-      f"  hangs {result['hangs']}",
+      f"  hangs {result['hangs']}  search timeouts (library error)"
+      f" {result['search_timeouts']}",
       f"infeasible claims {result['infeasible_claims']} (re-check failed"
       f" {result['infeasible_recheck_failed']})",
       f"unroll(N) longer than unroll(a)+unroll(N-a): {result['split_longer']}",

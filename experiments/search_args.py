@@ -9,7 +9,7 @@ from absl import app, flags
 
 from experiments import cli
 from experiments.search_lib import SearchArgs
-from tessel_jax import checks, plot
+from tessel_jax import checks
 
 flags.DEFINE_string("placement", None,
                     "Named placement (vshape, xshape, mshape, ...); see"
@@ -79,7 +79,7 @@ def from_flags() -> SearchArgs:
   except checks.InputError as err:
     raise app.UsageError(str(err)) from None
   cli.check_output(f.output, "--output")
-  cli.check_output(f.plot, "--plot", plot.IMAGE_SUFFIXES)
+  cli.check_output(f.plot, "--plot", checks.IMAGE_SUFFIXES)
   cli.check_output(f.trace, "--trace")
   return SearchArgs(
       placement=f.placement, placement_file=f.placement_file,

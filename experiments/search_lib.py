@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from typing import Any, NamedTuple, TextIO
 
-from tessel_jax import checks, placements, plot, simulate, validate
+from tessel_jax import checks, placements, simulate, validate
 from tessel_jax.checks import InputError
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.schedule import Schedule, UnrolledSchedule
@@ -218,6 +218,8 @@ def run(args: Any) -> dict[str, Any]:
       f.write(unrolled.to_json(include_timing=args.timing))
       f.write("\n")
     files.append(args.output)
+  if args.plot or args.trace:
+    from tessel_jax import plot  # pylint: disable=import-outside-toplevel  (matplotlib: slow to import)
   if args.plot:
     window = repetend_window(schedule, n)
     plot.gantt(unrolled, args.plot,

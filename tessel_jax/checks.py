@@ -49,6 +49,11 @@ MAX_ACTIONS = 10**6
 #: Seconds of a solver time limit (about 11 days).
 MAX_TIME_LIMIT_S = 10.0**6
 
+#: Picture formats ``plot.gantt`` writes (matplotlib picks the format from
+#: the suffix); runners check ``--plot`` against them before any work.
+IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps",
+                  ".tif", ".tiff", ".webp")
+
 
 class InputError(ValueError):
   """A value given to tessel_jax has the wrong type or is out of range.
@@ -62,6 +67,11 @@ def _raise(error: type[ValueError], where: str, text: str) -> None:
   raise error(prefix + text)
 
 
+def _is_bool(value: Any) -> bool:
+  """True for Python and numpy booleans (numpy 2 names its type ``bool``)."""
+  return isinstance(value, bool) or type(value).__name__ in ("bool", "bool_")
+
+
 def _show(value: Any) -> str:
   text = repr(value)
   return text if len(text) <= 60 else text[:57] + "..."
@@ -69,7 +79,7 @@ def _show(value: Any) -> str:
 
 def is_integer(value: Any) -> bool:
   """True for an int (not a bool) or a finite float with no fraction."""
-  if isinstance(value, bool) or type(value).__name__ == "bool_":
+  if _is_bool(value):
     return False
   if isinstance(value, numbers.Integral):
     return True
@@ -99,8 +109,7 @@ def integer(value: Any, field: str, *, low: int | None = None,
   """
   tail = f"; {fix}" if fix else ""
   if not is_integer(value):
-    kind = ("a boolean" if isinstance(value, bool)
-            or type(value).__name__ == "bool_" else type(value).__name__)
+    kind = "a boolean" if _is_bool(value) else type(value).__name__
     _raise(error, where, f"{field} must be an integer{_range(low, high)},"
            f" got {_show(value)} ({kind}){tail}")
   out = int(value)
@@ -135,7 +144,7 @@ def real(value: Any, field: str, *, low: float | None = None,
                                  else "> 0")
   else:
     what = "a finite number" + _range(low, high)
-  if (isinstance(value, bool) or type(value).__name__ == "bool_"
+  if (_is_bool(value)
       or not isinstance(value, numbers.Real)):
     _raise(error, where, f"{field} must be {what}, got {_show(value)}"
            f" ({type(value).__name__}){tail}")
@@ -149,7 +158,7 @@ def real(value: Any, field: str, *, low: float | None = None,
 def boolean(value: Any, field: str, *, where: str = "",
             error: type[ValueError] = InputError) -> bool:
   """Returns ``value`` if it is a bool (numpy bool too), else raises."""
-  if isinstance(value, bool) or type(value).__name__ == "bool_":
+  if _is_bool(value):
     return bool(value)
   _raise(error, where, f"{field} must be True or False, got {_show(value)}"
          f" ({type(value).__name__})")

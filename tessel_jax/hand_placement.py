@@ -9,13 +9,43 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
+from tessel_jax import checks as _checks
 from tessel_jax import placements as _placements
 from tessel_jax.graph import Block, BlockGraph, Edge, PlacementError
 
 #: Block spans of a placement with uniform costs (``cost="uniform"``).
 SPANS = {"F": 1, "B": 2, "W": 1}
+
+
+def _device_lists(devices: Any) -> tuple[tuple[int, ...], ...]:
+  """Per block, its devices as ints (a bare int is one device)."""
+  where = "Placement"
+  if isinstance(devices, (str, bytes)) or not isinstance(devices, Sequence):
+    raise PlacementError(f"{where}: devices must be a list with one device"
+                         f" (or a list of devices) per block, got"
+                         f" {type(devices).__name__}")
+  out = []
+  for i, d in enumerate(devices):
+    field = f"block {i} device"
+    if _checks.is_integer(d):
+      out.append((_checks.integer(d, field, low=0,
+                                  high=_checks.MAX_DEVICES - 1, where=where,
+                                  error=PlacementError),))
+      continue
+    if isinstance(d, (str, bytes)) or not isinstance(d, (Sequence, set,
+                                                         frozenset)):
+      raise PlacementError(f"{where}: block {i} devices must be an int or a"
+                           f" list of ints, got {d!r}")
+    if not d:
+      raise PlacementError(f"{where}: block {i} has no devices; give it at"
+                           " least one")
+    out.append(tuple(_checks.integer(x, field, low=0,
+                                     high=_checks.MAX_DEVICES - 1,
+                                     where=where, error=PlacementError)
+                     for x in d))
+  if not out:
+    raise PlacementError(f"{where}: has no blocks; give one entry per block")
+  return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +74,15 @@ class Placement:
             f"Placement maps blocks {keys}; give every block 0..{len(keys)-1}"
             " its devices")
       devices = [devices[k] for k in keys]
-    norm = tuple((d,) if isinstance(d, (int, np.integer)) else
-                 tuple(int(x) for x in d) for d in devices)
-    object.__setattr__(self, "devices", norm)
-    object.__setattr__(self, "no_grad", frozenset(int(i) for i in no_grad))
-    object.__setattr__(self, "name", name)
+    object.__setattr__(self, "devices", _device_lists(devices))
+    no_grad = _checks.sequence(list(no_grad) if isinstance(
+        no_grad, (set, frozenset)) else no_grad, "no_grad", where="Placement",
+                               error=PlacementError)
+    object.__setattr__(self, "no_grad", frozenset(
+        _checks.integer(i, "no_grad entry", low=0, where="Placement",
+                        error=PlacementError) for i in no_grad))
+    object.__setattr__(self, "name", _checks.string(
+        name, "name", where="Placement", error=PlacementError))
 
   @property
   def num_blocks(self) -> int:

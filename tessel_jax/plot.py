@@ -26,12 +26,8 @@ from matplotlib.collections import PatchCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+from tessel_jax.checks import IMAGE_SUFFIXES  # noqa: F401  (re-exported)
 from tessel_jax.schedule import UnrolledSchedule
-
-#: Picture formats ``gantt`` writes (matplotlib picks the format from the
-#: suffix).
-IMAGE_SUFFIXES = (".png", ".svg", ".pdf", ".jpg", ".jpeg", ".eps", ".ps",
-                  ".tif", ".tiff", ".webp")
 
 # Shading per block kind: (alpha, hatch).
 _KIND_STYLE = {"F": (1.0, ""), "B": (0.75, "////"), "W": (0.45, "..")}

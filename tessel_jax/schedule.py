@@ -222,6 +222,11 @@ class Schedule:
     return listed if listed.makespan < periodic.makespan else periodic
 
 
+def _refuse_constant(name: str) -> Any:
+  raise ScheduleError(f"schedule JSON holds {name}; starts, blocks and"
+                      " micro-batches must be finite integers")
+
+
 #: ``unroll(N)`` for N up to this also tries every split ``a + (N - a)``.
 SPLIT_MICROBATCHES = 8
 
@@ -427,25 +432,67 @@ class UnrolledSchedule:
   @classmethod
   def from_dict(cls, data: Mapping[str, Any],
                 graph: BlockGraph) -> "UnrolledSchedule":
-    """Reads the DESIGN §4 JSON back, given the placement it was made for."""
+    """Reads the DESIGN §4 JSON back, given the placement it was made for.
+
+    Raises:
+      ScheduleError: naming the field for a missing key, a wrong type
+        (strings, booleans, NaN or fractions where integers belong) or an
+        action out of range.
+    """
+    where = "schedule JSON"
+    data = checks.mapping(data, "the schedule", where=where,
+                          error=ScheduleError)
     if data.get("placement") not in (None, graph.name):
       raise ScheduleError(
           f"schedule JSON is for placement {data.get('placement')!r}, not"
           f" {graph.name!r}; pass the placement it was searched for")
-    actions = tuple(sorted(
-        Action(int(a["start"]), int(a["block"]), int(a["microbatch"]))
-        for a in data["actions"]))
-    return cls(graph=graph, num_microbatches=int(data["num_microbatches"]),
-               actions=actions, memory_limit=data.get("memory_limit"),
-               period=data.get("period"),
-               repetend_microbatches=data.get("repetend_microbatches"),
+    for key in ("num_microbatches", "actions"):
+      if key not in data:
+        raise ScheduleError(f"{where} has no {key!r} field (DESIGN.md §4)")
+    n = checks.microbatches(data["num_microbatches"],
+                            num_blocks=graph.num_blocks, where=where,
+                            error=ScheduleError)
+    actions = []
+    for i, a in enumerate(checks.sequence(data["actions"], "actions",
+                                          where=where, error=ScheduleError)):
+      a = checks.mapping(a, f"actions[{i}]", where=where, error=ScheduleError)
+      missing = {"start", "block", "microbatch"} - set(a)
+      if missing:
+        raise ScheduleError(f"{where}: actions[{i}] lacks {sorted(missing)}")
+      actions.append(Action(
+          checks.integer(a["start"], f"actions[{i}].start", low=0,
+                         where=where, error=ScheduleError),
+          checks.integer(a["block"], f"actions[{i}].block", where=where,
+                         error=ScheduleError),
+          checks.integer(a["microbatch"], f"actions[{i}].microbatch", low=0,
+                         high=n - 1, where=where, error=ScheduleError)))
+    limit = checks.memory_limit(data.get("memory_limit"), where=where,
+                                error=ScheduleError)
+    period = data.get("period")
+    if period is not None:
+      period = checks.integer(period, "period", low=1, where=where,
+                              error=ScheduleError)
+    rep = data.get("repetend_microbatches")
+    if rep is not None:
+      rep = checks.integer(rep, "repetend_microbatches", low=1, where=where,
+                           error=ScheduleError)
+    return cls(graph=graph, num_microbatches=n,
+               actions=tuple(sorted(actions)), memory_limit=limit,
+               period=period, repetend_microbatches=rep,
                status=str(data.get("status", "FEASIBLE")),
-               search_seconds=float(data.get("search_seconds", 0.0)),
+               search_seconds=checks.real(
+                   data.get("search_seconds", 0.0), "search_seconds", low=0,
+                   where=where, error=ScheduleError),
                source=str(data.get("source", "tessel")))
 
   @classmethod
   def from_json(cls, text: str, graph: BlockGraph) -> "UnrolledSchedule":
-    return cls.from_dict(json.loads(text), graph)
+    """Parses DESIGN §4 schedule JSON text (see :meth:`from_dict`)."""
+    try:
+      data = json.loads(text, parse_constant=_refuse_constant)
+    except (TypeError, json.JSONDecodeError) as err:
+      raise ScheduleError(f"schedule JSON does not parse: {err}") from None
+    return cls.from_dict(data, graph)
 
   def grid(self, max_steps: int | None = 64, cell: int = 0,
            width: int | None = 80, legend: bool = True) -> str:

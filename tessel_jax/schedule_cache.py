@@ -116,14 +116,18 @@ class ScheduleCache:
     record = self._store.get(KIND, key)
     if record is None:
       return None
+    path = self._store.path(KIND, key)
     try:
       sched = schedule_from_dict(record["schedule"], graph)
       unrolled = UnrolledSchedule.from_dict(record["unrolled"], graph)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError) as err:
+      self._store.discard(path, f"malformed schedule record ({err})")
       return None
     if (unrolled.num_microbatches != num_microbatches or
-        sched.memory_limit != memory_limit or
-        validate.check(unrolled, memory_limit)):
+        sched.memory_limit != memory_limit):
+      return None
+    if validate.check(unrolled, memory_limit):
+      self._store.discard(path, "the stored schedule breaks a rule")
       return None
     return sched, unrolled
 

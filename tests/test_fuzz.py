@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from experiments import fuzz_lib
 from tessel_jax import placements, validate
+from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Action, concatenate
 from tessel_jax.search import InfeasibleScheduleError, search_repetend
 
@@ -80,3 +81,27 @@ def test_concatenation_is_valid_and_compacted():
   assert two.num_microbatches == 2 and two.source.endswith("-split")
   assert two.makespan <= 2 * one.makespan
   assert sched.unroll(2).makespan <= two.makespan
+
+
+def test_small_n_case_where_the_split_is_shorter():
+  """Found by the fuzz: the templates/completion give 53 and 66 steps at
+  N = 4 and 5; 2 + 2 and 2 + 3 concatenated give 52 and 65."""
+  graph = BlockGraph.from_dict({
+      "name": "fuzz54", "num_devices": 2,
+      "blocks": [{"id": 0, "kind": "F", "span": 3, "memory": 1,
+                  "devices": [0, 1]},
+                 {"id": 1, "kind": "F", "span": 4, "memory": 3,
+                  "devices": [1]},
+                 {"id": 2, "kind": "B", "span": 5, "memory": -1,
+                  "devices": [0, 1]},
+                 {"id": 3, "kind": "B", "span": 1, "memory": -3,
+                  "devices": [1]}],
+      "edges": [[0, 1], [1, 3], [3, 2]], "edge_delays": [0, 0, 1]})
+  sched = search_repetend(graph, 6, time_limit_s=0.3)
+  for n in range(2, 6):
+    run = sched.unroll(n)
+    validate.assert_valid(run)
+    assert fuzz_lib.independent_check(graph, n, 6, fuzz_lib.triples(run)) == []
+    for a in range(1, n):
+      assert run.makespan <= (sched.unroll(a).makespan
+                              + sched.unroll(n - a).makespan)
