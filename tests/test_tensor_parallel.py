@@ -25,7 +25,7 @@ from jax.sharding import PartitionSpec as P
 import tessel_jax as tj
 from tessel_jax import compat
 
-from test_lowering_models import max_rel_err, reference
+from test_lowering_models import max_rel_err, reference, reference_infer
 
 TOL = 1e-5
 H = 16  # hidden
@@ -334,3 +334,23 @@ def test_explicit_mesh_returns_grads_on_the_users_mesh() -> None:
   assert up.sharding.mesh == mesh and _spec_of(up) == (None, "model")
   new = jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, sharded, grads)
   assert _spec_of(new["layers"][1]["down"]) == ("model",)
+
+
+def test_inference_on_pipe_data_model() -> None:
+  params, specs, _ = mlp_model()
+
+  def forward(params: Any, batch: Any) -> Any:
+    h = batch["x"]
+    for i, lp in enumerate(params["layers"]):
+      h = _mlp(lp, h)
+      if i < LAYERS - 1:
+        h = tj.boundary(h)
+    return h
+
+  mesh = _mesh({"pipe": 2, "data": 2, "model": 2})
+  batch = _batch(16, False)
+  step = tj.schedule(forward, mesh=mesh, placement=tj.placements.vshape(
+      2, mode="infer"), num_microbatches=4, data_axes=("data",),
+                     mode="infer", plan="gpipe")
+  out = step(_put(params, specs, mesh), batch)
+  assert max_rel_err(out, reference_infer(forward, params, batch, 4)) <= TOL
