@@ -354,3 +354,20 @@ def test_inference_on_pipe_data_model() -> None:
                      mode="infer", plan="gpipe")
   out = step(_put(params, specs, mesh), batch)
   assert max_rel_err(out, reference_infer(forward, params, batch, 4)) <= TOL
+
+
+def test_tp_bench_smoke(tmp_path: Any) -> None:
+  """``experiments.tp_bench`` at a tiny width: every config equals
+  ``value_and_grad`` and splitting the weights shrinks the bytes."""
+  from experiments import tp_bench_lib  # pylint: disable=import-outside-toplevel
+  out = tmp_path / "tp.json"
+  args = tp_bench_lib.BenchArgs(
+      configs=("pipe2_model2", "pipe2_model2_replicated"),
+      hidden=64, vocab=32, repeats=1, output=str(out))
+  assert tp_bench_lib.main(args) == 0
+  import json  # pylint: disable=import-outside-toplevel
+  rec = json.loads(out.read_text())
+  for c in rec["configs"].values():
+    assert c["max_rel_err_vs_value_and_grad"] <= TOL
+  assert rec["model2_over_replicated_bytes"] < 0.8
+  assert rec["configs"]["pipe2_model2"]["predicted_bytes_per_device"] > 0
