@@ -148,7 +148,7 @@ def _gathered_weights(text: str, params: Any) -> list[str]:
 
 
 def _run(model: Any, seq: bool, mesh_shape: dict[str, int],
-         data_axes: Any = ("data",), n: int = 4) -> tuple[Any, str, Any]:
+         data_axes: Any = ("data",), n: int = 2) -> tuple[Any, str, Any]:
   """Runs the pipelined model once (compiled once), checks it against
   ``jax.value_and_grad``; returns the step, the compiled HLO text and the
   gradients."""
@@ -355,19 +355,3 @@ def test_inference_on_pipe_data_model() -> None:
   out = step(_put(params, specs, mesh), batch)
   assert max_rel_err(out, reference_infer(forward, params, batch, 4)) <= TOL
 
-
-def test_tp_bench_smoke(tmp_path: Any) -> None:
-  """``experiments.tp_bench`` at a tiny width: every config equals
-  ``value_and_grad`` and splitting the weights shrinks the bytes."""
-  from experiments import tp_bench_lib  # pylint: disable=import-outside-toplevel
-  out = tmp_path / "tp.json"
-  args = tp_bench_lib.BenchArgs(
-      configs=("pipe2_model2", "pipe2_model2_replicated"),
-      hidden=64, vocab=32, repeats=1, output=str(out))
-  assert tp_bench_lib.main(args) == 0
-  import json  # pylint: disable=import-outside-toplevel
-  rec = json.loads(out.read_text())
-  for c in rec["configs"].values():
-    assert c["max_rel_err_vs_value_and_grad"] <= TOL
-  assert rec["model2_over_replicated_bytes"] < 0.8
-  assert rec["configs"]["pipe2_model2"]["predicted_bytes_per_device"] > 0
