@@ -21,6 +21,8 @@ flags.DEFINE_integer("rows", 16, "Sequences per step.")
 flags.DEFINE_integer("seq", 4, "Tokens per sequence.")
 flags.DEFINE_integer("microbatches", 4, "Micro-batches per step.")
 flags.DEFINE_integer("repeats", 5, "Timed runs per config (median kept).")
+flags.DEFINE_integer("interpret_ramps", 8, "tj.schedule's interpret_ramps"
+                     " for the pipelines (0: unroll every ramp).")
 flags.DEFINE_string("output", "out/tp_bench.json",
                     "Where to write the JSON results ('': stdout only).")
 
@@ -44,4 +46,5 @@ def from_flags() -> BenchArgs:
   return BenchArgs(configs=tuple(f.configs), hidden=f.hidden,
                    layers=f.layers, vocab=f.vocab, rows=f.rows, seq=f.seq,
                    microbatches=f.microbatches, repeats=f.repeats,
+                   interpret_ramps=f.interpret_ramps or None,
                    output=f.output or None)

@@ -40,6 +40,7 @@ class BenchArgs(NamedTuple):
   seq: int = 4
   microbatches: int = 4
   repeats: int = 5
+  interpret_ramps: int | None = 8
   output: str | None = "out/tp_bench.json"
 
 
@@ -126,7 +127,8 @@ def _program(name: str, args: BenchArgs, params: Any, specs: Any,
     step = tj.schedule(make_fn(d), mesh=mesh,
                        placement=placements.vshape(d, mode="train"),
                        num_microbatches=args.microbatches, plan="1f1b",
-                       data_axes=data, cost="uniform")
+                       data_axes=data, cost="uniform",
+                       interpret_ramps=args.interpret_ramps)
     return step, placed, batch, step
   fn = make_fn(1)
   batch_spec = P(data) if data else P()

@@ -158,8 +158,8 @@ def retarget_constraints(eqns: Sequence[Any]) -> list[Any]:
   user's mesh (all axes Auto); replayed inside the lowering's ``shard_map``
   (manual over the pipe and data axes) it must name the context mesh and
   only its GSPMD axes. Entries naming manual axes are dropped (the manual
-  split already places those dimensions). Outside a ``shard_map`` the
-  equations are returned unchanged.
+  split already places those dimensions). Outside any mesh context (a
+  kernel profiled alone on one device) see ``drop_constraints``.
   """
   ctx = context_mesh()
   manual = frozenset(getattr(ctx, "manual_axes", ()) or ())
@@ -179,6 +179,31 @@ def retarget_constraints(eqns: Sequence[Any]) -> list[Any]:
   return out
 
 
+def _is_named_constraint(eqn: Any) -> bool:
+  return (eqn.primitive.name == "sharding_constraint" and isinstance(
+      eqn.params.get("sharding"), jax.sharding.NamedSharding))
+
+
+def drop_constraints(eqns: Sequence[Any], outvars: Sequence[Any]
+                     ) -> tuple[list[Any], list[Any]]:
+  """``(eqns, outvars)`` without mesh sharding constraints, when traced
+  outside any mesh context (a kernel compiled alone for one device, which a
+  constraint naming the user's whole mesh would refuse); a constraint never
+  changes values. Inside a mesh context both are returned unchanged."""
+  if not context_mesh().empty or not any(_is_named_constraint(e)
+                                         for e in eqns):
+    return list(eqns), list(outvars)
+  alias: dict[Any, Any] = {}
+  sub = lambda v: alias.get(v, v) if isinstance(v, Var) else v
+  out = []
+  for eqn in eqns:
+    if _is_named_constraint(eqn) and len(eqn.invars) == 1:
+      alias[eqn.outvars[0]] = sub(eqn.invars[0])
+      continue
+    out.append(eqn.replace(invars=[sub(v) for v in eqn.invars]))
+  return out, [sub(v) for v in outvars]
+
+
 def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
               outvars: Sequence[Any], args: Sequence[Any]) -> list[Any]:
   """Evaluates a slice of a jaxpr.
@@ -193,6 +218,7 @@ def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
     Values of ``outvars``.
   """
   eqns = retarget_constraints(eqns)
+  eqns, outvars = drop_constraints(eqns, outvars)
   effects = frozenset().union(*(e.effects for e in eqns)) if eqns else frozenset()
   info = jex_core.DebugInfo("tessel_jax block", "tessel_jax",
                             tuple(f"in{i}" for i in range(len(invars))),
@@ -385,8 +411,11 @@ def eqn_params(eqn: Any) -> Any:
 def eval_closed(closed: Any, args: Sequence[Any]) -> list[Any]:
   """Evaluates a ClosedJaxpr on ``args`` (binds its equations: traceable)."""
   eqns = retarget_constraints(closed.jaxpr.eqns)
-  if any(a is not b for a, b in zip(eqns, closed.jaxpr.eqns)):
-    closed = ClosedJaxpr(closed.jaxpr.replace(eqns=eqns), list(closed.consts))
+  eqns, outvars = drop_constraints(eqns, closed.jaxpr.outvars)
+  if len(eqns) != len(closed.jaxpr.eqns) or any(
+      a is not b for a, b in zip(eqns, closed.jaxpr.eqns)):
+    closed = ClosedJaxpr(closed.jaxpr.replace(eqns=eqns, outvars=outvars),
+                         list(closed.consts))
   return list(jex_core.jaxpr_as_fun(closed)(*args))
 
 

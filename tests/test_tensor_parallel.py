@@ -23,8 +23,9 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
+from tessel_jax import compat
 
-from test_lowering_models import max_rel_err, reference
+from test_lowering_models import max_rel_err, reference, reference_infer
 
 TOL = 1e-5
 H = 16  # hidden
@@ -147,7 +148,7 @@ def _gathered_weights(text: str, params: Any) -> list[str]:
 
 
 def _run(model: Any, seq: bool, mesh_shape: dict[str, int],
-         data_axes: Any = ("data",), n: int = 4) -> tuple[Any, str, Any]:
+         data_axes: Any = ("data",), n: int = 2) -> tuple[Any, str, Any]:
   """Runs the pipelined model once (compiled once), checks it against
   ``jax.value_and_grad``; returns the step, the compiled HLO text and the
   gradients."""
@@ -218,14 +219,16 @@ def test_param_sharding_argument_equals_value_and_grad() -> None:
 
 
 def test_sharding_constraint_inside_fn() -> None:
+  """A constraint naming the user's mesh (data and model axes) works in the
+  blocks (re-targeted to the map's mesh, the manual data entry dropped)."""
   params, specs, fn = mlp_model()
-  mesh = _mesh({"pipe": 2, "model": 2})
+  mesh = _mesh({"pipe": 2, "data": 2, "model": 2})
+  inner = NamedSharding(mesh, P("data", "model"))
 
   def constrained(params: Any, batch: Any) -> Any:
     h = batch["x"]
     for i, lp in enumerate(params["layers"]):
-      u = jax.lax.with_sharding_constraint(
-          jax.nn.gelu(h @ lp["up"]), NamedSharding(mesh, P(None, "model")))
+      u = jax.lax.with_sharding_constraint(jax.nn.gelu(h @ lp["up"]), inner)
       h = h + u @ lp["down"] + lp["b"]
       if i < LAYERS - 1:
         h = tj.boundary(h)
@@ -233,10 +236,23 @@ def test_sharding_constraint_inside_fn() -> None:
 
   batch = _batch(16, False)
   step = tj.schedule(constrained, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=4, plan="1f1b", data_axes=())
+      2, mode="train"), num_microbatches=4, data_axes=("data",),
+                     plan="1f1b")
   loss, grads = step(_put(params, specs, mesh), batch)
   ref = reference(fn, params, batch, 4)
   assert max_rel_err((loss, grads), ref) <= TOL
+
+
+def test_constraint_dropped_in_a_one_device_kernel() -> None:
+  """Measured costs compile each kernel alone for one device, where a
+  constraint naming the whole mesh would be refused: it is dropped there."""
+  mesh = _mesh({"pipe": 2, "model": 2})
+  closed = jax.make_jaxpr(lambda x: jnp.sin(jax.lax.with_sharding_constraint(
+      x * 2, NamedSharding(mesh, P(None, "model")))))(jnp.ones((2, 4)))
+  x = jax.device_put(jnp.arange(8.0).reshape(2, 4), jax.devices()[0])
+  got = jax.jit(lambda x: compat.eval_closed(closed, [x])[0])(x)
+  np.testing.assert_allclose(got, np.sin(2 * np.arange(8.0).reshape(2, 4)),
+                             rtol=1e-6)
 
 
 def test_param_split_over_data_axis_is_refused() -> None:
@@ -318,3 +334,24 @@ def test_explicit_mesh_returns_grads_on_the_users_mesh() -> None:
   assert up.sharding.mesh == mesh and _spec_of(up) == (None, "model")
   new = jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, sharded, grads)
   assert _spec_of(new["layers"][1]["down"]) == ("model",)
+
+
+def test_inference_on_pipe_data_model() -> None:
+  params, specs, _ = mlp_model()
+
+  def forward(params: Any, batch: Any) -> Any:
+    h = batch["x"]
+    for i, lp in enumerate(params["layers"]):
+      h = _mlp(lp, h)
+      if i < LAYERS - 1:
+        h = tj.boundary(h)
+    return h
+
+  mesh = _mesh({"pipe": 2, "data": 2, "model": 2})
+  batch = _batch(16, False)
+  step = tj.schedule(forward, mesh=mesh, placement=tj.placements.vshape(
+      2, mode="infer"), num_microbatches=4, data_axes=("data",),
+                     mode="infer", plan="gpipe")
+  out = step(_put(params, specs, mesh), batch)
+  assert max_rel_err(out, reference_infer(forward, params, batch, 4)) <= TOL
+
