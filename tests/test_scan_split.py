@@ -67,6 +67,16 @@ def scanned(variant: str = "plain"):
       h, ys = jax.lax.scan(lambda c, wb: (_layer(c, wb), c.mean(-1)), h,
                            (p["w"], p["b"]))
       return h, 0.1 * jnp.mean(ys ** 2)
+    if variant == "consts":  # the body reads an activation made outside
+      gate = jax.nn.sigmoid(h.mean(0))
+      return jax.lax.scan(lambda c, wb: (_layer(c, wb) * gate, None), h,
+                          (p["w"], p["b"]))[0], 0.0
+    if variant == "two":  # two stacks (encoder, decoder) one after another
+      half = LAYERS // 2
+      body = lambda c, wb: (_layer(c, wb), None)
+      h = jax.lax.scan(body, h, (p["w"][:half], p["b"][:half]))[0]
+      return jax.lax.scan(body, jnp.sin(h),
+                          (p["w"][half:], p["b"][half:]))[0], 0.0
     if variant == "reverse":
       return jax.lax.scan(lambda c, wb: (_layer(c, wb), None), h,
                           (p["w"], p["b"]), reverse=True)[0], 0.0
@@ -110,7 +120,8 @@ def _max_rel(a, b):
 
 
 @pytest.mark.parametrize("variant", ["plain", "remat_body", "remat_scan",
-                                     "jit", "ys", "reverse"])
+                                     "jit", "ys", "reverse", "consts",
+                                     "two"])
 def test_cut_program_equals_fn_with_grads(variant):
   fn = scanned(variant)
   params, batch = _params(), _batch(4)
@@ -118,7 +129,8 @@ def test_cut_program_equals_fn_with_grads(variant):
   assert cut.num_blocks == 4
   info = autocut.cut_info(cut)
   assert len(info.structure) >= LAYERS   # one unit per iteration
-  assert len(_scans(cut.closed_jaxpr)) == 4   # sub-scans, one per block
+  # Sub-scans, one per block ("two": 2 + 2, cut between the stacks too).
+  assert len(_scans(cut.closed_jaxpr)) == 4
   n_p = len(jax.tree_util.tree_leaves(params))
 
   def run(p):
