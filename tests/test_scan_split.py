@@ -338,3 +338,16 @@ def test_hand_cut_groups_of_layers_by_slicing_the_stack():
   ref, ref_g = jax.jit(jax.value_and_grad(scanned()))(params, batch)
   assert abs(float(got) - float(ref)) <= TOL * abs(float(ref))
   assert _max_rel(got_g, ref_g) <= TOL
+
+
+def test_with_cut_marks_a_scanned_function():
+  fn = scanned("ys")
+  params = _params()
+  marked = autocut.with_cut(fn, params, _batch(4), 4, cost="analytic")
+  batch = _batch(8, seed=3)   # re-traced at another batch size
+  got, got_g = jax.jit(jax.value_and_grad(marked))(params, batch)
+  ref, ref_g = jax.jit(jax.value_and_grad(fn))(params, batch)
+  assert abs(float(got) - float(ref)) <= TOL * abs(float(ref))
+  assert _max_rel(got_g, ref_g) <= TOL
+  traced = _partition.trace(marked, "m", params, batch)
+  assert traced.num_blocks == 4
