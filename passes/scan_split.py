@@ -15,7 +15,12 @@ cut falls inside into *sub-scans* over contiguous iteration ranges:
 * the carry (the activation) flows from one sub-scan to the next, across the
   block boundary;
 * the stacked ``ys`` outputs (residuals, per-layer aux) of the sub-scans are
-  concatenated in iteration order after the last one.
+  concatenated in iteration order after the last one;
+* with ``autocut.cut_to(split_leaves=True)`` (what ``tj.schedule`` does
+  without ``param_sharding``) a stacked parameter leaf that only sub-scans
+  read, in slices tiling it, is stored as one leaf per slice
+  (:func:`split_param_leaves`, :class:`LeafSplit`), so each device holds
+  only its blocks' layers and their gradients.
 
 Sub-scans keep the scan's body, so a ``jax.checkpoint`` (remat) body stays
 remat'd. A scan that is the only equation of a top-level ``jax.checkpoint``
