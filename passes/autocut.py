@@ -391,7 +391,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
            cost: Any = "measured", train: bool = True,
            weights: Sequence[float] | None = None,
            tolerance: float = DEFAULT_TOLERANCE, device: Any | None = None,
-           what: str = "the placement") -> Traced:
+           what: str = "the placement", split_leaves: bool = False) -> Traced:
   """The traced function with exactly ``num_blocks`` blocks.
 
   * ``cut="markers"``: the user's ``tj.boundary`` markers must make
@@ -416,6 +416,10 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       live.
     device: Where measured costs are timed (default: the first device).
     what: How messages name the placement, e.g. ``"placement 'vshape'"``.
+    split_leaves: Store stacked parameter leaves that sub-scans read in
+      slices as one leaf per slice (``scan_split.split_param_leaves``; the
+      result's ``leaf_split`` converts at the program's edge). Follows
+      ``like`` when given.
 
   Returns:
     A Traced with ``num_blocks`` blocks (an auto cut is recorded for
@@ -426,6 +430,34 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       ``cut=None``), fewer equations than blocks, a re-trace whose structure
       differs from ``like``, or an unknown ``cut``.
   """
+  split = split_leaves or (like is not None and like.leaf_split is not None)
+  out = _cut_to(traced, num_blocks, fn_name=fn_name, cut=cut, like=like,
+                cost=cost, train=train, weights=weights, tolerance=tolerance,
+                device=device, what=what)
+  return _split_leaves(out) if split else out
+
+
+def _split_leaves(traced: Traced) -> Traced:
+  """``traced`` with stacked leaves stored as slices (see cut_to)."""
+  closed, split = scan_split.split_param_leaves(
+      traced.closed_jaxpr, len(traced.param_avals), traced.param_tree)
+  if split is None:
+    return traced
+  avals = split.avals(traced.param_avals)
+  out = dataclasses.replace(
+      traced, closed_jaxpr=closed, param_avals=avals, leaf_split=split,
+      param_tree=jax.tree_util.tree_structure(tuple(range(len(avals)))))
+  info = cut_info(traced)
+  if info is not None:
+    _INFO[out] = info
+  return out
+
+
+def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
+            cut: str | None, like: Traced | None, cost: Any, train: bool,
+            weights: Sequence[float] | None, tolerance: float,
+            device: Any | None, what: str) -> Traced:
+  """:func:`cut_to` before any leaf split."""
   t0 = time.perf_counter()
   name = fn_name or traced.fn_name
   if cut not in CUT_MODES:

@@ -180,6 +180,9 @@ class Traced:
       the last flat outputs); None without.
     primary_tree: With ``has_aux``: tree structure of the loss (training)
       or outputs (inference); None without.
+    leaf_split: A ``scan_split.LeafSplit`` when stacked parameter leaves are
+      stored as slices (``param_tree``/``param_avals`` then describe the
+      stored leaves, a flat tuple); None otherwise.
   """
 
   fn_name: str
@@ -192,6 +195,7 @@ class Traced:
   num_blocks: int
   aux_tree: Any = None
   primary_tree: Any = None
+  leaf_split: Any = None
 
   @property
   def has_aux(self) -> bool:

@@ -15,7 +15,12 @@ cut falls inside into *sub-scans* over contiguous iteration ranges:
 * the carry (the activation) flows from one sub-scan to the next, across the
   block boundary;
 * the stacked ``ys`` outputs (residuals, per-layer aux) of the sub-scans are
-  concatenated in iteration order after the last one.
+  concatenated in iteration order after the last one;
+* with ``autocut.cut_to(split_leaves=True)`` (what ``tj.schedule`` does
+  without ``param_sharding``) a stacked parameter leaf that only sub-scans
+  read, in slices tiling it, is stored as one leaf per slice
+  (:func:`split_param_leaves`, :class:`LeafSplit`), so each device holds
+  only its blocks' layers and their gradients.
 
 Sub-scans keep the scan's body, so a ``jax.checkpoint`` (remat) body stays
 remat'd. A scan that is the only equation of a top-level ``jax.checkpoint``
@@ -207,19 +212,6 @@ def _inner_live(before: float, closed: Any, site: ScanSite,
 # --- emitting the split program -----------------------------------------------
 
 
-def _bind_range(site: ScanSite, ins: Sequence[Any], lo: int, hi: int,
-                body: Any = None) -> list[Any]:
-  """Binds iterations ``[lo, hi)`` of ``site`` (inputs in scan order)."""
-  split = site.num_consts + site.num_carry
-  xs = list(ins[split:])
-  if (lo, hi) != (0, site.length):
-    xs = [lax.slice_in_dim(x, lo, hi, axis=0) for x in xs]
-  updates: dict[str, Any] = {"length": hi - lo}
-  if body is not None:
-    updates["jaxpr"] = body
-  return compat.bind_eqn(site.scan, list(ins[:split]) + xs, **updates)
-
-
 def _scan_inputs(site: ScanSite, ins: Sequence[Any]) -> list[Any]:
   if site.arg_map is None:
     return list(ins)
@@ -228,11 +220,23 @@ def _scan_inputs(site: ScanSite, ins: Sequence[Any]) -> list[Any]:
 
 def _bind_chunk(site: ScanSite, ins: Sequence[Any], lo: int, hi: int,
                 body: Any = None) -> list[Any]:
-  """One sub-scan, wrapped in a checkpoint when the site is remat'd."""
-  if site.remat is None:
-    return _bind_range(site, ins, lo, hi, body)
-  return list(jax.checkpoint(
-      lambda *a: _bind_range(site, a, lo, hi, body), **site.remat)(*ins))
+  """One sub-scan over iterations ``[lo, hi)`` (inputs in scan order).
+
+  The ``xs`` are sliced first (outside any checkpoint, so the slices of a
+  stacked parameter are visible to :func:`split_param_leaves`); the scan is
+  wrapped in a checkpoint when the site is remat'd.
+  """
+  split = site.num_consts + site.num_carry
+  xs = list(ins[split:])
+  if (lo, hi) != (0, site.length):
+    xs = [lax.slice_in_dim(x, lo, hi, axis=0) for x in xs]
+  updates: dict[str, Any] = {"length": hi - lo}
+  if body is not None:
+    updates["jaxpr"] = body
+  bind = lambda *a: compat.bind_eqn(site.scan, a, **updates)
+  if site.remat is not None:
+    bind = jax.checkpoint(bind, **site.remat)
+  return list(bind(*ins[:split], *xs))
 
 
 def _split_scan(site: ScanSite, ins: Sequence[Any],
@@ -307,6 +311,132 @@ def emit(closed: Any, scan_sites: dict[int, ScanSite],
   if not cuts and not bodies:
     return closed
   return compat.retrace(closed, handler)
+
+
+# --- stacked parameter leaves stored as slices --------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafSplit:
+  """Stacked parameter leaves the lowering stores as row slices.
+
+  After a scan is split, each block reads its own rows of a stacked leaf.
+  Handing the lowering one leaf per slice (instead of the whole stack to
+  every block) lets each device hold only its blocks' layers and their
+  gradients, as for unrolled layers; :meth:`split` and :meth:`merge` convert
+  at the program's edge, so the user still passes and gets one leaf.
+
+  Attributes:
+    user_tree: The user's parameter tree structure.
+    ranges: Per user leaf, the row ranges of its pieces in order (tiling
+      the leaf's axis 0), or ``()`` for a leaf kept whole.
+  """
+
+  user_tree: Any
+  ranges: tuple[tuple[tuple[int, int], ...], ...]
+
+  def split(self, leaves: Sequence[Any]) -> list[Any]:
+    """User leaves -> stored leaves (pieces in place of split leaves)."""
+    out: list[Any] = []
+    for x, rows in zip(leaves, self.ranges):
+      out.extend([lax.slice_in_dim(x, lo, hi, axis=0) for lo, hi in rows]
+                 if rows else [x])
+    return out
+
+  def merge(self, leaves: Sequence[Any]) -> list[Any]:
+    """Stored leaves (e.g. gradients) -> user leaves (pieces concatenated)."""
+    it = iter(leaves)
+    return [lax.concatenate([next(it) for _ in rows], 0) if rows else next(it)
+            for rows in self.ranges]
+
+  def avals(self, user_avals: Sequence[Any]) -> tuple[Any, ...]:
+    """Shapes of the stored leaves."""
+    out = []
+    for a, rows in zip(user_avals, self.ranges):
+      out.extend([jax.ShapeDtypeStruct((hi - lo,) + tuple(a.shape[1:]),
+                                       a.dtype) for lo, hi in rows]
+                 if rows else [a])
+    return tuple(out)
+
+  def wrap(self, program: Any, train: bool) -> Any:
+    """``program(stored params, batch)`` as ``fn(user params, batch)``."""
+
+    def run(params: Any, batch: Any) -> Any:
+      out = program(tuple(self.split(jax.tree_util.tree_leaves(params))),
+                    batch)
+      if not train:
+        return out
+      value, grads = out
+      return value, jax.tree_util.tree_unflatten(
+          self.user_tree, self.merge(jax.tree_util.tree_leaves(grads)))
+
+    return run
+
+
+def _uses(closed: Any) -> dict[Any, list[Any]]:
+  uses: dict[Any, list[Any]] = {}
+  for eqn in compat.jaxpr_eqns(closed):
+    for v in eqn.invars:
+      if isinstance(v, compat.Var):
+        uses.setdefault(v, []).append(eqn)
+  return uses
+
+
+def _leaf_pieces(v: Any, uses: dict[Any, list[Any]]
+                 ) -> list[tuple[tuple[int, int], Any]] | None:
+  """``[((lo, hi), slice eqn)]`` tiling ``v``'s rows when every reader of
+  ``v`` is a row slice feeding only scans (sub-scans); else None."""
+  readers = uses.get(v, [])
+  pieces = []
+  for eqn in readers:
+    rows = compat.slice_rows(eqn)
+    out = eqn.outvars[0]
+    if rows is None or not isinstance(out, compat.Var) or not uses.get(
+        out) or not all(compat.is_scan(e) or compat.remat_info(e) is not None
+                        for e in uses[out]):
+      return None
+    pieces.append((rows, eqn))
+  pieces.sort(key=lambda p: p[0])
+  bounds = [r for r, _ in pieces]
+  if len(bounds) < 2 or bounds[0][0] != 0 or bounds[-1][1] != v.aval.shape[0]:
+    return None
+  if any(a[1] != b[0] for a, b in zip(bounds, bounds[1:])):
+    return None
+  return pieces
+
+
+def split_param_leaves(closed: Any, num_params: int, user_tree: Any
+                       ) -> tuple[Any, LeafSplit | None]:
+  """Stacked parameter leaves read only through sub-scans' row slices
+  become one jaxpr input per slice (the slices' own variables).
+
+  Args:
+    closed: A cut ClosedJaxpr (after :func:`emit`); its first
+      ``num_params`` invars are the parameter leaves.
+    num_params: Parameter leaves.
+    user_tree: The user's parameter tree structure.
+
+  Returns:
+    ``(closed, None)`` when no leaf qualifies, else the jaxpr whose
+    parameter invars are the stored leaves and the :class:`LeafSplit`.
+  """
+  invars, outvars = compat.jaxpr_io(closed)
+  returned = {v for v in outvars if isinstance(v, compat.Var)}
+  uses = _uses(closed)
+  new_invars, ranges, drop = [], [], []
+  for v in invars[:num_params]:
+    pieces = None if v in returned else _leaf_pieces(v, uses)
+    if pieces is None:
+      new_invars.append(v)
+      ranges.append(())
+      continue
+    new_invars.extend(eqn.outvars[0] for _, eqn in pieces)
+    drop.extend(eqn for _, eqn in pieces)
+    ranges.append(tuple(r for r, _ in pieces))
+  if not drop:
+    return closed, None
+  out = compat.with_invars(closed, new_invars + invars[num_params:], drop)
+  return out, LeafSplit(user_tree=user_tree, ranges=tuple(ranges))
 
 
 # --- checkpoint(scan) and markers inside a scanned body -----------------------
@@ -401,6 +531,7 @@ def _forced_site(index: int, eqn: Any) -> ScanSite:
                   num_carry=ncar, reverse=reverse)
 
 
-__all__ = ["MAX_LENGTH", "ScanSite", "Unit", "emit", "hoist_remat_scans",
+__all__ = ["LeafSplit", "MAX_LENGTH", "ScanSite", "Unit", "emit",
+           "hoist_remat_scans", "split_param_leaves",
            "marked_scans", "sites", "split_marked", "structure", "unit_costs",
            "unit_live", "units"]

@@ -442,7 +442,8 @@ class ScheduledFunction:
     if isinstance(source, Placement):
       traced = self._cut(traced, source.num_blocks, "the hand-made Placement",
                          num_devices,
-                         [1.0 / len(devs) for devs in source.devices])
+                         [1.0 / len(devs) for devs in source.devices],
+                         split_leaves=not shards)
       for devs in source.devices:
         for d in devs:
           if not 0 <= d < num_devices:
@@ -473,7 +474,8 @@ class ScheduledFunction:
                 if b.kind == "F"}
       traced = self._cut(traced, count, f"placement {graph.name!r}",
                          num_devices,
-                         [1.0 / shared.get(i, 1) for i in range(count)])
+                         [1.0 / shared.get(i, 1) for i in range(count)],
+                         split_leaves=not shards)
       part = _partition.partition(traced, forward_reach(graph, forward_of))
     forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
     reach = forward_reach(graph, forward_of)
@@ -561,9 +563,13 @@ class ScheduledFunction:
                 f" on {chosen} spans, predicted faster")
     lowering = _lower.Lowering(plan, part, layout, compat.auto_mesh(mesh),
                                pipe, data_axes, train, n_total)
-    jitted = jax.jit(lowering.program(), out_shardings=(
-        lowering.out_shardings(mesh) if compat.has_explicit_axes(mesh)
-        else None))
+    program = lowering.program()
+    out_shardings = (lowering.out_shardings(mesh)
+                     if compat.has_explicit_axes(mesh) else None)
+    if traced.leaf_split is not None:  # stacked leaves stored as slices
+      program = traced.leaf_split.wrap(program, train)
+      out_shardings = None  # the wrapper re-stacks the sliced gradients
+    jitted = jax.jit(program, out_shardings=out_shardings)
     report = self._costs.report(
         costs, unrolled, plan, layout, unit,
         self._memory_limit_bytes(layout, costs), mesh, pipe,
@@ -617,11 +623,13 @@ class ScheduledFunction:
     return alt_graph, alt_sched, alt_unrolled
 
   def _cut(self, traced: Any, count: int, what: str, num_devices: int,
-           weights: Sequence[float] | None = None, like: Any = None) -> Any:
+           weights: Sequence[float] | None = None, like: Any = None,
+           split_leaves: bool = False) -> Any:
     """``traced`` with ``count`` forward blocks: its markers or the auto cut.
 
     ``like``: the cut full-size trace, whose cut a re-trace (per-device rows
-    of a shared block) reuses.
+    of a shared block) reuses. ``split_leaves``: store a scanned stack's
+    parameter leaves as one leaf per block's slice (``autocut.cut_to``).
     """
     markers = self.cut == "markers" or (self.cut is None and
                                         traced.num_blocks > 1)
@@ -631,7 +639,8 @@ class ScheduledFunction:
         traced, count, fn_name=self.fn_name, cut=self.cut, like=like,
         cost="analytic" if self.cost == "uniform" else "measured",
         train=self.mode == "train", weights=weights,
-        device=self.mesh.devices.flat[0], what=what)
+        device=self.mesh.devices.flat[0], what=what,
+        split_leaves=split_leaves)
 
   def _count_error(self, have: int, want: int, what: str,
                    num_devices: int) -> TesselError:

@@ -513,3 +513,34 @@ def eval_jaxpr(jaxpr: Any, args: Sequence[Any]) -> list[Any]:
   if isinstance(jaxpr, ClosedJaxpr):
     return eval_closed(jaxpr, args)
   return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))
+
+
+def slice_rows(eqn: Any) -> tuple[int, int] | None:
+  """``(lo, hi)`` when ``eqn`` is a ``slice`` of rows ``[lo, hi)`` of axis 0
+  keeping every other axis whole (unit strides); else None."""
+  if primitive_name(eqn) != "slice":
+    return None
+  p = eqn.params
+  shape = eqn.invars[0].aval.shape
+  start, limit = tuple(p["start_indices"]), tuple(p["limit_indices"])
+  strides = p.get("strides")
+  if not shape or (strides is not None and any(s != 1 for s in strides)):
+    return None
+  if any(a != 0 for a in start[1:]) or tuple(limit[1:]) != tuple(shape[1:]):
+    return None
+  return int(start[0]), int(limit[0])
+
+
+def with_invars(closed: Any, invars: Sequence[Any],
+                drop: Sequence[Any]) -> Any:
+  """``closed`` with new top-level invars and the equations ``drop`` (by
+  identity) removed; variables and outputs are otherwise unchanged."""
+  dropped = {id(e) for e in drop}
+  jaxpr = closed.jaxpr
+  info = jex_core.DebugInfo("tessel_jax split leaves", "tessel_jax",
+                            tuple(f"in{i}" for i in range(len(invars))),
+                            tuple(f"out{i}" for i in range(len(jaxpr.outvars))))
+  new = jaxpr.replace(invars=list(invars),
+                      eqns=[e for e in jaxpr.eqns if id(e) not in dropped],
+                      debug_info=info)
+  return ClosedJaxpr(new, list(closed.consts))
