@@ -31,6 +31,8 @@ import jax
 import numpy as np
 
 from tessel_jax import placements as _placements
+from tessel_jax import validate
+from tessel_jax.cost import predict as _predict
 from tessel_jax.graph import PlacementError
 from tessel_jax.search import baselines as _baselines
 from tessel_jax.search import frontier as _frontier
@@ -299,12 +301,19 @@ class FrontierFunction:
                       lambda w, y: skipped.append((w, y)))
     priced: list[PricedPlan] = []
     failed: dict[tuple[str, int, int, int], str] = {}
+    searched: dict[tuple[str, int, int, int], PricedPlan] = {}
     for cand in todo:
       for c in _with_limit(cand, self.memory_limit):
         why = failed.get(_shape(c))
         if why is None:
           try:
+            base = searched.get(_shape(c))
+            if c.plan is not None and base is not None:
+              priced.append(self.price_baseline(c, base))
+              continue
             priced.append(self.price(c, params, batch, markers))
+            if c.plan is None and c.memory_limit is None:
+              searched[_shape(c)] = priced[-1]
             continue
           except Exception as err:  # pylint: disable=broad-except
             # One plan that cannot be built (the program does not fit the
@@ -354,6 +363,42 @@ class FrontierFunction:
         source=built.unrolled.source,
         blocks=len(built.partition.blocks),
         build_seconds=time.perf_counter() - t0)
+
+
+  def price_baseline(self, c: Candidate, base: PricedPlan) -> PricedPlan:
+    """A classic schedule priced on the searched plan ``base`` of the same
+    placement, width and N (same kernels, measurements and memory unit):
+    its order is replayed with the measured block times and delays, and
+    the step scales ``base``'s full prediction (lowering overheads
+    included) by the ratio of the two replays; its peak is ``base``'s with
+    the stash swapped."""
+    t0 = time.perf_counter()
+    built = self.steps[base.candidate].built
+    run = _baselines.run(c.plan, built.graph, c.microbatches // c.dp)
+    validate.assert_valid(run)
+    unit = built.memory_unit
+    peaks = tuple(int(p - a * unit + b * unit) for p, a, b in zip(
+        base.peak_bytes_per_device, built.unrolled.peak_memory,
+        run.peak_memory))
+    if base.unit == "steps":
+      step = float(run.makespan)
+    else:
+      step = base.step * _replay(built, run) / _replay(built, built.unrolled)
+    return dataclasses.replace(base, candidate=c, step=step,
+                               peak_bytes_per_device=peaks, source=run.source,
+                               build_seconds=time.perf_counter() - t0)
+
+
+def _replay(built: Any, run: Any) -> float:
+  """Seconds of ``run`` replayed with the build's measured block times."""
+  rep = built.report
+  ids = {b.label: b.id for b in built.graph.blocks}
+  seconds = {ids[l]: ms / 1e3 for l, ms in rep.block_ms.items() if l in ids}
+  delays = {}
+  for key, ms in rep.edge_delay_ms.items():
+    src, dst = key.split("->")
+    delays[(ids[src], ids[dst])] = ms / 1e3
+  return max(_predict.makespan_seconds(run, seconds, delays), 1e-12)
 
 
 def _with_limit(c: Candidate, limit: int | None) -> list[Candidate]:
@@ -480,11 +525,14 @@ def auto_build(step: Any, params: Any, batch: Any,
   best = fr.choose(step.memory_limit)
   if best is None:
     raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
-  built = ff.steps[best.candidate].build(params, batch)
+  chosen = ff.steps.get(best.candidate) or ff.step_for(
+      best.candidate, _marker_blocks(step.fn, params, batch,
+                                     _schedule_options(step)))
+  built = chosen.build(params, batch)
   choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),
                       memory_limit=step.memory_limit, frontier=fr,
                       choose_seconds=time.perf_counter() - t0,
-                      step=ff.steps[best.candidate])
+                      step=chosen)
   return built, choice
 
 
