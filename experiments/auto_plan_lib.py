@@ -100,21 +100,21 @@ def time_choice(fn: Any, mesh: Any, params: Any, batch: Any,
 
 def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
                        args: AutoPlanArgs, cache: str,
-                       log: Callable[[str], None]) -> list[dict[str, Any]]:
-  """Compiles and times the chosen plan and the other candidates."""
+                       log: Callable[[str], None],
+                       rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Compiles and times the chosen plan and the other candidates (the
+  chosen one first), appending to ``rows`` as they are measured."""
   choice = step.choice
   fr = choice.frontier
   order = sorted(fr.plans, key=lambda p: p.step)
   if args.measure_top:
     order = order[:args.measure_top]
-  if choice.winner not in order:
-    order.append(choice.winner)
+  order = [choice.winner] + [p for p in order if p is not choice.winner]
   ff = plans.FrontierFunction(fn, mesh=mesh, pipe_axis="pipe", mode="train",
                               cache_dir=cache, cost="measured",
                               solver_time_limit_s=args.time_limit,
                               optimizer_slots=2)
-  markers = plans._marker_blocks(fn, params, batch, {})  # pylint: disable=protected-access
-  rows = []
+  markers = plans.marker_blocks(fn, params, batch, {})
   for p in order:
     row = {"label": p.label, "predicted_ms": round(p.step, 4),
            "peak_bytes": p.peak_bytes, "source": p.source,
@@ -126,10 +126,10 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
           1e3 * _median_step(compiled, params, batch, args.repeats), 4)
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+    rows.append(row)
     log(f"  {'*' if row['chosen'] else ' '} {p.label:<42} predicted"
         f" {p.step:8.3f} ms  measured {row.get('measured_ms', float('nan')):8.3f}"
         f" ms  peak {p.peak_bytes / 2**20:7.3f} MiB")
-    rows.append(row)
   return rows
 
 
@@ -149,9 +149,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "within_target": ratio <= TARGET}
 
 
-def run(args: AutoPlanArgs, log: Callable[[str], None] = print
+def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
+        save: Callable[[dict[str, Any]], None] = lambda _r: None
         ) -> dict[str, Any]:
-  """Runs the benchmark; returns the record (see the module docstring)."""
+  """Runs the benchmark; returns the record (see the module docstring).
+  ``save`` gets the record after every measured plan."""
   mesh = jax.make_mesh((args.devices,), ("pipe",))
   fn, params, batch = gpt(args)
   if args.placements:
@@ -163,7 +165,9 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print
   step, warm = time_choice(fn, mesh, params, batch, args, cache, None)
   record.update(choose_seconds_cold=round(cold, 2),
                 choose_seconds_warm=round(warm, 2),
-                plans_priced=len(step.choice.frontier.plans))
+                plans_priced=len(step.choice.frontier.plans),
+                frontier=step.choice.frontier.to_dict())
+  save(record)
   log(f"choice: cold {cold:.1f} s, warm {warm:.1f} s,"
       f" {len(step.choice.frontier.plans)} plans priced")
   for text in args.memory_limits:
@@ -175,20 +179,31 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print
       log(f"memory limit {text}: {err}")
       continue
     log(f"memory limit {text}: {step.choice.describe()}")
-    rows = measure_candidates(step, fn, mesh, params, batch, args, cache, log)
-    record["cases"].append({"memory_limit": text, "choose_seconds":
-                            round(secs, 2), "candidates": rows,
-                            **summarise(rows)})
+    case: dict[str, Any] = {"memory_limit": text,
+                            "choose_seconds": round(secs, 2),
+                            "candidates": []}
+    record["cases"].append(case)
+
+    def progress(line: str, case=case) -> None:
+      log(line)
+      case.update(summarise(case["candidates"]))
+      save(record)  # a run cut short keeps what it measured
+    measure_candidates(step, fn, mesh, params, batch, args, cache, progress,
+                       case["candidates"])
   return record
 
 
+def write(record: dict[str, Any], path: str | None) -> None:
+  if path:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(json.dumps(record, indent=1, default=str))
+
+
 def main(args: AutoPlanArgs) -> int:
-  record = run(args, log=lambda s: print(s, flush=True))
-  text = json.dumps(record, indent=1, default=str)
+  run(args, log=lambda s: print(s, flush=True),
+      save=lambda r: write(r, args.output))
   if args.output:
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w", encoding="utf-8") as f:
-      f.write(text)
     print(f"results: {args.output}")
   return 0
 
