@@ -367,8 +367,8 @@ class ScheduledFunction:
            axes[0], tuple(sorted(axes[2].items())))
     if key not in self._cache:
       if self.auto:
-        from tessel_jax import plans  # pylint: disable=import-outside-toplevel
-        built, choice = plans.auto_build(self, params, batch)
+        from tessel_jax import auto  # pylint: disable=import-outside-toplevel
+        built, choice = auto.auto_build(self, params, batch)
         self._cache[key] = dataclasses.replace(built, report=dataclasses.replace(
             built.report, chosen_plan=choice.describe()))
         self._choices[key] = choice

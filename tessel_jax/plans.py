@@ -31,6 +31,8 @@ import jax
 import numpy as np
 
 from tessel_jax import placements as _placements
+from tessel_jax import validate
+from tessel_jax.cost import predict as _predict
 from tessel_jax.graph import PlacementError
 from tessel_jax.search import baselines as _baselines
 from tessel_jax.search import frontier as _frontier
@@ -168,13 +170,11 @@ class ProgramFrontier:
   def __str__(self) -> str:
     lines = [f"{len(self.plans)} plans of {self.fn_name!r}"
              f" ({self.seconds:.1f} s; * = Pareto set)"]
-    for i, p in enumerate(sorted(range(len(self.plans)),
-                                 key=lambda j: self.plans[j].step)):
-      q = self.plans[p]
-      mark = "*" if p in self.pareto else " "
+    for j in sorted(range(len(self.plans)), key=lambda k: self.plans[k].step):
+      q = self.plans[j]
+      mark = "*" if j in self.pareto else " "
       lines.append(f" {mark} {q.label:<40} step {q.step:10.3f} {q.unit}"
                    f"  peak {q.peak_bytes / 2**20:9.3f} MiB  ({q.source})")
-      del i
     return "\n".join(lines)
 
 
@@ -293,18 +293,25 @@ class FrontierFunction:
     t0 = time.perf_counter()
     skipped: list[tuple[str, str]] = []
     rows = int(jax.tree_util.tree_leaves(batch)[0].shape[0])
-    markers = _marker_blocks(self.fn, params, batch, self.schedule_kw)
+    markers = marker_blocks(self.fn, params, batch, self.schedule_kw)
     todo = candidates(self.mesh, self.pipe_axis, rows, self.mode, self.names,
                       self.microbatches, self.baselines,
                       lambda w, y: skipped.append((w, y)))
     priced: list[PricedPlan] = []
     failed: dict[tuple[str, int, int, int], str] = {}
+    searched: dict[tuple[str, int, int, int], PricedPlan] = {}
     for cand in todo:
       for c in _with_limit(cand, self.memory_limit):
         why = failed.get(_shape(c))
         if why is None:
           try:
+            base = searched.get(_shape(c))
+            if c.plan is not None and base is not None:
+              priced.append(self.price_baseline(c, base))
+              continue
             priced.append(self.price(c, params, batch, markers))
+            if c.plan is None and c.memory_limit is None:
+              searched[_shape(c)] = priced[-1]
             continue
           except Exception as err:  # pylint: disable=broad-except
             # One plan that cannot be built (the program does not fit the
@@ -356,6 +363,42 @@ class FrontierFunction:
         build_seconds=time.perf_counter() - t0)
 
 
+  def price_baseline(self, c: Candidate, base: PricedPlan) -> PricedPlan:
+    """A classic schedule priced on the searched plan ``base`` of the same
+    placement, width and N (same kernels, measurements and memory unit):
+    its order is replayed with the measured block times and delays, and
+    the step scales ``base``'s full prediction (lowering overheads
+    included) by the ratio of the two replays; its peak is ``base``'s with
+    the stash swapped."""
+    t0 = time.perf_counter()
+    built = self.steps[base.candidate].built
+    run = _baselines.run(c.plan, built.graph, c.microbatches // c.dp)
+    validate.assert_valid(run)
+    unit = built.memory_unit
+    peaks = tuple(int(p - a * unit + b * unit) for p, a, b in zip(
+        base.peak_bytes_per_device, built.unrolled.peak_memory,
+        run.peak_memory))
+    if base.unit == "steps":
+      step = float(run.makespan)
+    else:
+      step = base.step * _replay(built, run) / _replay(built, built.unrolled)
+    return dataclasses.replace(base, candidate=c, step=step,
+                               peak_bytes_per_device=peaks, source=run.source,
+                               build_seconds=time.perf_counter() - t0)
+
+
+def _replay(built: Any, run: Any) -> float:
+  """Seconds of ``run`` replayed with the build's measured block times."""
+  rep = built.report
+  ids = {b.label: b.id for b in built.graph.blocks}
+  seconds = {ids[l]: ms / 1e3 for l, ms in rep.block_ms.items() if l in ids}
+  delays = {}
+  for key, ms in rep.edge_delay_ms.items():
+    src, dst = key.split("->")
+    delays[(ids[src], ids[dst])] = ms / 1e3
+  return max(_predict.makespan_seconds(run, seconds, delays), 1e-12)
+
+
 def _with_limit(c: Candidate, limit: int | None) -> list[Candidate]:
   """A searched candidate is priced with no limit and, when a limit is
   given, under it too (it may then keep less in flight)."""
@@ -364,7 +407,7 @@ def _with_limit(c: Candidate, limit: int | None) -> list[Candidate]:
   return [c, dataclasses.replace(c, memory_limit=int(limit))]
 
 
-def _marker_blocks(fn: Callable[..., Any], params: Any, batch: Any,
+def marker_blocks(fn: Callable[..., Any], params: Any, batch: Any,
                    kw: dict[str, Any]) -> int | None:
   """Blocks the ``tj.boundary`` markers of ``fn`` make (None: no marker)."""
   from tessel_jax.passes import partition as _partition  # pylint: disable=import-outside-toplevel
@@ -413,89 +456,3 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
                             pipe_axis=pipe_axis, mode=mode, **schedule_kw)
   return make if fn is None else make(fn)
 
-
-# --- placement="auto" ------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class AutoChoice:
-  """What ``placement="auto"`` chose and why.
-
-  Attributes:
-    winner: The plan lowered.
-    runner_up: The fastest fitting plan of another placement, width or N.
-    memory_limit: Bytes per device the choice fits (None: none).
-    frontier: Every priced plan.
-    choose_seconds: Wall seconds of pricing and choosing.
-    step: The ``ScheduledFunction`` of the winner (what runs).
-  """
-
-  winner: PricedPlan
-  runner_up: PricedPlan | None
-  memory_limit: int | None
-  frontier: ProgramFrontier
-  choose_seconds: float
-  step: Any = None
-
-  def describe(self) -> str:
-    w, r = self.winner, self.runner_up
-    text = (f"placement='auto' chose {w.label} from {len(self.frontier.plans)}"
-            f" plans in {self.choose_seconds:.1f} s: predicted step"
-            f" {w.step:.3f} {w.unit}, peak {w.peak_bytes} bytes per device")
-    if r is not None:
-      text += (f"; runner-up {r.label}: {r.step:.3f} {r.unit}, peak"
-               f" {r.peak_bytes} bytes")
-    return text
-
-
-def _schedule_options(step: Any) -> dict[str, Any]:
-  """The ``tj.schedule`` options of ``step`` that every candidate shares."""
-  names = ("solver_time_limit_s", "recompute", "seed", "max_loop_period",
-           "param_layout", "interpret_ramps", "param_sharding", "cost",
-           "time_resolution", "reprofile", "link", "cache_dir",
-           "optimizer_slots", "cut", "has_aux")
-  return {n: getattr(step, n) for n in names}
-
-
-def auto_build(step: Any, params: Any, batch: Any,
-               placements: Sequence[str] | None = None
-               ) -> tuple[Any, AutoChoice]:
-  """Prices every plan of ``step.fn`` on ``step.mesh``, picks the fastest
-  predicted one whose peak fits ``step.memory_limit`` and builds it.
-
-  Returns:
-    ``(Built, AutoChoice)``.
-
-  Raises:
-    TesselError: when no plan fits, naming the smallest limit that does.
-  """
-  t0 = time.perf_counter()
-  n = step.num_microbatches
-  ff = FrontierFunction(step.fn, mesh=step.mesh, placements=placements,
-                        microbatches=None if n is None else [int(n)],
-                        memory_limit=step.memory_limit,
-                        pipe_axis=step.pipe_axis, mode=step.mode,
-                        **_schedule_options(step))
-  fr = ff(params, batch)
-  best = fr.choose(step.memory_limit)
-  if best is None:
-    raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
-  built = ff.steps[best.candidate].build(params, batch)
-  choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),
-                      memory_limit=step.memory_limit, frontier=fr,
-                      choose_seconds=time.perf_counter() - t0,
-                      step=ff.steps[best.candidate])
-  return built, choice
-
-
-def _nothing_fits(fr: ProgramFrontier, limit: int | None) -> str:
-  small = fr.smallest_peak()
-  if small is None:
-    reasons = "; ".join(f"{w}: {y}" for w, y in fr.skipped[:3])
-    return (f"placement='auto' found no plan for this program on this mesh"
-            f" ({len(fr.skipped)} candidates skipped, e.g. {reasons}); pick a"
-            f" placement and tj.boundary markers by hand")
-  return (f"placement='auto': none of the {len(fr.plans)} plans fits"
-          f" memory_limit={limit} bytes per device; the smallest peak is"
-          f" {small.peak_bytes} bytes ({small.label}). Pass memory_limit >="
-          f" {small.peak_bytes}, or recompute=True to stash less")

@@ -1,0 +1,60 @@
+"""Flags of ``python -m experiments.auto_plan``, read into ``AutoPlanArgs``.
+
+Importing this module defines the flags; only the binary imports it.
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from experiments.auto_plan_lib import AutoPlanArgs
+
+_D = AutoPlanArgs()
+flags.DEFINE_integer("devices", _D.devices, "Fake CPU devices (1-D mesh).")
+flags.DEFINE_integer("microbatches", _D.microbatches, "Micro-batches N.")
+flags.DEFINE_integer("microbatch_size", _D.microbatch_size,
+                     "Sequences per micro-batch.")
+flags.DEFINE_integer("layers", _D.layers, "Transformer layers.")
+flags.DEFINE_integer("d_model", _D.d_model, "Model width.")
+flags.DEFINE_integer("heads", _D.heads, "Attention heads.")
+flags.DEFINE_integer("seq", _D.seq, "Sequence length.")
+flags.DEFINE_integer("blocks", _D.blocks,
+                     "Blocks made by the tj.boundary markers (other plans"
+                     " are cut automatically).")
+flags.DEFINE_list("memory_limits", list(_D.memory_limits),
+                  "Bytes per device to choose under: none, 123, 512KiB,"
+                  " 2MiB ...")
+flags.DEFINE_list("placements", None,
+                  "Placements to try (default: every named one).")
+flags.DEFINE_integer("measure_top", _D.measure_top,
+                     "Measure the chosen plan and the N fastest predicted"
+                     " candidates (0: every candidate).")
+flags.DEFINE_integer("repeats", _D.repeats, "Timed steps per plan (median).")
+flags.DEFINE_float("time_limit", _D.time_limit, "CP-SAT budget per search.")
+flags.DEFINE_string("cache_dir", None,
+                    "Measurement and schedule cache (default: a fresh"
+                    " temporary directory, so the first choice is cold).")
+flags.DEFINE_string("output", _D.output, "JSON results ('': none).")
+
+
+def from_flags() -> AutoPlanArgs:
+  """Reads the parsed flags into ``AutoPlanArgs``.
+
+  Raises:
+    app.UsageError: for out-of-range numbers.
+  """
+  f = flags.FLAGS
+  for name in ("devices", "microbatches", "microbatch_size", "layers",
+               "d_model", "heads", "seq", "blocks", "repeats"):
+    if getattr(f, name) < 1:
+      raise app.UsageError(f"--{name} must be >= 1, got {getattr(f, name)}")
+  if f.measure_top < 0:
+    raise app.UsageError("--measure_top must be >= 0")
+  return AutoPlanArgs(
+      devices=f.devices, microbatches=f.microbatches,
+      microbatch_size=f.microbatch_size, layers=f.layers, d_model=f.d_model,
+      heads=f.heads, seq=f.seq, blocks=f.blocks,
+      memory_limits=tuple(f.memory_limits),
+      placements=tuple(f.placements) if f.placements else None,
+      measure_top=f.measure_top, repeats=f.repeats, time_limit=f.time_limit,
+      cache_dir=f.cache_dir or None, output=f.output or None)

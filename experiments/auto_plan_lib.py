@@ -1,0 +1,211 @@
+"""``placement="auto"`` on the README's GPT: the choice, predicted against
+measured (no flags here; see ``auto_plan_args``).
+
+``run(args)`` times the choice cold (a fresh measurement and schedule
+cache) and warm (the same caches, a new ``ScheduledFunction``), then for
+each memory limit lowers the chosen plan and the other candidates (all of
+them, or the ``measure_top`` fastest predicted ones), compiles and times
+each, and records whether the chosen plan measures within 5% of the fastest
+measured candidate that fits the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+
+import tessel_jax as tj
+from tessel_jax import plans
+
+from experiments import train_lib
+
+RUNNER = "auto_plan"
+TARGET = 1.05  # chosen within 5% of the fastest measured fitting candidate
+
+
+class AutoPlanArgs(NamedTuple):
+  """Everything ``auto_plan_lib.run`` needs; see the flags for meanings."""
+
+  devices: int = 4
+  microbatches: int = 8
+  microbatch_size: int = 4
+  layers: int = 4
+  d_model: int = 64
+  heads: int = 4
+  seq: int = 32
+  blocks: int = 5
+  memory_limits: tuple[str, ...] = ("none",)
+  placements: tuple[str, ...] | None = None
+  measure_top: int = 8
+  repeats: int = 5
+  time_limit: float = 10.0
+  cache_dir: str | None = None
+  output: str | None = "out/auto_plan.json"
+
+
+def parse_limit(text: str) -> int | None:
+  """``none`` -> None; ``2MiB``/``512KiB``/``123`` -> bytes."""
+  t = text.strip()
+  if t.lower() == "none":
+    return None
+  for suffix, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+    if t.endswith(suffix):
+      return int(float(t[:-len(suffix)]) * size)
+  return int(t)
+
+
+def gpt(args: AutoPlanArgs) -> tuple[Callable[..., Any], Any, Any]:
+  """The README main job's GPT: ``(loss_fn, params, batch)``; the loss has
+  ``blocks - 1`` ``tj.boundary`` markers (plans with another block count
+  are cut automatically)."""
+  data = train_lib.CharData(train_lib.corpus(), args.seq, 0)
+  params = train_lib.init_params(jax.random.PRNGKey(0), data.vocab,
+                                 args.d_model, args.layers, args.seq)
+  loss_fn = train_lib.make_loss_fn(args.blocks, args.layers, args.heads)
+  batch = data.batch(args.microbatches * args.microbatch_size)
+  return loss_fn, params, batch
+
+
+def _median_step(compiled: Callable[..., Any], params: Any, batch: Any,
+                 repeats: int) -> float:
+  jax.block_until_ready(compiled(params, batch))
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(params, batch))
+    times.append(time.perf_counter() - t0)
+  return statistics.median(times)
+
+
+def time_choice(fn: Any, mesh: Any, params: Any, batch: Any,
+                args: AutoPlanArgs, cache: str,
+                limit: int | None) -> tuple[Any, float]:
+  """``(step, seconds)`` of building ``placement="auto"`` (choice included,
+  compile excluded)."""
+  step = tj.schedule(fn, mesh=mesh, placement="auto",
+                     num_microbatches=args.microbatches, memory_limit=limit,
+                     cache_dir=cache, solver_time_limit_s=args.time_limit,
+                     cost="measured", optimizer_slots=2)
+  t0 = time.perf_counter()
+  step.build(params, batch)
+  return step, time.perf_counter() - t0
+
+
+def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
+                       args: AutoPlanArgs, cache: str,
+                       log: Callable[[str], None],
+                       rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+  """Compiles and times the chosen plan and the other candidates (the
+  chosen one first), appending to ``rows`` as they are measured."""
+  choice = step.choice
+  fr = choice.frontier
+  order = sorted(fr.plans, key=lambda p: p.step)
+  if args.measure_top:
+    order = order[:args.measure_top]
+  order = [choice.winner] + [p for p in order if p is not choice.winner]
+  ff = plans.FrontierFunction(fn, mesh=mesh, pipe_axis="pipe", mode="train",
+                              cache_dir=cache, cost="measured",
+                              solver_time_limit_s=args.time_limit,
+                              optimizer_slots=2)
+  markers = plans.marker_blocks(fn, params, batch, {})
+  for p in order:
+    row = {"label": p.label, "predicted_ms": round(p.step, 4),
+           "peak_bytes": p.peak_bytes, "source": p.source,
+           "chosen": p is choice.winner}
+    try:
+      cand = ff.step_for(p.candidate, markers)
+      compiled = cand.lower(params, batch).compile()
+      row["measured_ms"] = round(
+          1e3 * _median_step(compiled, params, batch, args.repeats), 4)
+    except Exception as err:  # pylint: disable=broad-except
+      row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+    rows.append(row)
+    log(f"  {'*' if row['chosen'] else ' '} {p.label:<42} predicted"
+        f" {p.step:8.3f} ms  measured {row.get('measured_ms', float('nan')):8.3f}"
+        f" ms  peak {p.peak_bytes / 2**20:7.3f} MiB")
+  return rows
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+  """Chosen against the fastest measured candidate (all fit the limit)."""
+  ok = [r for r in rows if "measured_ms" in r]
+  chosen = next((r for r in ok if r["chosen"]), None)
+  if chosen is None or not ok:
+    return {"error": "the chosen plan was not measured"}
+  fastest = min(ok, key=lambda r: r["measured_ms"])
+  ratio = chosen["measured_ms"] / fastest["measured_ms"]
+  return {"chosen": chosen["label"], "chosen_predicted_ms":
+          chosen["predicted_ms"], "chosen_measured_ms": chosen["measured_ms"],
+          "fastest_measured": fastest["label"],
+          "fastest_measured_ms": fastest["measured_ms"],
+          "chosen_over_fastest": round(ratio, 4),
+          "within_target": ratio <= TARGET}
+
+
+def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
+        save: Callable[[dict[str, Any]], None] = lambda _r: None
+        ) -> dict[str, Any]:
+  """Runs the benchmark; returns the record (see the module docstring).
+  ``save`` gets the record after every measured plan."""
+  mesh = jax.make_mesh((args.devices,), ("pipe",))
+  fn, params, batch = gpt(args)
+  if args.placements:
+    plans.DEFAULT_PLACEMENTS = tuple(args.placements)
+  cache = args.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cache_")
+  record: dict[str, Any] = {"runner": RUNNER, "args": args._asdict(),
+                            "jax": jax.__version__, "cases": []}
+  _, cold = time_choice(fn, mesh, params, batch, args, cache, None)
+  step, warm = time_choice(fn, mesh, params, batch, args, cache, None)
+  record.update(choose_seconds_cold=round(cold, 2),
+                choose_seconds_warm=round(warm, 2),
+                plans_priced=len(step.choice.frontier.plans),
+                frontier=step.choice.frontier.to_dict())
+  save(record)
+  log(f"choice: cold {cold:.1f} s, warm {warm:.1f} s,"
+      f" {len(step.choice.frontier.plans)} plans priced")
+  for text in args.memory_limits:
+    limit = parse_limit(text)
+    try:
+      step, secs = time_choice(fn, mesh, params, batch, args, cache, limit)
+    except tj.TesselError as err:
+      record["cases"].append({"memory_limit": text, "error": str(err)})
+      log(f"memory limit {text}: {err}")
+      continue
+    log(f"memory limit {text}: {step.choice.describe()}")
+    case: dict[str, Any] = {"memory_limit": text,
+                            "choose_seconds": round(secs, 2),
+                            "candidates": []}
+    record["cases"].append(case)
+
+    def progress(line: str, case=case) -> None:
+      log(line)
+      case.update(summarise(case["candidates"]))
+      save(record)  # a run cut short keeps what it measured
+    measure_candidates(step, fn, mesh, params, batch, args, cache, progress,
+                       case["candidates"])
+  return record
+
+
+def write(record: dict[str, Any], path: str | None) -> None:
+  if path:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(json.dumps(record, indent=1, default=str))
+
+
+def main(args: AutoPlanArgs) -> int:
+  run(args, log=lambda s: print(s, flush=True),
+      save=lambda r: write(r, args.output))
+  if args.output:
+    print(f"results: {args.output}")
+  return 0
+
+
+__all__ = ["AutoPlanArgs", "main", "run"]

@@ -1,0 +1,99 @@
+"""``placement="auto"``: price every plan (``tessel_jax.plans``), lower the
+fastest predicted one that fits the memory limit, and say why."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
+                              marker_blocks)
+
+
+@dataclasses.dataclass(frozen=True)
+class AutoChoice:
+  """What ``placement="auto"`` chose and why.
+
+  Attributes:
+    winner: The plan lowered.
+    runner_up: The fastest fitting plan of another placement, width or N.
+    memory_limit: Bytes per device the choice fits (None: none).
+    frontier: Every priced plan.
+    choose_seconds: Wall seconds of pricing and choosing.
+    step: The ``ScheduledFunction`` of the winner (what runs).
+  """
+
+  winner: PricedPlan
+  runner_up: PricedPlan | None
+  memory_limit: int | None
+  frontier: ProgramFrontier
+  choose_seconds: float
+  step: Any = None
+
+  def describe(self) -> str:
+    w, r = self.winner, self.runner_up
+    text = (f"placement='auto' chose {w.label} from {len(self.frontier.plans)}"
+            f" plans in {self.choose_seconds:.1f} s: predicted step"
+            f" {w.step:.3f} {w.unit}, peak {w.peak_bytes} bytes per device")
+    if r is not None:
+      text += (f"; runner-up {r.label}: {r.step:.3f} {r.unit}, peak"
+               f" {r.peak_bytes} bytes")
+    return text
+
+
+def _schedule_options(step: Any) -> dict[str, Any]:
+  """The ``tj.schedule`` options of ``step`` that every candidate shares."""
+  names = ("solver_time_limit_s", "recompute", "seed", "max_loop_period",
+           "param_layout", "interpret_ramps", "param_sharding", "cost",
+           "time_resolution", "reprofile", "link", "cache_dir",
+           "optimizer_slots", "cut", "has_aux")
+  return {n: getattr(step, n) for n in names}
+
+
+def auto_build(step: Any, params: Any, batch: Any,
+               placements: Sequence[str] | None = None
+               ) -> tuple[Any, AutoChoice]:
+  """Prices every plan of ``step.fn`` on ``step.mesh``, picks the fastest
+  predicted one whose peak fits ``step.memory_limit`` and builds it.
+
+  Returns:
+    ``(Built, AutoChoice)``.
+
+  Raises:
+    TesselError: when no plan fits, naming the smallest limit that does.
+  """
+  t0 = time.perf_counter()
+  n = step.num_microbatches
+  ff = FrontierFunction(step.fn, mesh=step.mesh, placements=placements,
+                        microbatches=None if n is None else [int(n)],
+                        memory_limit=step.memory_limit,
+                        pipe_axis=step.pipe_axis, mode=step.mode,
+                        **_schedule_options(step))
+  fr = ff(params, batch)
+  best = fr.choose(step.memory_limit)
+  if best is None:
+    raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
+  chosen = ff.steps.get(best.candidate) or ff.step_for(
+      best.candidate, marker_blocks(step.fn, params, batch,
+                                     _schedule_options(step)))
+  built = chosen.build(params, batch)
+  choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),
+                      memory_limit=step.memory_limit, frontier=fr,
+                      choose_seconds=time.perf_counter() - t0,
+                      step=chosen)
+  return built, choice
+
+
+def _nothing_fits(fr: ProgramFrontier, limit: int | None) -> str:
+  small = fr.smallest_peak()
+  if small is None:
+    reasons = "; ".join(f"{w}: {y}" for w, y in fr.skipped[:3])
+    return (f"placement='auto' found no plan for this program on this mesh"
+            f" ({len(fr.skipped)} candidates skipped, e.g. {reasons}); pick a"
+            f" placement and tj.boundary markers by hand")
+  return (f"placement='auto': none of the {len(fr.plans)} plans fits"
+          f" memory_limit={limit} bytes per device; the smallest peak is"
+          f" {small.peak_bytes} bytes ({small.label}). Pass memory_limit >="
+          f" {small.peak_bytes}, or recompute=True to stash less")
