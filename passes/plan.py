@@ -124,7 +124,8 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
       rows = None
       aval = Aval.of(kernels[uses[0][0]].in_avals[uses[0][1]])
     else:
-      needs = {rows_of(kernels[kid], d, b) if kernels[kid].in_split[r] else (0, b)
+      needs = {rows_of(kernels[kid], d, b) if kernels[kid].in_split[r]
+               else (0, b)
                for kid, r in uses}
       rows = needs.pop() if len(needs) == 1 else (0, b)
       aval = Aval.of(full).with_rows(rows[1] - rows[0])

@@ -52,10 +52,11 @@ def test_self_time_excludes_nested_instructions_per_thread():
 
 
 def test_a_lowered_step_splits_into_its_parts():
-  import jax  # pylint: disable=import-outside-toplevel
-  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
-  from experiments import lowering_bench_lib as lb  # pylint: disable=import-outside-toplevel
-  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  import jax
+  import tessel_jax as tj
+  from experiments import lowering_bench_lib as lb
+  from tessel_jax import placements
   mesh = jax.make_mesh((2,), ("pipe",),
                        axis_types=(jax.sharding.AxisType.Auto,),
                        devices=jax.devices()[:2])
