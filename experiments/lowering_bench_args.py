@@ -69,7 +69,8 @@ def from_flags() -> BenchArgs:
     raise app.UsageError(f"unknown --profile_models/--profile_plans {bad}")
   if f.speed_layers % 2:
     raise app.UsageError("--speed_layers must be even (two pipeline stages)")
-  return BenchArgs(parts=("profile",) if f.profile else tuple(f.parts), compile_n=ns, placement=f.placement,
+  return BenchArgs(parts=("profile",) if f.profile else tuple(f.parts),
+                   compile_n=ns, placement=f.placement,
                    devices=f.devices, speed_hidden=f.speed_hidden,
                    speed_layers=f.speed_layers, speed_rows=f.speed_rows,
                    speed_n=f.speed_n, speed_cut=f.speed_cut,

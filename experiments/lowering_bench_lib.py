@@ -304,6 +304,7 @@ def part_speedup(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def main(args: Any) -> int:
+  # Imported here: lowering_profile imports this module.
   from experiments import lowering_profile  # pylint: disable=import-outside-toplevel
   if args.worker == "profile":
     lowering_profile.worker(args.profile_models, args.profile_plans,

@@ -33,7 +33,7 @@ PLANS = ("searched", "gpipe", "1f1b")
 
 
 def model(name: str, n: int) -> tuple[Callable, Any, Any, str]:
-  """``(fn, params, batch, cut)`` of a profiled model with ``n`` micro-batches."""
+  """``(fn, params, batch, cut)`` of a profiled model, ``n`` micro-batches."""
   if name in ("mlp", "wide"):
     hidden, rows = (1024, 256) if name == "mlp" else (1664, 32)
     fn, params = lb.chain_model(2, hidden, 2)
@@ -77,7 +77,8 @@ def worker(models: tuple[str, ...], plans: tuple[str, ...], n: int,
 def part_profile(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
   """Runs the worker pinned to 2 cores; the table of its profiles."""
   cmd = [sys.executable, "-m", "experiments.lowering_bench",
-         "--worker=profile", f"--profile_models={','.join(args.profile_models)}",
+         "--worker=profile",
+         f"--profile_models={','.join(args.profile_models)}",
          f"--profile_plans={','.join(args.profile_plans)}",
          f"--profile_n={args.profile_n}", f"--profile_cost={args.profile_cost}",
          f"--repeats={args.repeats}", "--output="]

@@ -17,7 +17,10 @@ name scope (``passes.lower.SCOPES``) that reaches every instruction's
   (``tj_accumulate``);
 * ``switch/loop``: time inside a ``conditional`` or ``while`` not spent in
   the instructions it runs (branch selection, operand and result copies);
-* ``other``: everything else (table lookups, terminals, packing).
+* ``pack/unpack``: outside the ``shard_map`` (parameters stacked into
+  per-device buffers, gradients unpacked: once per step);
+* ``other``: everything else (table lookups, terminals, zero-filled
+  stash and accumulators at the start).
 
 Times are *self* times (an instruction's time minus the instructions
 nested in it on the same thread), summed over all threads and divided by
@@ -41,7 +44,7 @@ from typing import Any
 import jax
 
 PARTS = ("kernels", "ppermute/rendezvous", "stash", "grad accumulation",
-         "switch/loop", "other")
+         "switch/loop", "pack/unpack", "other")
 _SCOPE_PART = (("tj_ppermute", "ppermute/rendezvous"),
                ("tj_send", "ppermute/rendezvous"),
                ("tj_accumulate", "grad accumulation"),
@@ -65,7 +68,9 @@ def instruction_parts(hlo_text: str) -> dict[str, str]:
     scope = op.group(1) if op else ""
     part = next((p for key, p in _SCOPE_PART if key in scope), None)
     if part is None:
-      if opcode in ("conditional", "while", "call"):
+      if scope and "shard_map" not in scope:
+        part = "pack/unpack"
+      elif opcode in ("conditional", "while", "call"):
         part = "switch/loop"
       elif opcode in _COLLECTIVES:
         part = "ppermute/rendezvous"

@@ -10,7 +10,7 @@ indexed by ``(tick, device)``. Messages go through one ``ppermute`` per
 (devices with nothing to send send a dummy, devices with nothing to receive
 write it to the pool's sink slot).
 
-The result is a :class:`plan.Tick` whose tables are 2-D ``(ticks, devices)``
+The result is a :class:`plan_ir.Tick` whose tables are 2-D ``(ticks, devices)``
 (sends: ``(ticks + 1, devices)``, row ``t`` holds the messages produced at
 tick ``t - 1``), so the lowering runs it with the same code as a pruned tick.
 """
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 import numpy as np
 
-from .plan import (Dyn, ReadPort, Round, Target, TermAcc, Tick,
-                   _Env, _grad_ports, _read_port, _rows, assign_inputs,
-                   assign_outputs, ctx_offset, term_counts, term_scale,
-                   tick_messages)
+from .plan_ir import Dyn, ReadPort, Round, Target, TermAcc, Tick
+from .tick_tables import (Env, assign_inputs, assign_outputs, ctx_offset,
+                          grad_ports, read_port, rows_of, term_counts,
+                          term_scale, tick_messages)
 
 
 def _static(values: np.ndarray) -> Dyn:
@@ -32,7 +32,7 @@ def _static(values: np.ndarray) -> Dyn:
   return Dyn(v, z, z, z)
 
 
-def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
+def build_interp(env: Env, ticks: Sequence[Tick], start: int,
                  end: int) -> Tick:
   """The table-driven tick for ticks ``[start, end)``."""
   D, b, kernels = env.D, env.b, env.kernels
@@ -59,7 +59,7 @@ def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
       for d, k in enumerate(t.kernels):
         if k is not None and p in in_map[k]:
           users[d] = (k, in_map[k].index(p))
-      rp = _read_port(env, cls, users, t.mb)
+      rp = read_port(env, cls, users, t.mb)
       index[tau] = rp.index.at(0)
       row[tau] = rp.row
       rowed = rowed or rp.rowed
@@ -115,7 +115,7 @@ def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
                         for p in pools)))
 
   # Gradient accumulators: those of every kernel of the segment.
-  grads, grad_map = _grad_ports(env, kids)
+  grads, grad_map = grad_ports(env, kids)
 
   # Terminals.
   terms = []
@@ -136,7 +136,7 @@ def build_interp(env: _Env, ticks: Sequence[Tick], start: int,
           mask[tau, d] = term_counts(k, o, d)
           scale[tau, d] = term_scale(k, o)
           if k.out_split[o]:
-            row[tau, d] = _rows(k, d, b)[0]
+            row[tau, d] = rows_of(k, d, b)[0]
           mb[tau, d] = t.mb[d]
       terms.append(TermAcc(terminal=j, port=out_map[kid][o], mask=mask,
                            row=row, rowed=bool(k.out_split[o]),

@@ -408,13 +408,77 @@ class ScheduledFunction:
              shards: Mapping[int, int] | None = None,
              axes: Any = None) -> Built:
     shards = dict(shards or {})
-    data_axes, _, specs = axes if axes is not None else self._axes(params)
     t0 = time.perf_counter()
     clock = _progress.Clock(self.fn_name)
-    name = self.fn_name
-    mesh = self.mesh
+    data_axes, _, specs = axes if axes is not None else self._axes(params)
+    num_devices, n_total, n_local = self._counts(data_axes)
+    traced, rows, microbatch, p_avals = self._trace(params, batch, n_total)
+    clock.lap("trace")
+    train = self.mode == "train"
+    graph, part, traced = self._partition_graph(traced, num_devices, train,
+                                                split_leaves=not shards)
+    forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
+    reach = forward_reach(graph, forward_of)
+    local_parts = self._local_parts(graph, rows, microbatch, p_avals, part,
+                                    traced, reach, num_devices)
+    clock.lap("cut", f"{len(part.blocks)} forward blocks")
+    found = self._search_kernels(
+        graph, part, traced, local_parts, forward_of, shards, params, rows,
+        n_total, n_local, num_devices, train, clock,
+        split={l: (spec, _spec_parts(spec, dict(self.mesh.shape)))
+               for l, spec in specs.items()})
+    ks, layout, costs, sgraph, unit, schedule, unrolled = found
+    if self.has_aux:
+      _shared_aux.check(part, ks, local_parts)
+
+    def make_plan(actions: Any) -> Any:
+      return _plan.build_plan(ks, actions, n_local, num_devices, layout,
+                              max_period=self.max_loop_period,
+                              interpret_ramps=self.interpret_ramps,
+                              collective=frozenset(
+                                  kid for kid, k in ks.kernels.items()
+                                  if any(l in shards for l in k.params)))
+
+    plan = make_plan(unrolled.actions)
+    chosen, other_ms = None, None
+    if costs is not None and self.plan is None:
+      alt = self._uniform_candidate(graph, ks, unit, layout, n_local,
+                                    num_devices, costs)
+      plan, chosen, other_ms, picked = self._pick_schedule(
+          costs, unrolled, plan, alt, make_plan)
+      if picked is not None:
+        sgraph, schedule, unrolled = picked
+      clock.lap("search on uniform spans", f"lowering the schedule searched"
+                f" on {chosen} spans, predicted faster")
+    lowering = _lower.Lowering(plan, part, layout,
+                               compat.auto_mesh(self.mesh), self.pipe_axis,
+                               data_axes, train, n_total)
+    program = lowering.program()
+    out_shardings = (lowering.out_shardings(self.mesh)
+                     if compat.has_explicit_axes(self.mesh) else None)
+    if traced.leaf_split is not None:  # stacked leaves stored as slices
+      program = traced.leaf_split.wrap(program, train)
+      out_shardings = None  # the wrapper re-stacks the sliced gradients
+    jitted = jax.jit(program, out_shardings=out_shardings)
+    report = self._costs.report(
+        costs, unrolled, plan, layout, unit,
+        self._memory_limit_bytes(layout, costs), self.mesh, self.pipe_axis,
+        schedule_costs=chosen, alternative_ms=other_ms)
+    if report is not None:
+      report = dataclasses.replace(report, block_modes=block_modes(ks))
+    clock.lap("lower", f"plan {plan.loop_summary()}")
+    clock.total("built (compiles at the first call)")
+    return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
+                 partition=part, kernels=ks, layout=layout, memory_unit=unit,
+                 jitted=jitted, build_seconds=time.perf_counter() - t0,
+                 report=report,
+                 profile=costs.profile if costs is not None else None)
+
+  def _counts(self, data_axes: Sequence[str]) -> tuple[int, int, int]:
+    """``(pipe devices, N, N per data replica)`` with ``data_axes`` splitting
+    the batch."""
+    shape = dict(self.mesh.shape)
     pipe = self.pipe_axis
-    shape = dict(mesh.shape)
     num_devices = int(shape[pipe])
     replicas = int(np.prod([shape[a] for a in data_axes])) if data_axes else 1
     n_total = int(self.num_microbatches)
@@ -423,7 +487,11 @@ class ScheduledFunction:
           f"num_microbatches={n_total} does not divide over the"
           f" {replicas} data-parallel replicas of mesh axes {data_axes}; use a"
           f" multiple of {replicas}")
-    n_local = n_total // replicas
+    return num_devices, n_total, n_total // replicas
+
+  def _trace(self, params: Any, batch: Any, n_total: int) -> tuple:
+    """``(traced, rows, microbatch avals, param avals)`` of one micro-batch."""
+    name = self.fn_name
     b_leaves = jax.tree_util.tree_leaves(batch)
     rows = _partition.check_divisible(
         name, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in b_leaves],
@@ -435,15 +503,20 @@ class ScheduledFunction:
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
     traced = _partition.trace(self.fn, name, p_avals, microbatch,
                               has_aux=self.has_aux)
-    clock.lap("trace")
+    return traced, rows, microbatch, p_avals
 
+  def _partition_graph(self, traced: Any, num_devices: int, train: bool,
+                       split_leaves: bool = False
+                       ) -> tuple[BlockGraph, Any, Any]:
+    """The placement's graph, ``fn`` cut into its forward blocks and the
+    cut trace (``split_leaves``: see ``_cut``)."""
     source = self._graph(num_devices)
-    train = self.mode == "train"
+    pipe = self.pipe_axis
     if isinstance(source, Placement):
       traced = self._cut(traced, source.num_blocks, "the hand-made Placement",
                          num_devices,
                          [1.0 / len(devs) for devs in source.devices],
-                         split_leaves=not shards)
+                         split_leaves=split_leaves)
       for devs in source.devices:
         for d in devs:
           if not 0 <= d < num_devices:
@@ -451,38 +524,46 @@ class ScheduledFunction:
                 f"the Placement puts a block on device {d}, but the"
                 f" {pipe!r} axis has devices 0..{num_devices - 1}")
       part = _partition.partition(traced)
-      graph = source.to_graph(num_devices, part.edges, self.mode)
-    else:
-      graph = source
-      if graph.num_devices != num_devices:
-        raise self._error(
-            f"placement {graph.name!r} is for {graph.num_devices} devices but"
-            f" mesh axis {pipe!r} has {num_devices}; build the placement with"
-            f" {num_devices} devices")
-      if not train:
-        graph = forward_only(graph)
-      elif not any(b.kind == "B" for b in graph.blocks):
-        raise self._error(
-            f"placement {graph.name!r} has no backward blocks, so it cannot"
-            f" train; build it with mode='train' or call with mode='infer'")
-      count = forward_count(graph)
-      try:
-        forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
-      except PlacementError as err:
-        raise self._error(str(err)) from None
-      shared = {forward_of[b.id]: len(b.devices) for b in graph.blocks
-                if b.kind == "F"}
-      traced = self._cut(traced, count, f"placement {graph.name!r}",
-                         num_devices,
-                         [1.0 / shared.get(i, 1) for i in range(count)],
-                         split_leaves=not shards)
-      part = _partition.partition(traced, forward_reach(graph, forward_of))
-    forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
-    reach = forward_reach(graph, forward_of)
-    local_parts = self._local_parts(graph, rows, microbatch, p_avals, part,
-                                    traced, reach, num_devices)
-    clock.lap("cut", f"{len(part.blocks)} forward blocks")
+      return source.to_graph(num_devices, part.edges, self.mode), part, traced
+    graph = source
+    if graph.num_devices != num_devices:
+      raise self._error(
+          f"placement {graph.name!r} is for {graph.num_devices} devices but"
+          f" mesh axis {pipe!r} has {num_devices}; build the placement with"
+          f" {num_devices} devices")
+    if not train:
+      graph = forward_only(graph)
+    elif not any(b.kind == "B" for b in graph.blocks):
+      raise self._error(
+          f"placement {graph.name!r} has no backward blocks, so it cannot"
+          f" train; build it with mode='train' or call with mode='infer'")
+    count = forward_count(graph)
+    try:
+      forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
+    except PlacementError as err:
+      raise self._error(str(err)) from None
+    shared = {forward_of[b.id]: len(b.devices) for b in graph.blocks
+              if b.kind == "F"}
+    traced = self._cut(traced, count, f"placement {graph.name!r}",
+                       num_devices,
+                       [1.0 / shared.get(i, 1) for i in range(count)],
+                       split_leaves=split_leaves)
+    return graph, _partition.partition(
+        traced, forward_reach(graph, forward_of)), traced
 
+  def _search_kernels(self, graph: BlockGraph, part: Any, traced: Any,
+                      local_parts: Any, forward_of: Any,
+                      shards: Mapping[int, int], params: Any, rows: int,
+                      n_total: int, n_local: int, num_devices: int,
+                      train: bool, clock: Any,
+                      split: Mapping[int, Any] | None = None) -> tuple:
+    """Kernels, layout, costs and the searched schedule; blocks recompute
+    their activations (the one stashing most first) until one fits.
+    ``split``: leaf -> (spec, pieces) of leaves sharded over GSPMD axes.
+
+    Returns ``(kernels, layout, costs, search graph, memory unit, schedule,
+    unrolled)``.
+    """
     seeds = _kernels.loss_seeds(part, n_total) if train else None
     keep = self._initial_keep(len(part.blocks))
     while True:
@@ -498,13 +579,12 @@ class ScheduledFunction:
           {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
           num_devices, mode=self.param_layout,
           shards={l: (ax, num_devices) for l, ax in shards.items()},
-          split={l: (spec, _spec_parts(spec, shape))
-                 for l, spec in specs.items()})
+          split=split)
       clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
         costs = self._costs.search_graph(graph, ks, traced.param_avals,
-                                            mesh, pipe, part)
+                                         self.mesh, self.pipe_axis, part)
         sgraph, unit = costs.graph, costs.memory_unit
         clock.lap("profile")
       else:
@@ -515,7 +595,7 @@ class ScheduledFunction:
                                             num_devices, costs)
         clock.lap("search", _search_note(schedule, unrolled,
                                          self.searches > searches))
-        break
+        return ks, layout, costs, sgraph, unit, schedule, unrolled
       except _InfeasibleMemory as err:
         candidates = [i for i, k in keep.items() if k]
         if not candidates or self.recompute is not None:
@@ -526,63 +606,30 @@ class ScheduledFunction:
         worst = max(candidates, key=lambda i: ks.kernels[
             ks.forward_ids[i]].stash_bytes)
         keep[worst] = False
-    if self.has_aux:
-      _shared_aux.check(part, ks, local_parts)
 
-    def make_plan(actions: Any) -> Any:
-      return _plan.build_plan(ks, actions, n_local, num_devices, layout,
-                              max_period=self.max_loop_period,
-                              interpret_ramps=self.interpret_ramps,
-                              collective=frozenset(
-                                  kid for kid, k in ks.kernels.items()
-                                  if any(l in shards for l in k.params)))
+  def _pick_schedule(self, costs: Any, unrolled: UnrolledSchedule,
+                     plan: Any, alt: Any, make_plan: Callable[[Any], Any]
+                     ) -> tuple:
+    """The integer search sees blocks on independent devices; the
+    prediction also knows the lowering's per-tick costs, rendezvous and
+    shared CPU cores. Lowers whichever of the schedules searched on the
+    measured and on uniform spans (``alt``) it predicts faster.
 
-    plan = make_plan(unrolled.actions)
-    chosen, other_ms = None, None
-    if costs is not None and self.plan is None:
-      # The integer search sees blocks on independent devices; the
-      # prediction also knows the lowering's per-tick costs, rendezvous and
-      # shared CPU cores. Lower whichever of the schedules searched on the
-      # measured and on uniform spans it predicts faster.
-      chosen = "measured"
-      alt = self._uniform_candidate(graph, ks, unit, layout, n_local,
-                                    num_devices, costs)
-      if alt is not None:
-        alt_plan = make_plan(alt[2].actions)
-        mine, theirs = _cost_model.agree([
-            self._costs.predict(costs, unrolled, plan, mesh, pipe)[0]
-            .step_seconds,
-            self._costs.predict(costs, alt[2], alt_plan, mesh, pipe)[0]
-            .step_seconds])  # every process lowers the same schedule
-        if theirs < mine:
-          sgraph, schedule, unrolled = alt
-          plan, chosen, other_ms = alt_plan, "uniform", mine * 1e3
-        else:
-          other_ms = theirs * 1e3
-      clock.lap("search on uniform spans", f"lowering the schedule searched"
-                f" on {chosen} spans, predicted faster")
-    lowering = _lower.Lowering(plan, part, layout, compat.auto_mesh(mesh),
-                               pipe, data_axes, train, n_total)
-    program = lowering.program()
-    out_shardings = (lowering.out_shardings(mesh)
-                     if compat.has_explicit_axes(mesh) else None)
-    if traced.leaf_split is not None:  # stacked leaves stored as slices
-      program = traced.leaf_split.wrap(program, train)
-      out_shardings = None  # the wrapper re-stacks the sliced gradients
-    jitted = jax.jit(program, out_shardings=out_shardings)
-    report = self._costs.report(
-        costs, unrolled, plan, layout, unit,
-        self._memory_limit_bytes(layout, costs), mesh, pipe,
-        schedule_costs=chosen, alternative_ms=other_ms)
-    if report is not None:
-      report = dataclasses.replace(report, block_modes=block_modes(ks))
-    clock.lap("lower", f"plan {plan.loop_summary()}")
-    clock.total("built (compiles at the first call)")
-    return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
-                 partition=part, kernels=ks, layout=layout, memory_unit=unit,
-                 jitted=jitted, build_seconds=time.perf_counter() - t0,
-                 report=report,
-                 profile=costs.profile if costs is not None else None)
+    Returns ``(plan, "measured" | "uniform", other's predicted ms,
+    (graph, schedule, unrolled) of the uniform one or None)``.
+    """
+    if alt is None:
+      return plan, "measured", None, None
+    alt_plan = make_plan(alt[2].actions)
+    mine, theirs = _cost_model.agree([
+        self._costs.predict(costs, unrolled, plan, self.mesh,
+                            self.pipe_axis)[0].step_seconds,
+        self._costs.predict(costs, alt[2], alt_plan, self.mesh,
+                            self.pipe_axis)[0].step_seconds])
+    # every process lowers the same schedule
+    if theirs < mine:
+      return alt_plan, "uniform", mine * 1e3, alt
+    return plan, "measured", theirs * 1e3, None
 
   def _local_parts(self, graph: BlockGraph, rows: int, microbatch: Any,
                    p_avals: Any, part: Any, traced: Any, reach: Any,

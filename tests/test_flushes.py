@@ -52,3 +52,32 @@ def test_merge_needs_equal_payloads_and_disjoint_ends():
   d = _Rd(True, (8,), ((2, 3),))          # other payload
   e = _Rd(True, (4,), ((2, 1),))          # receiver 1 again
   assert flushes.merge_rounds([a, b, c, d, e]) == [[0, 1], [2, 4], [3]]
+
+
+def test_1f1b_loop_body_has_one_rendezvous():
+  """On vshape(2) the 1F1B period's two messages (F0 -> F1, B1 -> B0) are
+  written together after the period's last tick: one collective-permute
+  per loop iteration (it was one per message, each splitting the
+  devices' work)."""
+  # pylint: disable=import-outside-toplevel
+  import re
+
+  import jax
+  import tessel_jax as tj
+  from experiments import lowering_bench_lib as lb
+  from tessel_jax import placements
+  mesh = jax.make_mesh((2,), ("pipe",),
+                       axis_types=(jax.sharding.AxisType.Auto,),
+                       devices=jax.devices()[:2])
+  fn, params = lb.chain_model(2, 16, 1)
+  batch = lb.make_batch(8 * 4, 16)
+  step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                     num_microbatches=8, plan="1f1b", cost="uniform")
+  assert "loop(" in step.build(params, batch).plan.loop_summary()
+  text = step.lower(params, batch).compile().as_text()
+  comps = lb._computations(text)  # pylint: disable=protected-access
+  bodies = set(re.findall(r"\bwhile\(.*?body=%([\w.\-]+)", text))
+  assert bodies
+  per_body = [sum("collective-permute(" in line for line in comps[b])
+              for b in bodies]
+  assert per_body == [1] * len(bodies)

@@ -14,6 +14,7 @@ ENTRY %main {
   %dynamic-update-slice.1 = f32[3,4]{1,0} dynamic-update-slice(%p, %v, %i), metadata={op_name="jit(run)/tj_stash_write/dynamic_update_slice"}
   %conditional.30 = (f32[4]{0}) conditional(%i, %t), branch_computations={%r1, %r2}
   %all-reduce.9 = f32[4]{0} all-reduce(%y), replica_groups={}
+  %bitcast_pad_fusion.3 = f32[2,4]{1,0} fusion(%param.1), kind=kLoop, metadata={op_name="jit(run)/stack"}
   ROOT %tuple.1 = (f32[4]{0}) tuple(%z)
 }
 """
@@ -28,6 +29,7 @@ def test_instructions_are_charged_to_their_scope():
   assert parts["conditional.30"] == "switch/loop"
   assert parts["all-reduce.9"] == "ppermute/rendezvous"
   assert parts["tuple.1"] == "other"
+  assert parts["bitcast_pad_fusion.3"] == "pack/unpack"
 
 
 def test_self_time_excludes_nested_instructions_per_thread():
@@ -50,10 +52,11 @@ def test_self_time_excludes_nested_instructions_per_thread():
 
 
 def test_a_lowered_step_splits_into_its_parts():
-  import jax  # pylint: disable=import-outside-toplevel
-  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
-  from experiments import lowering_bench_lib as lb  # pylint: disable=import-outside-toplevel
-  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  import jax
+  import tessel_jax as tj
+  from experiments import lowering_bench_lib as lb
+  from tessel_jax import placements
   mesh = jax.make_mesh((2,), ("pipe",),
                        axis_types=(jax.sharding.AxisType.Auto,),
                        devices=jax.devices()[:2])

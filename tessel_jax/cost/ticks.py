@@ -160,10 +160,11 @@ def _deferred_barriers(plan: Any, link: Any, interp: set[int]
   lowering writes held remote rounds (``passes.flushes``: at the first
   tick reading one of them, equal-shaped rounds in one ``ppermute``), per
   straight run and loop iteration; interp ticks send at every tick."""
+  # pylint: disable=import-outside-toplevel
   try:  # installed: passes/ is tessel_jax.passes
-    from tessel_jax.passes import flushes  # type: ignore  # pylint: disable=import-outside-toplevel
+    from tessel_jax.passes import flushes  # type: ignore
   except ImportError:  # run from the repository root
-    from passes import flushes  # type: ignore  # pylint: disable=import-outside-toplevel
+    from passes import flushes  # type: ignore
   ticks = plan.ticks
   out = []
   for t in sorted(interp):

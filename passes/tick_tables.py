@@ -1,0 +1,290 @@
+"""Per-tick tables shared by the planner and the interpreted ramps.
+
+What ``passes.plan`` (one tick at a time) and ``passes.interp`` (a whole
+ramp as one table-driven tick) both need: the row range a device of a
+split block holds, read and out ports shared by the kernels of a tick, the
+messages a tick's kernels produce, and the gradient accumulators they add
+to. Pure Python and numpy; depends only on ``plan_ir``, ``kernels`` and
+``packing`` (no import cycle between ``plan`` and ``interp``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .kernels import Key, Kernel
+from .packing import Layout
+from .plan_ir import Aval, Dyn, GradPort, PlanError, Pool, ReadPort, Store
+
+def rows_of(kernel: Kernel, device: int, b: int) -> tuple[int, int]:
+  g = kernel.split
+  if g <= 1:
+    return (0, b)
+  k = kernel.devices.index(device)
+  return (k * b // g, (k + 1) * b // g)
+
+
+def ctx_offset(kernel: Kernel, device: int, b: int) -> int:
+  """``ctx["row_offset"]`` of ``kernel`` on ``device``: its first row when
+  split, its rank in the block when replicated (0: the leader)."""
+  if kernel.mode == "replicated":
+    return kernel.devices.index(device)
+  return rows_of(kernel, device, b)[0]
+
+
+def term_counts(kernel: Kernel, output: int, device: int) -> bool:
+  """Whether ``device``'s copy of a terminal output of ``kernel`` counts: a
+  row range or a partial sum of a split one, else the one copy on the
+  block's leader."""
+  return (bool(kernel.out_split[output]) or device == kernel.devices[0] or
+          output in dict(kernel.summed))
+
+
+def term_scale(kernel: Kernel, output: int) -> float:
+  """Factor of a terminal output's copies (``r`` of a partial sum, else 1)."""
+  return float(dict(kernel.summed).get(output, 1.0))
+
+
+def is_rowed(aval: Any, b: int) -> bool:
+  return bool(aval.shape) and aval.shape[0] == b
+
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Env:
+  """What the tick builders share."""
+
+  D: int
+  n: int
+  b: int
+  kernels: Mapping[int, Kernel]
+  stores: Mapping[tuple[Key, int], Store]
+  stores_of_key: Mapping[Key, list[Store]]
+  pools: tuple[Pool, ...]
+  layout: Layout
+  terminal_index: Mapping[Key, int]
+  first_read: Mapping[tuple[Key, int, int], int] = dataclasses.field(
+      default_factory=dict)
+
+
+def slot_dyn(D: int, entries: Mapping[int, tuple[Store, int]],
+              pool: Pool) -> Dyn:
+  base = np.full(D, pool.slots, np.int64)
+  scale = np.zeros(D, np.int64)
+  c = np.zeros(D, np.int64)
+  mod = np.zeros(D, np.int64)
+  for d, (s, m) in entries.items():
+    base[d], scale[d], c[d], mod[d] = s.base, 1, m, s.slots
+  return Dyn(base, scale, c, mod)
+
+
+def assign_inputs(env: Env, kids: Sequence[int]
+                  ) -> tuple[list[tuple], dict[int, tuple[int, ...]]]:
+  """Read ports shared by kernels ``kids``: classes and per-kernel map.
+
+  A class is ``("pool", pool, local aval)`` or ``("batch", leaf, aval)``;
+  the ``j``-th input of a class of every kernel uses the same port.
+  """
+  kernels, stores = env.kernels, env.stores
+  per_kernel: dict[int, list[tuple]] = {}
+  for kid in kids:
+    k = kernels[kid]
+    cls_list = []
+    for r, ref in enumerate(k.inputs):
+      loc = Aval.of(k.in_avals[r])
+      if ref.kind == "value":
+        pools_here = {stores[(ref.key, d)].pool for d in k.devices}
+        if len(pools_here) != 1:
+          raise PlanError(f"{k.label} input {r} lives in different pools on"
+                          f" its devices")
+        cls_list.append(("pool", pools_here.pop(), loc))
+      else:
+        cls_list.append(("batch", ref.leaf, loc))
+    per_kernel[kid] = cls_list
+  return assign_ports(kids, per_kernel)
+
+
+def assign_outputs(env: Env, kids: Sequence[int]
+                   ) -> tuple[list[Aval], dict[int, tuple[int, ...]]]:
+  """Out ports shared by kernels ``kids`` (grouped by shape)."""
+  per_kernel = {kid: [Aval.of(a) for a in env.kernels[kid].out_avals]
+                for kid in kids}
+  return assign_ports(kids, per_kernel)
+
+
+def assign_ports(kids: Sequence[int], per_kernel: Mapping[int, list]
+            ) -> tuple[list, dict[int, tuple[int, ...]]]:
+  classes: list = []
+  counts: dict = {}
+  for kid in kids:
+    local: dict = {}
+    for cls in per_kernel[kid]:
+      local[cls] = local.get(cls, 0) + 1
+    for cls, v in local.items():
+      if cls not in counts:
+        classes.append(cls)
+      counts[cls] = max(counts.get(cls, 0), v)
+  index: dict = {}
+  ports: list = []
+  for cls in classes:
+    for j in range(counts[cls]):
+      index[(cls, j)] = len(ports)
+      ports.append(cls)
+  mapping: dict[int, tuple[int, ...]] = {}
+  for kid in kids:
+    seen: dict = {}
+    idx = []
+    for cls in per_kernel[kid]:
+      j = seen.get(cls, 0)
+      seen[cls] = j + 1
+      idx.append(index[(cls, j)])
+    mapping[kid] = tuple(idx)
+  return ports, mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Message:
+  """One value (or row range of it) from a device to a store.
+
+  Attributes:
+    src: Sending device.
+    port: Out port holding the value on ``src``.
+    src_row: First row taken from the out port value.
+    rowed: Only a row range is sent.
+    payload: Shape sent.
+    store: Destination store.
+    dst_row: First row written in the destination slot.
+    mb: Micro-batch.
+  """
+
+  src: int
+  port: int
+  src_row: int
+  rowed: bool
+  payload: Aval
+  store: Store
+  dst_row: int
+  mb: int
+
+  @property
+  def remote(self) -> bool:
+    return self.store.device != self.src
+
+
+def tick_messages(env: Env, kern: Sequence[int | None], mb: np.ndarray,
+                  out_map: Mapping[int, tuple[int, ...]]) -> list[Message]:
+  """Messages produced by the kernels ``kern`` (per device) of one tick."""
+  b = env.b
+  out = []
+  for d, kid in enumerate(kern):
+    if kid is None:
+      continue
+    k = env.kernels[kid]
+    my_rows = rows_of(k, d, b)
+    for o, key in enumerate(k.outputs):
+      port = out_map[kid][o]
+      full = Aval.of(k.out_avals[o])
+      for s in sorted(env.stores_of_key.get(key, ()), key=lambda s: s.device):
+        if s.rows is None:
+          src = s.device if s.device in k.devices else k.devices[0]
+          if src == d:
+            out.append(Message(d, port, 0, False, full, s, 0, int(mb[d])))
+          continue
+        r0, r1 = s.rows
+        if k.out_split[o]:
+          lo, hi = max(r0, my_rows[0]), min(r1, my_rows[1])
+          if lo >= hi:
+            continue
+          src_row, dst_row = lo - my_rows[0], lo - r0
+        else:
+          src = s.device if s.device in k.devices else k.devices[0]
+          if src != d:
+            continue
+          lo, hi = r0, r1
+          src_row, dst_row = r0, 0
+        payload = full.with_rows(hi - lo)
+        rowed = payload.shape != full.shape or src_row != 0
+        out.append(Message(d, port, src_row, rowed, payload, s, dst_row,
+                           int(mb[d])))
+  return out
+
+
+
+def read_port(env: Env, cls: tuple, users: Mapping[int, tuple[int, int]],
+               mb: np.ndarray) -> ReadPort:
+  """Per-device indices of one read port (``users``: device -> input)."""
+  D, b, kernels = env.D, env.b, env.kernels
+  kind, source, loc = cls
+  if kind == "pool":
+    pool = env.pools[source]
+    entries, row = {}, np.zeros(D, np.int64)
+    for d, (kid, r) in users.items():
+      s = env.stores[(kernels[kid].inputs[r].key, d)]
+      entries[d] = (s, int(mb[d]))
+      if s.rows is not None:
+        want = (rows_of(kernels[kid], d, b) if kernels[kid].in_split[r]
+                else (0, b))
+        row[d] = want[0] - s.rows[0]
+    rowed = loc.shape != pool.aval.shape or bool(row.any())
+    return ReadPort("pool", source, loc, rowed, slot_dyn(D, entries, pool),
+                    row)
+  base = np.zeros(D, np.int64)
+  scale = np.zeros(D, np.int64)
+  c = np.zeros(D, np.int64)
+  for d, (kid, r) in users.items():
+    k = kernels[kid]
+    base[d] = rows_of(k, d, b)[0] if k.in_split[r] else 0
+    scale[d] = b
+    c[d] = mb[d]
+  return ReadPort("batch", source, loc, True,
+                  Dyn(base, scale, c, np.zeros(D, np.int64)),
+                  np.zeros(D, np.int64))
+
+
+def grad_ports(env: Env, present: Sequence[int]
+                ) -> tuple[list[GradPort], dict[int, dict[int, int]]]:
+  """Accumulators the kernels ``present`` at a tick add gradients to.
+
+  Returns:
+    ``(ports, grad_map)``: flat accumulators (one per dtype with a region of
+    a present kernel) then slot accumulators, each once; ``grad_map[kid]``
+    maps each of the kernel's slot leaves to its port.
+  """
+  layout = env.layout
+  keys: dict[tuple, GradPort] = {}
+  grad_map: dict[int, dict[int, int]] = {kid: {} for kid in present}
+  slot_of: dict[int, dict[int, tuple]] = {kid: {} for kid in present}
+  for kid in present:
+    k = env.kernels[kid]
+    if not k.grads:
+      continue
+    for dt in layout.dtypes:
+      region = layout.regions[dt].get(k.fwd)
+      if region is not None and region.leaves:
+        size = region.length * np.dtype(dt).itemsize
+        old = keys.get(("flat", dt))
+        if old is None or old.nbytes < size:
+          keys[("flat", dt)] = GradPort("flat", dt, size)
+    for leaf in k.grads:
+      where = layout.slot_of.get((leaf, k.devices[0]))
+      if where is None:
+        continue
+      c, j = where
+      cls = layout.classes[c]
+      port = GradPort("slot", cls.dtype, cls.nbytes, c, j)
+      keys.setdefault(port.key, port)
+      slot_of[kid][leaf] = port.key
+  order = sorted(keys, key=lambda key: (key[0] != "flat", key[1:]))
+  index = {key: i for i, key in enumerate(order)}
+  for kid, leaves in slot_of.items():
+    grad_map[kid] = {leaf: index[key] for leaf, key in leaves.items()}
+  return [keys[key] for key in order], grad_map
+
+
+__all__ = ["Env", "Message", "assign_inputs", "assign_outputs", "ctx_offset",
+           "grad_ports", "is_rowed", "read_port", "rows_of", "slot_dyn",
+           "term_counts", "term_scale", "tick_messages"]
