@@ -182,6 +182,8 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
       slots = max(slots, last - m + 1)
     store_slots[(key, d)] = slots
 
+  _widen_split_reads(kernels, store_rows, store_aval, ks.value_avals, b)
+
   # Pools: one per stored shape; stores of a device get consecutive slots.
   pool_ids: dict[Aval, int] = {}
   used: dict[tuple[int, int], int] = {}
@@ -215,6 +217,36 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
   return Plan(num_devices=D, num_microbatches=n, ticks=tuple(ticks),
               segments=tuple(segments), pools=pools, stores=stores,
               kernels=kernels, kernel_set=ks, layout=layout, interps=interps)
+
+
+def _widen_split_reads(kernels: Mapping[int, Kernel],
+                       store_rows: dict[tuple[Key, int], Any],
+                       store_aval: dict[tuple[Key, int], Aval],
+                       value_avals: Mapping[Key, Any], b: int) -> None:
+  """Stores a split kernel reads hold all rows on all its devices when
+  they do on one of them (another kernel there reads every row).
+
+  One read port serves the kernel on all its devices, so its input must sit
+  in one pool (one shape) everywhere; a device then reads its rows at an
+  offset in the full value.
+  """
+  changed = True
+  while changed:
+    changed = False
+    for k in kernels.values():
+      if k.split <= 1:
+        continue
+      for ref in k.inputs:
+        if ref.kind != "value":
+          continue
+        sks = [(ref.key, d) for d in k.devices]
+        if len({store_aval[sk] for sk in sks}) <= 1:
+          continue
+        for sk in sks:
+          if store_rows[sk] is not None and store_rows[sk] != (0, b):
+            store_rows[sk] = (0, b)
+            store_aval[sk] = Aval.of(value_avals[ref.key])
+            changed = True
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -508,6 +540,11 @@ def _grad_ports(env: _Env, present: Sequence[int]
           keys[("flat", dt)] = GradPort("flat", dt, size)
     for leaf in k.grads:
       where = layout.slot_of.get((leaf, k.devices[0]))
+      gathered = layout.gathered.get(leaf)
+      if gathered is not None and len(k.devices) < env.D:
+        port = GradPort("gathered", gathered.dtype, gathered.nbytes, leaf)
+        keys.setdefault(port.key, port)
+        continue
       if where is None:
         continue
       c, j = where
@@ -515,7 +552,7 @@ def _grad_ports(env: _Env, present: Sequence[int]
       port = GradPort("slot", cls.dtype, cls.nbytes, c, j)
       keys.setdefault(port.key, port)
       slot_of[kid][leaf] = port.key
-  order = sorted(keys, key=lambda key: (key[0] != "flat", key[1:]))
+  order = sorted(keys, key=lambda key: (key[0] != "flat", key[0], key[1:]))
   index = {key: i for i, key in enumerate(order)}
   for kid, leaves in slot_of.items():
     grad_map[kid] = {leaf: index[key] for leaf, key in leaves.items()}
