@@ -141,3 +141,32 @@ def test_hugging_face_gpt2_splits_its_shared_block():
   want = jax.jit(Z.reference(model, n, "train"))(model.params, model.batch)
   assert Z.result_err(got, want, "train", False) <= TOL
   assert step.built.kernels.modes[0].mode == "split"
+
+
+def test_position_ids_of_the_batch_size_do_not_replicate():
+  """Position ids (an iota along the sequence, looked up in a table) with
+  sequence length == micro-batch rows: the lookup keeps the positions on the
+  sequence axis, so the block splits its rows (HF GPT-2 at rows == seq)."""
+  seq, hidden, n = 4, 8, 4
+  params = _params(hidden)
+
+  def fn(p, batch):
+    x = batch["x"]                                     # (rows, seq, hidden)
+    ids = jnp.broadcast_to(jnp.arange(seq)[None, :], x.shape[:2])
+    h = jnp.tanh((x + p["pos"][ids]) @ p["w"][0])
+    for i in range(1, 5):
+      h = tj.boundary(h)
+      h = jnp.tanh(h @ p["w"][i]) + h
+    return jnp.mean((h.mean(1) - batch["y"]) ** 2)
+
+  rng = np.random.default_rng(2)
+  batch = {"x": jnp.asarray(rng.standard_normal((n * seq, seq, hidden)),
+                            jnp.float32),
+           "y": jnp.asarray(rng.standard_normal((n * seq, hidden)),
+                            jnp.float32)}
+  step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
+                     placement=tj.placements.mshape(4), num_microbatches=n,
+                     solver_time_limit_s=10.0)
+  got = step(params, batch)
+  assert M.max_rel_err(got, M.reference(fn, params, batch, n)) <= TOL
+  assert step.built.kernels.modes[0].mode == "split"
