@@ -67,7 +67,8 @@ def align_partition(full: Partition, local: Partition) -> Partition:
   blocks = tuple(_reorder(fb, lb, perm, remap)
                  for fb, lb, perm in zip(full.blocks, local.blocks, perms))
   epilogue = dataclasses.replace(
-      local.epilogue, terminals=tuple(remap(t) for t in local.epilogue.terminals))
+      local.epilogue,
+      terminals=tuple(remap(t) for t in local.epilogue.terminals))
   return dataclasses.replace(local, blocks=blocks, epilogue=epilogue)
 
 

@@ -99,7 +99,8 @@ class Gathered:
 
   @property
   def nbytes(self) -> int:
-    return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+    size = int(np.prod(self.shape, dtype=np.int64))
+    return size * np.dtype(self.dtype).itemsize
 
 
 @dataclasses.dataclass(frozen=True)

@@ -170,6 +170,7 @@ def _gather_index_pos(dnums: Any, index_rank: int, out_rank: int,
   if getattr(dnums, "operand_batching_dims", ()):
     return None
   batch_dims = [d for d in range(out_rank) if d not in dnums.offset_dims]
-  if any(a >= index_rank - 1 for a in axes) or len(batch_dims) != index_rank - 1:
+  if (any(a >= index_rank - 1 for a in axes) or
+      len(batch_dims) != index_rank - 1):
     return None
   return frozenset(batch_dims[a] for a in axes)
