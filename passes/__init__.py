@@ -10,7 +10,10 @@ Modules, in pipeline order (``tessel_jax.api`` drives them):
 * ``rows``      -- row coupling: the micro-batch axis followed through a
   block's jaxpr (independent rows, mixed rows, sums over rows);
 * ``modes``     -- each block on several devices splits its rows or runs
-  replicated (exact either way), chosen from ``rows``;
+  replicated (exact either way), chosen from ``rows``; ``align`` pairs the
+  per-device re-trace's block outputs with the full trace's by where they
+  are computed; ``row_scaling`` handles batch-sized values that do not
+  depend on the batch;
 * ``kernels``   -- per placement block (F, B, W) the function a device runs
   (``block_vjp``: backward via ``jax.vjp``, keep residuals or recompute;
   gradients and terminals of shared blocks counted once);
@@ -19,7 +22,9 @@ Modules, in pipeline order (``tessel_jax.api`` drives them):
 * ``plan``      -- static tick tables from the unrolled schedule: stash
   stores and pools, read/out ports, message rounds, loops;
 * ``interp``    -- table-driven ramps (warmup/cooldown as one loop);
-* ``lower``     -- the ``jax.jit(jax.shard_map(...))`` program;
+* ``lower``     -- the ``jax.jit(jax.shard_map(...))`` program (``gather``:
+  sharded parameters read by blocks on a strict subset of the pipe axis,
+  gathered before the first tick, gradient scattered back after the last);
 * ``outputs``   -- the function's outputs (loss, aux stacked per
   micro-batch, inference outputs) from the accumulated terminals;
 * ``shared_aux`` -- refuses aux values a row-split block would compute

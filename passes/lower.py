@@ -22,11 +22,14 @@ out ports cross a boundary.
 
 No collective runs inside a branch: shared blocks split their rows, and
 their partial results are combined by ``ppermute`` and by the final sums.
-The one exception is a block reading a sharded parameter (``Layout.shards``,
-only allowed for blocks on every device of the pipe axis): at its tick it
-runs on every device without a switch, gathers the full leaf with one
-``all_gather`` over the pipe axis before running, and returns the leaf's
-gradient reduced and re-sharded with one ``psum_scatter``.
+The one exception is a block on every device of the pipe axis reading a
+sharded parameter (``Layout.shards``): at its tick it runs on every device
+without a switch, gathers the full leaf with one ``all_gather`` over the
+pipe axis before running, and returns the leaf's gradient reduced and
+re-sharded with one ``psum_scatter``. Blocks on a strict subset read such a
+leaf gathered onto their devices before the first tick and add its
+gradient into a full-shaped accumulator scattered back after the last
+(``passes.gather``; ``Layout.gathered``).
 
 The ``shard_map`` is manual over the pipe and data axes only; every other
 mesh axis is left to GSPMD inside the blocks (tensor parallelism). Slot
@@ -52,6 +55,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import flushes as _flushes
+from . import gather as _gather
 from . import outputs as _outputs
 from .kernels import KernelSet
 from .packing import Layout, pack, read_region, unpack_grads
@@ -177,6 +181,18 @@ class Lowering:
     # summed into the mean the loss needs).
     self.per_mb = frozenset(
         part.aux_terminals if train else range(len(self.ks.terminals)))
+    self.num_devices = layout.num_devices
+    self.gathered = tuple(sorted(layout.gathered))
+
+  def _reads_gathered(self, kernel: Any, leaf: int) -> bool:
+    """``kernel`` reads ``leaf`` gathered before the first tick."""
+    return (leaf in self.layout.gathered and
+            len(kernel.devices) < self.num_devices)
+
+  def _collective(self, kernel: Any) -> bool:
+    """``kernel`` gathers a sharded leaf at its tick (all devices)."""
+    return any(l in self.layout.shards and not self._reads_gathered(kernel, l)
+               for l in kernel.params)
 
   # --- one tick -------------------------------------------------------------
 
@@ -232,7 +248,7 @@ class Lowering:
     by_leaf: dict[int, Any] = {}
     for l in kernel.params:
       where = self.layout.slot_of.get((l, kernel.devices[0]))
-      if where is not None:
+      if where is not None and not self._reads_gathered(kernel, l):
         c, j = where
         if any(self.layout.slot_of[(l, d)] != where for d in kernel.devices):
           raise AssertionError("a shared block's leaf sits in different slots")
@@ -247,6 +263,9 @@ class Lowering:
         by_leaf[l] = v
     out = []
     for l in kernel.params:
+      if self._reads_gathered(kernel, l):
+        out.append(pbuf[("gathered", l)])
+        continue
       v = by_leaf[l]
       if l in self.layout.shards:
         ax, _ = self.layout.shards[l]
@@ -285,7 +304,13 @@ class Lowering:
     branches pass it through untouched (no zero-filled gradient outputs, no
     every-port add on every device).
     """
-    by_leaf = {l: self._shard_grad(l, g) for l, g in zip(kernel.grads, gvals)}
+    by_leaf = {}
+    for l, g in zip(kernel.grads, gvals):
+      if self._reads_gathered(kernel, l):
+        key = ("gathered", l)
+        accs[key] = accs[key] + g.astype(accs[key].dtype)
+      else:
+        by_leaf[l] = self._shard_grad(l, g)
     for leaf, g in by_leaf.items():
       where = self.layout.slot_of.get((leaf, kernel.devices[0]))
       if where is not None:
@@ -347,14 +372,14 @@ class Lowering:
     tacc = list(tacc)
     vals = self._reads(ctx, tick, pools, batch, it)
     keys = self._acc_keys(tick)
-    acc_in = tuple(gacc[k[1]] if k[0] == "flat" else sacc[k[1]][k[2]]
+    acc_in = tuple(gacc[k[1]] if k[0] == "flat" else
+                   gacc[k] if k[0] == "gathered" else sacc[k[1]][k[2]]
                    for k in keys)
     branches = [self._branch(ctx, tick, kid, pbuf, slots, keys)
                 for kid in tick.branches]
     if len(branches) == 1:
       out_ports, acc_out = branches[0](vals, acc_in)
-    elif any(kid is not None and any(
-        l in self.layout.shards for l in self.plan.kernels[kid].params)
+    elif any(kid is not None and self._collective(self.plan.kernels[kid])
              for kid in tick.branches):
       raise AssertionError(
           f"tick at step {tick.step}: a kernel reading a sharded parameter"
@@ -365,6 +390,8 @@ class Lowering:
     for k, v in zip(keys, acc_out):
       if k[0] == "flat":
         gacc[k[1]] = v
+      elif k[0] == "gathered":
+        gacc[k] = v
       else:
         sacc[k[1]][k[2]] = v
     sacc = tuple(tuple(g) for g in sacc)
@@ -544,15 +571,23 @@ class Lowering:
     return lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
 
   def body(self, packed: dict[str, Any], slots: Sequence[Sequence[Any]],
-           batch: Sequence[Any]) -> Any:
+           shards: Sequence[Any], batch: Sequence[Any]) -> Any:
     """The shard_map body (one device's view)."""
     plan = self.plan
     ctx = _Ctx(lax.axis_index(self.pipe))
-    pbuf = {dt: packed[dt][0] for dt in self.layout.dtypes}
+    pbuf: dict[Any, Any] = {dt: packed[dt][0] for dt in self.layout.dtypes}
+    for l, shard in zip(self.gathered, shards):
+      pbuf[("gathered", l)] = _gather.gather(
+          shard, self.layout.shards[l][0], self.layout.gathered[l].owners,
+          self.num_devices, self.pipe, ctx.dev)
     pools = tuple(jnp.zeros((p.slots + 1,) + p.aval.shape, p.aval.dtype)
                   for p in plan.pools)
     gacc = ({dt: jnp.zeros((self.layout.size[dt],), dt)
              for dt in self.layout.dtypes} if self.train else {})
+    if self.train:
+      for l in self.gathered:
+        g = self.layout.gathered[l]
+        gacc[("gathered", l)] = jnp.zeros(g.shape, g.dtype)
     sacc = (tuple(tuple(_pin(jnp.zeros(c.shape, c.dtype), c.spec)
                         for _ in range(c.count))
                   for c in self.layout.classes) if self.train else ())
@@ -575,15 +610,25 @@ class Lowering:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
       sgrads = tuple(_pin(jnp.stack(s)[None], (None, None) + c.spec)
                      for s, c in zip(sacc, self.layout.classes))
+      hgrads = tuple(_gather.scatter(
+          gacc[("gathered", l)], self.layout.shards[l][0],
+          self.layout.gathered[l].owners, self.num_devices, self.pipe,
+          ctx.dev) for l in self.gathered)
       terms = tuple(t[:n][None] if j in self.per_mb else t[None]
                     for j, t in enumerate(tacc))
       if self.data_axes:
         grads = {dt: lax.psum(g, self.data_axes) for dt, g in grads.items()}
         sgrads = tuple(lax.psum(g, self.data_axes) for g in sgrads)
+        hgrads = tuple(lax.psum(g, self.data_axes) for g in hgrads)
         terms = tuple(t if j in self.per_mb else lax.psum(t, self.data_axes)
                       for j, t in enumerate(terms))
-      return grads, sgrads, terms
+      return grads, sgrads, hgrads, terms
     return tuple(t[:n][None] for t in tacc)
+
+  def _shard_spec(self, leaf: int) -> Any:
+    """The spec handing every device its slice of a sharded leaf."""
+    ax, _ = self.layout.shards[leaf]
+    return P(*([None] * ax + [self.pipe]))
 
   def program(self) -> Callable[[Any, Any], Any]:
     """``fn(params, batch)`` -> ``(loss, grads)`` or outputs; to be jitted."""
@@ -592,15 +637,17 @@ class Lowering:
     layout = self.layout
     pipe, data = self.pipe, self.data_axes
     batch_spec = P(data) if data else P()
+    shard_specs = tuple(self._shard_spec(l) for l in self.gathered)
     in_specs = ({dt: P(pipe) for dt in layout.dtypes},
-                [[P(pipe)] * c.count for c in layout.classes],
+                [[P(pipe)] * c.count for c in layout.classes], shard_specs,
                 tuple(batch_spec for _ in traced.batch_avals))
     per_mb_spec = P(pipe, data) if data else P(pipe)
     term_specs = tuple(per_mb_spec if j in self.per_mb else P(pipe)
                        for j in range(len(self.ks.terminals)))
     if self.train:
       out_specs = ({dt: P(pipe) for dt in layout.dtypes},
-                   tuple(P(pipe) for _ in layout.classes), term_specs)
+                   tuple(P(pipe) for _ in layout.classes), shard_specs,
+                   term_specs)
     else:
       out_specs = term_specs
     smap = jax.shard_map(self.body, mesh=self.mesh, in_specs=in_specs,
@@ -617,15 +664,19 @@ class Lowering:
       packed, slots = pack(layout, p_leaves)
       slots = [[self._place(a, (pipe,) + c.spec) for a in arrays]
                for arrays, c in zip(slots, layout.classes)]
+      shards = tuple(p_leaves[l] for l in self.gathered)
       if self.train:
-        gpacked, gslots, terms = smap(packed, slots, tuple(b_leaves))
+        gpacked, gslots, hgrads, terms = smap(packed, slots, shards,
+                                              tuple(b_leaves))
         value = outputs.train([t.sum(axis=0) for t in terms])
         grads = unpack_grads(layout, gpacked, gslots, param_avals)
+        for l, g in zip(self.gathered, hgrads):
+          grads[l] = grads[l] + g.astype(grads[l].dtype)
         specs = self.leaf_specs
         grads = [g if l in layout.shards else
                  self._place(g, specs.get(l, ()), replicate=True)
                  for l, g in enumerate(grads)]
         return value, jax.tree_util.tree_unflatten(traced.param_tree, grads)
-      bufs = smap(packed, slots, tuple(b_leaves))
+      bufs = smap(packed, slots, shards, tuple(b_leaves))
       return outputs.infer([buf.sum(axis=0) for buf in bufs])
     return run

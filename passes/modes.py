@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import row_scaling as _scaling
 from . import rows as _rows
 from .partition import ForwardBlock, Partition
 
@@ -91,9 +92,14 @@ def choose_modes(part: Partition, devices: Mapping[int, Sequence[int]],
   for fb in part.blocks:
     devs = tuple(devices[fb.index])
     in_axes = [_input_axis(s, axes) for s in fb.inputs]
-    found = _rows.analyze_eqns(
-        fb.eqns, tuple(fb.invars) + tuple(fb.const_vars), fb.outvars,
-        in_axes + [None] * len(fb.const_vars), rows)
+    found = _analyze(fb, in_axes, rows)
+    if len(devs) > 1 and not rows % len(devs):
+      promoted = _scaling.promoted_axes(
+          fb, _local(local_parts, fb.index, len(devs)), in_axes, rows,
+          len(devs))
+      alt = _analyze(fb, promoted, rows) if promoted else None
+      if alt is not None and not alt.coupled:
+        in_axes, found = promoted, alt
     summed = [k for k, a in enumerate(found.out_axes) if a == _rows.SUMMED]
     for k, a in enumerate(found.out_axes):
       axes[(fb.index, k)] = _rows.MIXED if a == _rows.SUMMED else a
@@ -117,6 +123,20 @@ def choose_modes(part: Partition, devices: Mapping[int, Sequence[int]],
     out[fb.index] = BlockMode(fb.index, "replicated" if reason else "split",
                               devs, reason, () if reason else ratios)
   return out
+
+
+def _analyze(fb: ForwardBlock, in_axes: Sequence[_rows.Axis],
+             rows: int) -> _rows.RowCoupling:
+  return _rows.analyze_eqns(
+      fb.eqns, tuple(fb.invars) + tuple(fb.const_vars), fb.outvars,
+      list(in_axes) + [None] * len(fb.const_vars), rows)
+
+
+def _local(local_parts: Mapping[int, Partition] | None, i: int,
+           g: int) -> ForwardBlock | None:
+  local = (local_parts or {}).get(g)
+  return local.blocks[i] if local is not None and len(local.blocks) > i \
+      else None
 
 
 def _origin(fb: ForwardBlock, in_axes: Sequence[_rows.Axis],
@@ -253,14 +273,18 @@ def _split_obstacle(fb: ForwardBlock, in_axes: Sequence[_rows.Axis],
   if local is None:
     return (f"the function traced at {rows // g} rows reads or exports"
             f" other values in this block")
-  return ""
+  return _scaling.row_uniform_problem(
+      fb, local, in_axes,
+      _scaling.scaled_outputs(fb, local, out_axes, rows, g), rows, g)
 
 
 def local_block(fb: ForwardBlock, local: Partition | None, g: int, rows: int,
                 in_axes: Sequence[_rows.Axis],
                 out_axes: Sequence[_rows.Axis]) -> ForwardBlock | None:
   """Block ``fb.index`` of the ``b / g``-row trace, when it matches ``fb``
-  (same inputs and outputs, rows only cut along the batch axes)."""
+  (same inputs and outputs, rows only cut along the batch axes and along
+  axis 0 of batch-sized outputs that do not carry the batch, which
+  ``_split_obstacle`` checks with ``row_scaling.row_uniform_problem``)."""
   if local is None or len(local.blocks) <= fb.index:
     return None
   lb = local.blocks[fb.index]
@@ -268,9 +292,10 @@ def local_block(fb: ForwardBlock, local: Partition | None, g: int, rows: int,
     return None
   pairs = list(zip(fb.in_avals, lb.in_avals, in_axes)) + list(
       zip(fb.out_avals, lb.out_avals, out_axes))
-  for full, loc, a in pairs:
+  scaled = set(_scaling.scaled_outputs(fb, lb, out_axes, rows, g))
+  for j, (full, loc, a) in enumerate(pairs):
     want = tuple(full.shape)
-    if a == 0:
+    if a == 0 or j - len(fb.in_avals) in scaled:
       want = (rows // g,) + want[1:]
     if tuple(loc.shape) != want or loc.dtype != full.dtype:
       return None

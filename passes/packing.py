@@ -96,6 +96,30 @@ class SlotClass:
 
 
 @dataclasses.dataclass(frozen=True)
+class Gathered:
+  """A sharded leaf read by blocks on a strict subset of the pipe axis.
+
+  Its shards are gathered once per step onto ``owners`` (the devices of those
+  blocks) with static ``ppermute``s outside every branch, and its gradient
+  is scattered back to the shards at the end (``passes.gather``).
+
+  Attributes:
+    owners: Devices that hold the full leaf.
+    shape: Full shape.
+    dtype: Dtype name.
+  """
+
+  owners: tuple[int, ...]
+  shape: tuple[int, ...]
+  dtype: str
+
+  @property
+  def nbytes(self) -> int:
+    size = int(np.prod(self.shape, dtype=np.int64))
+    return size * np.dtype(self.dtype).itemsize
+
+
+@dataclasses.dataclass(frozen=True)
 class Layout:
   """Packed parameter layout.
 
@@ -112,6 +136,9 @@ class Layout:
     shards: Sharded leaves: leaf -> ``(axis, parts)``; device ``d`` holds
       slice ``d`` of ``parts`` along ``axis`` (``parts`` = devices on the
       pipe axis).
+    gathered: Sharded leaves read by blocks on a strict subset of the pipe
+      axis: leaf -> :class:`Gathered`. Those blocks read the full leaf
+      gathered at the start of the step, not a slot or region.
   """
 
   dtypes: tuple[str, ...]
@@ -123,13 +150,18 @@ class Layout:
   num_devices: int
   shards: Mapping[int, tuple[int, int]] = dataclasses.field(
       default_factory=dict)
+  gathered: Mapping[int, Gathered] = dataclasses.field(default_factory=dict)
 
   def bytes_per_device(self) -> tuple[int, ...]:
-    """Parameter bytes each device holds (flat used + every slot array)."""
+    """Parameter bytes each device holds (flat used + every slot array, a
+    split leaf's slot at its shard's size + gathered leaves: the full leaf, a
+    buffer every device of the SPMD program has, plus its shard)."""
     slots = sum(c.count * c.device_nbytes for c in self.classes)
+    gathered = sum(g.nbytes + g.nbytes // self.shards[l][1]
+                   for l, g in self.gathered.items())
     return tuple(
-        slots + sum(self.used[dt][d] * np.dtype(dt).itemsize
-                    for dt in self.dtypes)
+        slots + gathered + sum(self.used[dt][d] * np.dtype(dt).itemsize
+                               for dt in self.dtypes)
         for d in range(self.num_devices))
 
   def useful_bytes_per_device(self) -> tuple[int, ...]:
@@ -159,7 +191,8 @@ def make_layout(param_avals: Sequence[Any],
                 block_devices: Mapping[int, Sequence[int]],
                 num_devices: int, mode: str = "auto",
                 shards: Mapping[int, tuple[int, int]] | None = None,
-                split: Mapping[int, tuple[tuple[Any, ...], int]] | None = None
+                split: Mapping[int, tuple[tuple[Any, ...], int]] | None = None,
+                gathered: Mapping[int, Sequence[int]] | None = None
                 ) -> Layout:
   """Lays out each forward block's parameters on its devices.
 
@@ -174,6 +207,9 @@ def make_layout(param_avals: Sequence[Any],
       only its slice (see the module docstring).
     split: Leaves sharded over GSPMD axes: leaf -> ``(spec entries,
       parts)``; always stored in slots of their own spec.
+    gathered: Sharded leaves read by blocks on a strict subset of the pipe
+      axis: leaf -> the devices of those blocks (leave them out of
+      ``block_params`` for those blocks).
 
   Raises:
     ValueError: for an unknown ``mode`` or a shard that does not divide.
@@ -182,6 +218,10 @@ def make_layout(param_avals: Sequence[Any],
     raise ValueError(f"param layout {mode!r}; use one of {LAYOUTS}")
   shards = dict(shards or {})
   split = dict(split or {})
+  full_gathered = {
+      l: Gathered(tuple(sorted(devs)), tuple(param_avals[l].shape),
+                  np.dtype(param_avals[l].dtype).name)
+      for l, devs in (gathered or {}).items()}
   param_avals = list(param_avals)
   for l, (ax, parts) in shards.items():
     param_avals[l] = jax.ShapeDtypeStruct(
@@ -260,7 +300,7 @@ def make_layout(param_avals: Sequence[Any],
   return Layout(dtypes=tuple(dtypes), size=size, regions=regions,
                 used={dt: tuple(v) for dt, v in used.items()},
                 classes=tuple(classes), slot_of=slot_of, num_devices=D,
-                shards=shards)
+                shards=shards, gathered=full_gathered)
 
 
 def shard_shape(shape: Sequence[int], axis: int, parts: int

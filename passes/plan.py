@@ -150,6 +150,8 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
       slots = max(slots, last - m + 1)
     store_slots[(key, d)] = slots
 
+  _widen_split_reads(kernels, store_rows, store_aval, ks.value_avals, b)
+
   # Pools: one per stored shape; stores of a device get consecutive slots.
   pool_ids: dict[Aval, int] = {}
   used: dict[tuple[int, int], int] = {}
@@ -183,6 +185,36 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
   return Plan(num_devices=D, num_microbatches=n, ticks=tuple(ticks),
               segments=tuple(segments), pools=pools, stores=stores,
               kernels=kernels, kernel_set=ks, layout=layout, interps=interps)
+
+
+def _widen_split_reads(kernels: Mapping[int, Kernel],
+                       store_rows: dict[tuple[Key, int], Any],
+                       store_aval: dict[tuple[Key, int], Aval],
+                       value_avals: Mapping[Key, Any], b: int) -> None:
+  """Stores a split kernel reads hold all rows on all its devices when
+  they do on one of them (another kernel there reads every row).
+
+  One read port serves the kernel on all its devices, so its input must sit
+  in one pool (one shape) everywhere; a device then reads its rows at an
+  offset in the full value.
+  """
+  changed = True
+  while changed:
+    changed = False
+    for k in kernels.values():
+      if k.split <= 1:
+        continue
+      for ref in k.inputs:
+        if ref.kind != "value":
+          continue
+        sks = [(ref.key, d) for d in k.devices]
+        if len({store_aval[sk] for sk in sks}) <= 1:
+          continue
+        for sk in sks:
+          if store_rows[sk] is not None and store_rows[sk] != (0, b):
+            store_rows[sk] = (0, b)
+            store_aval[sk] = Aval.of(value_avals[ref.key])
+            changed = True
 
 
 

@@ -167,11 +167,13 @@ class GradPort:
   Attributes:
     kind: ``"flat"``: the flat accumulator of dtype ``dtype`` (each kernel
       adds its forward block's region); ``"slot"``: slot ``slot`` of slot
-      class ``cls``.
+      class ``cls``; ``"gathered"``: the full-shaped gradient of gathered
+      leaf ``cls`` (``packing.Gathered``).
     dtype: Dtype name.
     nbytes: Bytes one device adds into it at this tick (at most: the
       largest region or the slot leaf).
-    cls: Slot class index (slot accumulators; -1 for flat).
+    cls: Slot class index (slot accumulators; the leaf for gathered ones;
+      -1 for flat).
     slot: Slot index within the class (slot accumulators; -1 for flat).
   """
 
@@ -183,9 +185,12 @@ class GradPort:
 
   @property
   def key(self) -> tuple:
-    """``("flat", dtype)`` or ``("slot", cls, slot)``."""
+    """``("flat", dtype)``, ``("slot", cls, slot)`` or ``("gathered",
+    leaf)``."""
     if self.kind == "flat":
       return ("flat", self.dtype)
+    if self.kind == "gathered":
+      return ("gathered", self.cls)
     return ("slot", self.cls, self.slot)
 
 

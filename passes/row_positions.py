@@ -140,6 +140,9 @@ def move_pos(eqn: Any, live: list[tuple[Any, Pos]], rows: int
     return frozenset(p["broadcast_dimensions"][a] for a in axes)
   if name == "transpose":
     return frozenset(tuple(p["permutation"]).index(a) for a in axes)
+  if name == "gather" and v is eqn.invars[1]:
+    return _gather_index_pos(p["dimension_numbers"], len(shape(v)), out_rank,
+                             axes)
   if name in ("reduce_sum", "reduce_max", "reduce_min", "reduce_prod",
               "argmax", "argmin", "squeeze"):
     gone = tuple(p["axes"] if "axes" in p else p["dimensions"])
@@ -157,3 +160,17 @@ def move_pos(eqn: Any, live: list[tuple[Any, Pos]], rows: int
       out.add(hit[0])
     return frozenset(out)
   return None
+
+
+def _gather_index_pos(dnums: Any, index_rank: int, out_rank: int,
+                      axes: frozenset) -> frozenset | None:
+  """Positional axes of a gather's indices -> its output's (an embedding
+  lookup of position ids): each index dimension but the last (the index
+  vector) is one output dimension outside ``offset_dims``, in order."""
+  if getattr(dnums, "operand_batching_dims", ()):
+    return None
+  batch_dims = [d for d in range(out_rank) if d not in dnums.offset_dims]
+  if (any(a >= index_rank - 1 for a in axes) or
+      len(batch_dims) != index_rank - 1):
+    return None
+  return frozenset(batch_dims[a] for a in axes)

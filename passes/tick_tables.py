@@ -271,6 +271,11 @@ def grad_ports(env: Env, present: Sequence[int]
           keys[("flat", dt)] = GradPort("flat", dt, size)
     for leaf in k.grads:
       where = layout.slot_of.get((leaf, k.devices[0]))
+      gathered = layout.gathered.get(leaf)
+      if gathered is not None and len(k.devices) < env.D:
+        port = GradPort("gathered", gathered.dtype, gathered.nbytes, leaf)
+        keys.setdefault(port.key, port)
+        continue
       if where is None:
         continue
       c, j = where
@@ -278,7 +283,7 @@ def grad_ports(env: Env, present: Sequence[int]
       port = GradPort("slot", cls.dtype, cls.nbytes, c, j)
       keys.setdefault(port.key, port)
       slot_of[kid][leaf] = port.key
-  order = sorted(keys, key=lambda key: (key[0] != "flat", key[1:]))
+  order = sorted(keys, key=lambda key: (key[0] != "flat", key[0], key[1:]))
   index = {key: i for i, key in enumerate(order)}
   for kid, leaves in slot_of.items():
     grad_map[kid] = {leaf: index[key] for leaf, key in leaves.items()}

@@ -50,6 +50,7 @@ from tessel_jax.hand_placement import (SPANS, Placement, fitting_placements,
 from tessel_jax.schedule import Schedule, UnrolledSchedule
 
 try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import align as _align  # type: ignore
   from tessel_jax.passes import autocut as _autocut  # type: ignore
   from tessel_jax.passes import boundary as _boundary  # type: ignore
   from tessel_jax.passes import errors as _errors  # type: ignore
@@ -60,6 +61,7 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import plan as _plan  # type: ignore
   from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
 except ImportError:  # run from the repository root
+  from passes import align as _align  # type: ignore
   from passes import autocut as _autocut  # type: ignore
   from passes import boundary as _boundary  # type: ignore
   from passes import errors as _errors  # type: ignore
@@ -437,7 +439,8 @@ class ScheduledFunction:
                               interpret_ramps=self.interpret_ramps,
                               collective=frozenset(
                                   kid for kid, k in ks.kernels.items()
-                                  if any(l in shards for l in k.params)))
+                                  if len(k.devices) == num_devices and
+                                  any(l in shards for l in k.params)))
 
     plan = make_plan(unrolled.actions)
     chosen, other_ms = None, None
@@ -571,15 +574,16 @@ class ScheduledFunction:
                                   microbatch_rows=rows, keep=keep,
                                   seeds=seeds, forward_of=forward_of,
                                   local_parts=local_parts)
-      _param_sharding.check_readers(shards, ks, num_devices, params,
-                                    self.pipe_axis, self._error)
+      gathered = _param_sharding.subset_readers(shards, ks, num_devices)
       layout = _packing.make_layout(
           traced.param_avals,
-          {i: ks.kernels[ks.forward_ids[i]].params for i in ks.forward_ids},
+          {i: _param_sharding.stored_params(ks.kernels[ks.forward_ids[i]],
+                                            gathered, num_devices)
+           for i in ks.forward_ids},
           {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
           num_devices, mode=self.param_layout,
           shards={l: (ax, num_devices) for l, ax in shards.items()},
-          split=split)
+          split=split, gathered=gathered)
       clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
@@ -635,8 +639,10 @@ class ScheduledFunction:
                    p_avals: Any, part: Any, traced: Any, reach: Any,
                    num_devices: int) -> dict[int, Any]:
     """``g`` -> the partition of ``fn`` traced at ``rows / g`` rows, for
-    every ``g`` sharing a forward block (what a split block runs). A ``g``
-    whose re-trace fails is left out: its blocks run replicated."""
+    every ``g`` sharing a forward block (what a split block runs), its
+    blocks' exports and inputs paired with ``part``'s by where they are
+    computed (``passes.align``). A ``g`` whose re-trace fails is left out:
+    its blocks run replicated."""
     out = {}
     for g in sorted({len(b.devices) for b in graph.blocks if b.kind == "F"}):
       if g <= 1 or rows % g:
@@ -649,7 +655,8 @@ class ScheduledFunction:
                                  has_aux=self.has_aux)
         local = self._cut(local, len(part.blocks), "", num_devices,
                           like=traced)
-        out[g] = _partition.partition(local, reach)
+        out[g] = _align.align_partition(part,
+                                        _partition.partition(local, reach))
       except (TesselError, TypeError, ValueError, IndexError):
         continue  # the function does not trace at rows / g: replicate
     return out
@@ -930,13 +937,17 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       omitted, leaves that are arrays with a ``NamedSharding`` whose spec
       names the pipe axis are sharded the same way. A sharded leaf is stored
       as 1/D of it per device (the layout's byte counts and the memory limit
-      follow), may only be read by blocks on *every* device of the pipe axis
-      (e.g. mshape's ``F0``, mllm's first and last blocks; otherwise a
-      TesselError, as the collective would hang), is gathered with one
-      ``all_gather`` over the pipe axis when such a block runs (any code
-      works; the block still splits the micro-batch rows over the devices),
-      and its gradient is reduced and re-sharded with one ``psum_scatter``;
-      the returned gradient has the leaf's full shape.
+      follow). A block on *every* device of the pipe axis (mshape's ``F0``,
+      mllm's first and last blocks) gathers it with one ``all_gather`` over
+      the pipe axis at its tick (any code works; the block still splits the
+      micro-batch rows over the devices) and its gradient is reduced and
+      re-sharded with one ``psum_scatter``. A block on a strict subset
+      (mshape's head reading a tied embedding) reads the full leaf gathered
+      onto its devices with static ``ppermute``s before the first tick, its
+      gradient scattered back to the shards after the last, both outside
+      every branch (``passes.gather``; the full-leaf buffer is counted in
+      the layout's bytes on every device). The returned gradient has the
+      leaf's full shape.
     cost: ``"measured"`` (default): every kernel is compiled alone and timed
       on the mesh's first device (median of repeats, cached on disk), and
       the search runs on the measured seconds (quantised to

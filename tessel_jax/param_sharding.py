@@ -2,15 +2,16 @@
 
 ``tessel_jax.schedule`` lets a parameter leaf be split along one dimension
 over the devices of the pipe axis (a vocab-sharded embedding, say), given
-by ``param_sharding=`` or by the leaves' own ``NamedSharding``. Such a leaf
-is gathered by a collective over the whole pipe axis when a block reads it,
-so only blocks on every pipe device may read it. Both rules are checked
-here, each failure naming the leaf and the fix.
+by ``param_sharding=`` or by the leaves' own ``NamedSharding``. The specs
+are checked here, each failure naming the leaf and the fix. A block on every
+pipe device gathers such a leaf at its tick; blocks on a strict subset read
+it gathered onto their devices before the first tick
+(:func:`subset_readers`, ``passes.gather``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -107,37 +108,41 @@ def sharded_leaves(params: Any, param_sharding: Any, pipe_axis: str,
   return out
 
 
-def check_readers(shards: Mapping[int, int], kernel_set: Any,
-                  num_devices: int, params: Any, pipe_axis: str,
-                  fail: Fail) -> None:
-  """Sharded leaves may only be read by blocks on every pipe device.
+def subset_readers(shards: Mapping[int, int], kernel_set: Any,
+                   num_devices: int) -> dict[int, tuple[int, ...]]:
+  """Sharded leaves read by blocks on a strict subset of the pipe axis.
+
+  Such a block cannot gather the leaf at its tick (a collective in a branch
+  some devices skip would hang); the program gathers it onto the block's
+  devices before the first tick and scatters its gradient back after the
+  last (``passes.gather``).
 
   Args:
     shards: ``sharded_leaves``'s result.
     kernel_set: The kernels (``passes.kernels``), whose forward kernels name
       the parameter leaves they read and their devices.
-    num_devices: Devices along ``pipe_axis``.
-    params: The parameter pytree (for leaf names).
-    pipe_axis: The mesh axis the pipeline runs on.
-    fail: Makes the error to raise from a message naming the problem.
+    num_devices: Devices along the pipe axis.
+
+  Returns:
+    Leaf -> the devices of the strict-subset blocks reading it, sorted.
   """
-  names = _leaf_names(params)
+  out: dict[int, set[int]] = {}
   for k in kernel_set.kernels.values():
-    if k.kind != "F":
+    if k.kind != "F" or len(k.devices) == num_devices:
       continue
     for leaf in k.params:
-      if leaf in shards and len(k.devices) != num_devices:
-        raise fail(
-            f"parameter {names[leaf]} is sharded over the pipe axis"
-            f" {pipe_axis!r}, but block {k.fwd}, which reads it, runs"
-            f" on devices {list(k.devices)}, a strict subset of the"
-            f" {num_devices} devices of {pipe_axis!r}. A sharded"
-            f" parameter is gathered with a collective over the whole pipe"
-            f" axis at the block's tick, which would hang for a block some"
-            f" devices skip. Place every block that reads {names[leaf]} on"
-            f" all devices (e.g. placements.mllm ties an all-device embedding"
-            f" and head), or drop its sharding (param_sharding None for"
-            f" this leaf)")
+      if leaf in shards:
+        out.setdefault(leaf, set()).update(k.devices)
+  return {l: tuple(sorted(devs)) for l, devs in sorted(out.items())}
+
+
+def stored_params(kernel: Any, gathered: Mapping[int, Sequence[int]],
+                  num_devices: int) -> tuple[int, ...]:
+  """The leaves ``kernel`` reads from the parameter layout: all but the
+  gathered ones when it runs on a strict subset of the pipe axis."""
+  if len(kernel.devices) == num_devices:
+    return tuple(kernel.params)
+  return tuple(l for l in kernel.params if l not in gathered)
 
 
 def _named_axes(entry: Any) -> tuple[str, ...]:
