@@ -8,6 +8,7 @@ first use, so ``import tessel_jax`` stays cheap for search-only users.
 from typing import Any
 
 from tessel_jax import placements
+from tessel_jax.checks import InputError
 from tessel_jax.graph import Block, BlockGraph, Edge, PlacementError, make_graph
 from tessel_jax.schedule import (Action, Repetend, Schedule, ScheduleError,
                                  UnrolledSchedule)
@@ -51,7 +52,8 @@ def boundary(*xs: Any) -> Any:
 
 
 __all__ = [
-    "Action", "Block", "BlockGraph", "Edge", "PlacementError", "Repetend",
+    "Action", "Block", "BlockGraph", "Edge", "InputError", "PlacementError",
+    "Repetend",
     "Schedule", "ScheduleError", "UnrolledSchedule", "make_graph",
     "cpu_mesh", "frontier", "placements", *_JAX_API,
 ]
