@@ -520,7 +520,7 @@ def _prepared(traced: Traced) -> tuple[Any, dict[int, Any], tuple[Any, ...]]:
   boundaries dropped, checkpoints holding scans hoisted) and its cuttable
   units (one per equation, one per iteration of a top-level scan)."""
   flat = scan_split.hoist_remat_scans(flatten(traced))
-  sites = scan_split.sites(flat)
+  sites = scan_split.sites(flat, len(traced.param_avals))
   return flat, sites, scan_split.units(flat, sites)
 
 

@@ -123,13 +123,40 @@ def _site(index: int, eqn: Any) -> ScanSite | None:
                   arg_map=arg_map)
 
 
-def sites(closed: Any) -> dict[int, ScanSite]:
+def _batch_dependent(closed: Any, num_params: int) -> set[Any]:
+  """Top-level variables computed from the micro-batch (invars after the
+  first ``num_params``)."""
+  invars, _ = compat.jaxpr_io(closed)
+  dep = set(invars[num_params:])
+  for eqn in compat.jaxpr_eqns(closed):
+    if any(isinstance(v, compat.Var) and v in dep for v in eqn.invars):
+      dep.update(v for v in eqn.outvars if isinstance(v, compat.Var))
+  return dep
+
+
+def _over_layers(site: ScanSite, eqn: Any, batch_dep: set[Any]) -> bool:
+  """True when some ``xs`` leaf does not depend on the micro-batch (stacked
+  parameters): a stack of layers, not a loop over rows or time steps."""
+  xs = _scan_inputs(site, eqn.invars)[site.num_consts + site.num_carry:]
+  return any(isinstance(v, compat.Var) and v not in batch_dep for v in xs)
+
+
+def sites(closed: Any, num_params: int | None = None) -> dict[int, ScanSite]:
   """Top-level equation index -> :class:`ScanSite`, for every splittable
-  scan of ``closed`` (flattened: nested jit calls inlined)."""
+  scan of ``closed`` (flattened: nested jit calls inlined).
+
+  With ``num_params`` (the leading invars that are parameter leaves), only
+  scans over layers qualify: some ``xs`` leaf must not depend on the
+  micro-batch (a scan over the batch's rows or time steps stays whole, and
+  so does a ``fori_loop`` without ``xs``).
+  """
+  batch_dep = (None if num_params is None
+               else _batch_dependent(closed, num_params))
   out = {}
   for i, eqn in enumerate(compat.jaxpr_eqns(closed)):
     site = _site(i, eqn)
-    if site is not None:
+    if site is not None and (batch_dep is None
+                             or _over_layers(site, eqn, batch_dep)):
       out[i] = site
   return out
 

@@ -372,3 +372,21 @@ def test_with_cut_marks_a_scanned_function():
   assert _max_rel(got_g, ref_g) <= TOL
   traced = _partition.trace(marked, "m", params, batch)
   assert traced.num_blocks == 4
+
+
+def test_scan_over_the_batch_rows_stays_whole():
+  # A loop over rows / time steps (xs from the micro-batch) is not a layer
+  # stack: its length follows the batch, so it is not split.
+  def rnn(p, batch):
+    h, ys = jax.lax.scan(lambda c, x: (jnp.tanh(c @ p["emb"] + x), c),
+                         jnp.zeros(D), batch["x"])
+    return jnp.mean(ys) + jnp.sum(h)
+
+  params = _params()
+  traced = _partition.trace(rnn, "rnn", params, _batch(6))
+  flat = autocut.flatten(traced)
+  assert scan_split.sites(flat)              # a scan that could be split
+  assert not scan_split.sites(flat, len(traced.param_avals))
+  stacked = _partition.trace(scanned(), "f", params, _batch(6))
+  assert scan_split.sites(autocut.flatten(stacked),
+                          len(stacked.param_avals))
