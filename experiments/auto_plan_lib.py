@@ -106,7 +106,10 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
   chosen one first), appending to ``rows`` as they are measured."""
   choice = step.choice
   fr = choice.frontier
-  order = sorted(fr.plans, key=lambda p: p.step)
+  limit = choice.memory_limit
+  order = sorted((p for p in fr.plans
+                  if limit is None or p.peak_bytes <= limit),
+                 key=lambda p: p.step)  # the candidates that fit
   if args.measure_top:
     order = order[:args.measure_top]
   order = [choice.winner] + [p for p in order if p is not choice.winner]
@@ -165,8 +168,7 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   step, warm = time_choice(fn, mesh, params, batch, args, cache, None)
   record.update(choose_seconds_cold=round(cold, 2),
                 choose_seconds_warm=round(warm, 2),
-                plans_priced=len(step.choice.frontier.plans),
-                frontier=step.choice.frontier.to_dict())
+                plans_priced=len(step.choice.frontier.plans))
   save(record)
   log(f"choice: cold {cold:.1f} s, warm {warm:.1f} s,"
       f" {len(step.choice.frontier.plans)} plans priced")
@@ -181,6 +183,7 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
     log(f"memory limit {text}: {step.choice.describe()}")
     case: dict[str, Any] = {"memory_limit": text,
                             "choose_seconds": round(secs, 2),
+                            "frontier": step.choice.frontier.to_dict(),
                             "candidates": []}
     record["cases"].append(case)
 

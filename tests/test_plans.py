@@ -91,3 +91,20 @@ def test_auto_matches_value_and_grad_fits_the_limit_and_explains(monkeypatch):
       step.choice.frontier.plans) == 1
   with pytest.raises(tj.TesselError, match="drop plan="):
     tj.schedule(fn, mesh=mesh, placement="auto", plan="1f1b")
+
+
+def test_auto_plan_runner_summary_and_limits():
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  assert A.parse_limit("none") is None
+  assert A.parse_limit("2MiB") == 2 * 2**20 and A.parse_limit("123") == 123
+  rows = [{"label": "a", "predicted_ms": 1.0, "chosen": True,
+           "measured_ms": 10.4},
+          {"label": "b", "predicted_ms": 2.0, "chosen": False,
+           "measured_ms": 10.0},
+          {"label": "c", "predicted_ms": 3.0, "chosen": False,
+           "error": "x"}]
+  got = A.summarise(rows)
+  assert got["fastest_measured"] == "b" and got["chosen"] == "a"
+  assert got["chosen_over_fastest"] == 1.04 and got["within_target"]
+  rows[0]["measured_ms"] = 11.0
+  assert not A.summarise(rows)["within_target"]
