@@ -1,8 +1,12 @@
 """Lowering: a tick plan becomes ONE ``jax.jit(jax.shard_map(...))`` program.
 
-Per tick (DESIGN §5): the previous tick's messages are written into the stash
-(one ``ppermute`` per round of a partial permutation, local rounds are plain
-writes), then the tick's inputs are read, then one ``lax.switch`` over only
+Per tick (DESIGN §5): the previous tick's local messages are written into
+the stash; remote rounds are held until the first tick that reads one of
+them and then written together, rounds of equal payload with disjoint
+senders and receivers sharing one ``ppermute`` (``passes.flushes``: on
+XLA's CPU runtime each ``ppermute`` is a rendezvous of every device, so as
+few as the messages allow, where the schedule needs them); then the tick's
+inputs are read, then one ``lax.switch`` over only
 the kernels present at that tick runs (no switch where one kernel runs on
 every device). Parameter gradients are added in place inside the branch of
 the kernel that owns them: the tick's accumulators (``Tick.grads``) go into

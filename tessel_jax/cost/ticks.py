@@ -2,9 +2,10 @@
 
 The lowering (``passes.lower``) runs the schedule as *ticks*: at every step
 at which some block starts, every device of the pipe axis writes the
-previous tick's messages into its stash (one ``ppermute`` per round of
-remote messages), reads its inputs and runs a ``lax.switch`` over the
-tick's kernels (idle devices run a branch returning zero out ports); the
+previous tick's local messages into its stash and the held remote rounds
+due at this tick (``passes.flushes``: merged ``ppermute``s at the first
+tick reading one of them), reads its inputs and runs a ``lax.switch`` over
+the tick's kernels (idle devices run a branch returning zero out ports); the
 branch of a kernel with parameter gradients adds them in place to its
 accumulators, the other branches pass them through. Interpreted ramps
 (``passes.interp``) do the same per tick with the ports and message lanes
