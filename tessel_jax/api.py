@@ -913,7 +913,8 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
     solver_time_limit_s: CP-SAT time budget.
     plan: None (search), a classic schedule by name (``"gpipe"``,
       ``"1f1b"``, ``"interleaved_1f1b"`` alias ``"interleaved"``,
-      ``"chimera"``, ``"zb_h1"`` alias ``"zb"``; see
+      ``"chimera"``, ``"zb_h1"`` alias ``"zb"``, ``"dualpipev"``,
+      ``"zbv"``; see
       ``tessel_jax.search.baselines`` for the placements each fits), a
       ``Schedule`` or an ``UnrolledSchedule`` to lower instead.
     recompute: None (keep residuals; recompute the largest blocks only if
