@@ -537,7 +537,9 @@ def test_three_racing_processes_end_with_good_records(tmp_path):
     assert "Traceback" not in err
   stats = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
   assert sum(s["dropped"] for s in stats) >= 1       # poison was seen
-  assert all(s["measured"] >= 1 for s in stats)
+  # The poisoner re-measures what it poisoned; the others may have started
+  # after it finished (a loaded machine) and found only good records.
+  assert stats[0]["measured"] >= 1
   store = cost_cache.ProfileCache(str(tmp_path))
   for j in range(7):
     rec = store.get("kernel", f"k{j}")
