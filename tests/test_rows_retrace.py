@@ -132,7 +132,7 @@ def test_hugging_face_gpt2_splits_its_shared_block():
   pytest.importorskip("flax")
   from experiments import model_zoo_lib as Z  # pylint: disable=import-outside-toplevel
   from experiments.model_zoo_models import hf_gpt2  # pylint: disable=import-outside-toplevel
-  n = 2
+  n = 1  # one micro-batch of 4 rows: F0 on 4 devices, one row each
   model = hf_gpt2(4 * n)
   step = tj.schedule(model.fn, mesh=jax.make_mesh((4,), ("pipe",)),
                      placement=tj.placements.mshape(4), num_microbatches=n,
