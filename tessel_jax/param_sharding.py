@@ -7,6 +7,11 @@ are checked here, each failure naming the leaf and the fix. A block on every
 pipe device gathers such a leaf at its tick; blocks on a strict subset read
 it gathered onto their devices before the first tick
 (:func:`subset_readers`, ``passes.gather``).
+
+Specs over the other mesh axes are split by :func:`resolve_axes` into data
+axes and axes left to GSPMD, and checked by :func:`auto_specs`: a leaf split
+over GSPMD axes stays split inside the blocks (tensor parallel); one split
+over data axes is FSDP (ZeRO-3, ``passes.fsdp``).
 """
 
 from __future__ import annotations

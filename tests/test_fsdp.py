@@ -36,17 +36,17 @@ def _specs(layer: dict[str, Any]) -> dict[str, Any]:
 
 
 def _collectives(text: str, op: str) -> list[tuple[tuple[int, ...], str]]:
-  """``(result shape, replica groups)`` of every ``op`` in the HLO text
-  (tuple results: each element)."""
+  """``(result shape, op_name)`` of every ``op`` in the HLO text (tuple
+  results: each element)."""
   out = []
   for line in text.splitlines():
     m = re.search(rf"= (\(.*?\)|\S+) {op}(?:-start)?\(", line)
     if not m:
       continue
-    groups = re.search(r"replica_groups=(\S+)", line)
+    name = re.search(r'op_name="([^"]*)"', line)
     for dims in re.findall(r"f32\[([\d,]*)\]", m.group(1)):
       shape = tuple(int(d) for d in dims.split(",") if d)
-      out.append((shape, groups.group(1) if groups else ""))
+      out.append((shape, name.group(1) if name else ""))
   return out
 
 
@@ -86,15 +86,20 @@ def test_fsdp_equals_value_and_grad(mesh_shape: dict[str, int],
   stored = {(H // 2, F // model), (F // model, H // 2)}
   gathered = {(H, F // model), (F // model, H)}
   # Slot gradients (1, slots, *leaf): the weights' come back as shards.
-  scattered = [s[2:] for s, _ in _collectives(text, "reduce-scatter")
-               if len(s) == 4]
-  assert sorted(scattered) == sorted(stored), scattered
+  scatters = [(s[2:], n) for s, n in _collectives(text, "reduce-scatter")
+              if len(s) == 4]
+  assert sorted(s for s, _ in scatters) == sorted(stored), scatters
   reduced = [s[-2:] for s, _ in _collectives(text, "all-reduce")]
   assert not gathered & set(reduced), reduced
   assert not {(H, F), (F, H)} & set(reduced)
-  gathers = [s[-2:] for s, _ in _collectives(text, "all-gather")
+  gathers = [(s[-2:], n) for s, n in _collectives(text, "all-gather")
              if len(s) >= 2]
-  assert sorted(g for g in gathers if g in gathered) == sorted(gathered)
+  fsdp_gathers = [(s, n) for s, n in gathers if s in gathered]
+  assert sorted(s for s, _ in fsdp_gathers) == sorted(gathered), gathers
+  # Once per step, outside every switch branch and loop.
+  for _, name in fsdp_gathers + scatters:
+    assert "/cond/" not in name and "/while/" not in name, name
+  gathers = [s for s, _ in gathers]
   assert not {(H, F), (F, H)} & set(gathers) or model == 1
   layout = step.built.layout
   fsdp = [c for c in layout.classes if c.fsdp]
