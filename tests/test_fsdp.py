@@ -15,6 +15,7 @@ import re
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -23,7 +24,7 @@ import tessel_jax as tj
 
 from test_lowering_models import max_rel_err, reference, reference_infer
 from test_tensor_parallel import (H, LAYERS, TOL, _batch, _mesh, _mlp,
-                                  _put, _spec_of, mlp_model)
+                                  _mlp_params, _put, _spec_of, mlp_model)
 
 F = 64
 DATA_ONLY = {"up": P("data", None), "down": P(None, "data"), "b": P("data")}
@@ -197,3 +198,31 @@ def test_data_split_that_does_not_divide_is_refused() -> None:
                      r"into 2 pieces over \('data',\), which does not"
                      r" divide; pad it"):
     step(params, _batch(16, False))
+
+
+def test_fsdp_with_two_blocks_per_device_and_interpreted_ramps() -> None:
+  """Interleaved placement: two FSDP slots per class on every device, ramps
+  run as table-driven loops (``interpret_ramps``)."""
+  keys = jax.random.split(jax.random.PRNGKey(0), 4)
+  params = {"layers": [_mlp_params(k) for k in keys]}
+  layer = {"up": P("data", "model"), "down": P("model", "data"),
+           "b": P("data")}
+  specs = {"layers": [layer] * 4}
+
+  def fn(params: Any, batch: Any) -> Any:
+    h = batch["x"]
+    for i, lp in enumerate(params["layers"]):
+      h = _mlp(lp, h)
+      if i < 3:
+        h = tj.boundary(h)
+    return jnp.mean((h - batch["y"]) ** 2)
+
+  mesh = _mesh({"pipe": 2, "data": 2, "model": 2})
+  batch = _batch(16, False)
+  step = tj.schedule(fn, mesh=mesh, placement="interleaved",
+                     num_microbatches=4, data_axes=("data",),
+                     interpret_ramps=2)
+  loss, grads = step(_put(params, specs, mesh), batch)
+  assert max_rel_err((loss, grads), reference(fn, params, batch, 4)) <= TOL
+  assert _spec_of(grads["layers"][3]["b"]) == ("data",)
+  assert [c.count for c in step.built.layout.classes if c.fsdp] == [2, 2, 2]
