@@ -418,8 +418,10 @@ class ScheduledFunction:
     traced, rows, microbatch, p_avals = self._trace(params, batch, n_total)
     clock.lap("trace")
     train = self.mode == "train"
-    graph, part, traced = self._partition_graph(traced, num_devices, train,
-                                                split_leaves=not shards)
+    # Leaves sharded by the user are stored whole (a scanned stack is not
+    # cut into per-block slices), so their specs keep naming the same leaves.
+    graph, part, traced = self._partition_graph(
+        traced, num_devices, train, split_leaves=not (shards or specs))
     forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
     reach = forward_reach(graph, forward_of)
     local_parts = self._local_parts(graph, rows, microbatch, p_avals, part,

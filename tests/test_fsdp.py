@@ -226,3 +226,28 @@ def test_fsdp_with_two_blocks_per_device_and_interpreted_ramps() -> None:
   assert max_rel_err((loss, grads), reference(fn, params, batch, 4)) <= TOL
   assert _spec_of(grads["layers"][3]["b"]) == ("data",)
   assert [c.count for c in step.built.layout.classes if c.fsdp] == [2, 2, 2]
+
+
+def test_scanned_stack_keeps_its_sharding() -> None:
+  """A ``lax.scan`` over stacked layers cut automatically: sharded stacks
+  are stored whole (not as per-block slices), so each spec stays on its
+  leaf and the gradients come back with it."""
+  keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  params = {"up": jax.random.normal(keys[0], (4, H, F)) / np.sqrt(H),
+            "down": jax.random.normal(keys[1], (4, F, H)) / np.sqrt(F)}
+  specs = {"up": P(None, "data", "model"), "down": P(None, "model", "data")}
+
+  def fn(params: Any, batch: Any) -> Any:
+    def layer(h: Any, lp: Any) -> tuple[Any, None]:
+      return h + jax.nn.gelu(h @ lp["up"]) @ lp["down"], None
+    h, _ = jax.lax.scan(layer, batch["x"], params)
+    return jnp.mean((h - batch["y"]) ** 2)
+
+  mesh = _mesh({"pipe": 2, "data": 2, "model": 2})
+  batch = _batch(16, False)
+  step = tj.schedule(fn, mesh=mesh, placement="vshape", num_microbatches=4,
+                     data_axes=("data",), cut="auto", plan="1f1b")
+  loss, grads = step(_put(params, specs, mesh), batch)
+  assert max_rel_err((loss, grads), reference(fn, params, batch, 4)) <= TOL
+  assert _spec_of(grads["up"]) == (None, "data", "model")
+  assert _spec_of(grads["down"]) == (None, "model", "data")
