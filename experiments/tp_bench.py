@@ -10,7 +10,9 @@ compiled program's argument + output + temp bytes per device
 and, for the pipelined ones, the predicted bytes per device (parameters and
 gradients as placed, the batch, the packed parameters and their
 accumulators, the schedule's peak stash). Target: ``pipe2_model2`` at most
-0.6x the bytes of ``pipe2_model2_replicated``. JSON to ``--output``.
+0.6x the bytes of ``pipe2_model2_replicated``; ``pipe2_data2_fsdp`` (every
+weight split over ``data``, ZeRO-3) is to compare with ``pipe2_data2``.
+JSON to ``--output``.
 """
 
 import os

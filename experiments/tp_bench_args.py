@@ -12,7 +12,8 @@ from experiments.tp_bench_lib import CONFIGS, BenchArgs
 flags.DEFINE_list("configs", list(CONFIGS),
                   "Meshes to measure: pipe4, pipe2_model2 (Megatron weights"
                   " split over model), pipe2_model2_replicated (same mesh,"
-                  " whole weights), pipe2_data2, model4 and data4 (plain"
+                  " whole weights), pipe2_data2, pipe2_data2_fsdp (every"
+                  " weight split over data, ZeRO-3), model4 and data4 (plain"
                   " jax.jit of value_and_grad, no pipeline).")
 flags.DEFINE_integer("hidden", 256, "Model width (MLP inner width 4x).")
 flags.DEFINE_integer("layers", 4, "Layers (divisible by 4).")

@@ -18,12 +18,16 @@ from jax.sharding import PartitionSpec as P
 import tessel_jax as tj
 from tessel_jax import placements
 
-# name -> (mesh axes and sizes, pipelined?, data_axes, weights split?)
-CONFIGS: dict[str, tuple[dict[str, int], bool, tuple[str, ...], bool]] = {
+# name -> (mesh axes and sizes, pipelined?, data_axes, weights split?);
+# split ``"fsdp"``: the Megatron specs with ``model`` read as ``data``
+# (ZeRO-3: every weight split over the data axis, gathered per step).
+CONFIGS: dict[str, tuple[dict[str, int], bool, tuple[str, ...],
+                         bool | str]] = {
     "pipe4": ({"pipe": 4}, True, (), False),
     "pipe2_model2": ({"pipe": 2, "model": 2}, True, (), True),
     "pipe2_model2_replicated": ({"pipe": 2, "model": 2}, True, (), False),
     "pipe2_data2": ({"pipe": 2, "data": 2}, True, ("data",), False),
+    "pipe2_data2_fsdp": ({"pipe": 2, "data": 2}, True, ("data",), "fsdp"),
     "model4": ({"model": 4}, False, (), True),
     "data4": ({"data": 4}, False, ("data",), False),
 }
@@ -119,8 +123,10 @@ def _program(name: str, args: BenchArgs, params: Any, specs: Any,
   """``(jitted or step, params, batch, step or None)`` of one config."""
   shape, piped, data, split = CONFIGS[name]
   mesh = _mesh(shape)
-  use = specs if split else jax.tree_util.tree_map(
-      lambda s: P(), specs, is_leaf=lambda x: isinstance(x, P))
+  use = jax.tree_util.tree_map(
+      lambda s: P(*(("data" if e == "model" else e) for e in s))
+      if split == "fsdp" else s if split else P(), specs,
+      is_leaf=lambda x: isinstance(x, P))
   placed = _place(params, use, mesh)
   if piped:
     d = shape["pipe"]
@@ -169,19 +175,22 @@ def _prediction(step: Any, args: BenchArgs) -> dict[str, Any]:
   """Predicted bytes per device: the arguments (parameters as placed, the
   batch), the outputs (gradients as placed, the loss), the packed
   parameters, their gradient accumulators and the packed gradients leaving
-  the map (3 x ``Layout.bytes_per_device``), and the stash's peak
-  (``step.report``)."""
+  the map (3 x ``Layout.bytes_per_device``; FSDP slots: their shard in and
+  out, the gathered buffer and its accumulator, 2 x shard + 2 x gathered),
+  and the stash's peak (``step.report``)."""
   built = step.built
-  layout_bytes = max(built.layout.bytes_per_device())
+  fsdp = sum(c.count * (c.device_nbytes + c.gathered_nbytes)
+             for c in built.layout.classes if c.fsdp)
+  packed = 3 * max(built.layout.bytes_per_device()) - fsdp
   stash = max(step.report.stash_peak_bytes)
   placed = _placed_param_bytes(step)
   batch = 2 * args.rows * args.seq * 4
-  predicted = 2 * placed + batch + 3 * layout_bytes + stash
+  predicted = 2 * placed + batch + packed + stash
   return {"predicted_bytes_per_device": int(predicted),
           "predicted_parts": {"params_and_grads_as_placed": 2 * placed,
                               "batch": batch,
                               "packed_params_accumulators_and_grads":
-                                  3 * layout_bytes,
+                                  packed,
                               "stash_peak": int(stash)},
           "schedule_makespan": built.unrolled.makespan}
 

@@ -44,6 +44,15 @@ shard only and XLA inserts the tensor-parallel collectives inside the
 blocks (every device of a GSPMD group takes the same switch branch, as the
 branch depends on the pipe index only). Gradients come back with their
 parameters' shardings.
+
+FSDP (ZeRO-3): slot classes of leaves whose spec also names data axes
+(``SlotClass.fsdp``) come into the map split over those axes; each is
+gathered with one ``all_gather`` over its data axes before the first tick
+(every device of a data group runs the same program there, outside every
+branch), the kernels read and accumulate the gathered slot as any other,
+and after the last tick the accumulated gradient is reduced with one
+``psum_scatter`` over the data axes (instead of the ``psum`` of a
+replicated leaf), so it leaves the map as the device's shard.
 """
 
 from __future__ import annotations
@@ -59,6 +68,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import flushes as _flushes
+from . import fsdp as _fsdp
 from . import gather as _gather
 from . import outputs as _outputs
 from .kernels import KernelSet
@@ -256,7 +266,7 @@ class Lowering:
         c, j = where
         if any(self.layout.slot_of[(l, d)] != where for d in kernel.devices):
           raise AssertionError("a shared block's leaf sits in different slots")
-        by_leaf[l] = _pin(slots[c][j][0], self.layout.classes[c].spec)
+        by_leaf[l] = _pin(slots[c][j][0], self.layout.classes[c].inner_spec)
     for dt in self.layout.dtypes:
       region = self.layout.regions[dt].get(kernel.fwd)
       if region is None or not region.leaves:
@@ -580,6 +590,7 @@ class Lowering:
     plan = self.plan
     ctx = _Ctx(lax.axis_index(self.pipe))
     pbuf: dict[Any, Any] = {dt: packed[dt][0] for dt in self.layout.dtypes}
+    slots = self._gather_fsdp(slots)
     for l, shard in zip(self.gathered, shards):
       pbuf[("gathered", l)] = _gather.gather(
           shard, self.layout.shards[l][0], self.layout.gathered[l].owners,
@@ -592,7 +603,7 @@ class Lowering:
       for l in self.gathered:
         g = self.layout.gathered[l]
         gacc[("gathered", l)] = jnp.zeros(g.shape, g.dtype)
-    sacc = (tuple(tuple(_pin(jnp.zeros(c.shape, c.dtype), c.spec)
+    sacc = (tuple(tuple(_pin(jnp.zeros(c.shape, c.dtype), c.inner_spec)
                         for _ in range(c.count))
                   for c in self.layout.classes) if self.train else ())
     n = plan.num_microbatches
@@ -612,7 +623,7 @@ class Lowering:
     _, (gacc, sacc), tacc = state
     if self.train:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
-      sgrads = tuple(_pin(jnp.stack(s)[None], (None, None) + c.spec)
+      sgrads = tuple(_pin(jnp.stack(s)[None], (None, None) + c.inner_spec)
                      for s, c in zip(sacc, self.layout.classes))
       hgrads = tuple(_gather.scatter(
           gacc[("gathered", l)], self.layout.shards[l][0],
@@ -622,12 +633,37 @@ class Lowering:
                     for j, t in enumerate(tacc))
       if self.data_axes:
         grads = {dt: lax.psum(g, self.data_axes) for dt, g in grads.items()}
-        sgrads = tuple(lax.psum(g, self.data_axes) for g in sgrads)
+        sgrads = tuple(self._reduce_slot_grads(g, c)
+                       for g, c in zip(sgrads, self.layout.classes))
         hgrads = tuple(lax.psum(g, self.data_axes) for g in hgrads)
         terms = tuple(t if j in self.per_mb else lax.psum(t, self.data_axes)
                       for j, t in enumerate(terms))
       return grads, sgrads, hgrads, terms
     return tuple(t[:n][None] for t in tacc)
+
+  @_scoped("params")
+  def _gather_fsdp(self, slots: Sequence[Sequence[Any]]
+                   ) -> list[list[Any]]:
+    """FSDP slots (``(1, *shard)`` per device) gathered over their data
+    axes: one ``all_gather`` per split dimension, before the first tick."""
+    return [[_pin(_fsdp.gather(a, 1, c.fsdp, c.inner_spec),
+                  (None,) + c.inner_spec) for a in arrays]
+            if c.fsdp else list(arrays)
+            for arrays, c in zip(slots, self.layout.classes)]
+
+  def _reduce_slot_grads(self, g: Any, c: Any) -> Any:
+    """A class's slot gradients ``(1, S, *shape)`` summed over the data
+    axes: a ``psum``, or for FSDP slots a ``psum_scatter`` leaving the
+    device's shard (``passes.fsdp.scatter``)."""
+    if not c.fsdp:
+      return lax.psum(g, self.data_axes)
+    return _fsdp.scatter(g, 2, c.fsdp, c.inner_spec, self.data_axes)
+
+  def _slot_spec(self, c: Any, grads: bool = False) -> Any:
+    """The map's spec of one slot array (``grads``: of a class's stacked
+    slot gradients): split over pipe, and over the data axes for FSDP."""
+    lead = (self.pipe, None) if grads else (self.pipe,)
+    return P(*(lead + c.data_spec)) if c.fsdp else P(self.pipe)
 
   def _shard_spec(self, leaf: int) -> Any:
     """The spec handing every device its slice of a sharded leaf."""
@@ -643,14 +679,16 @@ class Lowering:
     batch_spec = P(data) if data else P()
     shard_specs = tuple(self._shard_spec(l) for l in self.gathered)
     in_specs = ({dt: P(pipe) for dt in layout.dtypes},
-                [[P(pipe)] * c.count for c in layout.classes], shard_specs,
+                [[self._slot_spec(c)] * c.count for c in layout.classes],
+                shard_specs,
                 tuple(batch_spec for _ in traced.batch_avals))
     per_mb_spec = P(pipe, data) if data else P(pipe)
     term_specs = tuple(per_mb_spec if j in self.per_mb else P(pipe)
                        for j in range(len(self.ks.terminals)))
     if self.train:
       out_specs = ({dt: P(pipe) for dt in layout.dtypes},
-                   tuple(P(pipe) for _ in layout.classes), shard_specs,
+                   tuple(self._slot_spec(c, grads=True)
+                         for c in layout.classes), shard_specs,
                    term_specs)
     else:
       out_specs = term_specs

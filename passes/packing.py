@@ -29,6 +29,13 @@ mesh axes left to GSPMD, e.g. a Megatron weight ``P(None, "model")``) is
 always stored in slots, whose classes are keyed by shape, dtype and spec:
 the slot arrays carry the spec after the pipe axis, so each device holds
 ``1 / parts`` of every such slot (``SlotClass.device_nbytes``).
+
+An *FSDP* leaf is a split leaf whose spec also names data axes (ZeRO-3,
+``SlotClass.fsdp``): each data replica stores its shard; the program gathers
+the slot over the data axes before the first tick into a buffer of the leaf
+over the GSPMD axes only (``SlotClass.gathered_nbytes``), accumulates a
+gradient of that size and reduce-scatters it after the last tick
+(``passes.lower``). Byte counts include the gathered buffer.
 """
 
 from __future__ import annotations
@@ -76,6 +83,9 @@ class SlotClass:
     spec: ``PartitionSpec`` entries of the leaves over the GSPMD axes (one
       per dimension; empty: replicated).
     parts: Devices each leaf is split over by ``spec`` (1: replicated).
+    fsdp: Per dimension, the data axes ``spec`` names there (empty: not
+      FSDP): the slot is stored split over them and gathered per step.
+    data_parts: Pieces the data axes cut a leaf into (1: not FSDP).
   """
 
   shape: tuple[int, ...]
@@ -84,6 +94,8 @@ class SlotClass:
   assign: tuple[tuple[int, ...], ...]
   spec: tuple[Any, ...] = ()
   parts: int = 1
+  fsdp: tuple[tuple[str, ...], ...] = ()
+  data_parts: int = 1
 
   @property
   def nbytes(self) -> int:
@@ -93,6 +105,31 @@ class SlotClass:
   def device_nbytes(self) -> int:
     """Bytes of one slot on one device (the shard of a split leaf)."""
     return self.nbytes // self.parts
+
+  @property
+  def gathered_nbytes(self) -> int:
+    """Bytes of one slot gathered over the data axes on one device (split
+    over the GSPMD axes only); 0 when not FSDP."""
+    return self.nbytes * self.data_parts // self.parts if self.fsdp else 0
+
+  @property
+  def inner_spec(self) -> tuple[Any, ...]:
+    """``spec`` without its data axes: the GSPMD split inside the map."""
+    if not self.fsdp:
+      return self.spec
+    out = []
+    for e, taken in zip(self.spec, self.fsdp):
+      axes = tuple(a for a in (e if isinstance(e, tuple) else (e,))
+                   if a is not None and a not in taken)
+      out.append(None if not axes else axes[0] if len(axes) == 1 else axes)
+    return tuple(out)
+
+  @property
+  def data_spec(self) -> tuple[Any, ...]:
+    """Per dimension, the data-axes entry of ``spec`` (None: none): how the
+    map takes the stored slot in (after the pipe dimension)."""
+    return tuple(None if not t else t[0] if len(t) == 1 else t
+                 for t in self.fsdp)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,15 +191,29 @@ class Layout:
 
   def bytes_per_device(self) -> tuple[int, ...]:
     """Parameter bytes each device holds (flat used + every slot array, a
-    split leaf's slot at its shard's size + gathered leaves: the full leaf, a
+    split leaf's slot at its shard's size, an FSDP slot's shard plus its
+    buffer gathered over the data axes + gathered leaves: the full leaf, a
     buffer every device of the SPMD program has, plus its shard)."""
-    slots = sum(c.count * c.device_nbytes for c in self.classes)
+    slots = sum(c.count * (c.device_nbytes + c.gathered_nbytes)
+                for c in self.classes)
     gathered = sum(g.nbytes + g.nbytes // self.shards[l][1]
                    for l, g in self.gathered.items())
     return tuple(
         slots + gathered + sum(self.used[dt][d] * np.dtype(dt).itemsize
                                for dt in self.dtypes)
         for d in range(self.num_devices))
+
+  def fixed_bytes_per_device(self, optimizer_slots: int) -> tuple[int, ...]:
+    """Parameters, their gradient accumulators and ``optimizer_slots``
+    parameter-sized optimiser arrays per device: ``(2 + optimizer_slots)``
+    times ``bytes_per_device``, except that an FSDP slot holds its shard
+    (and the optimiser's slots of the shard) plus the gathered buffer and a
+    gradient accumulator of the gathered size."""
+    k = 2 + int(optimizer_slots)
+    over = sum(c.count * (c.device_nbytes + optimizer_slots *
+                          c.gathered_nbytes)
+               for c in self.classes if c.fsdp)
+    return tuple(k * b - over for b in self.bytes_per_device())
 
   def useful_bytes_per_device(self) -> tuple[int, ...]:
     """Bytes of leaves each device actually uses."""
@@ -192,8 +243,8 @@ def make_layout(param_avals: Sequence[Any],
                 num_devices: int, mode: str = "auto",
                 shards: Mapping[int, tuple[int, int]] | None = None,
                 split: Mapping[int, tuple[tuple[Any, ...], int]] | None = None,
-                gathered: Mapping[int, Sequence[int]] | None = None
-                ) -> Layout:
+                gathered: Mapping[int, Sequence[int]] | None = None,
+                data_sizes: Mapping[str, int] | None = None) -> Layout:
   """Lays out each forward block's parameters on its devices.
 
   Args:
@@ -210,6 +261,8 @@ def make_layout(param_avals: Sequence[Any],
     gathered: Sharded leaves read by blocks on a strict subset of the pipe
       axis: leaf -> the devices of those blocks (leave them out of
       ``block_params`` for those blocks).
+    data_sizes: Data axes -> devices along them; split leaves whose spec
+      names one are FSDP slots (see the module docstring).
 
   Raises:
     ValueError: for an unknown ``mode`` or a shard that does not divide.
@@ -265,6 +318,9 @@ def make_layout(param_avals: Sequence[Any],
         used_slots < (1 - MAX_EMPTY_SLOTS) * count * D):
       continue
     k = len(classes)
+    fsdp = tuple(tuple(a for a in (e if isinstance(e, tuple) else (e,))
+                       if a in (data_sizes or {})) for e in spec)
+    data_parts = int(np.prod([data_sizes[a] for t in fsdp for a in t]))
     assign = [[-1] * count for _ in range(D)]
     for l, j in place.items():
       for d in users[l]:
@@ -274,7 +330,9 @@ def make_layout(param_avals: Sequence[Any],
     classes.append(SlotClass(shape=shape, dtype=dt, count=count,
                              assign=tuple(tuple(a) for a in assign),
                              spec=spec,
-                             parts=split[leaves[0]][1] if spec else 1))
+                             parts=split[leaves[0]][1] if spec else 1,
+                             fsdp=fsdp if any(fsdp) else (),
+                             data_parts=data_parts))
 
   flat_params = {i: [l for l in ls if l not in slot_leaves]
                  for i, ls in block_params.items()}

@@ -392,14 +392,15 @@ class ScheduledFunction:
     """``(data axes, GSPMD axes, leaf -> spec entries over GSPMD axes)``.
 
     Warns (once per shape) when ``data_axes`` is not given and the mesh has
-    axes besides the pipe axis; refuses a leaf split over a data axis.
+    axes besides the pipe axis. A leaf split over a data axis is FSDP.
     """
     fail = self._error
     data, auto, warning = _param_sharding.resolve_axes(
         tuple(self.mesh.axis_names), self.pipe_axis, self.data_axes,
         _param_sharding.spec_axes(params, self.param_sharding, fail), fail)
     specs = _param_sharding.auto_specs(params, self.param_sharding,
-                                       self.pipe_axis, data, auto, fail)
+                                       self.pipe_axis, data, auto, fail,
+                                       mesh_shape=dict(self.mesh.shape))
     if warning is not None and (data, auto) not in self._warned:
       self._warned.add((data, auto))
       warnings.warn(f"tessel_jax.schedule applied to {self.fn_name!r}:"
@@ -417,8 +418,10 @@ class ScheduledFunction:
     traced, rows, microbatch, p_avals = self._trace(params, batch, n_total)
     clock.lap("trace")
     train = self.mode == "train"
-    graph, part, traced = self._partition_graph(traced, num_devices, train,
-                                                split_leaves=not shards)
+    # Leaves sharded by the user are stored whole (a scanned stack is not
+    # cut into per-block slices), so their specs keep naming the same leaves.
+    graph, part, traced = self._partition_graph(
+        traced, num_devices, train, split_leaves=not (shards or specs))
     forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
     reach = forward_reach(graph, forward_of)
     local_parts = self._local_parts(graph, rows, microbatch, p_avals, part,
@@ -428,7 +431,8 @@ class ScheduledFunction:
         graph, part, traced, local_parts, forward_of, shards, params, rows,
         n_total, n_local, num_devices, train, clock,
         split={l: (spec, _spec_parts(spec, dict(self.mesh.shape)))
-               for l, spec in specs.items()})
+               for l, spec in specs.items()},
+        data_sizes={a: int(dict(self.mesh.shape)[a]) for a in data_axes})
     ks, layout, costs, sgraph, unit, schedule, unrolled = found
     if self.has_aux:
       _shared_aux.check(part, ks, local_parts)
@@ -559,10 +563,13 @@ class ScheduledFunction:
                       shards: Mapping[int, int], params: Any, rows: int,
                       n_total: int, n_local: int, num_devices: int,
                       train: bool, clock: Any,
-                      split: Mapping[int, Any] | None = None) -> tuple:
+                      split: Mapping[int, Any] | None = None,
+                      data_sizes: Mapping[str, int] | None = None) -> tuple:
     """Kernels, layout, costs and the searched schedule; blocks recompute
     their activations (the one stashing most first) until one fits.
-    ``split``: leaf -> (spec, pieces) of leaves sharded over GSPMD axes.
+    ``split``: leaf -> (spec, pieces) of leaves sharded over GSPMD or data
+    axes; ``data_sizes``: data axis -> devices (leaves split over one are
+    FSDP).
 
     Returns ``(kernels, layout, costs, search graph, memory unit, schedule,
     unrolled)``.
@@ -583,7 +590,7 @@ class ScheduledFunction:
           {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
           num_devices, mode=self.param_layout,
           shards={l: (ax, num_devices) for l, ax in shards.items()},
-          split=split, gathered=gathered)
+          split=split, gathered=gathered, data_sizes=data_sizes)
       clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
@@ -758,7 +765,7 @@ class ScheduledFunction:
       limit = compat.device_memory_limit(self.mesh.devices.flat[0])
     if limit is None:
       return None
-    fixed = max(layout.bytes_per_device()) * (2 + int(self.optimizer_slots))
+    fixed = max(layout.fixed_bytes_per_device(int(self.optimizer_slots)))
     if costs is not None:
       fixed += costs.workspace_bytes
     return max(0, int(limit) - fixed)
@@ -907,7 +914,11 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       inside every block, each device storing its shard,
       ``jax.lax.with_sharding_constraint`` in ``fn`` is honoured, and the
       gradients come back with the parameters' shardings. A parameter
-      sharded over a data axis is refused. None (default): the axes no
+      sharded over a data axis (``P("data", None)``, or
+      ``P(("data", "model"), None)`` with tensor parallelism) is FSDP
+      (ZeRO-3): each data replica stores its shard, the program gathers it
+      once per step before the first tick and reduce-scatters its gradient
+      after the last. None (default): the axes no
       parameter sharding names split the batch and the others are left to
       GSPMD, with a warning when the mesh has axes besides ``pipe_axis``.
     solver_time_limit_s: CP-SAT time budget.

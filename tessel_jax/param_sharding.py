@@ -7,6 +7,11 @@ are checked here, each failure naming the leaf and the fix. A block on every
 pipe device gathers such a leaf at its tick; blocks on a strict subset read
 it gathered onto their devices before the first tick
 (:func:`subset_readers`, ``passes.gather``).
+
+Specs over the other mesh axes are split by :func:`resolve_axes` into data
+axes and axes left to GSPMD, and checked by :func:`auto_specs`: a leaf split
+over GSPMD axes stays split inside the blocks (tensor parallel); one split
+over data axes is FSDP (ZeRO-3, ``passes.fsdp``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 Fail = Callable[[str], Exception]
 
@@ -215,17 +221,31 @@ def resolve_axes(mesh_axes: tuple[str, ...], pipe_axis: str,
 
 def auto_specs(params: Any, param_sharding: Any, pipe_axis: str,
                data_axes: tuple[str, ...], auto_axes: tuple[str, ...],
-               fail: Fail) -> dict[int, tuple[Any, ...]]:
-  """Parameter leaves sharded over GSPMD (auto) axes: leaf -> spec entries.
+               fail: Fail, mesh_shape: Mapping[str, int] | None = None
+               ) -> dict[int, tuple[Any, ...]]:
+  """Parameter leaves sharded over GSPMD or data axes: leaf -> spec entries.
 
   The returned entries have one per dimension of the leaf (None where the
-  dimension is not split) and name auto axes only; such a leaf keeps its
-  sharding inside the blocks and its gradient comes back with it.
+  dimension is not split). A leaf split over auto axes only keeps its
+  sharding inside the blocks; a leaf whose spec also names data axes is
+  FSDP-sharded (ZeRO-3): each data replica stores its shard, the program
+  gathers it over the data axes before the first tick and reduce-scatters
+  its gradient after the last (``passes.lower``). Either way its gradient
+  comes back with the leaf's sharding.
+
+  Args:
+    params: The parameter pytree (arrays or shape structs).
+    param_sharding: As for ``sharded_leaves``.
+    pipe_axis: The pipeline axis (leaves naming it are ``sharded_leaves``'s).
+    data_axes: Mesh axes that split the batch.
+    auto_axes: Mesh axes left to GSPMD.
+    fail: Makes the error to raise from a message naming the problem.
+    mesh_shape: Axis sizes, to check that data-split dimensions divide.
 
   Raises:
-    The ``fail`` error: for a leaf sharded over a data axis (naming the leaf
-    and the axis), a spec longer than the leaf's rank, or one mixing the pipe
-    axis with other axes (the pipe-sharded path is ``sharded_leaves``).
+    The ``fail`` error: for a spec naming an axis not in the mesh, a spec
+    longer than the leaf's rank, an entry listing a GSPMD axis before a data
+    axis, or a data-split dimension the axes' devices do not divide.
   """
   leaves = jax.tree_util.tree_leaves(params)
   names = _leaf_names(params)
@@ -238,15 +258,7 @@ def auto_specs(params: Any, param_sharding: Any, pipe_axis: str,
     if pipe_axis in axes:
       continue  # sharded_leaves checks and lays it out
     for a in axes:
-      if a in data_axes:
-        raise fail(
-            f"parameter {names[q]} has sharding {spec}, which splits it over"
-            f" {a!r}, an axis in data_axes={data_axes!r} (those split the"
-            f" batch, every data replica holds whole parameters); replicate"
-            f" {names[q]} over {a!r} (drop {a!r} from its PartitionSpec), or"
-            f" leave {a!r} out of data_axes to shard the parameter over it"
-            f" with GSPMD (tensor parallel)")
-      if a not in auto_axes:
+      if a not in auto_axes and a not in data_axes:
         raise fail(f"parameter {names[q]} has sharding {spec}, naming {a!r},"
                    f" which is not an axis of the mesh")
     shape = tuple(leaves[q].shape)
@@ -254,6 +266,51 @@ def auto_specs(params: Any, param_sharding: Any, pipe_axis: str,
       raise fail(f"parameter {names[q]} of shape {shape} has sharding {spec}"
                  f" with more entries than dimensions; give one entry (or"
                  f" None) per dimension")
+    for dim, e in enumerate(entries):
+      _check_fsdp_entry(names[q], spec, shape, dim, _named_axes(e),
+                        data_axes, mesh_shape, fail)
     if axes:
       out[q] = entries + (None,) * (len(shape) - len(entries))
   return out
+
+
+def _check_fsdp_entry(name: str, spec: Any, shape: tuple[int, ...], dim: int,
+                      axes: tuple[str, ...], data_axes: tuple[str, ...],
+                      mesh_shape: Mapping[str, int] | None, fail: Fail
+                      ) -> None:
+  """Refuses one spec entry an FSDP leaf cannot be stored with: a GSPMD
+  axis before a data axis, or a dimension its axes do not divide."""
+  data = [i for i, a in enumerate(axes) if a in data_axes]
+  if not data:
+    return
+  if data != list(range(len(data))):
+    fixed = tuple(sorted(axes, key=lambda a: a not in data_axes))
+    raise fail(
+        f"parameter {name} has sharding {spec}, whose dimension {dim} lists"
+        f" {axes}: a GSPMD axis before a data axis; list the data axes first"
+        f" ({fixed!r}) to shard it over both (FSDP x tensor parallel)")
+  if mesh_shape is None:
+    return
+  pieces = int(np.prod([mesh_shape[a] for a in axes]))
+  if shape[dim] % pieces:
+    raise fail(
+        f"parameter {name} of shape {shape} has sharding {spec}, splitting"
+        f" dimension {dim} ({shape[dim]}) into {pieces} pieces over {axes},"
+        f" which does not divide; pad it to a multiple of {pieces} or shard"
+        f" another dimension over the data axes")
+
+
+def split_entries(entries: Sequence[Any], axes: Sequence[str]
+                  ) -> tuple[tuple[Any, ...], tuple[tuple[str, ...], ...]]:
+  """``(entries without axes, per dimension the axes of axes it names)``.
+
+  E.g. ``((("data", "model"), None), ("data",))`` ->
+  ``(("model", None), (("data",), ()))``.
+  """
+  rest, taken = [], []
+  for e in entries:
+    named = _named_axes(e)
+    keep = tuple(a for a in named if a not in axes)
+    taken.append(tuple(a for a in named if a in axes))
+    rest.append(None if not keep else keep[0] if len(keep) == 1 else keep)
+  return tuple(rest), tuple(taken)

@@ -255,14 +255,15 @@ def test_constraint_dropped_in_a_one_device_kernel() -> None:
                              rtol=1e-6)
 
 
-def test_param_split_over_data_axis_is_refused() -> None:
-  params, specs, fn = mlp_model()
+def test_param_split_over_an_unknown_axis_is_refused() -> None:
+  """(A leaf split over a data axis is FSDP: tests/test_fsdp.py.)"""
+  params, _, fn = mlp_model()
+  specs = {"layers": [dict(MLP_SPECS, up=P(None, "expert"))] * LAYERS}
   mesh = _mesh({"pipe": 2, "data": 2, "model": 2})
   step = tj.schedule(fn, mesh=mesh, placement="vshape", num_microbatches=4,
-                     plan="1f1b", data_axes=("data", "model"),
-                     param_sharding=specs)
-  with pytest.raises(tj.TesselError, match=r"\['layers'\]\[0\]\['down'\].*"
-                     r"'model', an axis in data_axes"):
+                     plan="1f1b", data_axes=("data",), param_sharding=specs)
+  with pytest.raises(tj.TesselError, match=r"\['layers'\]\[0\]\['up'\].*"
+                     r"naming 'expert', which is not an axis of the mesh"):
     step(params, _batch(16, False))
 
 

@@ -289,8 +289,7 @@ class CostModel:
     predicted step time of the candidate not taken.
     """
     device = mesh.devices.flat[0]
-    fixed = [p * (2 + self.optimizer_slots)
-             for p in layout.bytes_per_device()]
+    fixed = list(layout.fixed_bytes_per_device(self.optimizer_slots))
     if costs is not None:
       pred, tick_model = self.predict(costs, unrolled, plan, mesh, pipe_axis)
     spent, measured, hit = self._spent, self._measured, self._hit
