@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any, Callable
 
 
 def _duration(seconds: float) -> str:
@@ -53,3 +55,40 @@ class Eta:
     self.done += 1
     return (f"{self.done}/{self.total} {label} ({_duration(elapsed)} so far,"
             f" {left})")
+
+
+class Heartbeat:
+  """Logs a line every ``every`` seconds while a slow call runs.
+
+  A context manager for calls that report nothing themselves (XLA compiling
+  a program, the first run of a step), so a person watching never waits
+  more than ``every`` seconds without a line.
+
+  Example::
+
+    with Heartbeat("compiling the pipelined step", log):
+      compiled = step.lower(params, batch).compile()
+  """
+
+  def __init__(self, what: str, log: Callable[[str], None],
+               every: float = 4.0):
+    self.what = what
+    self.log = log
+    self.every = every
+    self._stop = threading.Event()
+    self._thread = threading.Thread(target=self._run, daemon=True)
+    self._t0 = 0.0
+
+  def _run(self) -> None:
+    while not self._stop.wait(self.every):
+      self.log(f"  ... {self.what}: {time.perf_counter() - self._t0:.0f} s"
+               f" so far")
+
+  def __enter__(self) -> "Heartbeat":
+    self._t0 = time.perf_counter()
+    self._thread.start()
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    self._stop.set()
+    self._thread.join()

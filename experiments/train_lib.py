@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tessel_jax as tj
+from experiments.progress import Heartbeat
 from tessel_jax import placements
 
 
@@ -200,11 +201,13 @@ def run(args: Any, log=print) -> dict[str, Any]:
   log("building: tracing, measuring every block (cached for the next run)"
       " and searching the schedule ...")
   t0 = time.perf_counter()
-  built = step.build(params, batch)
+  with Heartbeat("building", log):
+    built = step.build(params, batch)
   build_s = time.perf_counter() - t0
   log(f"built in {build_s:.1f} s; compiling the pipelined step ...")
   t0 = time.perf_counter()
-  compiled = step.lower(params, batch).compile()
+  with Heartbeat("compiling the pipelined step", log):
+    compiled = step.lower(params, batch).compile()
   compile_s = time.perf_counter() - t0
   sched = built.schedule
   if sched is not None:
@@ -226,7 +229,8 @@ def run(args: Any, log=print) -> dict[str, Any]:
       "compile_seconds": round(compile_s, 3), "losses": [],
       "step_seconds": [], "report": built.report.to_dict()}
   if args.check:
-    check = step.verify(params, batch)
+    with Heartbeat("checking step 0 against jax.value_and_grad", log):
+      check = step.verify(params, batch)
     grads_rel = [l.max_rel for l in check.leaves if l.path != "[0]"]
     record["check_loss_rel_err"] = check.leaves[0].max_rel
     record["check_grad_rel_err"] = max(grads_rel, default=0.0)
@@ -241,8 +245,9 @@ def run(args: Any, log=print) -> dict[str, Any]:
   for i in range(args.steps):
     batch = data.batch(rows)
     t0 = time.perf_counter()
-    loss, grads = compiled(params, batch)
-    loss = float(loss)
+    with Heartbeat(f"step {i}", log):
+      loss, grads = compiled(params, batch)
+      loss = float(loss)
     dt = time.perf_counter() - t0
     params, state = adam(params, grads, state, args.lr)
     record["losses"].append(round(loss, 5))
