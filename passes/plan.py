@@ -220,7 +220,7 @@ def _widen_split_reads(kernels: Mapping[int, Kernel],
 
 def _make_tick(env: Env, step: int, kern: tuple[int | None, ...],
                mb: np.ndarray) -> Tick:
-  D, b, kernels, layout = env.D, env.b, env.kernels, env.layout
+  D, b, kernels = env.D, env.b, env.kernels
   present = sorted({k for k in kern if k is not None})
   idle = any(k is None for k in kern)
   branches = ((None,) if idle else ()) + tuple(present)

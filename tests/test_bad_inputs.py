@@ -102,7 +102,7 @@ JSON_CASES = {
     "device float": (_block("devices", [0.5]), "block 0 device"),
     "device bool": (_block("devices", [True]), "block 0 device"),
     "kind int": (_block("kind", 3), "kind"),
-    "name int": (_block("name", 5), "block 0 name"),
+    "block name int": (_block("name", 5), "block 0 name"),
     "blocks null": (_top("blocks", None), "blocks"),
     "blocks dict": (_top("blocks", {}), "blocks"),
     "block as list": (lambda d: d["blocks"].__setitem__(0, [0, "F", 1, 1,
@@ -122,7 +122,7 @@ JSON_CASES = {
     "num_devices zero": (_top("num_devices", 0), "num_devices"),
     "num_devices bool": (_top("num_devices", True), "num_devices"),
     "num_devices huge": (_top("num_devices", 10**6), "num_devices"),
-    "name int": (_top("name", 7), "name"),
+    "placement name int": (_top("name", 7), "name"),
 }
 
 

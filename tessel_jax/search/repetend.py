@@ -46,7 +46,7 @@ from ortools.sat.python import cp_model
 from tessel_jax import checks
 from tessel_jax.graph import BlockGraph, check_searchable
 from tessel_jax.schedule import Schedule, Repetend
-from tessel_jax.search import completion, list_schedule, portfolio
+from tessel_jax.search import completion, portfolio
 from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             make_solver, moved_to_period,
                                             normalise, one_at_a_time,
