@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.auto_plan_lib import AutoPlanArgs
 
 _D = AutoPlanArgs()
@@ -44,6 +45,8 @@ def from_flags() -> AutoPlanArgs:
     app.UsageError: for out-of-range numbers.
   """
   f = flags.FLAGS
+  cli.check_created(f.cache_dir, "--cache_dir", folder=True)
+  cli.check_created(f.output, "--output", suffixes=(".json",))
   for name in ("devices", "microbatches", "microbatch_size", "layers",
                "d_model", "heads", "seq", "blocks", "repeats"):
     if getattr(f, name) < 1:

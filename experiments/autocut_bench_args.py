@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.autocut_bench_lib import MODELS, BenchArgs
 
 flags.DEFINE_list("models", list(MODELS),
@@ -39,6 +40,7 @@ def from_flags() -> BenchArgs:
     app.UsageError: for unknown models or out-of-range numbers.
   """
   f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
   models = tuple(m.strip() for m in f.models if m.strip())
   bad = [m for m in models if m not in MODELS]
   if bad or not models:

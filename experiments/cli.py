@@ -16,8 +16,10 @@ Every runner ends with ``cli.run(main)`` instead of ``absl.app.run(main)``:
   ``infeasible: ...`` and exits 2. Anything else is a bug and keeps its
   traceback.
 
-``check_output`` checks an output path's directory and suffix before the
-work starts (so a bad ``--plot`` fails at once, not after the search).
+``check_output`` and ``check_created`` check an output path's folder,
+writability and suffix before the work starts (so a bad ``--plot`` fails at
+once, not after the search); ``check_created`` accepts a path whose folders
+the runner creates itself.
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ def _own_flags() -> list[tuple[str, Any]]:
 
 def check_output(path: str | None, flag: str,
                  suffixes: Iterable[str] = (".json",)) -> None:
-  """Refuses an output path that cannot be written or has a wrong suffix.
+  """Refuses an output file whose folder is missing, that cannot be written
+  or that has a wrong suffix (for runners that do not create folders).
 
   Args:
     path: The path (None: nothing to check).
@@ -145,20 +148,83 @@ def check_output(path: str | None, flag: str,
   if path is None:
     return
   suffixes = tuple(suffixes)
-  if not path or os.path.isdir(path):
-    raise app.UsageError(f"{flag}={path!r} is a directory or empty; give a"
-                         f" file name ending in {' or '.join(suffixes)}")
-  if os.path.splitext(path)[1].lower() not in suffixes:
-    raise app.UsageError(f"{flag}={path!r} has an unsupported format; use a"
-                         f" name ending in {' or '.join(suffixes)}")
+  if not path:
+    raise app.UsageError(f"{flag}={path!r} is empty; give a file name"
+                         f" ending in {' or '.join(suffixes)}")
+  check_created(path, flag, suffixes=suffixes)
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
     raise app.UsageError(f"{flag}={path!r}: folder {folder!r} does not"
                          " exist; create it first")
-  if not os.access(folder, os.W_OK) or (
-      os.path.exists(path) and not os.access(path, os.W_OK)):
-    raise app.UsageError(f"{flag}={path!r} is not writable; choose a path"
-                         " you can write")
+
+
+#: Suffixes of a markdown table output (``--markdown``).
+TEXT_SUFFIXES = (".md", ".markdown", ".txt")
+
+
+def check_created(path: str | None, flag: str, *, folder: bool = False,
+                  suffixes: Iterable[str] | None = None) -> None:
+  """Refuses an output path the runner will create (folders included).
+
+  The path need not exist: its nearest existing ancestor must be a
+  writable folder. An existing path must be a folder when ``folder`` is
+  set and a writable file otherwise. A file's suffix must be one of
+  ``suffixes`` (lower case, with the dot; None: any).
+
+  Args:
+    path: The path (None or ``''``: no output, nothing to check).
+    flag: The flag's name for the message, e.g. ``"--output_dir"``, or
+      words naming the path when no flag gives it (``"picture"``).
+    folder: The runner writes files into ``path`` (a folder).
+    suffixes: Allowed suffixes of a file path.
+
+  Raises:
+    app.UsageError: naming the flag, the path and the fix.
+  """
+  if not path:
+    return
+  where = f"{flag}={path!r}" if flag.startswith("-") else f"{flag} {path!r}"
+  if folder and os.path.exists(path) and not os.path.isdir(path):
+    raise app.UsageError(f"{where} is a file, not a folder; give a folder"
+                         " (it is created if missing)")
+  if not folder:
+    _check_file_name(path, where, suffixes)
+  target = os.path.abspath(path) if folder else os.path.dirname(
+      os.path.abspath(path))
+  ancestor = _nearest_existing(target)
+  if not os.path.isdir(ancestor):
+    raise app.UsageError(f"{where}: {ancestor!r} is a file, not a folder;"
+                         " choose a path under a folder")
+  if os.path.exists(path) and not os.access(path, os.W_OK):
+    raise app.UsageError(f"{where} is not writable; choose a path you can"
+                         " write")
+  if not os.access(ancestor, os.W_OK | os.X_OK):
+    raise app.UsageError(f"{where} is not writable (no write permission in"
+                         f" {ancestor!r}); choose a path you can write")
+
+
+def _check_file_name(path: str, where: str,
+                     suffixes: Iterable[str] | None) -> None:
+  """Refuses a folder given as a file, or a file with a wrong suffix."""
+  suffixes = None if suffixes is None else tuple(suffixes)
+  wanted = " or ".join(suffixes) if suffixes is not None else ""
+  if os.path.isdir(path) or path.endswith(("/", os.sep)):
+    raise app.UsageError(f"{where} is a folder; give a file name"
+                         + (f" ending in {wanted}" if wanted else ""))
+  if suffixes is not None and (
+      os.path.splitext(path)[1].lower() not in suffixes):
+    raise app.UsageError(f"{where} has an unsupported format; use a name"
+                         f" ending in {wanted}")
+
+
+def _nearest_existing(path: str) -> str:
+  """``path`` or its nearest ancestor that exists (``path`` absolute)."""
+  while not os.path.exists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return path
 
 
 def given(name: str) -> bool:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.compare_schedules_lib import (MEMORY_CASES, CompareArgs,
                                                check_args)
 
@@ -46,6 +47,7 @@ def from_flags() -> CompareArgs:
     app.UsageError: for malformed or out-of-range flags.
   """
   f = flags.FLAGS
+  cli.check_created(f.output_dir, "--output_dir", folder=True)
   args = CompareArgs(
       placements=tuple(f.placements) if f.placements else None,
       devices=f.devices, microbatches=f.microbatches,

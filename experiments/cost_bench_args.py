@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.cost_bench_lib import PARTS, CostBenchArgs
 
 flags.DEFINE_list("parts", list(PARTS),
@@ -45,6 +46,8 @@ def from_flags() -> CostBenchArgs:
     app.UsageError: for unknown parts or out-of-range numbers.
   """
   f = flags.FLAGS
+  cli.check_created(f.cache_dir, "--cache_dir", folder=True)
+  cli.check_created(f.output, "--output", suffixes=(".json",))
   bad = [p for p in f.parts if p not in PARTS]
   if bad:
     raise app.UsageError(f"unknown --parts {bad}; choose from {PARTS}")

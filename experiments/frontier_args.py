@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.frontier_lib import (COST_SOURCES, FrontierArgs, check_args,
                                       parse_bytes)
 from tessel_jax.search import frontier
@@ -77,6 +78,8 @@ def from_flags() -> FrontierArgs:
     app.UsageError: for malformed or out-of-range flags.
   """
   f = flags.FLAGS
+  cli.check_created(f.cache_dir, "--cache_dir", folder=True)
+  cli.check_created(f.output_dir, "--output_dir", folder=True)
   args = FrontierArgs(
       cost_source=f.cost_source, model=f.model, devices=f.devices,
       placements=tuple(f.placements),

@@ -12,6 +12,7 @@ has the signature of ``plot_results_lib.PLOTTERS`` entries.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from absl import app
@@ -131,6 +132,8 @@ def main(argv: list[str]) -> None:
     raise app.UsageError("give result files: python -m"
                          " experiments.frontier_plot results/frontier/"
                          "run_<hash>.json")
+  for path in argv[1:]:  # every picture's place, before drawing any
+    cli.check_created(f"{os.path.splitext(path)[0]}_frontier.png", "picture")
   for path in argv[1:]:
     for picture in plot_file(path):
       print(f"wrote {picture}")

@@ -21,6 +21,7 @@ flags.adopt_module_key_flags(inference_args)
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  inference_args.check_outputs()
   # XLA reads XLA_FLAGS when jax creates its CPU client: set the fake
   # device count before anything imports jax.
   flag = ("--xla_force_host_platform_device_count="

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
+
 _D_PLACEMENTS = "vshape,mshape,mllm,kshape,xshape,interleaved"
 
 flags.DEFINE_list("placements", _D_PLACEMENTS.split(","),
@@ -43,6 +45,16 @@ flags.DEFINE_string("output_dir", "results/inference",
 def devices_flag() -> int:
   """``--devices`` (read before jax starts)."""
   return flags.FLAGS.devices
+
+
+def check_outputs() -> None:
+  """Checks ``--cache_dir`` and ``--output_dir`` (read before jax starts).
+
+  Raises:
+    app.UsageError: naming the flag and the fix.
+  """
+  cli.check_created(flags.FLAGS.cache_dir, "--cache_dir", folder=True)
+  cli.check_created(flags.FLAGS.output_dir, "--output_dir", folder=True)
 
 
 def from_flags():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.lowering_bench_lib import DEFAULT_PARTS, PARTS, BenchArgs
 
 flags.DEFINE_list("parts", list(DEFAULT_PARTS),
@@ -54,6 +55,7 @@ def from_flags() -> BenchArgs:
     app.UsageError: for unknown parts or out-of-range numbers.
   """
   f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
   bad = [p for p in f.parts if p not in PARTS]
   if bad:
     raise app.UsageError(f"unknown --parts {bad}; choose from {PARTS}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.model_zoo_lib import MODES, PLACEMENTS, ZooArgs
 from experiments.model_zoo_models import BUILDERS
 from tessel_jax import placements
@@ -38,6 +39,8 @@ def from_flags() -> ZooArgs:
       of range.
   """
   f = flags.FLAGS
+  cli.check_created(f.output_dir, "--output_dir", folder=True)
+  cli.check_created(f.markdown, "--markdown", suffixes=cli.TEXT_SUFFIXES)
   models = tuple(m.strip() for m in f.models if m.strip())
   bad = [m for m in models if m not in BUILDERS]
   if bad or not models:

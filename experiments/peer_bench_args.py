@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.peer_bench_lib import VARIANTS, PeerArgs
 
 flags.DEFINE_integer("hidden", 1024, "Width of the MLP (4 layers"
@@ -36,6 +37,7 @@ def from_flags() -> PeerArgs:
     app.UsageError: for unknown variants or out-of-range numbers.
   """
   f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
   bad = [v for v in f.variants if v not in VARIANTS]
   if bad:
     raise app.UsageError(f"unknown --variants {bad}; choose from {VARIANTS}")

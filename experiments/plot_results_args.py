@@ -5,8 +5,11 @@ Importing this module defines the flags; only the binary imports it.
 
 from __future__ import annotations
 
+import os
+
 from absl import app, flags
 
+from experiments import cli
 from experiments.plot_results_lib import PlotArgs
 
 flags.DEFINE_list("input", None,
@@ -23,8 +26,13 @@ def from_flags() -> PlotArgs:
     app.UsageError: without --input.
   """
   f = flags.FLAGS
+  cli.check_created(f.output_dir, "--output_dir", folder=True)
   if not f.input:
     raise app.UsageError("give --input=<run_<hash>.json>[,...] (written by"
                          " experiments.search_scaling or"
                          " experiments.compare_schedules)")
+  if not f.output_dir:  # pictures go next to each input
+    for path in f.input:
+      cli.check_created(os.path.dirname(path) or ".", "pictures folder (next"
+                        " to --input; or give --output_dir)", folder=True)
   return PlotArgs(inputs=tuple(f.input), output_dir=f.output_dir)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.search_cases_lib import CasesArgs
 
 flags.DEFINE_list("placements", None,
@@ -43,6 +44,8 @@ def from_flags() -> CasesArgs:
     app.UsageError: for malformed or out-of-range flags.
   """
   f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
+  cli.check_created(f.markdown, "--markdown", suffixes=cli.TEXT_SUFFIXES)
   try:
     devices = tuple(int(d) for d in f.devices)
   except ValueError:

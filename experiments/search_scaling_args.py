@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.search_scaling_lib import (MEMORY_CASES, ScalingArgs,
                                             check_args)
 
@@ -79,6 +80,7 @@ def from_flags() -> ScalingArgs:
     app.UsageError: for malformed or out-of-range flags.
   """
   f = flags.FLAGS
+  cli.check_created(f.output_dir, "--output_dir", folder=True)
   bad = [w for w in f.wrap if w not in ("on", "off")]
   if bad or not f.wrap:
     raise app.UsageError(f"--wrap takes on and/or off, got {f.wrap}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.tp_bench_lib import CONFIGS, BenchArgs
 
 flags.DEFINE_list("configs", list(CONFIGS),
@@ -35,6 +36,7 @@ def from_flags() -> BenchArgs:
     app.UsageError: for unknown configs or sizes that do not divide.
   """
   f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
   bad = [c for c in f.configs if c not in CONFIGS]
   if bad:
     raise app.UsageError(f"unknown --configs {bad}; choose from"

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from absl import app, flags
 
+from experiments import cli
 from experiments.train_lib import TrainArgs
+from tessel_jax import checks
 
 flags.DEFINE_string("placement", "mshape",
                     "Named placement (vshape, mshape, interleaved, ...); see"
@@ -49,6 +51,8 @@ def from_flags() -> TrainArgs:
     app.UsageError: for out-of-range flags.
   """
   f = flags.FLAGS
+  cli.check_created(f.plot, "--plot", suffixes=checks.IMAGE_SUFFIXES)
+  cli.check_created(f.output, "--output", suffixes=(".json",))
   for name in ("devices", "data", "layers", "d_model", "heads", "seq",
                "microbatches", "microbatch_size", "steps"):
     if getattr(f, name) < 1:

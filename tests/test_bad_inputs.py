@@ -399,6 +399,81 @@ def test_search_cli_reports_user_errors_on_one_line(tmp_path):
     assert len(lines) == 1 and text in lines[0], (case, err)
 
 
+# Every runner checks its output paths (folders it creates itself allowed)
+# before any work: (runner and flags, text of the one stderr line, whether
+# the runner gets to main without jax; then a stub jax that fails on import
+# proves no jax work ran first).
+OUTPUT_CASES = [
+    (lambda t: ["experiments.train", f"--output={t}/afile/x.json"],
+     "is a file, not a folder", False),
+    (lambda t: ["experiments.train", f"--plot={t}/new/x.gif"],
+     "--plot", False),
+    (lambda t: ["experiments.compare_schedules", f"--output_dir={t}/afile"],
+     "--output_dir", False),
+    (lambda t: ["experiments.inference", f"--output_dir={t}/afile/sub"],
+     "--output_dir", True),
+    (lambda t: ["experiments.inference", f"--cache_dir={t}/afile"],
+     "--cache_dir", True),
+    (lambda t: ["experiments.model_zoo", f"--markdown={t}/table.html"],
+     "--markdown", False),
+    (lambda t: ["experiments.tp_bench", f"--output={t}/afile/a/b.json"],
+     "--output", False),
+    (lambda t: ["experiments.search_scaling", f"--output_dir={t}/afile"],
+     "--output_dir", True),
+    (lambda t: ["experiments.search_cases", f"--output={t}/folder"],
+     "is a folder", True),
+    (lambda t: ["experiments.frontier_plot", f"{t}/afile/run.json"],
+     "picture", True),
+]
+
+
+def test_runners_check_output_paths_before_any_work(tmp_path):
+  """Each runner in its own process (side by side): exit 1, one stderr line
+  naming the flag, no traceback, nothing written, no jax imported where the
+  runner starts without it."""
+  (tmp_path / "afile").write_text("x")
+  (tmp_path / "folder").mkdir()
+  stub = tmp_path / "nojax" / "jax"
+  stub.mkdir(parents=True)
+  (stub / "__init__.py").write_text(
+      "raise RuntimeError('jax imported before the outputs were checked')")
+  before = sorted(p.name for p in tmp_path.rglob("*"))
+  def env(nojax):
+    extra = [str(tmp_path / "nojax")] if nojax else []
+    path = os.pathsep.join(extra + [ROOT, os.environ.get("PYTHONPATH", "")])
+    return dict(os.environ, PYTHONPATH=path)
+
+  procs = [subprocess.Popen(
+      [sys.executable, "-m", *make(tmp_path)], env=env(nojax),
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+           for make, _, nojax in OUTPUT_CASES]
+  for proc, (make, text, _) in zip(procs, OUTPUT_CASES):
+    out, err = proc.communicate(timeout=120)
+    case = " ".join(make(tmp_path))
+    assert proc.returncode == 1, (case, err)
+    assert "Traceback" not in err + out and not out.strip(), (case, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and text in lines[0], (case, err)
+  assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_check_created_accepts_new_folders_and_refuses_unwritable(
+    tmp_path, monkeypatch):
+  from absl import app  # pylint: disable=import-outside-toplevel
+  from experiments import cli  # pylint: disable=import-outside-toplevel
+  cli.check_created(str(tmp_path / "a" / "b" / "x.json"), "--output",
+                    suffixes=(".json",))
+  cli.check_created(str(tmp_path / "a" / "b"), "--output_dir", folder=True)
+  cli.check_created("", "--output")  # '' is no output
+  assert not (tmp_path / "a").exists()  # checking creates nothing
+  with pytest.raises(app.UsageError, match="--output_dir=.* is a file"):
+    (tmp_path / "f").write_text("x")
+    cli.check_created(str(tmp_path / "f"), "--output_dir", folder=True)
+  monkeypatch.setattr(os, "access", lambda *_a, **_k: False)
+  with pytest.raises(app.UsageError, match="--output=.* is not writable"):
+    cli.check_created(str(tmp_path / "new" / "x.json"), "--output")
+
+
 def test_cost_cli_lists_and_clears(tmp_path):
   store = cost_cache.ProfileCache(str(tmp_path))
   store.put("kernel", "k1", _kernel_record())
