@@ -333,8 +333,10 @@ class FrontierFunction:
     kw = dict(self.schedule_kw)
     if markers is not None and markers != count and kw.get("cut") is None:
       kw["cut"] = "auto"
-    step = api.schedule(self.fn, mesh=submesh(self.mesh, c.pipe, c.dp,
-                                              self.pipe_axis),
+    mesh = submesh(self.mesh, c.pipe, c.dp, self.pipe_axis)
+    if mesh is not self.mesh and kw.get("data_axes") is None:
+      kw["data_axes"] = ("data",)  # the pipe x data factorisation made here
+    step = api.schedule(self.fn, mesh=mesh,
                         placement=graph, num_microbatches=c.microbatches,
                         mode=self.mode, plan=c.plan,
                         memory_limit=c.memory_limit,
