@@ -17,6 +17,7 @@ from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
 from tessel_jax import placements
+from tessel_jax.verify import rel_err
 
 # name -> (mesh axes and sizes, pipelined?, data_axes, weights split?);
 # split ``"fsdp"``: the Megatron specs with ``model`` read as ``data``
@@ -207,12 +208,9 @@ def _placed_param_bytes(step: Any) -> int:
 
 
 def _max_rel_err(got: Any, want: Any) -> float:
-  errs = []
-  for a, b in zip(jax.tree_util.tree_leaves(got),
-                  jax.tree_util.tree_leaves(want)):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    errs.append(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)))
-  return max(errs)
+  """Largest relative error over the leaves (``verify.rel_err``)."""
+  return max(rel_err(a, b)[1] for a, b in zip(
+      jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)))
 
 
 def main(args: BenchArgs) -> int:

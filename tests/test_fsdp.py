@@ -25,6 +25,7 @@ import tessel_jax as tj
 from test_lowering_models import max_rel_err, reference, reference_infer
 from test_tensor_parallel import (H, LAYERS, TOL, _batch, _mesh, _mlp,
                                   _mlp_params, _put, _spec_of, mlp_model)
+from test_tensor_parallel import _run as _run_model
 
 F = 64
 DATA_ONLY = {"up": P("data", None), "down": P(None, "data"), "b": P("data")}
@@ -58,21 +59,13 @@ def _run(mesh_shape: dict[str, int], layer: dict[str, Any],
   checks it against ``jax.value_and_grad`` and the gradients' shardings;
   returns the step, the compiled HLO text and the gradients."""
   params, _, fn = mlp_model()
-  mesh = _mesh(mesh_shape)
-  sharded = _put(params, _specs(layer), mesh)
-  batch = _batch(4 * n, False)
-  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=n, plan="1f1b", data_axes=data_axes)
-  compiled = step.lower(sharded, batch).compile()
-  loss, grads = compiled(sharded, batch)
-  ref_loss, ref_grads = reference(fn, params, batch, n)
-  assert max_rel_err(loss, ref_loss) <= TOL
-  assert max_rel_err(grads, ref_grads) <= TOL
+  step, text, grads = _run_model(lambda: (params, _specs(layer), fn), False,
+                                 mesh_shape, data_axes, n)
   flat_specs = jax.tree_util.tree_leaves(
       _specs(layer), is_leaf=lambda x: isinstance(x, P))
   for g, s in zip(jax.tree_util.tree_leaves(grads), flat_specs):
     assert _spec_of(g) == _spec_of(s), (g.sharding, s)
-  return step, compiled.as_text(), grads
+  return step, text, grads
 
 
 @pytest.mark.parametrize("mesh_shape,layer", [
