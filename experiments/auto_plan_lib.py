@@ -12,6 +12,7 @@ measured candidate that fits the limit.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import statistics
 import tempfile
@@ -84,18 +85,65 @@ def _median_step(compiled: Callable[..., Any], params: Any, batch: Any,
   return statistics.median(times)
 
 
+class PhaseTimes(logging.Handler):
+  """Context manager: wall seconds per build phase (``tessel_jax.progress``
+  laps: trace, cut, kernels, profile, search, ...) summed over every plan
+  built inside it."""
+
+  def __init__(self) -> None:
+    super().__init__(logging.INFO)
+    self.seconds: dict[str, float] = {}
+    self._level = logging.NOTSET
+
+  def emit(self, record: logging.LogRecord) -> None:
+    args = record.args
+    if (isinstance(args, tuple) and len(args) == 4 and
+        str(record.msg).startswith("schedule(%r): %s %.2f s")):
+      phase = str(args[1])
+      self.seconds[phase] = self.seconds.get(phase, 0.0) + float(args[2])
+
+  def __enter__(self) -> "PhaseTimes":
+    logger = logging.getLogger("tessel_jax")
+    self._level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(self)
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    logger = logging.getLogger("tessel_jax")
+    logger.removeHandler(self)
+    logger.setLevel(self._level)
+
+
 def time_choice(fn: Any, mesh: Any, params: Any, batch: Any,
                 args: AutoPlanArgs, cache: str,
                 limit: int | None) -> tuple[Any, float]:
   """``(step, seconds)`` of building ``placement="auto"`` (choice included,
   compile excluded)."""
+  step, secs, _ = time_choice_phases(fn, mesh, params, batch, args, cache,
+                                     limit)
+  return step, secs
+
+
+def time_choice_phases(fn: Any, mesh: Any, params: Any, batch: Any,
+                       args: AutoPlanArgs, cache: str, limit: int | None
+                       ) -> tuple[Any, float, dict[str, float]]:
+  """``(step, wall seconds, split)`` of building ``placement="auto"``; the
+  split has the summed build phases, ``other`` (the rest of the wall time:
+  tracing for the markers, baseline replays, choosing) and ``cpu`` (process
+  CPU seconds)."""
   step = tj.schedule(fn, mesh=mesh, placement="auto",
                      num_microbatches=args.microbatches, memory_limit=limit,
                      cache_dir=cache, solver_time_limit_s=args.time_limit,
                      cost="measured", optimizer_slots=2)
-  t0 = time.perf_counter()
-  step.build(params, batch)
-  return step, time.perf_counter() - t0
+  with PhaseTimes() as phases:
+    t0, c0 = time.perf_counter(), time.process_time()
+    step.build(params, batch)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+  split = {k: round(v, 2) for k, v in phases.seconds.items()}
+  split["other"] = round(wall - sum(phases.seconds.values()), 2)
+  split["cpu"] = round(cpu, 2)
+  return step, wall, split
 
 
 def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
@@ -164,14 +212,22 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   cache = args.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cache_")
   record: dict[str, Any] = {"runner": RUNNER, "args": args._asdict(),
                             "jax": jax.__version__, "cases": []}
-  _, cold = time_choice(fn, mesh, params, batch, args, cache, None)
-  step, warm = time_choice(fn, mesh, params, batch, args, cache, None)
+  _, cold, cold_split = time_choice_phases(fn, mesh, params, batch, args,
+                                           cache, None)
+  step, warm, warm_split = time_choice_phases(fn, mesh, params, batch, args,
+                                              cache, None)
   record.update(choose_seconds_cold=round(cold, 2),
                 choose_seconds_warm=round(warm, 2),
-                plans_priced=len(step.choice.frontier.plans))
+                choose_split_cold=cold_split, choose_split_warm=warm_split,
+                plans_priced=len(step.choice.frontier.plans),
+                load_average=[round(x, 2) for x in os.getloadavg()])
   save(record)
-  log(f"choice: cold {cold:.1f} s, warm {warm:.1f} s,"
-      f" {len(step.choice.frontier.plans)} plans priced")
+  log(f"choice: cold {cold:.1f} s (CPU {cold_split['cpu']:.1f} s), warm"
+      f" {warm:.1f} s (CPU {warm_split['cpu']:.1f} s),"
+      f" {len(step.choice.frontier.plans)} plans priced; load"
+      f" {os.getloadavg()[0]:.1f}")
+  log(f"  cold split: {cold_split}")
+  log(f"  warm split: {warm_split}")
   for text in args.memory_limits:
     limit = parse_limit(text)
     try:
