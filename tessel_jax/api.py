@@ -601,6 +601,9 @@ class ScheduledFunction:
                                          self.mesh, self.pipe_axis, part)
         sgraph, unit = costs.graph, costs.memory_unit
         clock.lap("profile")
+        bound = getattr(self, "price_bound", None)  # tessel_jax.plans pruning
+        if bound is not None:
+          bound(costs, n_local)
       else:
         sgraph, unit = self._search_graph(graph, ks)
       try:

@@ -275,6 +275,33 @@ def candidates(mesh: Any, pipe_axis: str, rows: int, mode: str,
 # --- pricing -----------------------------------------------------------------
 
 
+class Pruned(Exception):
+  """A plan whose lower bound cannot beat the fastest plan priced so far."""
+
+
+def step_lower_bound(costs: Any, n_local: int) -> float:
+  """Seconds below which no schedule of a measured search graph can run.
+
+  Every device runs its blocks one after the other (``n_local`` of each),
+  at most one core each; on the CPU backend the pipeline's devices also
+  share ``costs.shared_cores`` cores. So the step is at least
+  ``n_local * max(busiest device's block seconds, all block core-seconds /
+  shared cores)`` (``predict.predict_shared`` / ``predict.predict`` add
+  waits, ticks and transfers on top).
+  """
+  graph = costs.graph
+  per = costs.work if costs.work is not None else dict(
+      costs.quantized.seconds)
+  load = [0.0] * graph.num_devices
+  for b in graph.blocks:
+    for d in b.devices:
+      load[d] += float(per.get(b.id, 0.0))
+  bound = max(load, default=0.0)
+  if costs.shared_cores:
+    bound = max(bound, sum(load) / costs.shared_cores)
+  return n_local * bound
+
+
 #: Priced plans of this process: ``(program key, candidate, screened)`` ->
 #: ``(PricedPlan, ScheduledFunction)``. Choosing again for the same function,
 #: shapes, mesh and options (another memory limit, another
@@ -318,6 +345,8 @@ class FrontierFunction:
     self.costs: Any = None  # the CostModel shared by every candidate
     self.steps: dict[Candidate, Any] = {}  # priced ScheduledFunctions
     self.memo_hits = 0
+    self.pruned = 0  # plans not searched: lower bound >= best so far
+    self._best_ms: float | None = None
     self._key: Any = None
 
   def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
@@ -361,6 +390,10 @@ class FrontierFunction:
     priced: list[PricedPlan] = []
     failed: dict[tuple[str, int, int, int], str] = {}
     searched: dict[tuple[str, int, int, int], PricedPlan] = {}
+    if screen:
+      # Widest data parallelism first (shortest pipelines, least bubble):
+      # a good plan priced early prunes more of the rest.
+      todo = sorted(todo, key=lambda c: c.pipe)
     for cand in todo:
       for c in _with_limit(cand, self.memory_limit):
         why = failed.get(_shape(c))
@@ -369,8 +402,10 @@ class FrontierFunction:
             base = searched.get(_shape(c))
             if c.plan is not None and base is not None:
               priced.append(self.price_baseline(c, base))
+              self._note_best(priced[-1])
               continue
             priced.append(self.price(c, params, batch, markers, screen))
+            self._note_best(priced[-1])
             if c.plan is None and c.memory_limit is None:
               searched[_shape(c)] = priced[-1]
             continue
@@ -382,6 +417,20 @@ class FrontierFunction:
               failed[_shape(c)] = why  # the program does not fit the shape
         skipped.append((c.label, why))
     return priced
+
+  def _note_best(self, p: PricedPlan) -> None:
+    """Remembers the fastest fitting measured plan (for pruning)."""
+    if p.unit == "ms" and (self.memory_limit is None or
+                           p.peak_bytes <= self.memory_limit):
+      if self._best_ms is None or p.step < self._best_ms:
+        self._best_ms = p.step
+
+  def _check_bound(self, c: Candidate, bound_ms: float) -> None:
+    """Raises :class:`Pruned` when ``c`` cannot beat the best so far."""
+    if self._best_ms is not None and bound_ms >= self._best_ms:
+      self.pruned += 1
+      raise Pruned(f"lower bound {bound_ms:.3f} ms >= {self._best_ms:.3f} ms"
+                   f" of the fastest plan priced so far")
 
   def _refine(self, priced: list[PricedPlan], params: Any, batch: Any,
               markers: int | None) -> None:
@@ -434,6 +483,13 @@ class FrontierFunction:
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
     step.screening = screen
+    if screen:
+      def bound(costs: Any, n_local: int, c: Candidate = c) -> None:
+        ms = step_lower_bound(costs, n_local) * 1e3
+        if self._key is not None:
+          _MEMO[(self._key, c, "bound")] = (ms, None)
+        self._check_bound(c, ms)
+      step.price_bound = bound
     if self.costs is None:
       self.costs = step._costs  # pylint: disable=protected-access
     step._costs = self.costs  # pylint: disable=protected-access
@@ -451,6 +507,10 @@ class FrontierFunction:
       self.memo_hits += 1
       self.steps[c] = hit[1]
       return hit[0]
+    known = (_MEMO.get((self._key, c, "bound"))
+             if screen and self._key is not None else None)
+    if known is not None:
+      self._check_bound(c, known[0])
     t0 = time.perf_counter()
     step = self.step_for(c, markers, screen)
     built = step.build(params, batch)
