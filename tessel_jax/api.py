@@ -448,7 +448,10 @@ class ScheduledFunction:
 
     plan = make_plan(unrolled.actions)
     chosen, other_ms = None, None
-    if costs is not None and self.plan is None:
+    # A screening build (tessel_jax.plans, placement="auto") prices only
+    # the schedule searched on measured spans.
+    if (costs is not None and self.plan is None and
+        not getattr(self, "screening", False)):
       alt = self._uniform_candidate(graph, ks, unit, layout, n_local,
                                     num_devices, costs)
       plan, chosen, other_ms, picked = self._pick_schedule(
@@ -598,6 +601,9 @@ class ScheduledFunction:
                                          self.mesh, self.pipe_axis, part)
         sgraph, unit = costs.graph, costs.memory_unit
         clock.lap("profile")
+        bound = getattr(self, "price_bound", None)  # tessel_jax.plans pruning
+        if bound is not None:
+          bound(costs, n_local)
       else:
         sgraph, unit = self._search_graph(graph, ks)
       try:
