@@ -17,8 +17,10 @@ rounds in which the rest of the machine used under ``quiet_cores`` cores
 in each timing (``peer_bench_lib.busy_jiffies``); if none is quiet, all are
 used and the JSON says so. Per variant: median wall and CPU ms, the paired
 ratio (per round, then the median) to each plain baseline, and for the
-pipelines the predicted step (``report.predicted_step_ms``) and the largest
-relative error of the outputs against the plain function.
+pipelines the predicted step (``report.predicted_step_ms``), the largest
+relative error of the outputs against the plain function and (``profile``)
+where one step goes by part (``experiments.step_profile``: kernels,
+ppermute/rendezvous, stash, switch/loop, pack/unpack, idle).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import gpt_profile
+from experiments import gpt_profile, step_profile
 from experiments.peer_bench_lib import USER_HZ, busy_jiffies
 from tessel_jax import placements as _placements
 from tessel_jax.search import plan_graph
@@ -64,6 +66,7 @@ class SpeedupArgs(NamedTuple):
   rounds: int = 7
   quiet_cores: float = 0.15
   profile_rounds: int = 3
+  profile: bool = True
   seed: int = 0
   output: str | None = "results/inference_speedup/inference_speedup.json"
   worker: str | None = None
@@ -128,6 +131,9 @@ def pipe_program(name: str, args: SpeedupArgs, model: Any, mesh: Any
   t0 = time.perf_counter()
   compiled = built.jitted.lower(params, batch).compile()
   compile_s = time.perf_counter() - t0
+  if args.profile:
+    prof = step_profile.profile_step(lambda: compiled(params, batch),
+                                     compiled.as_text(), 2, 3)
   row = {"variant": name, "groups": [list(g) for g in groups],
          "lowered_as": built.plan.loop_summary(),
          "schedule_source": built.unrolled.source,
@@ -136,6 +142,8 @@ def pipe_program(name: str, args: SpeedupArgs, model: Any, mesh: Any
          "block_ms": {k: round(v, 3) for k, v in
                       built.report.block_ms.items()},
          "build_s": round(build_s, 3), "compile_s": round(compile_s, 3)}
+  if args.profile:
+    row["profile"] = prof
   return (lambda: compiled(params, batch)), row
 
 
@@ -189,6 +197,7 @@ class _Worker:
            f"--d_model={args.d_model}", f"--layers={args.layers}",
            f"--heads={args.heads}", f"--seq={args.seq}",
            f"--rows={args.rows}", f"--profile_rounds={args.profile_rounds}",
+           f"--{'' if args.profile else 'no'}profile",
            f"--seed={args.seed}", "--output="]
     env = dict(os.environ, XLA_FLAGS=xla_flags(kind), JAX_PLATFORMS="cpu",
                TESSEL_JAX_CACHE=cache_dir)
@@ -283,6 +292,17 @@ def markdown(built: list[dict], summary: dict[str, Any]) -> str:
         f" {r['wall_ms']:.1f} | {r['cpu_ms']:.1f} | {r['vs_plain_1core']} |"
         f" {r['vs_plain_2core']} | {pred if pred else '-'} | {ratio} |"
         f" {err} |")
+  profiled = [b for b in built if "profile" in b]
+  if profiled:
+    parts = list(step_profile.PARTS) + ["idle"]
+    lines += ["", "Where a pipelined step goes (XLA's trace, ms per device;"
+              " `experiments.step_profile`):", "",
+              "| variant | step ms | " + " | ".join(parts) + " | busy |",
+              "|---|---|" + "---|" * (len(parts) + 1)]
+    for b in profiled:
+      p = b["profile"]
+      lines.append(f"| {b['variant']} | {p['wall_ms']:.1f} | " + " | ".join(
+          f"{p[k]:.1f}" for k in parts) + f" | {100 * p['busy_share']:.0f}% |")
   return "\n".join(lines)
 
 
