@@ -43,6 +43,7 @@ from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
 from tessel_jax import schedule_cache as _schedule_cache
 from tessel_jax.cost import model as _cost_model
+from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.hand_placement import (SPANS, Placement, fitting_placements,
                                        forward_count, forward_only,
@@ -597,8 +598,11 @@ class ScheduledFunction:
       clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
+        stage = _stage.stage_of(self.mesh, self.pipe_axis,
+                                tuple(data_sizes or ()), layout)
         costs = self._costs.search_graph(graph, ks, traced.param_avals,
-                                         self.mesh, self.pipe_axis, part)
+                                         self.mesh, self.pipe_axis, part,
+                                         stage=stage)
         sgraph, unit = costs.graph, costs.memory_unit
         clock.lap("profile")
         bound = getattr(self, "price_bound", None)  # tessel_jax.plans pruning
