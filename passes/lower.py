@@ -715,6 +715,7 @@ class Lowering:
                          out_specs=out_specs,
                          axis_names={pipe, *data},
                          check_vma=False)
+    self.smap = smap  # tessel_jax.placed calls it on already-placed params
     param_avals = traced.param_avals
     outputs = _outputs.Outputs(part, self.per_mb, self.ks.terminal_avals,
                                self.total_n)
