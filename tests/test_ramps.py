@@ -48,6 +48,9 @@ def test_cut_points_start_with_the_search_cut_and_are_distinct():
   cuts = ramps.cut_points(rep)
   assert cuts[0] == 0 and sorted(cuts) == [0, 3, 7]
   assert ramps.rotate(rep, 0) == rep
+  sizes = [ramps.ramp_size(ramps.rotate(rep, c)) for c in cuts[1:]]
+  assert sizes == sorted(sizes)
+  assert ramps.cut_points(rep, max_ramp_actions=min(sizes) - 1) == [0]
 
 
 def test_a_later_cut_shortens_mllm_at_a_middle_limit():
