@@ -29,7 +29,8 @@ Procedure (modulo model in ``modulo_model``):
    solve that times out counts as "not found" but leaves the bound
    unproven.
 4. At that ``P`` minimise the latency of one micro-batch.
-5. Compact the warmup and cooldown (``completion``).
+5. Compact the warmup and cooldown (``completion``) at several cuts of
+   the period and keep the shortest (``ramps``).
 6. Offer a list schedule of all ``N`` micro-batches (``list_schedule``) to
    ``Schedule.unroll``, which keeps it when it is strictly shorter.
 """
