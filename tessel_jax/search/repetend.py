@@ -365,8 +365,12 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # 1060 instead of 1053, both within 1% of the bound) and cut xshape's
   # 8-device search from 6.3 s to 2.5 s.
   least_polish = _LEAST_POLISH_PER_BLOCK * graph.num_blocks
-  polish = min(budget.left(share=1 / 8),
-               max(least_polish, budget.used))
+  # A repetend given as ``start`` cost the search nothing, but was found
+  # for another objective (the memory search's): its latency gets at least
+  # ``_START_POLISH_SHARE`` of the budget.
+  done = budget.used + (budget.total * _START_POLISH_SHARE
+                        if given is not None else 0.0)
+  polish = min(budget.left(share=1 / 8), max(least_polish, done))
   # Near the wall cap (a slow or loaded machine) the polish gets what the
   # cap leaves, at the wall time per deterministic second the period
   # search saw; past it, the minimum (nnshape, 32 devices, limit 143: 21 s
@@ -576,6 +580,10 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
 # and phases only, mllm, 4 devices, limit 12, lost 1.3%: 1568 instead of
 # 1548, the bound.)
 _LEAST_POLISH_PER_BLOCK = 0.001
+
+# Least share of the budget for the latency polish of a search given a
+# ``start`` repetend (see ``search_repetend``).
+_START_POLISH_SHARE = 1 / 16
 
 # Least number of cuts of the period whose ramps are compacted
 # (``ramps.best_rotation``); the search's own cut is the first.
