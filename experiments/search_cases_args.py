@@ -29,6 +29,10 @@ flags.DEFINE_float("time_limit", 60.0,
 flags.DEFINE_integer("seed", 0, "CP-SAT random seed.")
 flags.DEFINE_integer("workers", 1, "CP-SAT subsolvers (interleaved deterministically).")
 flags.DEFINE_bool("no_wrap", False, "Forbid blocks wrapping the period end.")
+flags.DEFINE_bool("fast_hint", True,
+                  "Search the fast case from the repetend its memory search"
+                  " found (at the fastest period under that limit);"
+                  " --nofast_hint searches it from scratch.")
 flags.DEFINE_string("output", None,
                     "Results JSON (default:"
                     " results/search_cases_<hash of the flags>.json).")
@@ -68,5 +72,6 @@ def from_flags() -> CasesArgs:
       placements=tuple(f.placements) if f.placements else None,
       devices=devices, modes=tuple(f.modes), memories=tuple(f.memories),
       microbatches=f.microbatches, time_limit=f.time_limit, seed=f.seed,
-      workers=f.workers, allow_wrap=not f.no_wrap, output=f.output,
+      workers=f.workers, allow_wrap=not f.no_wrap, fast_hint=f.fast_hint,
+      output=f.output,
       markdown=f.markdown)

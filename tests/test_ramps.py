@@ -1,11 +1,14 @@
-"""The rotation of a repetend with the shortest ramps (search.ramps)."""
+"""The rotation of a repetend with the shortest ramps (search.ramps), and
+searches that start from a known repetend."""
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tessel_jax import placements, validate
+from tessel_jax import checks, placements, validate
 from tessel_jax.schedule import Repetend, Schedule, modulo_actions
-from tessel_jax.search import ramps, search_repetend
+from tessel_jax.search import (ramps, search_repetend,
+                               smallest_memory_repetend)
 
 
 @st.composite
@@ -45,6 +48,9 @@ def test_cut_points_start_with_the_search_cut_and_are_distinct():
   cuts = ramps.cut_points(rep)
   assert cuts[0] == 0 and sorted(cuts) == [0, 3, 7]
   assert ramps.rotate(rep, 0) == rep
+  sizes = [ramps.ramp_size(ramps.rotate(rep, c)) for c in cuts[1:]]
+  assert sizes == sorted(sizes)
+  assert ramps.cut_points(rep, max_ramp_actions=min(sizes) - 1) == [0]
 
 
 def test_a_later_cut_shortens_mllm_at_a_middle_limit():
@@ -72,3 +78,36 @@ def test_best_rotation_never_worse_than_the_first_cut():
   assert span[1] <= span[0]
   validate.assert_valid(
       ramps.with_templates(schedule, *many).unroll(n))
+
+
+def test_search_from_a_known_repetend_proves_its_period_at_once():
+  graph = placements.get("kshape", 4)
+  fastest = search_repetend(graph, None, complete=False,
+                            list_alternative=False, time_limit_s=5).period
+  limit, _, witness = smallest_memory_repetend(graph, fastest,
+                                               time_limit_s=5)
+  assert witness is not None and witness.period == fastest
+  schedule = search_repetend(graph, limit, time_limit_s=5, start=witness)
+  assert schedule.period == fastest and schedule.status == "OPTIMAL"
+  unrolled = schedule.unroll(32)
+  validate.assert_valid(unrolled)
+  assert max(unrolled.peak_memory) <= limit
+
+
+@pytest.mark.parametrize("bad,words", [
+    ("not a repetend", "expected a tessel_jax Repetend"),
+    (Repetend(10, (0,), (0,)), "not a repetend of"),
+    (Repetend(10, (0,) * 10, (0,) * 10), "breaks the rules"),
+])
+def test_bad_start_is_refused_with_a_reason(bad, words):
+  graph = placements.get("kshape", 4)
+  with pytest.raises(checks.InputError, match=words):
+    search_repetend(graph, 8, time_limit_s=1, start=bad)
+
+
+def test_start_over_the_limit_is_refused():
+  graph = placements.get("kshape", 4)
+  one = search_repetend(graph, None, complete=False,
+                        list_alternative=False, time_limit_s=5)
+  with pytest.raises(checks.InputError, match="exceeds the memory limit"):
+    search_repetend(graph, 1, time_limit_s=1, start=one.repetend)
