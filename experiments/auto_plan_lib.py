@@ -239,7 +239,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "fastest_measured": fastest["label"],
           "fastest_measured_ms": fastest["measured_ms"],
           "chosen_over_fastest": round(ratio, 4),
-          "within_target": ratio <= TARGET}
+          "within_target": ratio <= TARGET, **_cpu_ratio(ok, chosen)}
+
+
+def _cpu_ratio(ok: list[dict[str, Any]], chosen: dict[str, Any]
+               ) -> dict[str, Any]:
+  """The same comparison in process CPU per step (steadier than wall time
+  on a shared machine), when measured."""
+  cpu = [r for r in ok if "measured_cpu_ms" in r]
+  if "measured_cpu_ms" not in chosen or not cpu:
+    return {}
+  fastest = min(cpu, key=lambda r: r["measured_cpu_ms"])
+  return {"chosen_measured_cpu_ms": chosen["measured_cpu_ms"],
+          "fastest_cpu": fastest["label"],
+          "chosen_over_fastest_cpu": round(
+              chosen["measured_cpu_ms"] / fastest["measured_cpu_ms"], 4)}
 
 
 def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
