@@ -1,12 +1,15 @@
-"""``placement="auto"`` on the README's GPT: the choice, predicted against
-measured (no flags here; see ``auto_plan_args``).
+"""``placement="auto"`` on the README's GPT (or a model-zoo model): the
+choice, predicted against measured (no flags here; see
+``auto_plan_args``).
 
 ``run(args)`` times the choice cold (a fresh measurement and schedule
-cache) and warm (the same caches, a new ``ScheduledFunction``), then for
-each memory limit lowers the chosen plan and the other candidates (all of
-them, or the ``measure_top`` fastest predicted ones), compiles and times
-each, and records whether the chosen plan measures within 5% of the fastest
-measured candidate that fits the limit.
+cache) and warm (the same caches, a new ``ScheduledFunction``; the priced
+plans are remembered in the process), with its phase split, then for each
+memory limit lowers the chosen plan and the other candidates (all of them,
+or the ``measure_top`` fastest predicted ones), compiles each and times
+them in interleaved rounds (shuffled order per round, wall and process CPU
+seconds), and records whether the chosen plan measures within 5% of the
+fastest measured candidate that fits the limit.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -86,15 +90,27 @@ def program(args: AutoPlanArgs) -> tuple[Callable[..., Any], Any, Any, bool]:
                                args.microbatches * args.microbatch_size)
 
 
-def _median_step(compiled: Callable[..., Any], params: Any, batch: Any,
-                 repeats: int) -> float:
-  jax.block_until_ready(compiled(params, batch))
-  times = []
+def interleaved_steps(compiled: dict[int, Callable[..., Any]], params: Any,
+                      batch: Any, repeats: int, seed: int = 0
+                      ) -> dict[int, tuple[float, float]]:
+  """Median ``(wall, process CPU)`` seconds per step of each program, timed
+  in ``repeats`` rounds that run every program once in a shuffled order
+  (a busy neighbour slows a round, not one program)."""
+  rng = random.Random(seed)
+  for run in compiled.values():
+    jax.block_until_ready(run(params, batch))   # warm-up
+  wall: dict[int, list[float]] = {i: [] for i in compiled}
+  cpu: dict[int, list[float]] = {i: [] for i in compiled}
+  order = list(compiled)
   for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(params, batch))
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+    rng.shuffle(order)
+    for i in order:
+      t0, c0 = time.perf_counter(), time.process_time()
+      jax.block_until_ready(compiled[i](params, batch))
+      wall[i].append(time.perf_counter() - t0)
+      cpu[i].append(time.process_time() - c0)
+  return {i: (statistics.median(wall[i]), statistics.median(cpu[i]))
+          for i in compiled}
 
 
 class PhaseTimes(logging.Handler):
@@ -180,21 +196,33 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
                               solver_time_limit_s=args.time_limit,
                               optimizer_slots=2, has_aux=has_aux)
   markers = plans.marker_blocks(fn, params, batch, {"has_aux": has_aux})
+  compiled: dict[int, Callable[..., Any]] = {}
+  new_rows = []
   for p in order:
     row = {"label": p.label, "predicted_ms": round(p.step, 4),
            "peak_bytes": p.peak_bytes, "source": p.source,
            "chosen": p is choice.winner}
     try:
       cand = ff.step_for(p.candidate, markers)
-      compiled = cand.lower(params, batch).compile()
-      row["measured_ms"] = round(
-          1e3 * _median_step(compiled, params, batch, args.repeats), 4)
+      compiled[len(new_rows)] = cand.lower(params, batch).compile()
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+    new_rows.append(row)
+  try:
+    times = interleaved_steps(compiled, params, batch, args.repeats)
+  except Exception as err:  # pylint: disable=broad-except
+    times = {}
+    for row in new_rows:
+      row.setdefault("error", f"{type(err).__name__}: {str(err)[:200]}")
+  for i, (wall, cpu) in times.items():
+    new_rows[i]["measured_ms"] = round(1e3 * wall, 4)
+    new_rows[i]["measured_cpu_ms"] = round(1e3 * cpu, 4)
+  for p, row in zip(order, new_rows):
     rows.append(row)
     log(f"  {'*' if row['chosen'] else ' '} {p.label:<42} predicted"
         f" {p.step:8.3f} ms  measured {row.get('measured_ms', float('nan')):8.3f}"
-        f" ms  peak {p.peak_bytes / 2**20:7.3f} MiB")
+        f" ms (CPU {row.get('measured_cpu_ms', float('nan')):8.3f} ms)"
+        f"  peak {p.peak_bytes / 2**20:7.3f} MiB")
   return rows
 
 
@@ -211,7 +239,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "fastest_measured": fastest["label"],
           "fastest_measured_ms": fastest["measured_ms"],
           "chosen_over_fastest": round(ratio, 4),
-          "within_target": ratio <= TARGET}
+          "within_target": ratio <= TARGET, **_cpu_ratio(ok, chosen)}
+
+
+def _cpu_ratio(ok: list[dict[str, Any]], chosen: dict[str, Any]
+               ) -> dict[str, Any]:
+  """The same comparison in process CPU per step (steadier than wall time
+  on a shared machine), when measured."""
+  cpu = [r for r in ok if "measured_cpu_ms" in r]
+  if "measured_cpu_ms" not in chosen or not cpu:
+    return {}
+  fastest = min(cpu, key=lambda r: r["measured_cpu_ms"])
+  return {"chosen_measured_cpu_ms": chosen["measured_cpu_ms"],
+          "fastest_cpu": fastest["label"],
+          "chosen_over_fastest_cpu": round(
+              chosen["measured_cpu_ms"] / fastest["measured_cpu_ms"], 4)}
 
 
 def run(args: AutoPlanArgs, log: Callable[[str], None] = print,

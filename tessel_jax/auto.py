@@ -37,8 +37,11 @@ class AutoChoice:
 
   def describe(self) -> str:
     w, r = self.winner, self.runner_up
+    pruned = sum(1 for _, why in self.frontier.skipped
+                 if why.startswith("Pruned"))
+    extra = f", {pruned} pruned by their lower bound" if pruned else ""
     text = (f"placement='auto' chose {w.label} from {len(self.frontier.plans)}"
-            f" plans in {self.choose_seconds:.1f} s: predicted step"
+            f" plans{extra} in {self.choose_seconds:.1f} s: predicted step"
             f" {w.step:.3f} {w.unit}, peak {w.peak_bytes} bytes per device")
     if r is not None:
       text += (f"; runner-up {r.label}: {r.step:.3f} {r.unit}, peak"
