@@ -71,8 +71,9 @@ from . import flushes as _flushes
 from . import fsdp as _fsdp
 from . import gather as _gather
 from . import outputs as _outputs
+from . import pack_local as _pack_local
 from .kernels import KernelSet
-from .packing import Layout, pack, read_region, unpack_grads
+from .packing import Layout, read_region, unpack_grads
 from .partition import Partition
 from .plan import Dyn, Plan, Tick
 
@@ -714,6 +715,7 @@ class Lowering:
                          out_specs=out_specs,
                          axis_names={pipe, *data},
                          check_vma=False)
+    self.smap = smap  # tessel_jax.placed calls it on already-placed params
     param_avals = traced.param_avals
     outputs = _outputs.Outputs(part, self.per_mb, self.ks.terminal_avals,
                                self.total_n)
@@ -732,7 +734,8 @@ class Lowering:
     def run(params: Any, batch: Any) -> Any:
       p_leaves = jax.tree_util.tree_leaves(params)
       b_leaves = jax.tree_util.tree_leaves(batch)
-      packed, slots = pack(layout, p_leaves)
+      packed, slots = _pack_local.pack(layout, p_leaves, self.mesh, pipe,
+                                       data)
       slots = [[self._place(a, (pipe,) + c.spec) for a in arrays]
                for arrays, c in zip(slots, layout.classes)]
       shards = tuple(p_leaves[l] for l in self.gathered)
