@@ -30,6 +30,9 @@ flags.DEFINE_integer("profile_rounds", 3, "Times each layer is measured to"
                      " balance the layer groups (the smallest kept).")
 flags.DEFINE_bool("profile", True, "Profile one step of each pipelined"
                   " program by part (XLA's trace, experiments.step_profile).")
+flags.DEFINE_bool("realtime", True, "Run the workers at real-time priority"
+                  " (every thread SCHED_RR, profiling and timing; needs root"
+                  " or CAP_SYS_NICE, else normal priority).")
 flags.DEFINE_integer("seed", 0, "Parameter, data and round-order seed.")
 flags.DEFINE_string("output",
                     "results/inference_speedup/inference_speedup.json",
@@ -66,5 +69,6 @@ def from_flags() -> SpeedupArgs:
       placements=tuple(f.placements), microbatches=f.microbatches,
       vocab=f.vocab, d_model=f.d_model, layers=f.layers, heads=f.heads,
       seq=f.seq, rows=f.rows, rounds=f.rounds, quiet_cores=f.quiet_cores,
-      profile_rounds=f.profile_rounds, profile=f.profile, seed=f.seed,
+      profile_rounds=f.profile_rounds, profile=f.profile,
+      realtime=f.realtime, seed=f.seed,
       output=f.output or None, worker=f.worker)

@@ -23,7 +23,7 @@ def test_pipelined_programs_equal_the_plain_batch():
     got = np.asarray(pipe())
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert row["predicted_ms"] > 0 and row["lowered_as"]
-    assert row["profile"]["kernels"] > 0
+    assert "collective-permute" in row["hlo"]   # the worker profiles it
 
 
 def _round(quiet: bool, plain1: float, plain2: float, pipe: float) -> dict:
