@@ -88,38 +88,59 @@ def memory_cases(graph: BlockGraph, wanted: tuple[str, ...], *,
   and ``fast`` also have ``memory_search_seconds`` (time to find the limit),
   ``memory_limit_proven: False`` where CP-SAT found a limit but did not prove
   it minimal in time (the best found is used), and ``error`` where it found
-  none. A graph that holds no memory has the one
-  case ``none`` (no limit).
+  none. ``middle`` is halfway between ``tight`` and ``fast`` (rounded
+  down; the ramps matter most there, see ``search.ramps``). A graph that
+  holds no memory has the one case ``none`` (no limit).
   """
   if all(b.memory <= 0 for b in graph.blocks):
     return [{"memory_case": "none", "memory_limit": None}]
-  out = []
-  for case in ("tight", "fast", "loose"):
-    if case not in wanted:
-      continue
-    if case == "loose":
-      out.append({"memory_case": "loose", "memory_limit": None})
-      continue
-    row: dict[str, Any] = {"memory_case": case, "memory_limit": None}
-    t0 = time.perf_counter()
-    kw = dict(allow_wrap=allow_wrap, time_limit_s=time_limit_s, seed=seed,
-              num_workers=workers)
-    try:
-      period = None
-      if case == "fast":
-        period = search_repetend(graph, None, complete=False, **kw).period
-      limit, proven = smallest_memory(graph, period, **kw)
-      if not proven:
-        row["memory_limit_proven"] = False
-      if limit is None:
-        row["error"] = (f"{case} memory limit: CP-SAT found none within"
-                        f" {time_limit_s:g} s; raise --time_limit")
-      row["memory_limit"] = limit
-    except Exception as e:  # pylint: disable=broad-except
-      row["error"] = _error(e)
-    row["memory_search_seconds"] = round(time.perf_counter() - t0, 3)
-    out.append(row)
-  return out
+  kw = dict(allow_wrap=allow_wrap, time_limit_s=time_limit_s, seed=seed,
+            num_workers=workers)
+  rows = {case: _limit_case(graph, case, kw) for case in ("tight", "fast")
+          if case in wanted or "middle" in wanted}
+  if "middle" in wanted:
+    rows["middle"] = _middle_case(rows["tight"], rows["fast"])
+  if "loose" in wanted:
+    rows["loose"] = {"memory_case": "loose", "memory_limit": None}
+  return [rows[case] for case in ("tight", "middle", "fast", "loose")
+          if case in wanted]
+
+
+def _limit_case(graph: BlockGraph, case: str,
+                kw: dict[str, Any]) -> dict[str, Any]:
+  """The ``tight`` or ``fast`` case (see ``memory_cases``)."""
+  row: dict[str, Any] = {"memory_case": case, "memory_limit": None}
+  t0 = time.perf_counter()
+  try:
+    period = None
+    if case == "fast":
+      period = search_repetend(graph, None, complete=False, **kw).period
+    limit, proven = smallest_memory(graph, period, **kw)
+    if not proven:
+      row["memory_limit_proven"] = False
+    if limit is None:
+      row["error"] = (f"{case} memory limit: CP-SAT found none within"
+                      f" {kw['time_limit_s']:g} s; raise --time_limit")
+    row["memory_limit"] = limit
+  except Exception as e:  # pylint: disable=broad-except
+    row["error"] = _error(e)
+  row["memory_search_seconds"] = round(time.perf_counter() - t0, 3)
+  return row
+
+
+def _middle_case(tight: dict[str, Any],
+                 fast: dict[str, Any]) -> dict[str, Any]:
+  """Halfway between the ``tight`` and ``fast`` limits."""
+  row: dict[str, Any] = {"memory_case": "middle", "memory_limit": None}
+  for other in (tight, fast):
+    if "error" in other or other["memory_limit"] is None:
+      row["error"] = f"middle memory limit: {other['memory_case']} has none"
+      return row
+  row["memory_limit"] = (tight["memory_limit"] + fast["memory_limit"]) // 2
+  if not (tight.get("memory_limit_proven", True)
+          and fast.get("memory_limit_proven", True)):
+    row["memory_limit_proven"] = False
+  return row
 
 
 def run_baselines(graph: BlockGraph,

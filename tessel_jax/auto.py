@@ -11,6 +11,9 @@ from typing import Any
 from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
                               marker_blocks)
 
+#: Screened plans built in full before choosing (``FrontierFunction``).
+REFINE = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class AutoChoice:
@@ -70,7 +73,7 @@ def auto_build(step: Any, params: Any, batch: Any,
                         microbatches=None if n is None else [int(n)],
                         memory_limit=step.memory_limit,
                         pipe_axis=step.pipe_axis, mode=step.mode,
-                        **_schedule_options(step))
+                        refine=REFINE, **_schedule_options(step))
   fr = ff(params, batch)
   best = fr.choose(step.memory_limit)
   if best is None:

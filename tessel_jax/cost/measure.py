@@ -17,7 +17,9 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   waits at a ``ppermute`` ran at single-core speed although the second core
   was free), while a kernel jitted alone spreads independent work over the
   process's threads. The devices of one process share its cores
-  (``predict.predict_shared``).
+  (``predict.predict_shared``). On that one core a sample is the smaller
+  of its wall and the process's CPU time, so a loaded machine does not
+  inflate the figure (``_time_calls``).
 * **memory**: ``stash_bytes`` (what the forward keeps for the backward:
   residuals when the block keeps them, its inputs when it recomputes) and
   XLA's ``compiled.memory_analysis()`` temp bytes (the kernel's transient
@@ -255,9 +257,18 @@ def _example(aval: Any, rng: np.random.Generator) -> np.ndarray:
   return np.zeros(aval.shape, aval.dtype)
 
 
-def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int
-                ) -> tuple[float, int]:
-  """Median seconds per call of ``fn`` and the calls per timed sample."""
+def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int,
+                cpu_clock: bool = False) -> tuple[float, int]:
+  """Median seconds per call of ``fn`` and the calls per timed sample.
+
+  ``cpu_clock`` (the CPU backend, every thread of the process on one
+  core): a sample is the smaller of its wall time and the process's CPU
+  time. On one core the CPU time is the call's own work, which other
+  processes do not inflate: at a load average of 8-17 on 2 cores the wall
+  time of the same kernel varied 2-3x between runs, which skewed the spans
+  (two towers' identical blocks measured 7.6 and 16.4 ms). On a quiet core
+  both clocks agree.
+  """
   for _ in range(max(1, warmup)):
     jax.block_until_ready(fn())
   t0 = time.perf_counter()
@@ -266,12 +277,15 @@ def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int
   inner = int(min(MAX_INNER, max(1, MIN_SAMPLE_S // max(first, 1e-7))))
   samples = []
   for _ in range(max(1, repeats)):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     out = None
     for _ in range(inner):
       out = fn()
     jax.block_until_ready(out)
-    samples.append((time.perf_counter() - t0) / inner)
+    wall = time.perf_counter() - t0
+    if cpu_clock:
+      wall = min(wall, time.process_time() - c0)
+    samples.append(wall / inner)
   return statistics.median(samples), inner
 
 
@@ -296,7 +310,8 @@ def dispatch_seconds(device: Any, repeats: int = 7,
         stage.mesh, jax.sharding.PartitionSpec())
     x = jax.device_put(np.zeros((), np.float32), where)
     f = jax.jit(lambda v: v + 1).lower(x).compile()
-    sec, _ = _time_calls(lambda: f(x), repeats, 3)
+    sec, _ = _time_calls(lambda: f(x), repeats, 3,
+                         cpu_clock=cores == 1 and stage is None)
     _DISPATCH[key] = sec
   return _DISPATCH[key]
 
@@ -306,7 +321,11 @@ def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
            stage: Any = None) -> tuple[float, float]:
   """(compute seconds, raw seconds per call) on ``cores`` cores (None: all)."""
   with restricted_cores(cores):
-    raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup)
+    # Process CPU time stands for one core's wall time only when one device
+    # thread runs the kernel (a stage profile runs several).
+    one_thread = cores == 1 and stage is None
+    raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup,
+                         cpu_clock=one_thread)
     over = dispatch_seconds(device, cores=cores, stage=stage)
   return max(raw - over, 0.05 * raw), raw
 

@@ -46,7 +46,7 @@ from ortools.sat.python import cp_model
 from tessel_jax import checks
 from tessel_jax.graph import BlockGraph, check_searchable
 from tessel_jax.schedule import Schedule, Repetend
-from tessel_jax.search import completion, portfolio
+from tessel_jax.search import completion, portfolio, ramps
 from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             make_solver, moved_to_period,
                                             normalise, one_at_a_time,
@@ -383,11 +383,17 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
     # interleaved (8, 13), mllm (16, 48), nnshape_eager (16, 45) and
     # xshape (16, 14) were again the same (nnshape_eager, 8 devices: 0.34 s
     # of compaction instead of 2.5 s).
-    templates = completion.compact_templates(
-        graph, rep, memory_limit, time_limit_s=max(
-            0.05, min(polish / 4, 0.0025 * graph.num_blocks)),
-        seed=seed, num_workers=num_workers)
-    schedule = _with_templates(schedule, templates, solve_kw,
+    # The ramps of several cuts of the period are compacted and the
+    # shortest kept (``ramps``): as many cuts as the polish budget pays
+    # for, at least ``_LEAST_CUTS``.
+    per_cut = max(0.05, min(polish / 4, 0.0025 * graph.num_blocks))
+    rep, templates = ramps.best_rotation(
+        schedule, per_cut_s=per_cut,
+        max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
+        wall_deadline=budget.wall_deadline, seed=seed,
+        num_workers=num_workers)
+    schedule = _with_templates(dataclasses.replace(schedule, repetend=rep),
+                               templates, solve_kw,
                                completion_time_s=max(1.0, polish))
   if list_alternative:
     schedule = dataclasses.replace(
@@ -498,6 +504,10 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
 # and phases only, mllm, 4 devices, limit 12, lost 1.3%: 1568 instead of
 # 1548, the bound.)
 _LEAST_POLISH_PER_BLOCK = 0.001
+
+# Least number of cuts of the period whose ramps are compacted
+# (``ramps.best_rotation``); the search's own cut is the first.
+_LEAST_CUTS = 4
 
 # Least share of the budget a relaxed proof may take per period (``solve``
 # in ``search_repetend``; the decisive probe's share where larger): the
