@@ -16,6 +16,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
+from experiments import hlo_count
 from tessel_jax import placements
 from tessel_jax.verify import rel_err
 
@@ -190,6 +191,15 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
          "compile_s": compile_s, "max_rel_err_vs_value_and_grad": err,
          "bytes_per_device": measured, "total_bytes_per_device": total}
   if step is not None:
+    # Weight-sized instructions by where they run (inside switch branches:
+    # per tick on the devices taking them).
+    shapes = {tuple(x.sharding.shard_shape(x.shape))
+              for x in jax.tree_util.tree_leaves(placed)
+              if x.ndim == 2} | {tuple(x.shape) for x in
+                                  jax.tree_util.tree_leaves(placed)
+                                  if x.ndim == 2}
+    rec["weight_sized_ops"] = hlo_count.param_ops(compiled.as_text(),
+                                                  sorted(shapes))
     rec.update(_prediction(step, args))
     rec["predicted_over_measured"] = rec["predicted_bytes_per_device"] / total
     r = step.report

@@ -64,7 +64,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import flushes as _flushes
@@ -137,11 +136,7 @@ class _Ctx:
     return base + scale * k
 
 
-def _pin(x: Any, spec: tuple[Any, ...]) -> Any:
-  """``x`` constrained to ``spec`` over the GSPMD axes (inside the map)."""
-  if not any(e is not None for e in spec):
-    return x
-  return lax.with_sharding_constraint(x, P(*spec))
+_pin = _fsdp.pin  # GSPMD constraint inside the map (passes.fsdp)
 
 
 def _read_rows(x: Any, start: Any, rows: int) -> Any:
@@ -570,35 +565,14 @@ class Lowering:
   @property
   def leaf_specs(self) -> dict[int, tuple[Any, ...]]:
     """Leaves split over GSPMD axes -> their spec entries."""
-    return {l: c.spec for c in self.layout.classes if c.spec
-            for row in c.assign for l in row if l >= 0}
+    return _fsdp.leaf_specs(self.layout)
 
   def out_shardings(self, mesh: Any) -> Any:
-    """``jax.jit`` ``out_shardings`` on the user's ``mesh``: values
-    replicated, each gradient with its parameter's sharding. Needed for
-    meshes with Explicit axes (the program itself runs on an all-Auto copy
-    of the mesh, whose shardings would not mix with the user's arrays)."""
-    rep = NamedSharding(mesh, P())
-    if not self.train:
-      return rep
-    specs = self.leaf_specs
-    out = []
-    for l, a in enumerate(self.param_avals):
-      if l in self.layout.shards:
-        ax, _ = self.layout.shards[l]
-        spec = tuple(self.pipe if i == ax else None for i in range(a.ndim))
-      else:
-        spec = specs.get(l, ())
-      out.append(NamedSharding(mesh, P(*spec)))
-    return rep, jax.tree_util.tree_unflatten(self.part.traced.param_tree, out)
-
-  def _place(self, x: Any, spec: tuple[Any, ...],
-             replicate: bool = False) -> Any:
-    """``x`` constrained to ``spec`` on the whole mesh (outside the map);
-    an empty spec leaves ``x`` to XLA unless ``replicate``."""
-    if not replicate and not any(e is not None for e in spec):
-      return x
-    return lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+    """``jax.jit`` ``out_shardings`` on the user's ``mesh``
+    (``passes.fsdp.out_shardings``)."""
+    return _fsdp.out_shardings(mesh, self.layout, self.param_avals,
+                               self.part.traced.param_tree, self.pipe,
+                               self.train)
 
   def body(self, packed: dict[str, Any], slots: Sequence[Sequence[Any]],
            shards: Sequence[Any], batch: Sequence[Any],
@@ -663,26 +637,14 @@ class Lowering:
   @_scoped("params")
   def _gather_fsdp(self, slots: Sequence[Sequence[Any]]
                    ) -> list[list[Any]]:
-    """FSDP slots (``(1, *shard)`` per device) gathered over their data
-    axes: one ``all_gather`` per split dimension, before the first tick."""
-    return [[_pin(_fsdp.gather(a, 1, c.fsdp, c.inner_spec),
-                  (None,) + c.inner_spec) for a in arrays]
-            if c.fsdp else list(arrays)
-            for arrays, c in zip(slots, self.layout.classes)]
+    """FSDP slots gathered over their data axes before the first tick."""
+    return _fsdp.gather_slots(slots, self.layout.classes)
 
   def _reduce_slot_grads(self, g: Any, c: Any) -> Any:
-    """A class's slot gradients ``(1, S, *shape)`` summed over the data
-    axes: a ``psum``, or for FSDP slots a ``psum_scatter`` leaving the
-    device's shard (``passes.fsdp.scatter``)."""
-    if not c.fsdp:
-      return lax.psum(g, self.data_axes)
-    return _fsdp.scatter(g, 2, c.fsdp, c.inner_spec, self.data_axes)
+    return _fsdp.reduce_slot_grads(g, c, self.data_axes)
 
   def _slot_spec(self, c: Any, grads: bool = False) -> Any:
-    """The map's spec of one slot array (``grads``: of a class's stacked
-    slot gradients): split over pipe, and over the data axes for FSDP."""
-    lead = (self.pipe, None) if grads else (self.pipe,)
-    return P(*(lead + c.data_spec)) if c.fsdp else P(self.pipe)
+    return _fsdp.slot_spec(c, self.pipe, grads)
 
   def _shard_spec(self, leaf: int) -> Any:
     """The spec handing every device its slice of a sharded leaf."""
@@ -736,7 +698,7 @@ class Lowering:
       b_leaves = jax.tree_util.tree_leaves(batch)
       packed, slots = _pack_local.pack(layout, p_leaves, self.mesh, pipe,
                                        data)
-      slots = [[self._place(a, (pipe,) + c.spec) for a in arrays]
+      slots = [[_fsdp.place(self.mesh, a, (pipe,) + c.spec) for a in arrays]
                for arrays, c in zip(slots, layout.classes)]
       shards = tuple(p_leaves[l] for l in self.gathered)
       if self.train:
@@ -748,7 +710,7 @@ class Lowering:
           grads[l] = grads[l] + g.astype(grads[l].dtype)
         specs = self.leaf_specs
         grads = [g if l in layout.shards else
-                 self._place(g, specs.get(l, ()), replicate=True)
+                 _fsdp.place(self.mesh, g, specs.get(l, ()), replicate=True)
                  for l, g in enumerate(grads)]
         return value, jax.tree_util.tree_unflatten(traced.param_tree, grads)
       bufs = smap(packed, slots, shards, tuple(b_leaves))
