@@ -15,7 +15,9 @@ own process pinned to 1 core and to 2 cores (default Eigen threading).
 
 Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
 micro-batch) and ``resnet18`` (``experiments.resnet``, 11.7M parameters,
-16 x 16 images, 4 per micro-batch, cut after the second stage).
+16 x 16 images, 4 per micro-batch, cut after the third stage: the fourth
+stage and the head, 8.9M parameters, on device 1; ``param_layout="slots"``,
+``resnet18_flat``: the same with ``"auto"``, which picks one flat buffer).
 """
 
 from __future__ import annotations
@@ -44,7 +46,12 @@ from experiments import resnet
 from experiments import step_profile
 from tessel_jax import placements
 
-MODELS = ("wide", "resnet18")
+MODELS = ("wide", "resnet18", "resnet18_flat")
+# param_layout per model: ResNet's leaves have a different shape on each
+# device, so "auto" stores them in one flat buffer per device, whose
+# accumulator every switch of a tick with a gradient copies whole (measured:
+# 10x the CPU of "slots", resnet18_flat); slots hold each leaf at its shape.
+LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_flat": "auto"}
 VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step")
 
 
@@ -53,9 +60,9 @@ def model(name: str, n: int) -> tuple[Callable, Any, Any]:
   if name == "wide":
     fn, params = lb.chain_model(2, 1664, 2)
     return fn, params, lb.make_batch(n * 32, 1664)
-  if name == "resnet18":
+  if name in ("resnet18", "resnet18_flat"):
     params = resnet.init(jax.random.PRNGKey(0))
-    fn = resnet.make_loss(tj.boundary, cut_after=(3,))
+    fn = resnet.make_loss(tj.boundary, cut_after=(5,))
     return fn, params, resnet.batch(n * 4, image=16)
   raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
 
@@ -130,7 +137,8 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
   for name in models:
     fn, params, batch = model(name, n)
     step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                       num_microbatches=n, cut="markers", cost=cost)
+                       num_microbatches=n, cut="markers", cost=cost,
+                       param_layout=LAYOUTS[name])
     t0 = time.perf_counter()
     tree_c = step.lower(params, batch).compile()
     build_s = time.perf_counter() - t0
@@ -158,7 +166,10 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
       for k in order:
         times[k].append(_timed(runs[k]))
       loads.append(os.getloadavg()[0])
-    row = {"model": name, "params": int(sum(
+    row = {"model": name, "param_layout": LAYOUTS[name],
+           "param_bytes_per_device": list(
+               step.built.layout.bytes_per_device()),
+           "params": int(sum(
         x.size for x in jax.tree_util.tree_leaves(params))), "n": n,
            "rounds": rounds, "build_and_compile_s": round(build_s, 1),
            "lowered_as": step.built.plan.loop_summary(),

@@ -616,8 +616,7 @@ class Lowering:
     _, (gacc, sacc), tacc = state
     if self.train:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
-      sgrads = tuple(_pin(jnp.stack(s)[None], (None, None) + c.inner_spec)
-                     for s, c in zip(sacc, self.layout.classes))
+      sgrads = self._slot_grads(sacc)
       hgrads = tuple(_gather.scatter(
           gacc[("gathered", l)], self.layout.shards[l][0],
           self.layout.gathered[l].owners, self.num_devices, self.pipe,
@@ -633,6 +632,19 @@ class Lowering:
                       for j, t in enumerate(terms))
       return grads, sgrads, hgrads, terms
     return tuple(t[:n][None] for t in tacc)
+
+  # ``tessel_jax.placed`` sets this on its copy: slot gradients leave the
+  # map one array per slot, not stacked per class (no stack, no slices).
+  per_slot_grads = False
+
+  def _slot_grads(self, sacc: Sequence[Sequence[Any]]) -> tuple:
+    """Per class, the slot gradient accumulators stacked ``(1, S,
+    *shape)`` (``per_slot_grads``: a tuple of ``(1, *shape)`` per slot)."""
+    if self.per_slot_grads:
+      return tuple(tuple(_pin(g[None], (None,) + c.inner_spec) for g in s)
+                   for s, c in zip(sacc, self.layout.classes))
+    return tuple(_pin(jnp.stack(s)[None], (None, None) + c.inner_spec)
+                 for s, c in zip(sacc, self.layout.classes))
 
   @_scoped("params")
   def _gather_fsdp(self, slots: Sequence[Sequence[Any]]
@@ -677,7 +689,8 @@ class Lowering:
                          out_specs=out_specs,
                          axis_names={pipe, *data},
                          check_vma=False)
-    self.smap = smap  # tessel_jax.placed calls it on already-placed params
+    # tessel_jax.placed maps ``body`` itself, on already-placed params.
+    self.smap, self.map_specs = smap, (in_specs, out_specs)
     param_avals = traced.param_avals
     outputs = _outputs.Outputs(part, self.per_mb, self.ks.terminal_avals,
                                self.total_n)

@@ -22,6 +22,7 @@ are kept whole in ``Placed.rest`` (gradient zero).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -233,15 +234,20 @@ class Layouts:
   def grads(self, gflat: Mapping[str, Any], gslots: Sequence[Any],
             hgrads: Sequence[Any]) -> Placed:
     """The program's raw gradients -> a :class:`Placed` whose every site
-    holds its leaf's whole gradient (see the module docstring)."""
-    slots = [[g[:, j] for j in range(c.count)]
+    holds its leaf's whole gradient (see the module docstring).
+
+    ``gslots``: per class, its slot gradients stacked ``(D, S, *shape)``
+    or (:meth:`_mapped`) a tuple of ``(D, *shape)`` per slot."""
+    per_slot = all(isinstance(g, (tuple, list)) for g in gslots)
+    slots = [list(g) if per_slot else [g[:, j] for j in range(c.count)]
              for g, c in zip(gslots, self.layout.classes)]
     flat = dict(gflat)
     gathered = list(hgrads)
     fix = [l for l, s in enumerate(self.sites)
            if needs_sum(self.layout, l, s)]
     if fix:
-      whole = _packing.unpack_grads(self.layout, gflat, gslots, self.avals)
+      stacked = [jnp.stack(g, axis=1) for g in slots] if per_slot else gslots
+      whole = _packing.unpack_grads(self.layout, gflat, stacked, self.avals)
       for l, g in zip(self.gathered, hgrads):
         whole[l] = whole[l] + g.astype(whole[l].dtype)
       for l in fix:
@@ -270,20 +276,40 @@ class Layouts:
 
   # --- the program ----------------------------------------------------------
 
+  def _mapped(self) -> Any:
+    """The lowering's ``shard_map``; in training without FSDP slots, a
+    copy of it whose slot gradients leave the map one array per slot, in
+    the slots' own spec (the tree program stacks them per class for
+    ``unpack_grads``: here that stack and its slices would be two copies
+    of every gradient)."""
+    low = self.lowering
+    if not low.train or any(c.fsdp for c in self.layout.classes):
+      return low.smap
+    low = copy.copy(low)
+    low.per_slot_grads = True
+    in_specs, (fspec, _, hspec, tspec) = low.map_specs
+    sspec = tuple(tuple(low._slot_spec(c) for _ in range(c.count))  # pylint: disable=protected-access
+                  for c in self.layout.classes)
+    return jax.shard_map(low.body, mesh=low.mesh, in_specs=in_specs,
+                         out_specs=(fspec, sspec, hspec, tspec),
+                         axis_names={low.pipe, *low.data_axes},
+                         check_vma=False)
+
   def program(self) -> Any:
     """``run(placed, batch)``: ``(value, Placed grads)`` or the outputs."""
     low = self.lowering
     outputs = _outputs.Outputs(low.part, low.per_mb, low.ks.terminal_avals,
                                low.total_n)
+    smap = self._mapped()
 
     def run(placed: Placed, batch: Any) -> Any:
       b_leaves = tuple(jax.tree_util.tree_leaves(batch))
       slots = [list(s) for s in placed.slots]
       if not low.train:
-        bufs = low.smap(dict(placed.flat), slots, placed.gathered, b_leaves)
+        bufs = smap(dict(placed.flat), slots, placed.gathered, b_leaves)
         return outputs.infer([buf.sum(axis=0) for buf in bufs])
-      gflat, gslots, hgrads, terms = low.smap(dict(placed.flat), slots,
-                                              placed.gathered, b_leaves)
+      gflat, gslots, hgrads, terms = smap(dict(placed.flat), slots,
+                                          placed.gathered, b_leaves)
       value = outputs.train([t.sum(axis=0) for t in terms])
       return value, self.grads(gflat, gslots, hgrads)
 
