@@ -5,10 +5,10 @@ the stash; remote rounds are held until the first tick that reads one of
 them and then written together, rounds of equal payload with disjoint
 senders and receivers sharing one ``ppermute`` (``passes.flushes``: on
 XLA's CPU runtime each ``ppermute`` is a rendezvous of every device, so as
-few as the messages allow, where the schedule needs them); then the tick's
-inputs are read, then one ``lax.switch`` over only
-the kernels present at that tick runs (no switch where one kernel runs on
-every device). Parameter gradients are added in place inside the branch of
+few as the messages allow, where the schedule needs them); then one
+``lax.switch`` over only the kernels present at that tick runs (no switch
+where one kernel runs on every device), each branch reading its own
+kernel's inputs from the stash (passed in read-only). Parameter gradients are added in place inside the branch of
 the kernel that owns them: the tick's accumulators (``Tick.grads``) go into
 the switch and the other branches pass them through, so an accumulator is
 read and written only on the devices and at the ticks where its block runs
@@ -86,6 +86,12 @@ SCOPES = {"kernel": "tj_kernel", "params": "tj_params",
           "stash_read": "tj_stash_read", "stash_write": "tj_stash_write",
           "send": "tj_send", "ppermute": "tj_ppermute",
           "accumulate": "tj_accumulate", "terminals": "tj_terminals"}
+# Scopes of the segment kinds (``passes.segments``) and the prefix of each
+# kernel's own scope (``tj_kernel/k<id>``): ``experiments.hlo_breakdown``
+# reads them to split the HLO by segment kind and count kernel copies.
+SEGMENT_SCOPES = {"ticks": "tj_seg_ticks", "loop": "tj_seg_loop",
+                  "interp": "tj_seg_interp"}
+KERNEL_PREFIX = "k"
 
 
 def _scoped(part: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -252,18 +258,19 @@ class Lowering:
           payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
       self._write_targets(ctx, rd, payload, pools, it)
 
+  def _read_index(self, ctx: _Ctx, tick: Tick, it: Any) -> list[tuple]:
+    """``(slot or row start, row)`` of each read port of the tick."""
+    return [(ctx.dyn(rp.index, it),
+             ctx.table(rp.row) if rp.kind == "pool" else 0)
+            for rp in tick.reads]
+
   @_scoped("stash_read")
-  def _reads(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
-             batch: Sequence[Any], it: Any) -> list[Any]:
-    vals = []
-    for rp in tick.reads:
-      if rp.kind == "pool":
-        vals.append(_read(pools[rp.source], ctx.dyn(rp.index, it),
-                          ctx.table(rp.row), rp.aval.shape))
-      else:
-        vals.append(_read_rows(batch[rp.source], ctx.dyn(rp.index, it),
-                               rp.aval.shape[0]))
-    return vals
+  def _read_port(self, rp: Any, index: tuple, pools: Sequence[Any],
+                 batch: Sequence[Any]) -> Any:
+    """One read port's value (inside the branch of a kernel reading it)."""
+    if rp.kind == "pool":
+      return _read(pools[rp.source], index[0], index[1], rp.aval.shape)
+    return _read_rows(batch[rp.source], index[0], rp.aval.shape[0])
 
   @_scoped("params")
   def _params(self, ctx: _Ctx, kernel: Any, pbuf: dict[str, Any],
@@ -358,7 +365,8 @@ class Lowering:
   def _branch(self, ctx: _Ctx, tick: Tick, kid: int | None,
               pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
               keys: Sequence[tuple]) -> Callable[..., Any]:
-    """One switch branch: ``(vals, accs) -> (out ports, accs)``."""
+    """One switch branch: ``(stash, accs) -> (out ports, accs)``; ``stash``
+    holds the pools, the batch and every read port's index."""
 
     def zeros_out() -> list[Any]:
       return [jnp.zeros(a.shape, a.dtype) for a in tick.out_ports]
@@ -371,12 +379,15 @@ class Lowering:
 
     kernel = self.plan.kernels[kid]
 
-    def run(vals: Sequence[Any], accs: tuple) -> Any:
+    def run(vals: dict[str, Any], accs: tuple) -> Any:
       ports = zeros_out()
-      dvals = [vals[p] for p in tick.in_map[kid]]
+      dvals = [self._read_port(tick.reads[p], vals["index"][p],
+                               vals["pools"], vals["batch"])
+               for p in tick.in_map[kid]]
       pvals = self._params(ctx, kernel, pbuf, slots)
       kctx = {"row_offset": ctx.table(tick.row_offset)}
-      with jax.named_scope(SCOPES["kernel"]):
+      with jax.named_scope(SCOPES["kernel"]), \
+           jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
         outs, gvals = kernel.fn(kctx, pvals, dvals)
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
@@ -395,7 +406,11 @@ class Lowering:
     ports."""
     gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
     tacc = list(tacc)
-    vals = self._reads(ctx, tick, pools, batch, it)
+    # The stash goes into the switch and each branch reads only its own
+    # kernel's inputs (a device reads nothing for the kernels it does not
+    # run; in an interp tick, of all the segment's read ports).
+    vals = {"pools": tuple(pools), "batch": tuple(batch),
+            "index": self._read_index(ctx, tick, it)}
     keys = self._acc_keys(tick)
     acc_in = tuple(gacc[k[1]] if k[0] == "flat" else
                    gacc[k] if k[0] == "gathered" else sacc[k[1]][k[2]]
@@ -606,13 +621,14 @@ class Lowering:
         for j, a in enumerate(self.ks.terminal_avals))
     state = (pools, (gacc, sacc), tacc)
     for seg in plan.segments:
-      if seg.kind == "interp":
-        state = self._interp(ctx, seg, state, pbuf, slots, batch)
-      elif seg.kind == "loop":
-        state = self._loop(ctx, seg, state, pbuf, slots, batch)
-      else:
-        state = self._straight(ctx, range(seg.start, seg.end), state, 0, pbuf,
-                               slots, batch)
+      with jax.named_scope(SEGMENT_SCOPES[seg.kind]):
+        if seg.kind == "interp":
+          state = self._interp(ctx, seg, state, pbuf, slots, batch)
+        elif seg.kind == "loop":
+          state = self._loop(ctx, seg, state, pbuf, slots, batch)
+        else:
+          state = self._straight(ctx, range(seg.start, seg.end), state, 0,
+                                 pbuf, slots, batch)
     _, (gacc, sacc), tacc = state
     if self.train:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
