@@ -13,7 +13,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType
-from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
 from tessel_jax.passes import pack_local, packing
