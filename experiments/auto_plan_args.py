@@ -11,6 +11,12 @@ from experiments import cli
 from experiments.auto_plan_lib import AutoPlanArgs
 
 _D = AutoPlanArgs()
+flags.DEFINE_string("model", _D.model,
+                    "The program: readme_gpt (the README's GPT, whose"
+                    " --layers/--d_model/... flags apply) or a model-zoo"
+                    " model (experiments.model_zoo_models, e.g. eqx_mlp,"
+                    " nnx_transformer) with --microbatches x"
+                    " --microbatch_size rows.")
 flags.DEFINE_integer("devices", _D.devices, "Fake CPU devices (1-D mesh).")
 flags.DEFINE_integer("microbatches", _D.microbatches, "Micro-batches N.")
 flags.DEFINE_integer("microbatch_size", _D.microbatch_size,
@@ -51,6 +57,10 @@ def from_flags() -> AutoPlanArgs:
                "d_model", "heads", "seq", "blocks", "repeats"):
     if getattr(f, name) < 1:
       raise app.UsageError(f"--{name} must be >= 1, got {getattr(f, name)}")
+  from experiments import frontier_program  # pylint: disable=import-outside-toplevel
+  if f.model not in frontier_program.programs():
+    raise app.UsageError(f"--model={f.model}: choose from"
+                         f" {', '.join(frontier_program.programs())}")
   if f.measure_top < 0:
     raise app.UsageError("--measure_top must be >= 0")
   return AutoPlanArgs(
@@ -60,4 +70,4 @@ def from_flags() -> AutoPlanArgs:
       memory_limits=tuple(f.memory_limits),
       placements=tuple(f.placements) if f.placements else None,
       measure_top=f.measure_top, repeats=f.repeats, time_limit=f.time_limit,
-      cache_dir=f.cache_dir or None, output=f.output or None)
+      cache_dir=f.cache_dir or None, output=f.output or None, model=f.model)

@@ -1,18 +1,23 @@
-"""``placement="auto"`` on the README's GPT: the choice, predicted against
-measured (no flags here; see ``auto_plan_args``).
+"""``placement="auto"`` on the README's GPT (or a model-zoo model): the
+choice, predicted against measured (no flags here; see
+``auto_plan_args``).
 
 ``run(args)`` times the choice cold (a fresh measurement and schedule
-cache) and warm (the same caches, a new ``ScheduledFunction``), then for
-each memory limit lowers the chosen plan and the other candidates (all of
-them, or the ``measure_top`` fastest predicted ones), compiles and times
-each, and records whether the chosen plan measures within 5% of the fastest
-measured candidate that fits the limit.
+cache) and warm (the same caches, a new ``ScheduledFunction``; the priced
+plans are remembered in the process), with its phase split, then for each
+memory limit lowers the chosen plan and the other candidates (all of them,
+or the ``measure_top`` fastest predicted ones), compiles each and times
+them in interleaved rounds (shuffled order per round, wall and process CPU
+seconds), and records whether the chosen plan measures within 5% of the
+fastest measured candidate that fits the limit.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import random
 import statistics
 import tempfile
 import time
@@ -48,6 +53,7 @@ class AutoPlanArgs(NamedTuple):
   time_limit: float = 10.0
   cache_dir: str | None = None
   output: str | None = "out/auto_plan.json"
+  model: str = "readme_gpt"
 
 
 def parse_limit(text: str) -> int | None:
@@ -73,35 +79,107 @@ def gpt(args: AutoPlanArgs) -> tuple[Callable[..., Any], Any, Any]:
   return loss_fn, params, batch
 
 
-def _median_step(compiled: Callable[..., Any], params: Any, batch: Any,
-                 repeats: int) -> float:
-  jax.block_until_ready(compiled(params, batch))
-  times = []
+def program(args: AutoPlanArgs) -> tuple[Callable[..., Any], Any, Any, bool]:
+  """``(fn, params, batch, has_aux)`` of ``args.model``: the README GPT
+  (:func:`gpt`) or a model-zoo model with ``microbatches x
+  microbatch_size`` rows (``experiments.frontier_program.load``)."""
+  if args.model == "readme_gpt":
+    return gpt(args) + (False,)
+  from experiments import frontier_program  # pylint: disable=import-outside-toplevel
+  return frontier_program.load(args.model,
+                               args.microbatches * args.microbatch_size)
+
+
+def interleaved_steps(compiled: dict[int, Callable[..., Any]], params: Any,
+                      batch: Any, repeats: int, seed: int = 0
+                      ) -> dict[int, tuple[float, float]]:
+  """Median ``(wall, process CPU)`` seconds per step of each program, timed
+  in ``repeats`` rounds that run every program once in a shuffled order
+  (a busy neighbour slows a round, not one program)."""
+  rng = random.Random(seed)
+  for run in compiled.values():
+    jax.block_until_ready(run(params, batch))   # warm-up
+  wall: dict[int, list[float]] = {i: [] for i in compiled}
+  cpu: dict[int, list[float]] = {i: [] for i in compiled}
+  order = list(compiled)
   for _ in range(repeats):
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(params, batch))
-    times.append(time.perf_counter() - t0)
-  return statistics.median(times)
+    rng.shuffle(order)
+    for i in order:
+      t0, c0 = time.perf_counter(), time.process_time()
+      jax.block_until_ready(compiled[i](params, batch))
+      wall[i].append(time.perf_counter() - t0)
+      cpu[i].append(time.process_time() - c0)
+  return {i: (statistics.median(wall[i]), statistics.median(cpu[i]))
+          for i in compiled}
+
+
+class PhaseTimes(logging.Handler):
+  """Context manager: wall seconds per build phase (``tessel_jax.progress``
+  laps: trace, cut, kernels, profile, search, ...) summed over every plan
+  built inside it."""
+
+  def __init__(self) -> None:
+    super().__init__(logging.INFO)
+    self.seconds: dict[str, float] = {}
+    self._level = logging.NOTSET
+
+  def emit(self, record: logging.LogRecord) -> None:
+    args = record.args
+    if (isinstance(args, tuple) and len(args) == 4 and
+        str(record.msg).startswith("schedule(%r): %s %.2f s")):
+      phase = str(args[1])
+      self.seconds[phase] = self.seconds.get(phase, 0.0) + float(args[2])
+
+  def __enter__(self) -> "PhaseTimes":
+    logger = logging.getLogger("tessel_jax")
+    self._level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(self)
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    logger = logging.getLogger("tessel_jax")
+    logger.removeHandler(self)
+    logger.setLevel(self._level)
 
 
 def time_choice(fn: Any, mesh: Any, params: Any, batch: Any,
-                args: AutoPlanArgs, cache: str,
-                limit: int | None) -> tuple[Any, float]:
+                args: AutoPlanArgs, cache: str, limit: int | None,
+                has_aux: bool = False) -> tuple[Any, float]:
   """``(step, seconds)`` of building ``placement="auto"`` (choice included,
   compile excluded)."""
+  step, secs, _ = time_choice_phases(fn, mesh, params, batch, args, cache,
+                                     limit, has_aux)
+  return step, secs
+
+
+def time_choice_phases(fn: Any, mesh: Any, params: Any, batch: Any,
+                       args: AutoPlanArgs, cache: str, limit: int | None,
+                       has_aux: bool = False
+                       ) -> tuple[Any, float, dict[str, float]]:
+  """``(step, wall seconds, split)`` of building ``placement="auto"``; the
+  split has the summed build phases, ``other`` (the rest of the wall time:
+  tracing for the markers, baseline replays, choosing) and ``cpu`` (process
+  CPU seconds)."""
   step = tj.schedule(fn, mesh=mesh, placement="auto",
                      num_microbatches=args.microbatches, memory_limit=limit,
                      cache_dir=cache, solver_time_limit_s=args.time_limit,
-                     cost="measured", optimizer_slots=2)
-  t0 = time.perf_counter()
-  step.build(params, batch)
-  return step, time.perf_counter() - t0
+                     cost="measured", optimizer_slots=2, has_aux=has_aux)
+  with PhaseTimes() as phases:
+    t0, c0 = time.perf_counter(), time.process_time()
+    step.build(params, batch)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+  split = {k: round(v, 2) for k, v in phases.seconds.items()}
+  split["other"] = round(wall - sum(phases.seconds.values()), 2)
+  split["cpu"] = round(cpu, 2)
+  return step, wall, split
 
 
 def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
                        args: AutoPlanArgs, cache: str,
                        log: Callable[[str], None],
-                       rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                       rows: list[dict[str, Any]],
+                       has_aux: bool = False) -> list[dict[str, Any]]:
   """Compiles and times the chosen plan and the other candidates (the
   chosen one first), appending to ``rows`` as they are measured."""
   choice = step.choice
@@ -116,23 +194,35 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
   ff = plans.FrontierFunction(fn, mesh=mesh, pipe_axis="pipe", mode="train",
                               cache_dir=cache, cost="measured",
                               solver_time_limit_s=args.time_limit,
-                              optimizer_slots=2)
-  markers = plans.marker_blocks(fn, params, batch, {})
+                              optimizer_slots=2, has_aux=has_aux)
+  markers = plans.marker_blocks(fn, params, batch, {"has_aux": has_aux})
+  compiled: dict[int, Callable[..., Any]] = {}
+  new_rows = []
   for p in order:
     row = {"label": p.label, "predicted_ms": round(p.step, 4),
            "peak_bytes": p.peak_bytes, "source": p.source,
            "chosen": p is choice.winner}
     try:
       cand = ff.step_for(p.candidate, markers)
-      compiled = cand.lower(params, batch).compile()
-      row["measured_ms"] = round(
-          1e3 * _median_step(compiled, params, batch, args.repeats), 4)
+      compiled[len(new_rows)] = cand.lower(params, batch).compile()
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
+    new_rows.append(row)
+  try:
+    times = interleaved_steps(compiled, params, batch, args.repeats)
+  except Exception as err:  # pylint: disable=broad-except
+    times = {}
+    for row in new_rows:
+      row.setdefault("error", f"{type(err).__name__}: {str(err)[:200]}")
+  for i, (wall, cpu) in times.items():
+    new_rows[i]["measured_ms"] = round(1e3 * wall, 4)
+    new_rows[i]["measured_cpu_ms"] = round(1e3 * cpu, 4)
+  for p, row in zip(order, new_rows):
     rows.append(row)
     log(f"  {'*' if row['chosen'] else ' '} {p.label:<42} predicted"
         f" {p.step:8.3f} ms  measured {row.get('measured_ms', float('nan')):8.3f}"
-        f" ms  peak {p.peak_bytes / 2**20:7.3f} MiB")
+        f" ms (CPU {row.get('measured_cpu_ms', float('nan')):8.3f} ms)"
+        f"  peak {p.peak_bytes / 2**20:7.3f} MiB")
   return rows
 
 
@@ -149,7 +239,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "fastest_measured": fastest["label"],
           "fastest_measured_ms": fastest["measured_ms"],
           "chosen_over_fastest": round(ratio, 4),
-          "within_target": ratio <= TARGET}
+          "within_target": ratio <= TARGET, **_cpu_ratio(ok, chosen)}
+
+
+def _cpu_ratio(ok: list[dict[str, Any]], chosen: dict[str, Any]
+               ) -> dict[str, Any]:
+  """The same comparison in process CPU per step (steadier than wall time
+  on a shared machine), when measured."""
+  cpu = [r for r in ok if "measured_cpu_ms" in r]
+  if "measured_cpu_ms" not in chosen or not cpu:
+    return {}
+  fastest = min(cpu, key=lambda r: r["measured_cpu_ms"])
+  return {"chosen_measured_cpu_ms": chosen["measured_cpu_ms"],
+          "fastest_cpu": fastest["label"],
+          "chosen_over_fastest_cpu": round(
+              chosen["measured_cpu_ms"] / fastest["measured_cpu_ms"], 4)}
 
 
 def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
@@ -158,24 +262,33 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   """Runs the benchmark; returns the record (see the module docstring).
   ``save`` gets the record after every measured plan."""
   mesh = jax.make_mesh((args.devices,), ("pipe",))
-  fn, params, batch = gpt(args)
+  fn, params, batch, has_aux = program(args)
   if args.placements:
     plans.DEFAULT_PLACEMENTS = tuple(args.placements)
   cache = args.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cache_")
   record: dict[str, Any] = {"runner": RUNNER, "args": args._asdict(),
                             "jax": jax.__version__, "cases": []}
-  _, cold = time_choice(fn, mesh, params, batch, args, cache, None)
-  step, warm = time_choice(fn, mesh, params, batch, args, cache, None)
+  _, cold, cold_split = time_choice_phases(fn, mesh, params, batch, args,
+                                           cache, None, has_aux)
+  step, warm, warm_split = time_choice_phases(fn, mesh, params, batch, args,
+                                              cache, None, has_aux)
   record.update(choose_seconds_cold=round(cold, 2),
                 choose_seconds_warm=round(warm, 2),
-                plans_priced=len(step.choice.frontier.plans))
+                choose_split_cold=cold_split, choose_split_warm=warm_split,
+                plans_priced=len(step.choice.frontier.plans),
+                load_average=[round(x, 2) for x in os.getloadavg()])
   save(record)
-  log(f"choice: cold {cold:.1f} s, warm {warm:.1f} s,"
-      f" {len(step.choice.frontier.plans)} plans priced")
+  log(f"choice: cold {cold:.1f} s (CPU {cold_split['cpu']:.1f} s), warm"
+      f" {warm:.1f} s (CPU {warm_split['cpu']:.1f} s),"
+      f" {len(step.choice.frontier.plans)} plans priced; load"
+      f" {os.getloadavg()[0]:.1f}")
+  log(f"  cold split: {cold_split}")
+  log(f"  warm split: {warm_split}")
   for text in args.memory_limits:
     limit = parse_limit(text)
     try:
-      step, secs = time_choice(fn, mesh, params, batch, args, cache, limit)
+      step, secs = time_choice(fn, mesh, params, batch, args, cache, limit,
+                               has_aux)
     except tj.TesselError as err:
       record["cases"].append({"memory_limit": text, "error": str(err)})
       log(f"memory limit {text}: {err}")
@@ -192,7 +305,7 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
       case.update(summarise(case["candidates"]))
       save(record)  # a run cut short keeps what it measured
     measure_candidates(step, fn, mesh, params, batch, args, cache, progress,
-                       case["candidates"])
+                       case["candidates"], has_aux)
   return record
 
 

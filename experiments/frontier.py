@@ -2,6 +2,8 @@
 
   python -m experiments.frontier                       # analytic mT5-like GPT
   python -m experiments.frontier --cost_source=measured --memory_limit=none
+  python -m experiments.frontier --model=readme_gpt --cost_source=measured \
+      --devices=4 --microbatches=8 --gpt_rows=4 --memory_limit=none
 
 Writes results/frontier/run_<hash of the flags>.json; draw it with
 ``python -m experiments.frontier_plot <that file>``.
@@ -10,7 +12,7 @@ Writes results/frontier/run_<hash of the flags>.json; draw it with
 from absl import app, flags
 
 from experiments import cli
-from experiments import frontier_args, frontier_lib
+from experiments import frontier_args, frontier_lib, frontier_program
 
 # --help lists the flags of frontier_args (defined there, read by this binary).
 flags.adopt_module_key_flags(frontier_args)
@@ -19,7 +21,10 @@ flags.adopt_module_key_flags(frontier_args)
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  results = frontier_lib.run(frontier_args.from_flags())
+  args = frontier_args.from_flags()
+  if args.model in frontier_program.programs():
+    frontier_program.set_device_count(args.devices)
+  results = frontier_lib.run(args)
   print(frontier_lib.summary(results))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from experiments import cli
+from experiments import frontier_program
 from experiments.frontier_lib import (COST_SOURCES, FrontierArgs, check_args,
                                       parse_bytes)
 from tessel_jax.search import frontier
@@ -18,8 +19,13 @@ flags.DEFINE_enum("cost_source", _D.cost_source, list(COST_SOURCES),
                   "Per-layer costs: analytic (a GPT preset priced from flops"
                   " and bytes, instant) or measured (a small GPT's layers"
                   " timed on this backend by tessel_jax's cost model).")
-flags.DEFINE_enum("model", _D.model, list(frontier.PRESETS),
-                  "Analytic preset (cost_source=analytic).")
+flags.DEFINE_enum("model", _D.model,
+                  list(frontier.PRESETS) + list(frontier_program.programs()),
+                  "Analytic preset (cost_source=analytic), or a real program:"
+                  " readme_gpt or a model-zoo model, whose plans tj.frontier"
+                  " prices (measured kernels with cost_source=measured,"
+                  " uniform spans with analytic) on --devices fake CPU"
+                  " devices, --microbatches x --gpt_rows batch rows.")
 flags.DEFINE_integer("devices", _D.devices, "Devices in all (pipe x dp).")
 flags.DEFINE_list("placements", list(_D.placements),
                   f"Placements to sweep, from {', '.join(frontier.SUPPORTED)}.")

@@ -7,6 +7,10 @@ width (devices per pipeline) x data-parallel width x memory limits with
 (step time, peak memory per device, the schedule's figures), the Pareto set
 and the plan chosen for ``memory_limit`` (the fastest whose peak fits).
 
+With ``model`` naming a real program (``readme_gpt`` or a model-zoo
+model) the plans of that JAX function are priced instead
+(``experiments.frontier_program``, ``tj.frontier``).
+
 Costs come from the analytic GPT presets (``frontier.PRESETS``, the
 default: instant) or, with ``cost_source="measured"``, from measuring a
 small GPT's layers on the real backend with ``tessel_jax``'s cost model
@@ -22,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from experiments import frontier_program
 from experiments import runs
 from tessel_jax.cost.link import LinkModel, default_link
 from tessel_jax.search import frontier
@@ -90,9 +95,12 @@ def check_args(args: FrontierArgs) -> None:
   if args.cost_source not in COST_SOURCES:
     raise ValueError(f"cost_source {args.cost_source!r}: choose from"
                      f" {list(COST_SOURCES)}")
-  if args.cost_source == "analytic" and args.model not in frontier.PRESETS:
+  program = args.model in frontier_program.programs()
+  if (args.cost_source == "analytic" and args.model not in frontier.PRESETS
+      and not program):
     raise ValueError(f"model {args.model!r}: choose an analytic preset from"
-                     f" {list(frontier.PRESETS)}")
+                     f" {list(frontier.PRESETS)} or a program from"
+                     f" {list(frontier_program.programs())}")
   bad = [p for p in args.placements if p not in frontier.SUPPORTED]
   if bad or not args.placements:
     raise ValueError(f"placements {list(args.placements)}: choose from"
@@ -164,6 +172,14 @@ def run(args: FrontierArgs,
   t0 = time.perf_counter()
   results = runs.new_results(RUNNER, args)
   results["environment"]["load_average"] = list(os.getloadavg())
+  if args.model in frontier_program.programs():
+    results.update(frontier_program.run(args, log))
+    results["wall_seconds"] = round(time.perf_counter() - t0, 3)
+    import jax  # pylint: disable=import-outside-toplevel
+    results["environment"]["jax"] = jax.__version__
+    results["environment"]["backend"] = jax.devices()[0].platform
+    runs.write(results)
+    return results
   model = model_costs(args)
   cost_s = time.perf_counter() - t0
   link = link_model(args)
@@ -219,6 +235,8 @@ def _row(p: frontier.PlanResult, mark: str = "") -> str:
 
 def summary(results: dict[str, Any]) -> str:
   """The Pareto set as a markdown table, and the chosen plan."""
+  if "program_frontier" in results:
+    return frontier_program.summary(results)
   fr = results["frontier"]
   plans = plans_of(results)
   limit = fr["memory_limit_bytes"]

@@ -38,6 +38,9 @@ def _figure(width: float, height: float) -> Figure:
 
 def plot_frontier(results: dict[str, Any], stem: str) -> list[str]:
   """Draws ``results`` (a frontier run) to ``<stem>_frontier.png``."""
+  if "program_frontier" in results:
+    from experiments import frontier_program  # pylint: disable=import-outside-toplevel
+    return frontier_program.plot(results, stem)
   fr = results["frontier"]
   plans = fr["plans"]
   if not plans:

@@ -44,6 +44,7 @@ from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
 from tessel_jax import schedule_cache as _schedule_cache
 from tessel_jax.cost import model as _cost_model
+from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.hand_placement import (SPANS, Placement, fitting_placements,
                                        forward_count, forward_only,
@@ -475,7 +476,10 @@ class ScheduledFunction:
 
     plan = make_plan(unrolled.actions)
     chosen, other_ms = None, None
-    if costs is not None and self.plan is None:
+    # A screening build (tessel_jax.plans, placement="auto") prices only
+    # the schedule searched on measured spans.
+    if (costs is not None and self.plan is None and
+        not getattr(self, "screening", False)):
       alt = self._uniform_candidate(graph, ks, unit, layout, n_local,
                                     num_devices, costs)
       plan, chosen, other_ms, picked = self._pick_schedule(
@@ -622,10 +626,16 @@ class ScheduledFunction:
       clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
+        stage = _stage.stage_of(self.mesh, self.pipe_axis,
+                                tuple(data_sizes or ()), layout)
         costs = self._costs.search_graph(graph, ks, traced.param_avals,
-                                         self.mesh, self.pipe_axis, part)
+                                         self.mesh, self.pipe_axis, part,
+                                         stage=stage)
         sgraph, unit = costs.graph, costs.memory_unit
         clock.lap("profile")
+        bound = getattr(self, "price_bound", None)  # tessel_jax.plans pruning
+        if bound is not None:
+          bound(costs, n_local)
       else:
         sgraph, unit = self._search_graph(graph, ks)
       try:

@@ -11,6 +11,9 @@ from typing import Any
 from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
                               marker_blocks)
 
+#: Screened plans built in full before choosing (``FrontierFunction``).
+REFINE = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class AutoChoice:
@@ -34,8 +37,11 @@ class AutoChoice:
 
   def describe(self) -> str:
     w, r = self.winner, self.runner_up
+    pruned = sum(1 for _, why in self.frontier.skipped
+                 if why.startswith("Pruned"))
+    extra = f", {pruned} pruned by their lower bound" if pruned else ""
     text = (f"placement='auto' chose {w.label} from {len(self.frontier.plans)}"
-            f" plans in {self.choose_seconds:.1f} s: predicted step"
+            f" plans{extra} in {self.choose_seconds:.1f} s: predicted step"
             f" {w.step:.3f} {w.unit}, peak {w.peak_bytes} bytes per device")
     if r is not None:
       text += (f"; runner-up {r.label}: {r.step:.3f} {r.unit}, peak"
@@ -70,7 +76,7 @@ def auto_build(step: Any, params: Any, batch: Any,
                         microbatches=None if n is None else [int(n)],
                         memory_limit=step.memory_limit,
                         pipe_axis=step.pipe_axis, mode=step.mode,
-                        **_schedule_options(step))
+                        refine=REFINE, **_schedule_options(step))
   fr = ff(params, batch)
   best = fr.choose(step.memory_limit)
   if best is None:

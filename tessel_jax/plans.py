@@ -22,6 +22,7 @@ process).
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
@@ -85,6 +86,9 @@ class PricedPlan:
     source: Who made the schedule (``tessel``, ``tessel-list``, ``1f1b``...).
     blocks: Forward blocks of the placement.
     build_seconds: Seconds the pricing took.
+    screened: Priced by the screening build only (the schedule searched on
+      measured spans; a full build also tries the one searched on uniform
+      spans and lowers the faster, so its step is at most this).
   """
 
   candidate: Candidate
@@ -94,6 +98,7 @@ class PricedPlan:
   source: str
   blocks: int
   build_seconds: float
+  screened: bool = False
 
   @property
   def peak_bytes(self) -> int:
@@ -270,36 +275,125 @@ def candidates(mesh: Any, pipe_axis: str, rows: int, mode: str,
 # --- pricing -----------------------------------------------------------------
 
 
+class Pruned(Exception):
+  """A plan whose lower bound cannot beat the fastest plan priced so far."""
+
+
+def step_lower_bound(costs: Any, n_local: int) -> float:
+  """Seconds below which no schedule of a measured search graph can run.
+
+  Every device runs its blocks one after the other (``n_local`` of each),
+  at most one core each; on the CPU backend the pipeline's devices also
+  share ``costs.shared_cores`` cores. So the step is at least
+  ``n_local * max(busiest device's block seconds, all block core-seconds /
+  shared cores)`` (``predict.predict_shared`` / ``predict.predict`` add
+  waits, ticks and transfers on top).
+  """
+  graph = costs.graph
+  per = costs.work if costs.work is not None else dict(
+      costs.quantized.seconds)
+  load = [0.0] * graph.num_devices
+  for b in graph.blocks:
+    for d in b.devices:
+      load[d] += float(per.get(b.id, 0.0))
+  bound = max(load, default=0.0)
+  if costs.shared_cores:
+    bound = max(bound, sum(load) / costs.shared_cores)
+  return n_local * bound
+
+
+#: Priced plans of this process: ``(program key, candidate, screened)`` ->
+#: ``(PricedPlan, ScheduledFunction)``. Choosing again for the same function,
+#: shapes, mesh and options (another memory limit, another
+#: ``placement="auto"`` step) reuses them; a new process has the disk caches
+#: (kernel measurements, schedules).
+_MEMO: collections.OrderedDict[Any, tuple[PricedPlan, Any]] = (
+    collections.OrderedDict())
+MEMO_SIZE = 512
+
+
+def clear_memo() -> None:
+  """Forgets the priced plans of this process (the disk caches stay)."""
+  _MEMO.clear()
+
+
 class FrontierFunction:
-  """``tj.frontier(fn, ...)``: call it with ``(params, batch)``."""
+  """``tj.frontier(fn, ...)``: call it with ``(params, batch)``.
+
+  With ``refine=k`` the searched plans are first *screened*: built without
+  the second search on uniform spans (``ScheduledFunction.screening``),
+  then the ``k`` fastest screened plans that fit the memory limit, and
+  whichever fitting plan is fastest after that, are built in full (the
+  full build's step is at most the screened one); ``refine=None`` builds
+  every plan in full.
+  """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any,
                placements: Sequence[str] | None = None,
                microbatches: Sequence[int] | None = None,
                memory_limit: int | None = None, baselines: bool = True,
                pipe_axis: str = "pipe", mode: str = "train",
-               **schedule_kw: Any):
+               refine: int | None = None, **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
     self.microbatches = (None if microbatches is None else
                          tuple(int(n) for n in microbatches))
     self.memory_limit = memory_limit
     self.baselines = baselines
+    self.refine = refine
     self.schedule_kw = schedule_kw
     self.costs: Any = None  # the CostModel shared by every candidate
     self.steps: dict[Candidate, Any] = {}  # priced ScheduledFunctions
+    self.memo_hits = 0
+    self.pruned = 0  # plans not searched: lower bound >= best so far
+    self._best_ms: float | None = None
+    self._key: Any = None
 
   def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
     t0 = time.perf_counter()
     skipped: list[tuple[str, str]] = []
     rows = int(jax.tree_util.tree_leaves(batch)[0].shape[0])
     markers = marker_blocks(self.fn, params, batch, self.schedule_kw)
+    self._key = self.program_key(params, batch)
     todo = candidates(self.mesh, self.pipe_axis, rows, self.mode, self.names,
                       self.microbatches, self.baselines,
                       lambda w, y: skipped.append((w, y)))
+    priced = self._price_all(todo, params, batch, markers, skipped)
+    if self.refine is not None:
+      self._refine(priced, params, batch, markers)
+    name = getattr(self.fn, "__name__", type(self.fn).__name__)
+    return ProgramFrontier(fn_name=name, plans=tuple(priced),
+                           pareto=pareto(priced), skipped=tuple(skipped),
+                           seconds=time.perf_counter() - t0)
+
+  def program_key(self, params: Any, batch: Any) -> Any:
+    """What decides every price: the function, input shapes, mesh and
+    options (None when the function is not hashable: no memo)."""
+    leaves = jax.tree_util.tree_leaves((params, batch))
+    mesh = self.mesh
+    key = (self.fn, jax.tree_util.tree_structure((params, batch)),
+           tuple((tuple(x.shape), str(x.dtype)) for x in leaves),
+           tuple(mesh.axis_names), tuple(dict(mesh.shape).items()),
+           tuple(int(d.id) for d in mesh.devices.flat), self.mode,
+           self.pipe_axis, repr(sorted(self.schedule_kw.items())))
+    try:
+      hash(key)
+    except TypeError:
+      return None
+    return key
+
+  def _price_all(self, todo: Sequence[Candidate], params: Any, batch: Any,
+                 markers: int | None,
+                 skipped: list[tuple[str, str]]) -> list[PricedPlan]:
+    """Prices every candidate (screened when ``refine`` is set)."""
+    screen = self.refine is not None
     priced: list[PricedPlan] = []
     failed: dict[tuple[str, int, int, int], str] = {}
     searched: dict[tuple[str, int, int, int], PricedPlan] = {}
+    if screen:
+      # Widest data parallelism first (shortest pipelines, least bubble):
+      # a good plan priced early prunes more of the rest.
+      todo = sorted(todo, key=lambda c: c.pipe)
     for cand in todo:
       for c in _with_limit(cand, self.memory_limit):
         why = failed.get(_shape(c))
@@ -308,8 +402,10 @@ class FrontierFunction:
             base = searched.get(_shape(c))
             if c.plan is not None and base is not None:
               priced.append(self.price_baseline(c, base))
+              self._note_best(priced[-1])
               continue
-            priced.append(self.price(c, params, batch, markers))
+            priced.append(self.price(c, params, batch, markers, screen))
+            self._note_best(priced[-1])
             if c.plan is None and c.memory_limit is None:
               searched[_shape(c)] = priced[-1]
             continue
@@ -320,13 +416,58 @@ class FrontierFunction:
             if c.plan is None and c.memory_limit is None:
               failed[_shape(c)] = why  # the program does not fit the shape
         skipped.append((c.label, why))
-    name = getattr(self.fn, "__name__", type(self.fn).__name__)
-    return ProgramFrontier(fn_name=name, plans=tuple(priced),
-                           pareto=pareto(priced), skipped=tuple(skipped),
-                           seconds=time.perf_counter() - t0)
+    return priced
 
-  def step_for(self, c: Candidate, markers: int | None = None) -> Any:
-    """The ``ScheduledFunction`` of candidate ``c`` (shared cost model)."""
+  def _note_best(self, p: PricedPlan) -> None:
+    """Remembers the fastest fitting measured plan (for pruning)."""
+    if p.unit == "ms" and (self.memory_limit is None or
+                           p.peak_bytes <= self.memory_limit):
+      if self._best_ms is None or p.step < self._best_ms:
+        self._best_ms = p.step
+
+  def _check_bound(self, c: Candidate, bound_ms: float) -> None:
+    """Raises :class:`Pruned` when ``c`` cannot beat the best so far."""
+    if self._best_ms is not None and bound_ms >= self._best_ms:
+      self.pruned += 1
+      raise Pruned(f"lower bound {bound_ms:.3f} ms >= {self._best_ms:.3f} ms"
+                   f" of the fastest plan priced so far")
+
+  def _refine(self, priced: list[PricedPlan], params: Any, batch: Any,
+              markers: int | None) -> None:
+    """Builds in full (in place) the ``refine`` fastest fitting screened
+    plans, then the fastest fitting plan until it is a full build."""
+    tried: set[Candidate] = set()
+    done = 0
+    while True:
+      fits = sorted((i for i, p in enumerate(priced)
+                     if self.memory_limit is None or
+                     p.peak_bytes <= self.memory_limit),
+                    key=lambda i: (priced[i].step, priced[i].peak_bytes, i))
+      want = [i for i in fits if priced[i].screened and
+              _base(priced[i].candidate) not in tried]
+      if done < self.refine and want:
+        i = want[0]
+      elif fits and fits[0] in want:
+        i = fits[0]
+      else:
+        return
+      base = _base(priced[i].candidate)
+      tried.add(base)
+      done += 1
+      try:
+        full = self.price(base, params, batch, markers, screen=False)
+      except Exception:  # pylint: disable=broad-except
+        continue  # the screened price stands
+      for j, q in enumerate(priced):
+        if _base(q.candidate) != base:
+          continue
+        priced[j] = (full if q.candidate == base else
+                     self.price_baseline(q.candidate, full))
+
+  def step_for(self, c: Candidate, markers: int | None = None,
+               screen: bool = False) -> Any:
+    """The ``ScheduledFunction`` of candidate ``c`` (shared cost model;
+    ``screen``: a screening build, see the class doc)."""
     from tessel_jax import api  # pylint: disable=import-outside-toplevel
     graph = _placements.get(c.placement, c.pipe, mode=self.mode)
     count = sum(1 for b in graph.blocks if b.kind == "F")
@@ -341,6 +482,14 @@ class FrontierFunction:
                         mode=self.mode, plan=c.plan,
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
+    step.screening = screen
+    if screen:
+      def bound(costs: Any, n_local: int, c: Candidate = c) -> None:
+        ms = step_lower_bound(costs, n_local) * 1e3
+        if self._key is not None:
+          _MEMO[(self._key, c, "bound")] = (ms, None)
+        self._check_bound(c, ms)
+      step.price_bound = bound
     if self.costs is None:
       self.costs = step._costs  # pylint: disable=protected-access
     step._costs = self.costs  # pylint: disable=protected-access
@@ -348,13 +497,36 @@ class FrontierFunction:
     return step
 
   def price(self, c: Candidate, params: Any, batch: Any,
-            markers: int | None = None) -> PricedPlan:
+            markers: int | None = None, screen: bool = False) -> PricedPlan:
+    """Builds candidate ``c`` and reads its price (remembered per process,
+    see ``_MEMO``)."""
+    key = None if self._key is None else (self._key, c, screen)
+    hit = _MEMO.get(key) if key is not None else None
+    if hit is not None:
+      _MEMO.move_to_end(key)
+      self.memo_hits += 1
+      self.steps[c] = hit[1]
+      return hit[0]
+    known = (_MEMO.get((self._key, c, "bound"))
+             if screen and self._key is not None else None)
+    if known is not None:
+      self._check_bound(c, known[0])
+    failed = _MEMO.get((key, "error")) if key is not None else None
+    if failed is not None:
+      raise failed[0]  # this plan could not be built in this process
     t0 = time.perf_counter()
-    step = self.step_for(c, markers)
-    built = step.build(params, batch)
+    step = self.step_for(c, markers, screen)
+    try:
+      built = step.build(params, batch)
+    except Pruned:
+      raise
+    except Exception as err:  # pylint: disable=broad-except
+      if key is not None:
+        _MEMO[(key, "error")] = (err, None)
+      raise
     rep = built.report
     measured = rep is not None and rep.predicted_step_ms is not None
-    return PricedPlan(
+    out = PricedPlan(
         candidate=c,
         step=rep.predicted_step_ms if measured else float(
             built.unrolled.makespan),
@@ -362,8 +534,13 @@ class FrontierFunction:
         peak_bytes_per_device=tuple(int(b) for b in rep.peak_memory_bytes),
         source=built.unrolled.source,
         blocks=len(built.partition.blocks),
-        build_seconds=time.perf_counter() - t0)
-
+        build_seconds=time.perf_counter() - t0,
+        screened=screen and measured and c.plan is None)
+    if key is not None:
+      _MEMO[key] = (out, step)
+      while len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return out
 
   def price_baseline(self, c: Candidate, base: PricedPlan) -> PricedPlan:
     """A classic schedule priced on the searched plan ``base`` of the same
@@ -401,6 +578,13 @@ def _replay(built: Any, run: Any) -> float:
   return max(_predict.makespan_seconds(run, seconds, delays), 1e-12)
 
 
+def _base(c: Candidate) -> Candidate:
+  """The searched plan a baseline is priced on (``c`` itself if searched)."""
+  if c.plan is None:
+    return c
+  return dataclasses.replace(c, plan=None, memory_limit=None)
+
+
 def _with_limit(c: Candidate, limit: int | None) -> list[Candidate]:
   """A searched candidate is priced with no limit and, when a limit is
   given, under it too (it may then keep less in flight)."""
@@ -434,7 +618,7 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
              microbatches: Sequence[int] | None = None,
              memory_limit: int | None = None, baselines: bool = True,
              pipe_axis: str = "pipe", mode: str = "train",
-             **schedule_kw: Any) -> Any:
+             refine: int | None = None, **schedule_kw: Any) -> Any:
   """Every plan of ``fn`` on ``mesh``, priced; call the result with
   ``(params, batch)`` to get a :class:`ProgramFrontier`.
 
@@ -448,6 +632,9 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
     baselines: Also price the classic schedules that fit each placement.
     pipe_axis: The mesh's pipe axis.
     mode: ``"train"`` or ``"infer"``.
+    refine: None (build every plan in full) or ``k``: screen every plan,
+      then build the ``k`` fastest that fit in full (see
+      :class:`FrontierFunction`).
     **schedule_kw: Other ``tj.schedule`` options (``cost``, ``recompute``,
       ``optimizer_slots``, ``solver_time_limit_s``, ...).
   """
@@ -455,6 +642,7 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
     return FrontierFunction(f, mesh=mesh, placements=placements,
                             microbatches=microbatches,
                             memory_limit=memory_limit, baselines=baselines,
-                            pipe_axis=pipe_axis, mode=mode, **schedule_kw)
+                            pipe_axis=pipe_axis, mode=mode, refine=refine,
+                            **schedule_kw)
   return make if fn is None else make(fn)
 

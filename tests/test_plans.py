@@ -108,3 +108,7 @@ def test_auto_plan_runner_summary_and_limits():
   assert got["chosen_over_fastest"] == 1.04 and got["within_target"]
   rows[0]["measured_ms"] = 11.0
   assert not A.summarise(rows)["within_target"]
+  assert "chosen_over_fastest_cpu" not in got
+  rows[0]["measured_cpu_ms"], rows[1]["measured_cpu_ms"] = 6.0, 5.0
+  got = A.summarise(rows)
+  assert got["chosen_over_fastest_cpu"] == 1.2 and got["fastest_cpu"] == "b"

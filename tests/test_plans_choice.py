@@ -1,0 +1,97 @@
+"""How placement="auto" chooses fast: the lower bound that prunes plans
+before their search, screening then full builds, the per-process memo."""
+
+from __future__ import annotations
+
+import types
+
+import jax
+import pytest
+
+import tessel_jax as tj
+from tessel_jax import auto as A
+from tessel_jax import placements as _placements
+from tessel_jax import plans as P
+
+import test_lowering_models as M
+
+KINDS = ["embed", "mixed", "layer", "head"]
+
+
+def _costs(work, shared=None, graph=None):
+  graph = graph or _placements.get("vshape", 2)
+  seconds = {b.id: w for b, w in zip(graph.blocks, work)}
+  return types.SimpleNamespace(
+      graph=graph, work=seconds if shared else None, shared_cores=shared,
+      quantized=types.SimpleNamespace(seconds=seconds))
+
+
+def test_lower_bound_busiest_device_and_shared_cores():
+  # vshape(2): F0 and B0 on device 0, F1 and B1 on device 1.
+  c = _costs([1.0, 2.0, 4.0, 3.0])
+  assert P.step_lower_bound(c, 5) == pytest.approx(5 * 6.0)   # device 1
+  # Two devices on one shared core: all the work runs on that core.
+  c = _costs([1.0, 2.0, 4.0, 3.0], shared=1.0)
+  assert P.step_lower_bound(c, 5) == pytest.approx(5 * 10.0)
+  # On 2 cores the busiest device bounds again.
+  c = _costs([1.0, 2.0, 4.0, 3.0], shared=2.0)
+  assert P.step_lower_bound(c, 5) == pytest.approx(5 * 6.0)
+
+
+def test_a_bound_at_or_above_the_best_prunes():
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1)
+  ff._check_bound(P.Candidate("vshape", 2, 1, 4), 99.0)   # nothing priced yet
+  best = P.PricedPlan(candidate=P.Candidate("vshape", 2, 1, 4), step=10.0,
+                      unit="ms", peak_bytes_per_device=(5, 5),
+                      source="tessel", blocks=2, build_seconds=0.0)
+  ff._note_best(best)
+  ff._check_bound(P.Candidate("mshape", 2, 1, 4), 9.99)
+  with pytest.raises(P.Pruned, match="lower bound 10.000 ms"):
+    ff._check_bound(P.Candidate("mshape", 2, 1, 4), 10.0)
+  assert ff.pruned == 1
+  # Over the memory limit: not a best to beat.
+  tight = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1,
+                             memory_limit=4)
+  tight._note_best(best)
+  tight._check_bound(P.Candidate("mshape", 2, 1, 4), 1e9)
+
+
+def test_auto_memo_second_choice_reuses_the_plans(monkeypatch):
+  monkeypatch.setattr(P, "DEFAULT_PLACEMENTS", ("vshape",))
+  P.clear_memo()
+  params, batch = M.make_params(M.num_layers(KINDS)), M.make_batch(8)
+  fn = M.chain_fn(KINDS)
+  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
+  first = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4)
+  first.build(params, batch)
+  again = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4)
+  built = again.build(params, batch)
+  assert again.choice.winner == first.choice.winner
+  assert again.choice.step is first.choice.step   # the same built plan
+  assert built.plan is first.built.plan
+  # Other options are other plans.
+  other = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4,
+                      seed=1)
+  other.build(params, batch)
+  assert other.choice.step is not first.choice.step
+  assert A.REFINE >= 1
+
+
+def test_a_plan_that_cannot_be_built_fails_once_per_process(monkeypatch):
+  P.clear_memo()
+  params, batch = M.make_params(M.num_layers(KINDS)), M.make_batch(8)
+  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
+  ff = P.FrontierFunction(M.chain_fn(KINDS), mesh=mesh, refine=1)
+  ff._key = ff.program_key(params, batch)
+  calls = []
+
+  def broken(self, *a, **k):
+    calls.append(1)
+    raise ValueError("no such plan")
+  from tessel_jax import api  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(api.ScheduledFunction, "build", broken)
+  c = P.Candidate("vshape", 2, 1, 4)
+  for _ in range(2):
+    with pytest.raises(ValueError, match="no such plan"):
+      ff.price(c, params, batch, screen=True)
+  assert len(calls) == 1
