@@ -209,3 +209,35 @@ def test_bad_placed_inputs_name_the_fix():
   with pytest.raises(tj.TesselError, match="unplace takes"):
     step.unplace(params)
   del fn
+
+
+@pytest.mark.parametrize("mesh_shape,fsdp", [
+    ({"pipe": 2, "model": 2}, False),          # Megatron split, GSPMD
+    ({"pipe": 2, "data": 2, "model": 2}, True)])  # FSDP x tensor x pipe
+def test_split_and_fsdp_leaves(mesh_shape, fsdp):
+  """Slot classes split over GSPMD (and data) axes: placed with their
+  spec, gradients placed the same way, equal to value_and_grad."""
+  from test_fsdp import DATA_MODEL, _specs  # pylint: disable=import-outside-toplevel
+  from test_tensor_parallel import _batch as tp_batch  # pylint: disable=import-outside-toplevel
+  from test_tensor_parallel import _mesh as tp_mesh  # pylint: disable=import-outside-toplevel
+  from test_tensor_parallel import _put, mlp_model  # pylint: disable=import-outside-toplevel
+  params, specs, fn = mlp_model()
+  if fsdp:
+    specs = _specs(DATA_MODEL)
+  mesh = tp_mesh(mesh_shape)
+  n = 2
+  batch = tp_batch(4 * n, False)
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(2),
+                     num_microbatches=n, plan="1f1b",
+                     data_axes=("data",) if fsdp else ())
+  placed = step.place(_put(params, specs, mesh), batch)
+  layout = step.built.layout
+  assert any(c.spec for c in layout.classes)
+  assert any(c.fsdp for c in layout.classes) == fsdp
+  loss, grads = step(placed, batch)
+  for a, g in zip(jax.tree_util.tree_leaves(placed),
+                  jax.tree_util.tree_leaves(grads)):
+    assert a.sharding.is_equivalent_to(g.sharding, a.ndim)
+  want_loss, want_grads = reference(fn, params, batch, n)
+  assert max_rel_err(loss, want_loss) <= 1e-5
+  assert max_rel_err(step.unplace(grads), want_grads) <= 1e-5
