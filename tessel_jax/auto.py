@@ -81,9 +81,12 @@ def auto_build(step: Any, params: Any, batch: Any,
   best = fr.choose(step.memory_limit)
   if best is None:
     raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
-  chosen = ff.steps.get(best.candidate) or ff.step_for(
-      best.candidate, marker_blocks(step.fn, params, batch,
-                                     _schedule_options(step)))
+  if best.candidate not in ff.steps:
+    # A classic schedule priced by replay: built now (and remembered by the
+    # per-process memo like every priced plan).
+    ff.price(best.candidate, params, batch,
+             marker_blocks(step.fn, params, batch, _schedule_options(step)))
+  chosen = ff.steps[best.candidate]
   built = chosen.build(params, batch)
   choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),
                       memory_limit=step.memory_limit, frontier=fr,

@@ -511,9 +511,19 @@ class FrontierFunction:
              if screen and self._key is not None else None)
     if known is not None:
       self._check_bound(c, known[0])
+    failed = _MEMO.get((key, "error")) if key is not None else None
+    if failed is not None:
+      raise failed[0]  # this plan could not be built in this process
     t0 = time.perf_counter()
     step = self.step_for(c, markers, screen)
-    built = step.build(params, batch)
+    try:
+      built = step.build(params, batch)
+    except Pruned:
+      raise
+    except Exception as err:  # pylint: disable=broad-except
+      if key is not None:
+        _MEMO[(key, "error")] = (err, None)
+      raise
     rep = built.report
     measured = rep is not None and rep.predicted_step_ms is not None
     out = PricedPlan(

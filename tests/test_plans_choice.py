@@ -75,3 +75,45 @@ def test_auto_memo_second_choice_reuses_the_plans(monkeypatch):
   other.build(params, batch)
   assert other.choice.step is not first.choice.step
   assert A.REFINE >= 1
+
+
+def test_a_plan_that_cannot_be_built_fails_once_per_process(monkeypatch):
+  P.clear_memo()
+  params, batch = M.make_params(M.num_layers(KINDS)), M.make_batch(8)
+  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
+  ff = P.FrontierFunction(M.chain_fn(KINDS), mesh=mesh, refine=1)
+  ff._key = ff.program_key(params, batch)
+  calls = []
+
+  def broken(self, *a, **k):
+    calls.append(1)
+    raise ValueError("no such plan")
+  from tessel_jax import api  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(api.ScheduledFunction, "build", broken)
+  c = P.Candidate("vshape", 2, 1, 4)
+  for _ in range(2):
+    with pytest.raises(ValueError, match="no such plan"):
+      ff.price(c, params, batch, screen=True)
+  assert len(calls) == 1
+
+
+def test_a_classic_winner_is_built_once_per_process(monkeypatch):
+  monkeypatch.setattr(P, "DEFAULT_PLACEMENTS", ("vshape",))
+  P.clear_memo()
+  real = P.FrontierFunction.price_baseline
+
+  def faster(self, c, base):   # make the classic schedules win
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    p = real(self, c, base)
+    return dataclasses.replace(p, step=p.step / 10)
+  monkeypatch.setattr(P.FrontierFunction, "price_baseline", faster)
+  params, batch = M.make_params(M.num_layers(KINDS)), M.make_batch(8)
+  fn = M.chain_fn(KINDS)
+  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
+  first = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4)
+  built = first.build(params, batch)
+  assert first.choice.winner.candidate.plan is not None
+  assert built.unrolled.source == first.choice.winner.candidate.plan
+  again = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4)
+  again.build(params, batch)
+  assert again.choice.step is first.choice.step
