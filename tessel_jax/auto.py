@@ -11,8 +11,12 @@ from typing import Any
 from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
                               marker_blocks)
 
-#: Screened plans built in full before choosing (``FrontierFunction``).
-REFINE = 2
+#: Screened plans built in full before choosing (``FrontierFunction``);
+#: None: every plan is built in full. Screening skips each plan's second
+#: search (on uniform spans), but its price can then be far above the full
+#: build's (README GPT, 4 devices: mshape pipe2 x dp2 screened over 300 ms,
+#: 117 ms in full), so the choice would miss it.
+REFINE = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,14 +80,18 @@ def auto_build(step: Any, params: Any, batch: Any,
                         microbatches=None if n is None else [int(n)],
                         memory_limit=step.memory_limit,
                         pipe_axis=step.pipe_axis, mode=step.mode,
-                        refine=REFINE, **_schedule_options(step))
+                        refine=REFINE, prune=True,
+                        **_schedule_options(step))
   fr = ff(params, batch)
   best = fr.choose(step.memory_limit)
   if best is None:
     raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
-  chosen = ff.steps.get(best.candidate) or ff.step_for(
-      best.candidate, marker_blocks(step.fn, params, batch,
-                                     _schedule_options(step)))
+  if best.candidate not in ff.steps:
+    # A classic schedule priced by replay: built now (and remembered by the
+    # per-process memo like every priced plan).
+    ff.price(best.candidate, params, batch,
+             marker_blocks(step.fn, params, batch, _schedule_options(step)))
+  chosen = ff.steps[best.candidate]
   built = chosen.build(params, batch)
   choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),
                       memory_limit=step.memory_limit, frontier=fr,

@@ -326,6 +326,12 @@ class FrontierFunction:
   whichever fitting plan is fastest after that, are built in full (the
   full build's step is at most the screened one); ``refine=None`` builds
   every plan in full.
+
+  With ``prune=True`` a plan whose lower bound (:func:`step_lower_bound`,
+  from its measured kernels, before any search) is no faster than the
+  fastest fitting plan priced so far is skipped (and its classic baselines
+  with it: same kernels, same bound); the widest data parallelism is
+  priced first.
   """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any,
@@ -333,7 +339,8 @@ class FrontierFunction:
                microbatches: Sequence[int] | None = None,
                memory_limit: int | None = None, baselines: bool = True,
                pipe_axis: str = "pipe", mode: str = "train",
-               refine: int | None = None, **schedule_kw: Any):
+               refine: int | None = None, prune: bool = False,
+               **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
     self.microbatches = (None if microbatches is None else
@@ -341,6 +348,7 @@ class FrontierFunction:
     self.memory_limit = memory_limit
     self.baselines = baselines
     self.refine = refine
+    self.prune = prune
     self.schedule_kw = schedule_kw
     self.costs: Any = None  # the CostModel shared by every candidate
     self.steps: dict[Candidate, Any] = {}  # priced ScheduledFunctions
@@ -390,7 +398,7 @@ class FrontierFunction:
     priced: list[PricedPlan] = []
     failed: dict[tuple[str, int, int, int], str] = {}
     searched: dict[tuple[str, int, int, int], PricedPlan] = {}
-    if screen:
+    if self.prune:
       # Widest data parallelism first (shortest pipelines, least bubble):
       # a good plan priced early prunes more of the rest.
       todo = sorted(todo, key=lambda c: c.pipe)
@@ -483,7 +491,7 @@ class FrontierFunction:
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
     step.screening = screen
-    if screen:
+    if self.prune and c.plan is None:
       def bound(costs: Any, n_local: int, c: Candidate = c) -> None:
         ms = step_lower_bound(costs, n_local) * 1e3
         if self._key is not None:
@@ -508,7 +516,7 @@ class FrontierFunction:
       self.steps[c] = hit[1]
       return hit[0]
     known = (_MEMO.get((self._key, c, "bound"))
-             if screen and self._key is not None else None)
+             if self.prune and self._key is not None else None)
     if known is not None:
       self._check_bound(c, known[0])
     failed = _MEMO.get((key, "error")) if key is not None else None

@@ -3,13 +3,13 @@ before their search, screening then full builds, the per-process memo."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import jax
 import pytest
 
 import tessel_jax as tj
-from tessel_jax import auto as A
 from tessel_jax import placements as _placements
 from tessel_jax import plans as P
 
@@ -39,7 +39,7 @@ def test_lower_bound_busiest_device_and_shared_cores():
 
 
 def test_a_bound_at_or_above_the_best_prunes():
-  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1)
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, prune=True)
   ff._check_bound(P.Candidate("vshape", 2, 1, 4), 99.0)   # nothing priced yet
   best = P.PricedPlan(candidate=P.Candidate("vshape", 2, 1, 4), step=10.0,
                       unit="ms", peak_bytes_per_device=(5, 5),
@@ -50,7 +50,7 @@ def test_a_bound_at_or_above_the_best_prunes():
     ff._check_bound(P.Candidate("mshape", 2, 1, 4), 10.0)
   assert ff.pruned == 1
   # Over the memory limit: not a best to beat.
-  tight = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1,
+  tight = P.FrontierFunction(lambda p, b: 0.0, mesh=None, prune=True,
                              memory_limit=4)
   tight._note_best(best)
   tight._check_bound(P.Candidate("mshape", 2, 1, 4), 1e9)
@@ -74,7 +74,6 @@ def test_auto_memo_second_choice_reuses_the_plans(monkeypatch):
                       seed=1)
   other.build(params, batch)
   assert other.choice.step is not first.choice.step
-  assert A.REFINE >= 1
 
 
 def test_a_plan_that_cannot_be_built_fails_once_per_process(monkeypatch):
@@ -95,3 +94,53 @@ def test_a_plan_that_cannot_be_built_fails_once_per_process(monkeypatch):
     with pytest.raises(ValueError, match="no such plan"):
       ff.price(c, params, batch, screen=True)
   assert len(calls) == 1
+
+
+def test_a_classic_winner_is_built_once_per_process(monkeypatch):
+  monkeypatch.setattr(P, "DEFAULT_PLACEMENTS", ("vshape",))
+  P.clear_memo()
+  real = P.FrontierFunction.price_baseline
+
+  def faster(self, c, base):   # make the classic schedules win
+    import dataclasses  # pylint: disable=import-outside-toplevel
+    p = real(self, c, base)
+    return dataclasses.replace(p, step=p.step / 10)
+  monkeypatch.setattr(P.FrontierFunction, "price_baseline", faster)
+  params, batch = M.make_params(M.num_layers(KINDS)), M.make_batch(8)
+  fn = M.chain_fn(KINDS)
+  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
+  first = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4)
+  built = first.build(params, batch)
+  assert first.choice.winner.candidate.plan is not None
+  assert built.unrolled.source == first.choice.winner.candidate.plan
+  again = tj.schedule(fn, mesh=mesh, placement="auto", num_microbatches=4)
+  again.build(params, batch)
+  assert again.choice.step is first.choice.step
+
+
+def test_refine_builds_the_fastest_screened_plans_in_full(monkeypatch):
+  def plan(name, step, peak, how=None, screened=True):
+    return P.PricedPlan(candidate=P.Candidate(name, 2, 1, 4, how), step=step,
+                        unit="ms", peak_bytes_per_device=(peak,),
+                        source=how or "tessel", blocks=2, build_seconds=0.0,
+                        screened=screened)
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1,
+                          memory_limit=100)
+  built = []
+
+  def price(self, c, params, batch, markers=None, screen=False):
+    built.append((c.placement, screen))
+    return plan(c.placement, {"a": 5.0, "b": 20.0, "c": 1.0}[c.placement],
+                50, screened=False)
+  monkeypatch.setattr(P.FrontierFunction, "price", price)
+  monkeypatch.setattr(P.FrontierFunction, "price_baseline",
+                      lambda self, c, base: dataclasses.replace(
+                          base, candidate=c, step=base.step + 1))
+  priced = [plan("a", 10.0, 50), plan("a", 9.0, 50, "1f1b"),
+            plan("b", 12.0, 50), plan("c", 2.0, 500)]   # c does not fit
+  ff._refine(priced, None, None, None)
+  # "a" (fastest fitting screened, through its 1f1b baseline) built in
+  # full; then the fastest fitting plan is a full build: stop.
+  assert built == [("a", False)]
+  assert [p.step for p in priced] == [5.0, 6.0, 12.0, 2.0]
+  assert not priced[0].screened and priced[2].screened
