@@ -34,7 +34,7 @@ from experiments import peer_gpipe as pg
 from tessel_jax import placements
 
 VARIANTS = ("plain_1core", "plain_2core", "data_parallel", "hand_gpipe",
-            "tj_searched", "tj_gpipe", "tj_1f1b")
+            "tj_searched", "tj_gpipe", "tj_1f1b", "tj_compact")
 PROCESSES = {"plain_1core": ("one", 1), "plain_2core": ("one", 2),
              "pipe": ("two", 2)}
 MAXTEXT_SKIP = ("MaxText is not installed here; it stays an optional peer"
@@ -98,10 +98,14 @@ def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
     return (lambda: pg.gpipe_step(mesh, "pipe", n),
             (pg.stack_stages(params, 2), batch))
   fn, _ = lb.chain_model(2, args.hidden, args.layers // 2, args.seed)
-  plan = {"tj_searched": None, "tj_gpipe": "gpipe", "tj_1f1b": "1f1b"}[name]
+  plan = {"tj_searched": None, "tj_gpipe": "gpipe", "tj_1f1b": "1f1b",
+          "tj_compact": None}[name]
+  # tj_compact: the searched schedule with every tick in one table-driven
+  # loop (interpret_ramps=0: each kernel body once in the program).
+  ramps = 0 if name == "tj_compact" else 8
   return (lambda: tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
                               num_microbatches=n, plan=plan, cut="markers",
-                              cost=args.cost),
+                              cost=args.cost, interpret_ramps=ramps),
           (params, batch))
 
 

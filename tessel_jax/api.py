@@ -978,7 +978,9 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       this many ticks run as one table-driven loop over a switch of all their
       kernels instead of unrolled pruned ticks: compile time stops growing
       with the ramp length, each ramp tick runs a little slower. None:
-      always unroll.
+      always unroll. 0: no loops either, every tick in one table-driven
+      loop, so each kernel body is compiled once (measured: compile 32-46%
+      less CPU, steps 3-12% more CPU; see BENCHMARKS.md "compile").
     param_sharding: Parameters to shard over the pipe axis: a pytree like
       ``params`` (or a prefix of it) of ``jax.sharding.PartitionSpec`` or
       None, e.g. ``{"wte": P("pipe", None), "layers": None}`` for a
