@@ -81,3 +81,57 @@ def param_ops(text: str, shapes: Sequence[Sequence[int]]
         stack.extend((x.strip().lstrip("%"), inner)
                      for x in b.group(1).split(","))
   return {k: {op: int(v[op]) for op in OPS} for k, v in out.items()}
+
+
+# --- where the HLO's bulk sits: segment kinds and kernel copies --------------
+
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_OPCODE = re.compile(r"= [^=]*?\b([a-z][\w\-]*)\(")
+_KERNEL = re.compile(r"tj_kernel/k(\d+)/")
+SEGMENTS = ("tj_seg_ticks", "tj_seg_loop", "tj_seg_interp")
+HEAVY = ("dot", "convolution")
+
+
+def segment_chars(text: str) -> dict[str, int]:
+  """Characters of instruction lines per segment kind.
+
+  An instruction belongs to the segment kind (``passes.lower``'s
+  ``SEGMENT_SCOPES``) named in its ``op_name``; ``"outside"``: lines with
+  metadata naming none (packing, the final sums, the sink), ``"untagged"``:
+  lines without ``op_name`` (fusion parameters, tuples, copies XLA added).
+  """
+  out = {k: 0 for k in SEGMENTS + ("outside", "untagged")}
+  for line in text.split("\n"):
+    if " = " not in line:
+      continue
+    m = _OP_NAME.search(line)
+    if m is None:
+      out["untagged"] += len(line)
+      continue
+    kind = next((s for s in SEGMENTS if s in m.group(1)), "outside")
+    out[kind] += len(line)
+  return out
+
+
+def kernel_heavy_ops(text: str) -> dict[int, int]:
+  """Kernel id -> ``dot`` and ``convolution`` instructions of its scope
+  (``tj_kernel/k<id>``) in the whole module; each copy of a kernel body
+  in the program (a switch branch, an unrolled tick) adds its own."""
+  out: collections.Counter = collections.Counter()
+  for line in text.split("\n"):
+    m = _OPCODE.search(line)
+    if m is None or m.group(1) not in HEAVY:
+      continue
+    k = _KERNEL.search(line)
+    if k is not None:
+      out[int(k.group(1))] += 1
+  return dict(out)
+
+
+def kernel_copies(text: str, per_copy: dict[int, int]) -> dict[int, float]:
+  """Kernel id -> copies of its body in the module: its ``dot`` and
+  ``convolution`` instructions over those of one copy (``per_copy``, e.g.
+  from the kernel's jaxpr); kernels without such ops are left out."""
+  heavy = kernel_heavy_ops(text)
+  return {k: round(heavy.get(k, 0) / n, 2) for k, n in sorted(per_copy.items())
+          if n}

@@ -17,6 +17,11 @@ Parts (JSON to --output):
   (``--xla_cpu_multi_thread_eigen=false``, one intra-op thread), with wall
   and CPU seconds (CPU seconds show the work overhead even when other
   processes share the cores);
+* placed (``--parts=placed``, not in the default parts): parameter-heavy
+  models (``--placed_models``) on vshape(2): plain jit on 1 and 2 cores,
+  the plain-tree call, the placed call (``step.place``) and the fused
+  ``train_step``, interleaved, against the measured kernels along the
+  busiest device (``experiments.placed_bench``);
 * profile (``--profile``, not in the default parts): one step of the MLP,
   the README's GPT and a parameter-heavy MLP under each plan, split into
   kernels, ppermute/rendezvous, stash, gradient accumulation, switch/loop
@@ -40,8 +45,10 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   args = lowering_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
-  if args.worker is not None:
-    devices = 1 if args.worker == "plain" else 2
+  if args.worker == "plain2":  # plain jit, default Eigen threading
+    flags = ["--xla_force_host_platform_device_count=1"]
+  elif args.worker is not None:
+    devices = 1 if args.worker in ("plain", "plain1") else 2
     flags = [f"--xla_force_host_platform_device_count={devices}",
              "--xla_cpu_multi_thread_eigen=false",
              "intra_op_parallelism_threads=1"]

@@ -28,6 +28,15 @@ flags.DEFINE_list("profile_plans", ["searched", "gpipe", "1f1b"],
 flags.DEFINE_integer("profile_n", 8, "Micro-batches of the profile.")
 flags.DEFINE_enum("profile_cost", "measured", ["measured", "uniform"],
                   "cost= of the profiled schedules.")
+flags.DEFINE_list("placed_models", ["wide", "resnet18"],
+                  "Models of the placed part: wide (4x1664 MLP, 11.1M"
+                  " parameters), resnet18 (experiments.resnet, 11.7M,"
+                  " param_layout='slots'), resnet18_flat (the same,"
+                  " param_layout='auto': one flat buffer).")
+flags.DEFINE_integer("placed_n", 8, "Micro-batches of the placed part.")
+flags.DEFINE_enum("placed_cost", "uniform", ["measured", "uniform"],
+                  "cost= of the placed part (measured: also the kernels'"
+                  " times measured alone, summed along the busiest device).")
 flags.DEFINE_list("compile_n", ["8", "32", "128", "256"],
                   "Micro-batch counts for the compile-time part.")
 flags.DEFINE_string("placement", "vshape", "Placement of the compile and"
@@ -63,8 +72,15 @@ def from_flags() -> BenchArgs:
     ns = tuple(int(n) for n in f.compile_n)
   except ValueError:
     raise app.UsageError(f"--compile_n must be integers: {f.compile_n}") from None
-  if f.worker not in (None, "plain", "pipe", "profile"):
-    raise app.UsageError("--worker is internal ('plain', 'pipe', 'profile')")
+  if f.worker not in (None, "plain", "pipe", "profile", "placed", "plain1",
+                      "plain2"):
+    raise app.UsageError("--worker is internal ('plain', 'pipe', 'profile',"
+                         " 'placed', 'plain1', 'plain2')")
+  bad = [m for m in f.placed_models
+         if m not in ("wide", "resnet18", "resnet18_flat")]
+  if bad:
+    raise app.UsageError(f"unknown --placed_models {bad}; choose from wide,"
+                         f" resnet18, resnet18_flat")
   bad = [m for m in f.profile_models if m not in ("mlp", "gpt", "wide")]
   bad += [p for p in f.profile_plans if p not in ("searched", "gpipe", "1f1b")]
   if bad:
@@ -80,4 +96,6 @@ def from_flags() -> BenchArgs:
                    output=f.output or None, worker=f.worker,
                    profile_models=tuple(f.profile_models),
                    profile_plans=tuple(f.profile_plans),
-                   profile_n=f.profile_n, profile_cost=f.profile_cost)
+                   profile_n=f.profile_n, profile_cost=f.profile_cost,
+                   placed_models=tuple(f.placed_models),
+                   placed_n=f.placed_n, placed_cost=f.placed_cost)

@@ -20,7 +20,7 @@ import numpy as np
 import tessel_jax as tj
 from tessel_jax import placements
 
-PARTS = ("compile", "memory", "speedup", "profile")
+PARTS = ("compile", "memory", "speedup", "profile", "placed")
 DEFAULT_PARTS = ("compile", "memory", "speedup")
 
 
@@ -43,6 +43,9 @@ class BenchArgs(NamedTuple):
   profile_plans: tuple[str, ...] = ("searched", "gpipe", "1f1b")
   profile_n: int = 8
   profile_cost: str = "measured"
+  placed_models: tuple[str, ...] = ("wide", "resnet18")
+  placed_n: int = 8
+  placed_cost: str = "uniform"
 
 
 # --- models -----------------------------------------------------------------
@@ -306,6 +309,14 @@ def part_speedup(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
 def main(args: Any) -> int:
   # Imported here: lowering_profile imports this module.
   from experiments import lowering_profile  # pylint: disable=import-outside-toplevel
+  from experiments import placed_bench  # pylint: disable=import-outside-toplevel
+  if args.worker == "placed":
+    placed_bench.worker(args.placed_models, args.placed_n, args.repeats,
+                        args.placed_cost)
+    return 0
+  if args.worker in ("plain1", "plain2"):
+    placed_bench.plain_worker(args.placed_models, args.placed_n, args.repeats)
+    return 0
   if args.worker == "profile":
     lowering_profile.worker(args.profile_models, args.profile_plans,
                             args.profile_n, args.profile_cost, args.repeats)
@@ -318,7 +329,8 @@ def main(args: Any) -> int:
   for part in args.parts:
     record[part] = {"compile": part_compile, "memory": part_memory,
                     "speedup": part_speedup,
-                    "profile": lowering_profile.part_profile}[part](args, log)
+                    "profile": lowering_profile.part_profile,
+                    "placed": placed_bench.part_placed}[part](args, log)
   text = json.dumps(record, indent=1)
   if args.output:
     os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)

@@ -11,8 +11,9 @@ intra_op_parallelism_threads=1``): plain ``jax.jit`` on one device pinned to
 one core and given both cores, 2-way data parallel (``shard_map``), a
 hand-written GPipe (``experiments.peer_gpipe``: ``shard_map`` + ``ppermute``,
 stacked stage params, a scan over N + S - 1 ticks, ``jax.grad`` through it),
-and tessel_jax on ``vshape(2)``: searched, ``plan="gpipe"`` and
-``plan="1f1b"``. MaxText's pipeline layer is an optional peer not installed
+and tessel_jax on ``vshape(2)``: searched, ``plan="gpipe"``,
+``plan="1f1b"`` and the searched schedule lowered compact
+(``tj_compact``: ``interpret_ramps=0``, each kernel body once). MaxText's pipeline layer is an optional peer not installed
 here (recorded as skipped).
 
 Per variant: median step ms over quiet rounds, CPU ms, paired ratio to the

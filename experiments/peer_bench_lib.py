@@ -28,13 +28,13 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import hlo_count
+from experiments import hlo_breakdown, hlo_count
 from experiments import lowering_bench_lib as lb
 from experiments import peer_gpipe as pg
 from tessel_jax import placements
 
 VARIANTS = ("plain_1core", "plain_2core", "data_parallel", "hand_gpipe",
-            "tj_searched", "tj_gpipe", "tj_1f1b")
+            "tj_searched", "tj_gpipe", "tj_1f1b", "tj_compact")
 PROCESSES = {"plain_1core": ("one", 1), "plain_2core": ("one", 2),
              "pipe": ("two", 2)}
 MAXTEXT_SKIP = ("MaxText is not installed here; it stays an optional peer"
@@ -98,20 +98,24 @@ def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
     return (lambda: pg.gpipe_step(mesh, "pipe", n),
             (pg.stack_stages(params, 2), batch))
   fn, _ = lb.chain_model(2, args.hidden, args.layers // 2, args.seed)
-  plan = {"tj_searched": None, "tj_gpipe": "gpipe", "tj_1f1b": "1f1b"}[name]
+  plan = {"tj_searched": None, "tj_gpipe": "gpipe", "tj_1f1b": "1f1b",
+          "tj_compact": None}[name]
+  # tj_compact: the searched schedule with every tick in one table-driven
+  # loop (interpret_ramps=0: each kernel body once in the program).
+  ramps = 0 if name == "tj_compact" else 8
   return (lambda: tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
                               num_microbatches=n, plan=plan, cut="markers",
-                              cost=args.cost),
+                              cost=args.cost, interpret_ramps=ramps),
           (params, batch))
 
 
 def _build(name: str, n: int, args: PeerArgs) -> tuple[Callable, dict]:
   """First call, compile and HLO figures of one variant; its timed call."""
   make, inputs = _variant_fns(name, n, args)
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), _cpu_s()
   f = make()
   jax.block_until_ready(f(*inputs))
-  first_s = time.perf_counter() - t0
+  first_s, first_cpu = time.perf_counter() - t0, _cpu_s() - c0
   if name.startswith("tj_"):
     built = f.build(*inputs)
     jitted = built.jitted
@@ -126,12 +130,16 @@ def _build(name: str, n: int, args: PeerArgs) -> tuple[Callable, dict]:
   t0 = time.perf_counter()
   lowered = fresh.lower(*inputs)
   lower_s = time.perf_counter() - t0
-  t0 = time.perf_counter()
+  t0, c0 = time.perf_counter(), _cpu_s()
   compiled = lowered.compile()
-  compile_s = time.perf_counter() - t0
+  compile_s, compile_cpu = time.perf_counter() - t0, _cpu_s() - c0
   row = {"variant": name, "n": n, "first_call_s": round(first_s, 3),
+         "first_call_cpu_s": round(first_cpu, 3),
          "lower_s": round(lower_s, 3), "compile_s": round(compile_s, 3),
+         "compile_cpu_s": round(compile_cpu, 3),
          **_hlo_stats(compiled, args), **extra}
+  if name.startswith("tj_"):
+    row["hlo_breakdown"] = hlo_breakdown.breakdown(built, compiled.as_text())
   return (lambda: jax.block_until_ready(compiled(*inputs))), row
 
 
@@ -270,7 +278,8 @@ def markdown(built: list[dict], summary: dict[str, Any],
   names = sorted({b["variant"] for b in built}, key=VARIANTS.index)
   nss = "/".join(str(n) for n in ns)
   lines = [f"| variant | step ms N={nss} | x hand GPipe | x plain jit 2 cores"
-           f" | CPU ms | first call s | compile s | XLA temp MB"
+           f" | CPU ms | first call s (CPU s) | compile s (CPU s)"
+           f" | XLA temp MB"
            f" | HLO kchars (without metadata) |",
            "|---|---|---|---|---|---|---|---|---|"]
   for v in names:
@@ -282,7 +291,9 @@ def markdown(built: list[dict], summary: dict[str, Any],
         f" | {col(lambda n: rows[f'{v}@{n}']['vs_plain_2core'])}"
         f" | {col(lambda n: rows[f'{v}@{n}']['cpu_ms'])}"
         f" | {col(lambda n: by[(v, n)]['first_call_s'])}"
+        f" ({col(lambda n: by[(v, n)]['first_call_cpu_s'])})"
         f" | {col(lambda n: by[(v, n)]['compile_s'])}"
+        f" ({col(lambda n: by[(v, n)]['compile_cpu_s'])})"
         f" | {col(lambda n: round(by[(v, n)]['temp_bytes'] / 2**20, 1))}"
         f" | {col(lambda n: round(by[(v, n)]['hlo_chars'] / 1e3))}"
         f" ({col(lambda n: round(by[(v, n)]['hlo_chars_no_metadata'] / 1e3))})"
@@ -298,6 +309,20 @@ def markdown(built: list[dict], summary: dict[str, Any],
     cells = ["/".join(str(ops[w][op]) for op in ("add", "copy", "broadcast"))
              for w in ("loop", "loop_branches", "once", "once_branches")]
     lines.append(f"| {v} | " + " | ".join(cells) + " |")
+  tj = [v for v in names if v.startswith("tj_")]
+  if tj:
+    lines += ["", "HLO kchars per segment kind (unrolled ticks / loop bodies /"
+              " interpreted ramps / outside segments / untagged) and copies"
+              " of each kernel body (``experiments.hlo_breakdown``):", "",
+              "| variant | N | segments | kchars | kernel copies |",
+              "|---|---|---|---|---|"]
+    for v in tj:
+      for n in ns:
+        bd = by[(v, n)]["hlo_breakdown"]
+        kc = "/".join(str(round(x)) for x in bd["kchars_by_segment"].values())
+        copies = ", ".join(f"{k} {c:g}" for k, c in
+                           bd["kernel_copies"].items())
+        lines.append(f"| {v} | {n} | {bd['segments']} | {kc} | {copies} |")
   return "\n".join(lines)
 
 

@@ -20,7 +20,8 @@ flags.DEFINE_list("modes", ["train", "infer"], "Modes: train and/or infer.")
 flags.DEFINE_list("memories", ["tight", "fast", "loose"],
                   "Memory cases for training graphs: tight (the smallest"
                   " limit that admits a schedule), fast (the smallest limit"
-                  " that still reaches the fastest period) and/or loose (no"
+                  " that still reaches the fastest period), middle (halfway"
+                  " between tight and fast, rounded down) and/or loose (no"
                   " limit).")
 flags.DEFINE_integer("microbatches", 128, "Micro-batches N to unroll.")
 flags.DEFINE_float("time_limit", 60.0,
@@ -28,6 +29,10 @@ flags.DEFINE_float("time_limit", 60.0,
 flags.DEFINE_integer("seed", 0, "CP-SAT random seed.")
 flags.DEFINE_integer("workers", 1, "CP-SAT subsolvers (interleaved deterministically).")
 flags.DEFINE_bool("no_wrap", False, "Forbid blocks wrapping the period end.")
+flags.DEFINE_bool("fast_hint", True,
+                  "Search the fast case from the repetend its memory search"
+                  " found (at the fastest period under that limit);"
+                  " --nofast_hint searches it from scratch.")
 flags.DEFINE_string("output", None,
                     "Results JSON (default:"
                     " results/search_cases_<hash of the flags>.json).")
@@ -56,10 +61,10 @@ def from_flags() -> CasesArgs:
   bad = sorted(set(f.modes) - {"train", "infer"})
   if bad or not f.modes:
     raise app.UsageError(f"--modes takes train and/or infer, got {f.modes}")
-  bad = sorted(set(f.memories) - {"tight", "fast", "loose"})
+  bad = sorted(set(f.memories) - {"tight", "middle", "fast", "loose"})
   if bad or not f.memories:
-    raise app.UsageError(f"--memories takes tight, fast and/or loose, got"
-                         f" {f.memories}")
+    raise app.UsageError(f"--memories takes tight, middle, fast and/or"
+                         f" loose, got {f.memories}")
   if f.microbatches < 1 or f.workers < 1 or f.time_limit <= 0:
     raise app.UsageError("--microbatches and --workers must be >= 1 and"
                          " --time_limit > 0")
@@ -67,5 +72,6 @@ def from_flags() -> CasesArgs:
       placements=tuple(f.placements) if f.placements else None,
       devices=devices, modes=tuple(f.modes), memories=tuple(f.memories),
       microbatches=f.microbatches, time_limit=f.time_limit, seed=f.seed,
-      workers=f.workers, allow_wrap=not f.no_wrap, output=f.output,
+      workers=f.workers, allow_wrap=not f.no_wrap, fast_hint=f.fast_hint,
+      output=f.output,
       markdown=f.markdown)

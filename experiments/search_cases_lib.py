@@ -25,7 +25,8 @@ from typing import Any, NamedTuple
 from experiments import progress, search_lib
 from tessel_jax import placements
 from tessel_jax.graph import BlockGraph
-from tessel_jax.search import baselines, search_repetend, smallest_memory
+from tessel_jax.search import (baselines, search_repetend,
+                               smallest_memory_repetend)
 
 class CasesArgs(NamedTuple):
   """Everything ``search_cases_lib.run`` needs; see the flags for meanings."""
@@ -39,11 +40,16 @@ class CasesArgs(NamedTuple):
   seed: int = 0
   workers: int = 1
   allow_wrap: bool = True
+  fast_hint: bool = True
   output: str | None = None
   markdown: str | None = None
 
 
 RESULTS_DIR = "results"
+
+#: Key of a memory case's witness repetend (the ``fast`` case: a repetend
+#: at the fastest period under that limit, from the memory search).
+START = "_start"
 
 
 def args_hash(args: Any) -> str:
@@ -88,38 +94,61 @@ def memory_cases(graph: BlockGraph, wanted: tuple[str, ...], *,
   and ``fast`` also have ``memory_search_seconds`` (time to find the limit),
   ``memory_limit_proven: False`` where CP-SAT found a limit but did not prove
   it minimal in time (the best found is used), and ``error`` where it found
-  none. A graph that holds no memory has the one
-  case ``none`` (no limit).
+  none. ``middle`` is halfway between ``tight`` and ``fast`` (rounded
+  down; the ramps matter most there, see ``search.ramps``). A graph that
+  holds no memory has the one case ``none`` (no limit).
   """
   if all(b.memory <= 0 for b in graph.blocks):
     return [{"memory_case": "none", "memory_limit": None}]
-  out = []
-  for case in ("tight", "fast", "loose"):
-    if case not in wanted:
-      continue
-    if case == "loose":
-      out.append({"memory_case": "loose", "memory_limit": None})
-      continue
-    row: dict[str, Any] = {"memory_case": case, "memory_limit": None}
-    t0 = time.perf_counter()
-    kw = dict(allow_wrap=allow_wrap, time_limit_s=time_limit_s, seed=seed,
-              num_workers=workers)
-    try:
-      period = None
-      if case == "fast":
-        period = search_repetend(graph, None, complete=False, **kw).period
-      limit, proven = smallest_memory(graph, period, **kw)
-      if not proven:
-        row["memory_limit_proven"] = False
-      if limit is None:
-        row["error"] = (f"{case} memory limit: CP-SAT found none within"
-                        f" {time_limit_s:g} s; raise --time_limit")
-      row["memory_limit"] = limit
-    except Exception as e:  # pylint: disable=broad-except
-      row["error"] = _error(e)
-    row["memory_search_seconds"] = round(time.perf_counter() - t0, 3)
-    out.append(row)
-  return out
+  kw = dict(allow_wrap=allow_wrap, time_limit_s=time_limit_s, seed=seed,
+            num_workers=workers)
+  rows = {case: _limit_case(graph, case, kw) for case in ("tight", "fast")
+          if case in wanted or "middle" in wanted}
+  if "middle" in wanted:
+    rows["middle"] = _middle_case(rows["tight"], rows["fast"])
+  if "loose" in wanted:
+    rows["loose"] = {"memory_case": "loose", "memory_limit": None}
+  return [rows[case] for case in ("tight", "middle", "fast", "loose")
+          if case in wanted]
+
+
+def _limit_case(graph: BlockGraph, case: str,
+                kw: dict[str, Any]) -> dict[str, Any]:
+  """The ``tight`` or ``fast`` case (see ``memory_cases``)."""
+  row: dict[str, Any] = {"memory_case": case, "memory_limit": None}
+  t0 = time.perf_counter()
+  try:
+    period = None
+    if case == "fast":
+      period = search_repetend(graph, None, complete=False, **kw).period
+    limit, proven, witness = smallest_memory_repetend(graph, period, **kw)
+    if case == "fast" and witness is not None:
+      row[START] = witness  # not written: run() pops it
+    if not proven:
+      row["memory_limit_proven"] = False
+    if limit is None:
+      row["error"] = (f"{case} memory limit: CP-SAT found none within"
+                      f" {kw['time_limit_s']:g} s; raise --time_limit")
+    row["memory_limit"] = limit
+  except Exception as e:  # pylint: disable=broad-except
+    row["error"] = _error(e)
+  row["memory_search_seconds"] = round(time.perf_counter() - t0, 3)
+  return row
+
+
+def _middle_case(tight: dict[str, Any],
+                 fast: dict[str, Any]) -> dict[str, Any]:
+  """Halfway between the ``tight`` and ``fast`` limits."""
+  row: dict[str, Any] = {"memory_case": "middle", "memory_limit": None}
+  for other in (tight, fast):
+    if "error" in other or other["memory_limit"] is None:
+      row["error"] = f"middle memory limit: {other['memory_case']} has none"
+      return row
+  row["memory_limit"] = (tight["memory_limit"] + fast["memory_limit"]) // 2
+  if not (tight.get("memory_limit_proven", True)
+          and fast.get("memory_limit_proven", True)):
+    row["memory_limit_proven"] = False
+  return row
 
 
 def run_baselines(graph: BlockGraph,
@@ -165,12 +194,16 @@ def compare(case: dict[str, Any],
   return out
 
 
-def run_case(graph: BlockGraph, limit: int | None,
-             args: Any) -> dict[str, Any]:
-  """Searches one case; returns its figures (validated)."""
+def run_case(graph: BlockGraph, limit: int | None, args: Any,
+             start: Any = None) -> dict[str, Any]:
+  """Searches one case (from the repetend ``start`` if given); returns its
+  figures (validated)."""
   _, _, figures = search_lib.search_and_measure(
       graph, limit, args.microbatches, allow_wrap=args.allow_wrap,
-      time_limit_s=args.time_limit, seed=args.seed, num_workers=args.workers)
+      time_limit_s=args.time_limit, seed=args.seed, num_workers=args.workers,
+      start=start)
+  if start is not None:
+    figures["started_from_memory_search"] = True
   return figures
 
 
@@ -213,6 +246,9 @@ def run(args: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
             graph, args.memories, allow_wrap=args.allow_wrap,
             time_limit_s=args.time_limit, seed=args.seed,
             workers=args.workers):
+          start = memory.pop(START, None)
+          if not getattr(args, "fast_hint", True):
+            start = None
           case: dict[str, Any] = {
               "placement": name, "graph": graph.name, "devices": devices,
               "mode": mode, "num_blocks": graph.num_blocks,
@@ -220,7 +256,7 @@ def run(args: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
           }
           if "error" not in case:
             try:
-              case.update(run_case(graph, case["memory_limit"], args))
+              case.update(run_case(graph, case["memory_limit"], args, start))
             except Exception as e:  # pylint: disable=broad-except
               case["error"] = _error(e)
           case.update(compare(case, base))
@@ -298,7 +334,9 @@ def markdown(results: dict[str, Any]) -> str:
                "-", "-", "-"]
     else:
       bound = max(c["period_lower_bound"], c["period_resource_bound"])
-      cells = [f"{c['period']} ({bound})", c["status"],
+      status = c["status"] + (" (start)" if c.get(
+          "started_from_memory_search") else "")
+      cells = [f"{c['period']} ({bound})", status,
                f"{c['period_seconds']:.2f} / {c['search_seconds']:.2f}",
                str(c["makespan"]) + (
                    f" (list; repetend {c['repetend_makespan']})"
@@ -318,7 +356,8 @@ def markdown(results: dict[str, Any]) -> str:
                " (makespan M); `LB (S: r)` = the bound tightened for blocks on"
                " every device (simulate.shared_device_bounds) and the ratio"
                " to it; `(best found)` = a memory limit CP-SAT did"
-               " not prove minimal in time.")
+               " not prove minimal in time; `(start)` = searched from the"
+               " repetend the memory search found at that limit.")
   if results["skipped"]:
     skipped = ", ".join(f"{s['placement']} d{s['devices']} {s['mode']}"
                         for s in results["skipped"])

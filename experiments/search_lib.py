@@ -138,9 +138,11 @@ def measure(unrolled: UnrolledSchedule) -> dict[str, Any]:
 def search_and_measure(graph: BlockGraph, memory_limit: int | None,
                        num_microbatches: int, *, allow_wrap: bool = True,
                        time_limit_s: float = 30.0, seed: int = 0,
-                       num_workers: int = 1,
+                       num_workers: int = 1, start: Any = None,
                        ) -> tuple[Schedule, UnrolledSchedule, dict[str, Any]]:
   """Searches ``graph``, unrolls ``num_microbatches``, validates, measures.
+
+  ``start``: a known repetend to search from (``search_repetend``).
 
   Returns:
     ``(schedule, unrolled, figures)`` where ``figures`` holds the period,
@@ -154,7 +156,7 @@ def search_and_measure(graph: BlockGraph, memory_limit: int | None,
   """
   schedule = search_repetend(graph, memory_limit, allow_wrap=allow_wrap,
                              time_limit_s=time_limit_s, seed=seed,
-                             num_workers=num_workers)
+                             num_workers=num_workers, start=start)
   unrolled = schedule.unroll(num_microbatches)
   periodic = dataclasses.replace(schedule, alternative=None)
   figures = {

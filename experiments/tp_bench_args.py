@@ -14,7 +14,10 @@ flags.DEFINE_list("configs", list(CONFIGS),
                   "Meshes to measure: pipe4, pipe2_model2 (Megatron weights"
                   " split over model), pipe2_model2_replicated (same mesh,"
                   " whole weights), pipe2_data2, pipe2_data2_fsdp (every"
-                  " weight split over data, ZeRO-3), model4 and data4 (plain"
+                  " weight split over data, ZeRO-3), pipe2_data2_model2 (8"
+                  " devices, Megatron weights), pipe2_model2_unrolled and"
+                  " pipe2_data2_model2_unrolled (every ramp unrolled), model4"
+                  " and data4 (plain"
                   " jax.jit of value_and_grad, no pipeline).")
 flags.DEFINE_integer("hidden", 256, "Model width (MLP inner width 4x).")
 flags.DEFINE_integer("layers", 4, "Layers (divisible by 4).")
@@ -22,9 +25,14 @@ flags.DEFINE_integer("vocab", 256, "Vocabulary (tied embedding).")
 flags.DEFINE_integer("rows", 16, "Sequences per step.")
 flags.DEFINE_integer("seq", 4, "Tokens per sequence.")
 flags.DEFINE_integer("microbatches", 4, "Micro-batches per step.")
-flags.DEFINE_integer("repeats", 5, "Timed runs per config (median kept).")
+flags.DEFINE_integer("repeats", 7, "Timing rounds: every round runs each"
+                     " config once, in a shuffled order (median kept).")
 flags.DEFINE_integer("interpret_ramps", 8, "tj.schedule's interpret_ramps"
                      " for the pipelines (0: unroll every ramp).")
+flags.DEFINE_enum("cost", "measured", ["measured", "uniform"],
+                  "tj.schedule's cost= for the pipelines: 'measured' profiles"
+                  " every kernel on one stage's devices (sharded) and"
+                  " predicts the step time.")
 flags.DEFINE_string("output", "out/tp_bench.json",
                     "Where to write the JSON results ('': stdout only).")
 
@@ -49,5 +57,5 @@ def from_flags() -> BenchArgs:
   return BenchArgs(configs=tuple(f.configs), hidden=f.hidden,
                    layers=f.layers, vocab=f.vocab, rows=f.rows, seq=f.seq,
                    microbatches=f.microbatches, repeats=f.repeats,
-                   interpret_ramps=f.interpret_ramps or None,
+                   interpret_ramps=f.interpret_ramps or None, cost=f.cost,
                    output=f.output or None)

@@ -16,6 +16,7 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
+from experiments import hlo_count
 from tessel_jax import placements
 from tessel_jax.verify import rel_err
 
@@ -29,7 +30,13 @@ CONFIGS: dict[str, tuple[dict[str, int], bool, tuple[str, ...],
     "pipe2_model2_replicated": ({"pipe": 2, "model": 2}, True, (), False),
     "pipe2_data2": ({"pipe": 2, "data": 2}, True, ("data",), False),
     "pipe2_data2_fsdp": ({"pipe": 2, "data": 2}, True, ("data",), "fsdp"),
+    "pipe2_data2_model2": ({"pipe": 2, "data": 2, "model": 2}, True,
+                           ("data",), True),
     "model4": ({"model": 4}, False, (), True),
+    # The same programs with every ramp unrolled (no interpreted ramps).
+    "pipe2_model2_unrolled": ({"pipe": 2, "model": 2}, True, (), True),
+    "pipe2_data2_model2_unrolled": ({"pipe": 2, "data": 2, "model": 2}, True,
+                                    ("data",), True),
     "data4": ({"data": 4}, False, ("data",), False),
 }
 
@@ -44,8 +51,9 @@ class BenchArgs(NamedTuple):
   rows: int = 16
   seq: int = 4
   microbatches: int = 4
-  repeats: int = 5
+  repeats: int = 7
   interpret_ramps: int | None = 8
+  cost: str = "measured"
   output: str | None = "out/tp_bench.json"
 
 
@@ -108,14 +116,30 @@ def _place(tree: Any, specs: Any, mesh: Any) -> Any:
       is_leaf=lambda x: isinstance(x, P))
 
 
-def _median_seconds(fn: Callable[[], Any], repeats: int) -> float:
-  jax.block_until_ready(fn())
-  runs = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
+def interleaved_times(runs: dict[str, Callable[[], Any]], rounds: int,
+                      seed: int = 0) -> dict[str, dict[str, float]]:
+  """Wall and process-CPU seconds of each run, alternated: every round
+  runs each once in a shuffled order (a busy neighbour slows all alike).
+
+  Returns:
+    name -> ``{"median_s", "min_s", "cpu_s"}`` (``cpu_s``: median
+    process CPU seconds of one run).
+  """
+  rng = np.random.default_rng(seed)
+  for fn in runs.values():
     jax.block_until_ready(fn())
-    runs.append(time.perf_counter() - t0)
-  return float(np.median(runs))
+  wall: dict[str, list[float]] = {n: [] for n in runs}
+  cpu: dict[str, list[float]] = {n: [] for n in runs}
+  names = list(runs)
+  for _ in range(rounds):
+    for n in rng.permutation(names):
+      c0, t0 = time.process_time(), time.perf_counter()
+      jax.block_until_ready(runs[n]())
+      wall[n].append(time.perf_counter() - t0)
+      cpu[n].append(time.process_time() - c0)
+  return {n: {"median_s": float(np.median(wall[n])),
+              "min_s": float(np.min(wall[n])),
+              "cpu_s": float(np.median(cpu[n]))} for n in names}
 
 
 def _program(name: str, args: BenchArgs, params: Any, specs: Any,
@@ -134,8 +158,9 @@ def _program(name: str, args: BenchArgs, params: Any, specs: Any,
     step = tj.schedule(make_fn(d), mesh=mesh,
                        placement=placements.vshape(d, mode="train"),
                        num_microbatches=args.microbatches, plan="1f1b",
-                       data_axes=data, cost="uniform",
-                       interpret_ramps=args.interpret_ramps)
+                       data_axes=data, cost=args.cost,
+                       interpret_ramps=(None if name.endswith("_unrolled")
+                                        else args.interpret_ramps))
     return step, placed, batch, step
   fn = make_fn(1)
   batch_spec = P(data) if data else P()
@@ -145,8 +170,9 @@ def _program(name: str, args: BenchArgs, params: Any, specs: Any,
 
 
 def measure(name: str, args: BenchArgs, model: Any, batch: Any,
-            reference: Any) -> dict[str, Any]:
-  """Step time, compiled bytes per device and (pipelines) the prediction."""
+            reference: Any) -> tuple[dict[str, Any], Callable[[], Any]]:
+  """Compiled bytes per device and (pipelines) the prediction, and a
+  function running one step (timed later, interleaved with the others)."""
   params, specs, make_fn = model
   prog, placed, placed_batch, step = _program(name, args, params, specs,
                                               make_fn, batch)
@@ -162,14 +188,27 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
   total = sum(measured.values())
   rec = {"mesh": CONFIGS[name][0], "pipelined": CONFIGS[name][1],
          "weights_split": CONFIGS[name][3],
-         "step_ms": 1e3 * _median_seconds(
-             lambda: compiled(placed, placed_batch), args.repeats),
          "compile_s": compile_s, "max_rel_err_vs_value_and_grad": err,
          "bytes_per_device": measured, "total_bytes_per_device": total}
   if step is not None:
+    # Weight-sized instructions by where they run (inside switch branches:
+    # per tick on the devices taking them).
+    shapes = {tuple(x.sharding.shard_shape(x.shape))
+              for x in jax.tree_util.tree_leaves(placed)
+              if x.ndim == 2} | {tuple(x.shape) for x in
+                                  jax.tree_util.tree_leaves(placed)
+                                  if x.ndim == 2}
+    rec["weight_sized_ops"] = hlo_count.param_ops(compiled.as_text(),
+                                                  sorted(shapes))
     rec.update(_prediction(step, args))
     rec["predicted_over_measured"] = rec["predicted_bytes_per_device"] / total
-  return rec
+    r = step.report
+    rec["predicted_step_ms"] = r.predicted_step_ms
+    rec["predicted_block_ms"] = r.block_ms
+    rec["predicted_tick_overhead_ms"] = r.tick_overhead_ms
+    rec["ticks"] = r.ticks
+    rec["plan"] = step.built.plan.loop_summary()
+  return rec, lambda: compiled(placed, placed_batch)
 
 
 def _prediction(step: Any, args: BenchArgs) -> dict[str, Any]:
@@ -219,15 +258,33 @@ def main(args: BenchArgs) -> int:
   reference = jax.jit(jax.value_and_grad(model[2](1)))(model[0], batch)
   record: dict[str, Any] = {"jax": jax.__version__, "args": args._asdict(),
                             "configs": {}}
+  runs = {}
   for name in args.configs:
-    rec = measure(name, args, model, batch, reference)
-    record["configs"][name] = rec
+    record["configs"][name], runs[name] = measure(name, args, model, batch,
+                                                  reference)
+  load0 = os.getloadavg()[0]
+  times = interleaved_times(runs, args.repeats)
+  record["load_average"] = [load0, os.getloadavg()[0]]
+  for name in args.configs:
+    rec = record["configs"][name]
+    rec["step_ms"] = 1e3 * times[name]["median_s"]
+    rec["step_ms_min"] = 1e3 * times[name]["min_s"]
+    rec["cpu_ms_per_step"] = 1e3 * times[name]["cpu_s"]
+    pms = rec.get("predicted_step_ms")
+    if pms is not None:
+      rec["predicted_over_measured_step"] = pms / rec["step_ms"]
     pred = rec.get("predicted_bytes_per_device")
-    print(f"{name:26s} step {rec['step_ms']:8.2f} ms  bytes/device"
+    print(f"{name:27s} step {rec['step_ms']:7.2f} ms (min"
+          f" {rec['step_ms_min']:6.2f}, CPU {rec['cpu_ms_per_step']:6.1f})"
+          + (f" predicted {pms:6.2f} ({pms / rec['step_ms']:.2f}x)"
+             if pms else "") + "  bytes/device"
           f" {rec['total_bytes_per_device'] / 2**20:7.2f} MiB"
           + (f"  predicted {pred / 2**20:7.2f} MiB"
              f" ({rec['predicted_over_measured']:.2f}x)" if pred else "")
           + f"  err {rec['max_rel_err_vs_value_and_grad']:.1e}", flush=True)
+  print(f"load average {record['load_average'][0]:.1f} before timing,"
+        f" {record['load_average'][1]:.1f} after; {args.repeats} interleaved"
+        f" rounds")
   configs = record["configs"]
   if {"pipe2_model2", "pipe2_model2_replicated"} <= set(configs):
     ratio = (configs["pipe2_model2"]["total_bytes_per_device"] /

@@ -42,6 +42,10 @@ flags.DEFINE_enum("cost", None, ["measured", "uniform"],
                   " $TESSEL_JAX_COST, else measured).")
 flags.DEFINE_bool("reprofile", False,
                   "Measure the blocks again even when they are cached.")
+flags.DEFINE_integer("interpret_ramps", 8,
+                     "tj.schedule's interpret_ramps: ramps of at least this"
+                     " many ticks run as one table-driven loop; 0: every"
+                     " tick (each kernel compiled once); -1: unroll all.")
 
 
 def from_flags() -> TrainArgs:
@@ -67,4 +71,5 @@ def from_flags() -> TrainArgs:
       steps=f.steps, lr=f.lr, seed=f.seed, schedule=f.schedule,
       time_limit=f.time_limit, check=f.check, plot=f.plot or None,
       output=f.output or None, grid_steps=f.grid_steps, cost=f.cost,
-      reprofile=f.reprofile)
+      reprofile=f.reprofile,
+      interpret_ramps=None if f.interpret_ramps < 0 else f.interpret_ramps)

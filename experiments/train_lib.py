@@ -44,6 +44,7 @@ class TrainArgs(NamedTuple):
   grid_steps: int = 48
   cost: str | None = None      # None: $TESSEL_JAX_COST, else "measured"
   reprofile: bool = False
+  interpret_ramps: int | None = 8
 
 
 # --- data -----------------------------------------------------------------
@@ -188,6 +189,7 @@ def run(args: Any, log=print) -> dict[str, Any]:
   step = tj.schedule(loss_fn, mesh=mesh, placement=graph, num_microbatches=n,
                      plan=args.schedule, solver_time_limit_s=args.time_limit,
                      seed=args.seed, cost=args.cost, reprofile=args.reprofile,
+                     interpret_ramps=args.interpret_ramps,
                      optimizer_slots=2)  # Adam's m and v
   rows = n * args.microbatch_size
   batch = data.batch(rows)

@@ -5,10 +5,10 @@ the stash; remote rounds are held until the first tick that reads one of
 them and then written together, rounds of equal payload with disjoint
 senders and receivers sharing one ``ppermute`` (``passes.flushes``: on
 XLA's CPU runtime each ``ppermute`` is a rendezvous of every device, so as
-few as the messages allow, where the schedule needs them); then the tick's
-inputs are read, then one ``lax.switch`` over only
-the kernels present at that tick runs (no switch where one kernel runs on
-every device). Parameter gradients are added in place inside the branch of
+few as the messages allow, where the schedule needs them); then one
+``lax.switch`` over only the kernels present at that tick runs (no switch
+where one kernel runs on every device), each branch reading its own
+kernel's inputs from the stash (passed in read-only). Parameter gradients are added in place inside the branch of
 the kernel that owns them: the tick's accumulators (``Tick.grads``) go into
 the switch and the other branches pass them through, so an accumulator is
 read and written only on the devices and at the ticks where its block runs
@@ -64,19 +64,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from . import flushes as _flushes
 from . import fsdp as _fsdp
 from . import gather as _gather
 from . import outputs as _outputs
+from . import pack_local as _pack_local
 from .kernels import KernelSet
-from .packing import Layout, pack, read_region, unpack_grads
+from .packing import Layout, read_region, unpack_grads
 from .partition import Partition
 from .plan import Dyn, Plan, Tick
 
 _NO_MOD = 1 << 30
+# ``pbuf`` key of the parameter leaves read in place (``inplace_params``).
+_INPLACE = ("inplace",)
 
 # Name scopes of the program's parts: they reach the HLO's op_name metadata,
 # where ``experiments.step_profile`` reads them to split a profiled step.
@@ -84,6 +86,12 @@ SCOPES = {"kernel": "tj_kernel", "params": "tj_params",
           "stash_read": "tj_stash_read", "stash_write": "tj_stash_write",
           "send": "tj_send", "ppermute": "tj_ppermute",
           "accumulate": "tj_accumulate", "terminals": "tj_terminals"}
+# Scopes of the segment kinds (``passes.segments``) and the prefix of each
+# kernel's own scope (``tj_kernel/k<id>``): ``experiments.hlo_breakdown``
+# reads them to split the HLO by segment kind and count kernel copies.
+SEGMENT_SCOPES = {"ticks": "tj_seg_ticks", "loop": "tj_seg_loop",
+                  "interp": "tj_seg_interp"}
+KERNEL_PREFIX = "k"
 
 
 def _scoped(part: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -134,11 +142,7 @@ class _Ctx:
     return base + scale * k
 
 
-def _pin(x: Any, spec: tuple[Any, ...]) -> Any:
-  """``x`` constrained to ``spec`` over the GSPMD axes (inside the map)."""
-  if not any(e is not None for e in spec):
-    return x
-  return lax.with_sharding_constraint(x, P(*spec))
+_pin = _fsdp.pin  # GSPMD constraint inside the map (passes.fsdp)
 
 
 def _read_rows(x: Any, start: Any, rows: int) -> Any:
@@ -198,6 +202,17 @@ class Lowering:
     self.num_devices = layout.num_devices
     self.gathered = tuple(sorted(layout.gathered))
 
+  @property
+  def inplace_params(self) -> bool:
+    """Inference with every leaf whole (no pipe shards, GSPMD splits or
+    FSDP): the program already takes the parameters replicated on every
+    device, so kernels read them in place and nothing is packed (packing
+    copied every parameter into per-device buffers on every call: 60 of
+    the 330 CPU ms of a 2-stage GPT inference step)."""
+    return (not self.train and not self.layout.shards and
+            not self.layout.gathered and
+            not any(c.spec for c in self.layout.classes))
+
   def _reads_gathered(self, kernel: Any, leaf: int) -> bool:
     """``kernel`` reads ``leaf`` gathered before the first tick."""
     return (leaf in self.layout.gathered and
@@ -243,22 +258,25 @@ class Lowering:
           payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
       self._write_targets(ctx, rd, payload, pools, it)
 
+  def _read_index(self, ctx: _Ctx, tick: Tick, it: Any) -> list[tuple]:
+    """``(slot or row start, row)`` of each read port of the tick."""
+    return [(ctx.dyn(rp.index, it),
+             ctx.table(rp.row) if rp.kind == "pool" else 0)
+            for rp in tick.reads]
+
   @_scoped("stash_read")
-  def _reads(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
-             batch: Sequence[Any], it: Any) -> list[Any]:
-    vals = []
-    for rp in tick.reads:
-      if rp.kind == "pool":
-        vals.append(_read(pools[rp.source], ctx.dyn(rp.index, it),
-                          ctx.table(rp.row), rp.aval.shape))
-      else:
-        vals.append(_read_rows(batch[rp.source], ctx.dyn(rp.index, it),
-                               rp.aval.shape[0]))
-    return vals
+  def _read_port(self, rp: Any, index: tuple, pools: Sequence[Any],
+                 batch: Sequence[Any]) -> Any:
+    """One read port's value (inside the branch of a kernel reading it)."""
+    if rp.kind == "pool":
+      return _read(pools[rp.source], index[0], index[1], rp.aval.shape)
+    return _read_rows(batch[rp.source], index[0], rp.aval.shape[0])
 
   @_scoped("params")
   def _params(self, ctx: _Ctx, kernel: Any, pbuf: dict[str, Any],
               slots: Sequence[Sequence[Any]]) -> list[Any]:
+    if _INPLACE in pbuf:
+      return [pbuf[_INPLACE][l] for l in kernel.params]
     by_leaf: dict[int, Any] = {}
     for l in kernel.params:
       where = self.layout.slot_of.get((l, kernel.devices[0]))
@@ -347,7 +365,8 @@ class Lowering:
   def _branch(self, ctx: _Ctx, tick: Tick, kid: int | None,
               pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
               keys: Sequence[tuple]) -> Callable[..., Any]:
-    """One switch branch: ``(vals, accs) -> (out ports, accs)``."""
+    """One switch branch: ``(stash, accs) -> (out ports, accs)``; ``stash``
+    holds the pools, the batch and every read port's index."""
 
     def zeros_out() -> list[Any]:
       return [jnp.zeros(a.shape, a.dtype) for a in tick.out_ports]
@@ -360,12 +379,15 @@ class Lowering:
 
     kernel = self.plan.kernels[kid]
 
-    def run(vals: Sequence[Any], accs: tuple) -> Any:
+    def run(vals: dict[str, Any], accs: tuple) -> Any:
       ports = zeros_out()
-      dvals = [vals[p] for p in tick.in_map[kid]]
+      dvals = [self._read_port(tick.reads[p], vals["index"][p],
+                               vals["pools"], vals["batch"])
+               for p in tick.in_map[kid]]
       pvals = self._params(ctx, kernel, pbuf, slots)
       kctx = {"row_offset": ctx.table(tick.row_offset)}
-      with jax.named_scope(SCOPES["kernel"]):
+      with jax.named_scope(SCOPES["kernel"]), \
+           jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
         outs, gvals = kernel.fn(kctx, pvals, dvals)
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
@@ -384,7 +406,11 @@ class Lowering:
     ports."""
     gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
     tacc = list(tacc)
-    vals = self._reads(ctx, tick, pools, batch, it)
+    # The stash goes into the switch and each branch reads only its own
+    # kernel's inputs (a device reads nothing for the kernels it does not
+    # run; in an interp tick, of all the segment's read ports).
+    vals = {"pools": tuple(pools), "batch": tuple(batch),
+            "index": self._read_index(ctx, tick, it)}
     keys = self._acc_keys(tick)
     acc_in = tuple(gacc[k[1]] if k[0] == "flat" else
                    gacc[k] if k[0] == "gathered" else sacc[k[1]][k[2]]
@@ -554,42 +580,24 @@ class Lowering:
   @property
   def leaf_specs(self) -> dict[int, tuple[Any, ...]]:
     """Leaves split over GSPMD axes -> their spec entries."""
-    return {l: c.spec for c in self.layout.classes if c.spec
-            for row in c.assign for l in row if l >= 0}
+    return _fsdp.leaf_specs(self.layout)
 
   def out_shardings(self, mesh: Any) -> Any:
-    """``jax.jit`` ``out_shardings`` on the user's ``mesh``: values
-    replicated, each gradient with its parameter's sharding. Needed for
-    meshes with Explicit axes (the program itself runs on an all-Auto copy
-    of the mesh, whose shardings would not mix with the user's arrays)."""
-    rep = NamedSharding(mesh, P())
-    if not self.train:
-      return rep
-    specs = self.leaf_specs
-    out = []
-    for l, a in enumerate(self.param_avals):
-      if l in self.layout.shards:
-        ax, _ = self.layout.shards[l]
-        spec = tuple(self.pipe if i == ax else None for i in range(a.ndim))
-      else:
-        spec = specs.get(l, ())
-      out.append(NamedSharding(mesh, P(*spec)))
-    return rep, jax.tree_util.tree_unflatten(self.part.traced.param_tree, out)
-
-  def _place(self, x: Any, spec: tuple[Any, ...],
-             replicate: bool = False) -> Any:
-    """``x`` constrained to ``spec`` on the whole mesh (outside the map);
-    an empty spec leaves ``x`` to XLA unless ``replicate``."""
-    if not replicate and not any(e is not None for e in spec):
-      return x
-    return lax.with_sharding_constraint(x, NamedSharding(self.mesh, P(*spec)))
+    """``jax.jit`` ``out_shardings`` on the user's ``mesh``
+    (``passes.fsdp.out_shardings``)."""
+    return _fsdp.out_shardings(mesh, self.layout, self.param_avals,
+                               self.part.traced.param_tree, self.pipe,
+                               self.train)
 
   def body(self, packed: dict[str, Any], slots: Sequence[Sequence[Any]],
-           shards: Sequence[Any], batch: Sequence[Any]) -> Any:
-    """The shard_map body (one device's view)."""
+           shards: Sequence[Any], batch: Sequence[Any],
+           leaves: Sequence[Any] | None = None) -> Any:
+    """The shard_map body (one device's view); ``leaves``: the parameters
+    read in place instead of ``packed`` and ``slots``."""
     plan = self.plan
     ctx = _Ctx(lax.axis_index(self.pipe))
-    pbuf: dict[Any, Any] = {dt: packed[dt][0] for dt in self.layout.dtypes}
+    pbuf: dict[Any, Any] = ({_INPLACE: leaves} if leaves is not None else
+                            {dt: packed[dt][0] for dt in self.layout.dtypes})
     slots = self._gather_fsdp(slots)
     for l, shard in zip(self.gathered, shards):
       pbuf[("gathered", l)] = _gather.gather(
@@ -613,18 +621,18 @@ class Lowering:
         for j, a in enumerate(self.ks.terminal_avals))
     state = (pools, (gacc, sacc), tacc)
     for seg in plan.segments:
-      if seg.kind == "interp":
-        state = self._interp(ctx, seg, state, pbuf, slots, batch)
-      elif seg.kind == "loop":
-        state = self._loop(ctx, seg, state, pbuf, slots, batch)
-      else:
-        state = self._straight(ctx, range(seg.start, seg.end), state, 0, pbuf,
-                               slots, batch)
+      with jax.named_scope(SEGMENT_SCOPES[seg.kind]):
+        if seg.kind == "interp":
+          state = self._interp(ctx, seg, state, pbuf, slots, batch)
+        elif seg.kind == "loop":
+          state = self._loop(ctx, seg, state, pbuf, slots, batch)
+        else:
+          state = self._straight(ctx, range(seg.start, seg.end), state, 0,
+                                 pbuf, slots, batch)
     _, (gacc, sacc), tacc = state
     if self.train:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
-      sgrads = tuple(_pin(jnp.stack(s)[None], (None, None) + c.inner_spec)
-                     for s, c in zip(sacc, self.layout.classes))
+      sgrads = self._slot_grads(sacc)
       hgrads = tuple(_gather.scatter(
           gacc[("gathered", l)], self.layout.shards[l][0],
           self.layout.gathered[l].owners, self.num_devices, self.pipe,
@@ -641,29 +649,30 @@ class Lowering:
       return grads, sgrads, hgrads, terms
     return tuple(t[:n][None] for t in tacc)
 
+  # ``tessel_jax.placed`` sets this on its copy: slot gradients leave the
+  # map one array per slot, not stacked per class (no stack, no slices).
+  per_slot_grads = False
+
+  def _slot_grads(self, sacc: Sequence[Sequence[Any]]) -> tuple:
+    """Per class, the slot gradient accumulators stacked ``(1, S,
+    *shape)`` (``per_slot_grads``: a tuple of ``(1, *shape)`` per slot)."""
+    if self.per_slot_grads:
+      return tuple(tuple(_pin(g[None], (None,) + c.inner_spec) for g in s)
+                   for s, c in zip(sacc, self.layout.classes))
+    return tuple(_pin(jnp.stack(s)[None], (None, None) + c.inner_spec)
+                 for s, c in zip(sacc, self.layout.classes))
+
   @_scoped("params")
   def _gather_fsdp(self, slots: Sequence[Sequence[Any]]
                    ) -> list[list[Any]]:
-    """FSDP slots (``(1, *shard)`` per device) gathered over their data
-    axes: one ``all_gather`` per split dimension, before the first tick."""
-    return [[_pin(_fsdp.gather(a, 1, c.fsdp, c.inner_spec),
-                  (None,) + c.inner_spec) for a in arrays]
-            if c.fsdp else list(arrays)
-            for arrays, c in zip(slots, self.layout.classes)]
+    """FSDP slots gathered over their data axes before the first tick."""
+    return _fsdp.gather_slots(slots, self.layout.classes)
 
   def _reduce_slot_grads(self, g: Any, c: Any) -> Any:
-    """A class's slot gradients ``(1, S, *shape)`` summed over the data
-    axes: a ``psum``, or for FSDP slots a ``psum_scatter`` leaving the
-    device's shard (``passes.fsdp.scatter``)."""
-    if not c.fsdp:
-      return lax.psum(g, self.data_axes)
-    return _fsdp.scatter(g, 2, c.fsdp, c.inner_spec, self.data_axes)
+    return _fsdp.reduce_slot_grads(g, c, self.data_axes)
 
   def _slot_spec(self, c: Any, grads: bool = False) -> Any:
-    """The map's spec of one slot array (``grads``: of a class's stacked
-    slot gradients): split over pipe, and over the data axes for FSDP."""
-    lead = (self.pipe, None) if grads else (self.pipe,)
-    return P(*(lead + c.data_spec)) if c.fsdp else P(self.pipe)
+    return _fsdp.slot_spec(c, self.pipe, grads)
 
   def _shard_spec(self, leaf: int) -> Any:
     """The spec handing every device its slice of a sharded leaf."""
@@ -696,15 +705,29 @@ class Lowering:
                          out_specs=out_specs,
                          axis_names={pipe, *data},
                          check_vma=False)
+    # tessel_jax.placed maps ``body`` itself, on already-placed params.
+    self.smap, self.map_specs = smap, (in_specs, out_specs)
     param_avals = traced.param_avals
     outputs = _outputs.Outputs(part, self.per_mb, self.ks.terminal_avals,
                                self.total_n)
+    if self.inplace_params:
+      inplace = jax.shard_map(
+          lambda leaves, b: self.body({}, [], (), b, leaves=leaves),
+          mesh=self.mesh, in_specs=(P(), in_specs[3]), out_specs=out_specs,
+          axis_names={pipe, *data}, check_vma=False)
+
+      def run_inplace(params: Any, batch: Any) -> Any:
+        bufs = inplace(tuple(jax.tree_util.tree_leaves(params)),
+                       tuple(jax.tree_util.tree_leaves(batch)))
+        return outputs.infer([buf.sum(axis=0) for buf in bufs])
+      return run_inplace
 
     def run(params: Any, batch: Any) -> Any:
       p_leaves = jax.tree_util.tree_leaves(params)
       b_leaves = jax.tree_util.tree_leaves(batch)
-      packed, slots = pack(layout, p_leaves)
-      slots = [[self._place(a, (pipe,) + c.spec) for a in arrays]
+      packed, slots = _pack_local.pack(layout, p_leaves, self.mesh, pipe,
+                                       data)
+      slots = [[_fsdp.place(self.mesh, a, (pipe,) + c.spec) for a in arrays]
                for arrays, c in zip(slots, layout.classes)]
       shards = tuple(p_leaves[l] for l in self.gathered)
       if self.train:
@@ -716,7 +739,7 @@ class Lowering:
           grads[l] = grads[l] + g.astype(grads[l].dtype)
         specs = self.leaf_specs
         grads = [g if l in layout.shards else
-                 self._place(g, specs.get(l, ()), replicate=True)
+                 _fsdp.place(self.mesh, g, specs.get(l, ()), replicate=True)
                  for l, g in enumerate(grads)]
         return value, jax.tree_util.tree_unflatten(traced.param_tree, grads)
       bufs = smap(packed, slots, shards, tuple(b_leaves))

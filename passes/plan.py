@@ -70,7 +70,9 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
     layout: Parameter layout (gradient offsets).
     max_period: Longest loop body (ticks) to look for.
     interpret_ramps: Straight-line segments of at least this many ticks run
-      as ``interp`` segments (None: unroll every one).
+      as ``interp`` segments (None: unroll every one; 0: no loops either,
+      every tick but those running a ``collective`` kernel in ``interp``
+      segments, so each kernel body sits in the program once).
     collective: Kernel ids that run collectives over the pipe axis (blocks
       reading a sharded parameter); ticks running one are never put in an
       ``interp`` segment (its switch would hold the collective).
@@ -177,9 +179,13 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
              stores_of_key=stores_of_key, pools=pools, layout=layout,
              terminal_index=terminal_index, first_read=first_read)
   ticks = [_make_tick(env, steps[t], tuple(run[t]), mbs[t]) for t in range(T)]
-  segments = find_loops(ticks, max_period=max_period)
+  if interpret_ramps == 0:
+    segments = [Segment(0, T, 1)] if T else []
+  else:
+    segments = find_loops(ticks, max_period=max_period)
   if interpret_ramps is not None:
-    segments = interp_segments(segments, ticks, interpret_ramps, collective)
+    segments = interp_segments(segments, ticks, max(interpret_ramps, 1),
+                               collective)
   interps = {seg.start: build_interp(env, ticks, seg.start, seg.end)
              for seg in segments if seg.kind == "interp"}
   return Plan(num_devices=D, num_microbatches=n, ticks=tuple(ticks),

@@ -280,7 +280,10 @@ def grad_ports(env: Env, present: Sequence[int]
         continue
       c, j = where
       cls = layout.classes[c]
-      port = GradPort("slot", cls.dtype, cls.nbytes, c, j)
+      # One device's accumulator: split over the GSPMD axes (an FSDP slot
+      # after its gather over the data axes).
+      port = GradPort("slot", cls.dtype, cls.gathered_nbytes if cls.fsdp
+                      else cls.device_nbytes, c, j)
       keys.setdefault(port.key, port)
       slot_of[kid][leaf] = port.key
   order = sorted(keys, key=lambda key: (key[0] != "flat", key[0], key[1:]))

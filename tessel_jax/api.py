@@ -39,10 +39,12 @@ import numpy as np
 from tessel_jax import checks as _checks
 from tessel_jax import compat
 from tessel_jax import param_sharding as _param_sharding
+from tessel_jax import placed_step as _placed_step
 from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
 from tessel_jax import schedule_cache as _schedule_cache
 from tessel_jax.cost import model as _cost_model
+from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.hand_placement import (SPANS, Placement, fitting_placements,
                                        forward_count, forward_only,
@@ -98,6 +100,8 @@ class Built:
     report: Predicted step time, peak memory, bubbles and profiling figures
       (``tessel_jax.cost.report.CostReport``).
     profile: The kernel measurements (None with ``cost="uniform"``).
+    lowering: The ``passes.lower.Lowering`` (its ``smap`` runs already-placed
+      parameters, ``tessel_jax.placed``).
   """
 
   graph: BlockGraph
@@ -112,6 +116,7 @@ class Built:
   build_seconds: float
   report: Any = None
   profile: Any = None
+  lowering: Any = None
 
   def predicted_stash_bytes(self) -> tuple[int, ...]:
     """Peak stashed bytes per device from the schedule (memory units)."""
@@ -200,6 +205,8 @@ class ScheduledFunction:
   # --- public ---------------------------------------------------------------
 
   def __call__(self, params: Any, batch: Any) -> Any:
+    if isinstance(params, _placed_step.Placed):
+      return _placed_step.call(self, params, batch)
     built = self.build(params, batch)
     if id(built) in self._ran:
       return built.jitted(params, batch)
@@ -220,8 +227,29 @@ class ScheduledFunction:
                           microbatches=microbatches)
 
   def lower(self, params: Any, batch: Any) -> Any:
-    """``jax.jit(...).lower(params, batch)`` of the pipelined program."""
+    """``jax.jit(...).lower(params, batch)`` of the pipelined program
+    (``params`` may be placed)."""
+    if isinstance(params, _placed_step.Placed):
+      return _placed_step.lower(self, params, batch)
     return self.build(params, batch).jitted.lower(params, batch)
+
+  def place(self, params: Any, batch: Any = None) -> Any:
+    """``params`` packed once into the per-device layout: a
+    ``tessel_jax.placed.Placed`` pytree, already sharded on the mesh.
+    ``step(placed, batch)`` then runs without packing and (training)
+    returns the gradients placed the same way; ``step.unplace`` gives the
+    user's tree back. Without ``batch``: for the last build."""
+    return _placed_step.place(self, params, batch)
+
+  def unplace(self, placed: Any) -> Any:
+    """The user's parameter tree from placed parameters (or gradients)."""
+    return _placed_step.unplace(self, placed)
+
+  def train_step(self, optimizer: Any) -> Callable[..., Any]:
+    """``f(placed, opt_state, batch) -> (value, placed, opt_state)``: the
+    step and an optax update in one program donating ``placed`` and
+    ``opt_state`` (``opt_state = optimizer.init(placed)``)."""
+    return _placed_step.train_step(self, optimizer)
 
   @property
   def built(self) -> Built:
@@ -482,7 +510,8 @@ class ScheduledFunction:
                  partition=part, kernels=ks, layout=layout, memory_unit=unit,
                  jitted=jitted, build_seconds=time.perf_counter() - t0,
                  report=report,
-                 profile=costs.profile if costs is not None else None)
+                 profile=costs.profile if costs is not None else None,
+                 lowering=lowering)
 
   def _counts(self, data_axes: Sequence[str]) -> tuple[int, int, int]:
     """``(pipe devices, N, N per data replica)`` with ``data_axes`` splitting
@@ -597,8 +626,11 @@ class ScheduledFunction:
       clock.lap("kernels", f"{len(ks.kernels)} kernels")
       costs = None
       if self._costs.measured:
+        stage = _stage.stage_of(self.mesh, self.pipe_axis,
+                                tuple(data_sizes or ()), layout)
         costs = self._costs.search_graph(graph, ks, traced.param_avals,
-                                         self.mesh, self.pipe_axis, part)
+                                         self.mesh, self.pipe_axis, part,
+                                         stage=stage)
         sgraph, unit = costs.graph, costs.memory_unit
         clock.lap("profile")
         bound = getattr(self, "price_bound", None)  # tessel_jax.plans pruning
@@ -946,7 +978,9 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       this many ticks run as one table-driven loop over a switch of all their
       kernels instead of unrolled pruned ticks: compile time stops growing
       with the ramp length, each ramp tick runs a little slower. None:
-      always unroll.
+      always unroll. 0: no loops either, every tick in one table-driven
+      loop, so each kernel body is compiled once (measured: compile 32-46%
+      less CPU, steps 3-12% more CPU; see BENCHMARKS.md "compile").
     param_sharding: Parameters to shard over the pipe axis: a pytree like
       ``params`` (or a prefix of it) of ``jax.sharding.PartitionSpec`` or
       None, e.g. ``{"wte": P("pipe", None), "layers": None}`` for a

@@ -108,10 +108,12 @@ class Schedule:
     source: Who made it (``"tessel"``, ``"1f1b"``, ...).
     completer: Optional ``N -> actions`` used when ``N`` is too small for the
       templates (set by the search; not part of equality or JSON).
-    alternative: Optional ``N -> actions or None``: a non-periodic schedule
-      of all ``N`` micro-batches under the same memory limit (the search's
-      list scheduler); ``unroll`` keeps it when its makespan is strictly
-      shorter than the repetend's (not part of equality or JSON).
+    alternative: Optional ``(N, beat=makespan) -> actions or None``: a
+      non-periodic schedule of all ``N`` micro-batches under the same
+      memory limit (the search's list scheduler), told the repetend's
+      makespan to beat (it may skip work that cannot); ``unroll`` keeps it
+      when its makespan is strictly shorter than the repetend's (not part
+      of equality or JSON).
   """
 
   graph: BlockGraph
@@ -129,7 +131,7 @@ class Schedule:
   source: str = "tessel"
   completer: Callable[[int], Sequence[Action]] | None = dataclasses.field(
       default=None, compare=False, repr=False)
-  alternative: Callable[[int], Sequence[Action] | None] | None = (
+  alternative: Callable[..., Sequence[Action] | None] | None = (
       dataclasses.field(default=None, compare=False, repr=False))
   _unrolled: dict[int, "UnrolledSchedule"] = dataclasses.field(
       default_factory=dict, init=False, compare=False, repr=False)
@@ -213,7 +215,8 @@ class Schedule:
         memory_limit=self.memory_limit, period=self.period,
         repetend_microbatches=self.repetend.microbatches, status=self.status,
         search_seconds=self.search_seconds, source=self.source)
-    other = self.alternative(n) if self.alternative is not None else None
+    other = (None if self.alternative is None
+             else self.alternative(n, beat=periodic.makespan))
     if other is None:
       return periodic
     listed = dataclasses.replace(periodic, actions=tuple(sorted(other)),

@@ -60,6 +60,21 @@ def test_search_cases_records_every_case(tmp_path):
   assert "vshape" in table and "mshape" in table
 
 
+def test_search_cases_middle_limit_lies_between_tight_and_fast():
+  graph = search_lib.load_graph("mllm", 4)
+  rows = search_cases_lib.memory_cases(
+      graph, ("tight", "middle", "fast"), allow_wrap=True, time_limit_s=10,
+      seed=0, workers=1)
+  limits = {r["memory_case"]: r["memory_limit"] for r in rows}
+  assert [r["memory_case"] for r in rows] == ["tight", "middle", "fast"]
+  assert limits == {"tight": 3, "middle": 7, "fast": 12}
+  only = search_cases_lib.memory_cases(
+      graph, ("middle",), allow_wrap=True, time_limit_s=10, seed=0,
+      workers=1)
+  assert [(r["memory_case"], r["memory_limit"]) for r in only] == [
+      ("middle", 7)]
+
+
 def test_search_binary_runs_from_the_command_line(tmp_path):
   out = tmp_path / "v.json"
   proc = subprocess.run(

@@ -60,7 +60,10 @@ def test_peer_bench_smoke(tmp_path):
   record = json.loads(out.read_text())
   names = {b["variant"] for b in record["built"]}
   assert names == set(("plain_1core", "plain_2core", "data_parallel",
-                       "hand_gpipe", "tj_searched", "tj_gpipe", "tj_1f1b"))
+                       "hand_gpipe", "tj_searched", "tj_gpipe", "tj_1f1b",
+                       "tj_compact"))
+  compact = next(b for b in record["built"] if b["variant"] == "tj_compact")
+  assert set(compact["hlo_breakdown"]["kernel_copies"].values()) == {1.0}
   assert all(b["temp_bytes"] >= 0 and
              0 < b["hlo_chars_no_metadata"] < b["hlo_chars"]
              for b in record["built"])

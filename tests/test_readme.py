@@ -10,6 +10,7 @@ profiling is skipped), in a temporary directory.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import re
@@ -59,9 +60,22 @@ def test_continuations_say_so(index):
         f" so in its first line, got {block.splitlines()[0]!r}")
 
 
+_IMPORT = re.compile(r"^(?:import|from) (\w+)", re.M)
+
+
+def missing_modules(code: str) -> list[str]:
+  """Top-level modules ``code`` imports that are not installed (the optional
+  ``models`` extra: optax, flax ...)."""
+  return sorted({m for m in _IMPORT.findall(code)
+                 if importlib.util.find_spec(m) is None})
+
+
 @pytest.mark.parametrize("index", range(len(CHAINS)))
 def test_readme_chain_runs(index, tmp_path):
   code = "\n".join(CHAINS[index])
+  if missing_modules(code):
+    pytest.skip(f"needs {', '.join(missing_modules(code))} (pip install"
+                " -e '.[models]')")
   proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
                         env=snippet_env(), capture_output=True, text=True,
                         timeout=600, check=False)

@@ -13,6 +13,8 @@ Modules, one job each:
 * ``predict``  -- replay of a schedule with real durations: step time, peak
   memory, bubbles (pure Python);
 * ``ticks``    -- what the lowered program adds per tick (barriers, overhead);
+* ``stage``    -- the devices of one pipeline stage (GSPMD axes) and the
+  specs of the split parameters: where kernels are profiled (jax lazily);
 * ``model``    -- ``CostModel``: the options of ``tessel_jax.schedule`` tied
   together (jax);
 * ``report``   -- ``CostReport``, what ``step.report`` returns.

@@ -17,7 +17,9 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   waits at a ``ppermute`` ran at single-core speed although the second core
   was free), while a kernel jitted alone spreads independent work over the
   process's threads. The devices of one process share its cores
-  (``predict.predict_shared``).
+  (``predict.predict_shared``). On that one core a sample is the smaller
+  of its wall and the process's CPU time, so a loaded machine does not
+  inflate the figure (``_time_calls``).
 * **memory**: ``stash_bytes`` (what the forward keeps for the backward:
   residuals when the block keeps them, its inputs when it recomputes) and
   XLA's ``compiled.memory_analysis()`` temp bytes (the kernel's transient
@@ -209,7 +211,7 @@ def _structure(kernel: Any) -> list[Any]:
 
 
 def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
-               block: Any = None) -> str:
+               block: Any = None, stage: Any = None) -> str:
   """Cache key: (jaxpr text, shapes, backend, device kind, JAX, XLA flags).
 
   With ``block`` (the kernel's ``passes.partition.ForwardBlock``) the text
@@ -217,7 +219,8 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   split, gradients: a backward is the vjp of its block); without it the
   kernel is traced alone (slower: a vjp trace per kernel). Either way two
   kernels doing the same work on the same shapes (identical layers) share
-  a key.
+  a key. With ``stage`` (a ``cost.stage.Stage``) the stage's axes and the
+  specs of the kernel's parameters join the key.
   """
   p, d = kernel_avals(kernel, param_avals)
   if block is not None:
@@ -230,7 +233,9 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   # carry so equal programs give equal text.
   text = re.sub(r" at 0x[0-9a-f]+", "", text)
   cores = cpu_cores() if device.platform == "cpu" else None
+  extra = {"stage": stage.key(kernel.params)} if stage is not None else {}
   return make_key({
+      **extra,
       "what": "kernel",
       "jaxpr": text,
       "params": _aval_list(p),
@@ -252,9 +257,18 @@ def _example(aval: Any, rng: np.random.Generator) -> np.ndarray:
   return np.zeros(aval.shape, aval.dtype)
 
 
-def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int
-                ) -> tuple[float, int]:
-  """Median seconds per call of ``fn`` and the calls per timed sample."""
+def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int,
+                cpu_clock: bool = False) -> tuple[float, int]:
+  """Median seconds per call of ``fn`` and the calls per timed sample.
+
+  ``cpu_clock`` (the CPU backend, every thread of the process on one
+  core): a sample is the smaller of its wall time and the process's CPU
+  time. On one core the CPU time is the call's own work, which other
+  processes do not inflate: at a load average of 8-17 on 2 cores the wall
+  time of the same kernel varied 2-3x between runs, which skewed the spans
+  (two towers' identical blocks measured 7.6 and 16.4 ms). On a quiet core
+  both clocks agree.
+  """
   for _ in range(max(1, warmup)):
     jax.block_until_ready(fn())
   t0 = time.perf_counter()
@@ -263,12 +277,15 @@ def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int
   inner = int(min(MAX_INNER, max(1, MIN_SAMPLE_S // max(first, 1e-7))))
   samples = []
   for _ in range(max(1, repeats)):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     out = None
     for _ in range(inner):
       out = fn()
     jax.block_until_ready(out)
-    samples.append((time.perf_counter() - t0) / inner)
+    wall = time.perf_counter() - t0
+    if cpu_clock:
+      wall = min(wall, time.process_time() - c0)
+    samples.append(wall / inner)
   return statistics.median(samples), inner
 
 
@@ -279,35 +296,84 @@ ROUNDS = 2
 
 
 def dispatch_seconds(device: Any, repeats: int = 7,
-                     cores: int | None = None) -> float:
+                     cores: int | None = None, stage: Any = None) -> float:
   """Seconds of one call of an (almost) empty jitted function on ``device``.
 
-  Measured once per device, core count and process; taken off every kernel
-  time because inside the pipelined program kernels are inlined, not
-  dispatched.
+  Measured once per device (or ``stage``: on its devices), core count and
+  process; taken off every kernel time because inside the pipelined program
+  kernels are inlined, not dispatched.
   """
-  key = (device.platform, device.id, cores)
+  key = (device.platform, device.id, cores,
+         None if stage is None else stage.num_devices)
   if key not in _DISPATCH:
-    x = jax.device_put(np.zeros((), np.float32), device)
+    where = device if stage is None else jax.sharding.NamedSharding(
+        stage.mesh, jax.sharding.PartitionSpec())
+    x = jax.device_put(np.zeros((), np.float32), where)
     f = jax.jit(lambda v: v + 1).lower(x).compile()
-    sec, _ = _time_calls(lambda: f(x), repeats, 3)
+    sec, _ = _time_calls(lambda: f(x), repeats, 3,
+                         cpu_clock=cores == 1 and stage is None)
     _DISPATCH[key] = sec
   return _DISPATCH[key]
 
 
 def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
-           warmup: int, cores: int | None) -> tuple[float, float]:
+           warmup: int, cores: int | None,
+           stage: Any = None) -> tuple[float, float]:
   """(compute seconds, raw seconds per call) on ``cores`` cores (None: all)."""
   with restricted_cores(cores):
-    raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup)
-    over = dispatch_seconds(device, cores=cores)
+    # Process CPU time stands for one core's wall time only when one device
+    # thread runs the kernel (a stage profile runs several).
+    one_thread = cores == 1 and stage is None
+    raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup,
+                         cpu_clock=one_thread)
+    over = dispatch_seconds(device, cores=cores, stage=stage)
   return max(raw - over, 0.05 * raw), raw
+
+
+def _on_stage(kernel: Any, stage: Any) -> Callable[[Any, Any], Any]:
+  """``kernel_callable(kernel)`` as it runs in the program on ``stage``:
+  inside a ``shard_map`` manual over the pipe and data axes (one device
+  each here), its parameters pinned to their GSPMD specs."""
+  run = kernel_callable(kernel)
+  specs = [stage.specs.get(l, ()) for l in kernel.params]
+  P = jax.sharding.PartitionSpec
+
+  def pinned(pvals: Any, dvals: Any) -> Any:
+    pvals = [jax.lax.with_sharding_constraint(p, P(*s))
+             if any(e is not None for e in s) else p
+             for p, s in zip(pvals, specs)]
+    return run(pvals, dvals)
+
+  return jax.shard_map(pinned, mesh=stage.mesh, in_specs=(P(), P()),
+                       out_specs=P(), axis_names=set(stage.manual),
+                       check_vma=False)
+
+
+def _stage_inputs(kernel: Any, p: Sequence[Any], d: Sequence[Any],
+                  device: Any, stage: Any, rng: np.random.Generator
+                  ) -> tuple[list[Any], list[Any]]:
+  """Example parameters and inputs on ``device``, or on ``stage``'s
+  devices with each parameter split by its spec."""
+  if stage is None:
+    return ([jax.device_put(_example(a, rng), device) for a in p],
+            [jax.device_put(_example(a, rng), device) for a in d])
+  P = jax.sharding.PartitionSpec
+  put = lambda a, s: jax.device_put(
+      _example(a, rng), jax.sharding.NamedSharding(stage.mesh, P(*s)))
+  return ([put(a, stage.specs.get(l, ())) for a, l in zip(p, kernel.params)],
+          [put(a, ()) for a in d])
 
 
 def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                 repeats: int = 5, warmup: int = 2, seed: int = 0,
-                rounds: int = ROUNDS) -> dict[str, Any]:
+                rounds: int = ROUNDS, stage: Any = None) -> dict[str, Any]:
   """Compiles ``kernel`` alone for ``device`` and times it.
+
+  With ``stage`` (``cost.stage.Stage``) it is compiled for the stage's
+  devices as the program runs it (``_on_stage``): parameters split over
+  the GSPMD axes, the tensor-parallel collectives inside, temp bytes per
+  device; on the CPU backend every device of the stage then shares the one
+  core, so ``seconds`` are the stage's core-seconds.
 
   The timing runs ``rounds`` times (each the median of ``repeats``
   samples) and keeps the smallest: a round slowed by a busy neighbour is an
@@ -325,10 +391,10 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   """
   p, d = kernel_avals(kernel, param_avals)
   rng = np.random.default_rng(seed)
-  pv = [jax.device_put(_example(a, rng), device) for a in p]
-  dv = [jax.device_put(_example(a, rng), device) for a in d]
+  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
+  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
   t0 = time.perf_counter()
-  compiled = jax.jit(kernel_callable(kernel)).lower(pv, dv).compile()
+  compiled = jax.jit(fn).lower(pv, dv).compile()
   compile_s = time.perf_counter() - t0
   temp = 0
   try:
@@ -339,7 +405,7 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
     temp = 0
   host = cpu_cores() if device.platform == "cpu" else None
   timings = [_timed(compiled, pv, dv, device, repeats, warmup,
-                    1 if host is not None else None)
+                    1 if host is not None else None, stage)
              for _ in range(max(1, rounds))]
   seconds, raw = min(timings)
   return {"seconds": seconds, "core_seconds": seconds,
@@ -414,7 +480,7 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                     device: Any, *, cache: ProfileCache | None = None,
                     repeats: int = 5, warmup: int = 2,
                     memo: dict[str, dict[str, Any]] | None = None,
-                    part: Any = None,
+                    part: Any = None, stage: Any = None,
                     log: Callable[[str], None] | None = None) -> Profile:
   """Measures every kernel of ``ks`` (each distinct one once).
 
@@ -430,6 +496,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
       filled; a kernel found here counts as neither measured nor cached).
     part: The partition the kernels come from (keys from its blocks'
       jaxprs, no tracing; see :func:`kernel_key`).
+    stage: Profile every kernel on this stage's devices, sharded as the
+      program runs it (``cost.stage.Stage``; None: on ``device`` alone).
     log: Optional progress printer.
   """
   t0 = time.perf_counter()
@@ -440,14 +508,15 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
   for bid in sorted(ks.kernels):
     k = ks.kernels[bid]
     block = part.blocks[k.fwd] if part is not None else None
-    key = kernel_key(k, param_avals, device, block)
+    key = kernel_key(k, param_avals, device, block, stage)
     rec = by_key.get(key)
     if rec is None and cache is not None:
       rec = cache.get("kernel", key)
       if rec is not None:
         from_disk.add(key)
     if rec is None:
-      rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup)
+      rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
+                        stage=stage)
       rec.update(label=k.label, backend=device.platform,
                  device_kind=device.device_kind)
       measured += 1

@@ -184,18 +184,20 @@ class CostModel:
     return self._link
 
   def search_graph(self, graph: BlockGraph, ks: Any, param_avals: Any,
-                   mesh: Any, pipe_axis: str, part: Any = None
-                   ) -> SearchCosts:
+                   mesh: Any, pipe_axis: str, part: Any = None,
+                   stage: Any = None) -> SearchCosts:
     """Profiles ``ks`` (of partition ``part``) and quantises ``graph``.
 
-    In a multi-process run every process profiles its first device and all
-    use process 0's figures.
+    With ``stage`` (``cost.stage.Stage``) every kernel is profiled on the
+    devices of one stage, sharded over the GSPMD axes as the program runs
+    it. In a multi-process run every process profiles its first device (or
+    stage) and all use process 0's figures.
     """
     mesh = _local_mesh(mesh, pipe_axis)
     device = mesh.devices.flat[0]
     prof = _measure.profile_kernels(ks, graph, param_avals, device,
                                     cache=self.cache, repeats=self.repeats,
-                                    memo=self._memo, part=part)
+                                    memo=self._memo, part=part, stage=stage)
     self._spent += prof.profile_seconds
     self._measured += prof.measured
     self._hit = self._hit and prof.cache_hit
@@ -209,12 +211,16 @@ class CostModel:
       # with more devices than cores a busy device gets cores / devices of
       # one. (A device computing while the others idle outside a collective
       # ran up to ~1.4x faster in the program on 2 cores; not modelled.)
+      # A stage of g GSPMD devices (timed together on one core) can use g
+      # cores; the cores of one pipeline are the process's divided among
+      # the data-parallel replicas.
       total = len(mesh.devices.flat)
       pipe = int(dict(mesh.shape)[pipe_axis])
-      shared = _measure.cpu_cores() * pipe / total
+      g = stage.num_devices if stage is not None else 1
+      shared = _measure.cpu_cores() * pipe * g / total
       work = {b: k.core_seconds for b, k in prof.kernels.items()}
-      par = {b: 1.0 for b in prof.kernels}
-      seconds = {b: work[b] / min(1.0, shared / pipe) for b in work}
+      par = {b: float(g) for b in prof.kernels}
+      seconds = {b: work[b] / min(par[b], shared / pipe) for b in work}
     order = sorted(seconds)
     agreed = agree([seconds[b] for b in order] +
                     [delays[e] for e in sorted(delays)])

@@ -5,10 +5,11 @@ from tessel_jax.search.repetend import (InfeasibleScheduleError,
                                         SearchTimeoutError,
                                         min_memory_at_period, min_memory_limit,
                                         smallest_memory,
+                                        smallest_memory_repetend,
                                         period_lower_bound, search_repetend)
 
 __all__ = [
     "CompletionError", "InfeasibleScheduleError", "SearchTimeoutError",
     "min_memory_at_period", "min_memory_limit", "period_lower_bound", "search_repetend",
-    "smallest_memory",
+    "smallest_memory", "smallest_memory_repetend",
 ]

@@ -29,7 +29,8 @@ Procedure (modulo model in ``modulo_model``):
    solve that times out counts as "not found" but leaves the bound
    unproven.
 4. At that ``P`` minimise the latency of one micro-batch.
-5. Compact the warmup and cooldown (``completion``).
+5. Compact the warmup and cooldown (``completion``) at several cuts of
+   the period and keep the shortest (``ramps``).
 6. Offer a list schedule of all ``N`` micro-batches (``list_schedule``) to
    ``Schedule.unroll``, which keeps it when it is strictly shorter.
 """
@@ -43,10 +44,11 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from tessel_jax import checks
+from tessel_jax import checks, validate
 from tessel_jax.graph import BlockGraph, check_searchable
-from tessel_jax.schedule import Schedule, Repetend
-from tessel_jax.search import completion, portfolio
+from tessel_jax.schedule import (Repetend, Schedule, UnrolledSchedule,
+                                 modulo_actions)
+from tessel_jax.search import completion, portfolio, ramps
 from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             make_solver, moved_to_period,
                                             normalise, one_at_a_time,
@@ -152,6 +154,19 @@ def smallest_memory(graph: BlockGraph, period: int | None = None, *,
     (None if none, e.g. ``period`` is too short at any memory) and whether
     CP-SAT proved it minimal within the time limit.
   """
+  limit, proven, _ = smallest_memory_repetend(
+      graph, period, allow_wrap=allow_wrap, time_limit_s=time_limit_s,
+      seed=seed, num_workers=num_workers)
+  return limit, proven
+
+
+def smallest_memory_repetend(graph: BlockGraph, period: int | None = None, *,
+                             allow_wrap: bool = True,
+                             time_limit_s: float = 30.0, seed: int = 0,
+                             num_workers: int = 1,
+                             ) -> tuple[int | None, bool, Repetend | None]:
+  """``smallest_memory`` and the repetend that needs that limit (None if
+  none): a witness to pass as ``search_repetend(..., start=)``."""
   if period is None:
     period = period_upper_bound(graph)
   # One micro-batch at a time fits in any period at least as long as it
@@ -163,8 +178,9 @@ def smallest_memory(graph: BlockGraph, period: int | None = None, *,
                      num_workers=num_workers,
                      hint=sequential if period >= sequential_period else None)
   if not sol.found:
-    return None, False
-  return sol.objective, sol.status == "OPTIMAL"
+    return None, False, None
+  rep = Repetend(period, normalise(sol.offsets), sol.phases)
+  return sol.objective, sol.status == "OPTIMAL", rep
 
 
 def min_memory_limit(graph: BlockGraph, *, allow_wrap: bool = True,
@@ -200,7 +216,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                     allow_wrap: bool = True, time_limit_s: float = 30.0,
                     seed: int = 0, num_workers: int = 1,
                     complete: bool = True,
-                    list_alternative: bool = True) -> Schedule:
+                    list_alternative: bool = True,
+                    start: Repetend | None = None) -> Schedule:
   """Searches the most efficient repetend of ``graph`` under a memory limit.
 
   Args:
@@ -220,6 +237,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       limit, where the best schedule for a given ``N`` is GPipe-like and has
       no short repetend), or the shortest classic baseline whose peak fits
       the limit (``portfolio.best_alternative``).
+    start: A known repetend of ``graph`` whose steady peak fits the limit
+      (e.g. from ``smallest_memory_repetend``): the search starts from it
+      instead of from one micro-batch at a time, and where its period is
+      the smallest one the bounds allow, it is proven optimal without a
+      solve.
 
   Returns:
     A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
@@ -233,6 +255,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   memory_limit, time_limit_s = _check_search_args(
       graph, memory_limit, allow_wrap, time_limit_s, seed, num_workers,
       complete, list_alternative)
+  given = _given_start(graph, start, memory_limit, allow_wrap)
   t0 = time.perf_counter()
   budget = _Budget(time_limit_s)
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
@@ -287,8 +310,12 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # devices, limit 30, P = 16: found in 0.23 s, where 8 s from one
   # micro-batch at a time found nothing).
   sequential = one_at_a_time(graph)
-  first = solve(low, share=_FIRST_SHARE, hint=None if memory_limit is None
-                else hint_at(sequential, low))
+  if given is not None and given[0] == low:
+    first = given[1]  # a known repetend at the smallest period: no solve
+  else:
+    first = solve(low, share=_FIRST_SHARE, hint=hint_at(
+        given or sequential, low) if given or memory_limit is not None
+                  else None)
   if first.status == "UNKNOWN" and memory_limit is not None:
     unlimited = solve_modulo(graph, low, None, time_limit_s=budget.left(
         _FIRST_SHARE / 4), **solve_kw)
@@ -301,8 +328,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   else:
     if first.status == "INFEASIBLE":
       proven_low = low + 1
-    found = shorten(_start_from_above(graph, memory_limit, sequential, solve,
-                                      budget, solve_kw, time_limit_s))
+    found = shorten(given or _start_from_above(
+        graph, memory_limit, sequential, solve, budget, solve_kw,
+        time_limit_s))
     if first.status == "INFEASIBLE":
       found, proven_low = _descend(solve, budget, found, proven_low, shorten,
                                     hint_at, graph.num_blocks, first.work)
@@ -337,8 +365,12 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # 1060 instead of 1053, both within 1% of the bound) and cut xshape's
   # 8-device search from 6.3 s to 2.5 s.
   least_polish = _LEAST_POLISH_PER_BLOCK * graph.num_blocks
-  polish = min(budget.left(share=1 / 8),
-               max(least_polish, budget.used))
+  # A repetend given as ``start`` cost the search nothing, but was found
+  # for another objective (the memory search's): its latency gets at least
+  # ``_START_POLISH_SHARE`` of the budget.
+  done = budget.used + (budget.total * _START_POLISH_SHARE
+                        if given is not None else 0.0)
+  polish = min(budget.left(share=1 / 8), max(least_polish, done))
   # Near the wall cap (a slow or loaded machine) the polish gets what the
   # cap leaves, at the wall time per deterministic second the period
   # search saw; past it, the minimum (nnshape, 32 devices, limit 143: 21 s
@@ -383,11 +415,17 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
     # interleaved (8, 13), mllm (16, 48), nnshape_eager (16, 45) and
     # xshape (16, 14) were again the same (nnshape_eager, 8 devices: 0.34 s
     # of compaction instead of 2.5 s).
-    templates = completion.compact_templates(
-        graph, rep, memory_limit, time_limit_s=max(
-            0.05, min(polish / 4, 0.0025 * graph.num_blocks)),
-        seed=seed, num_workers=num_workers)
-    schedule = _with_templates(schedule, templates, solve_kw,
+    # The ramps of several cuts of the period are compacted and the
+    # shortest kept (``ramps``): as many cuts as the polish budget pays
+    # for, at least ``_LEAST_CUTS``.
+    per_cut = max(0.05, min(polish / 4, 0.0025 * graph.num_blocks))
+    rep, templates = ramps.best_rotation(
+        schedule, per_cut_s=per_cut,
+        max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
+        wall_deadline=budget.wall_deadline, seed=seed,
+        num_workers=num_workers)
+    schedule = _with_templates(dataclasses.replace(schedule, repetend=rep),
+                               templates, solve_kw,
                                completion_time_s=max(1.0, polish))
   if list_alternative:
     schedule = dataclasses.replace(
@@ -424,6 +462,50 @@ def _check_search_args(graph: BlockGraph, memory_limit: Any,
                       ("list_alternative", list_alternative)):
     checks.boolean(value, name, where=where)
   return limit, seconds
+
+
+def _given_start(graph: BlockGraph, start: Any, memory_limit: int | None,
+                 allow_wrap: bool) -> tuple[int, ModuloSolution] | None:
+  """``start`` as ``(period, solution)`` after checking it.
+
+  Raises:
+    checks.InputError: if ``start`` is not a repetend of ``graph`` that
+      fits ``memory_limit`` (and, with ``allow_wrap`` False, wraps no block).
+  """
+  if start is None:
+    return None
+  where = "search_repetend(start=...)"
+  if not isinstance(start, Repetend):
+    raise checks.InputError(f"{where}: expected a tessel_jax Repetend (e.g."
+                            " from smallest_memory_repetend), got"
+                            f" {type(start).__name__}")
+  n, period = graph.num_blocks, start.period
+  if (len(start.offsets) != n or len(start.phases) != n or period < 1
+      or any(not 0 <= r < period for r in start.phases)
+      or min(start.offsets) < 0):
+    raise checks.InputError(f"{where}: not a repetend of {graph.name!r}"
+                            f" ({n} blocks, phases in [0, period)); pass one"
+                            " searched for this placement")
+  spans = [b.span for b in graph.blocks]
+  if not allow_wrap and any(r + w > period
+                            for r, w in zip(start.phases, spans)):
+    raise checks.InputError(f"{where}: a block wraps the period end; pass"
+                            " allow_wrap=True or a repetend without wrap")
+  num = 2 * start.max_offset + 2
+  problems = validate.check(UnrolledSchedule(
+      graph=graph, num_microbatches=num,
+      actions=tuple(sorted(modulo_actions(Schedule(graph, start), num)))),
+      memory_limit=None)
+  if problems:
+    raise checks.InputError(f"{where}: the repetend breaks the rules of"
+                            f" {graph.name!r}: {problems[0].message}")
+  peak = steady_peak(graph, period, start.phases, start.offsets)
+  if memory_limit is not None and peak > memory_limit:
+    raise checks.InputError(f"{where}: its steady peak {peak} exceeds the"
+                            f" memory limit {memory_limit}; raise the limit"
+                            " or pass a repetend that fits")
+  return period, ModuloSolution("FEASIBLE", offsets=start.offsets,
+                                phases=start.phases)
 
 
 def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
@@ -498,6 +580,14 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
 # and phases only, mllm, 4 devices, limit 12, lost 1.3%: 1568 instead of
 # 1548, the bound.)
 _LEAST_POLISH_PER_BLOCK = 0.001
+
+# Least share of the budget for the latency polish of a search given a
+# ``start`` repetend (see ``search_repetend``).
+_START_POLISH_SHARE = 1 / 16
+
+# Least number of cuts of the period whose ramps are compacted
+# (``ramps.best_rotation``); the search's own cut is the first.
+_LEAST_CUTS = 4
 
 # Least share of the budget a relaxed proof may take per period (``solve``
 # in ``search_repetend``; the decisive probe's share where larger): the

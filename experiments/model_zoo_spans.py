@@ -1,0 +1,46 @@
+"""Does ``cost="measured"`` lower the faster of its two schedules? The zoo.
+
+  python -m experiments.model_zoo_spans                  # 5 models, ~10 min
+  python -m experiments.model_zoo_spans --models=eqx_mlp --rounds=3
+
+Each zoo model (training, ``vshape(2)``, ``cut="auto"``) on 2 fake
+single-threaded CPU devices pinned to 2 cores: the schedule searched on
+measured spans and the one searched on uniform spans, both predicted by the
+cost model, both lowered and timed (shuffled rounds, real-time priority
+where allowed); the table says which one ``tj.schedule`` chose, which one
+measured faster, and measured over predicted. See
+``experiments.model_zoo_spans_lib``.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+from experiments import cli
+from experiments import model_zoo_spans_args
+
+flags.adopt_module_key_flags(model_zoo_spans_args)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  model_zoo_spans_args.check_output()
+  # XLA reads XLA_FLAGS when jax creates its CPU client: 2 single-threaded
+  # devices, this process on 2 cores.
+  os.environ["XLA_FLAGS"] = " ".join(
+      x for x in (os.environ.get("XLA_FLAGS", ""),
+                  "--xla_force_host_platform_device_count=2",
+                  "--xla_cpu_multi_thread_eigen=false",
+                  "intra_op_parallelism_threads=1") if x)
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  if hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+  # pylint: disable-next=import-outside-toplevel
+  from experiments import model_zoo_spans_lib
+  sys.exit(model_zoo_spans_lib.main(model_zoo_spans_args.from_flags()))
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,56 @@
+"""Flags of ``python -m experiments.model_zoo_spans``, read into
+``SpansArgs``.
+
+Importing this module defines the flags; only the binary imports it. It
+does not import jax (the binary sets the fake device count first).
+"""
+
+from __future__ import annotations
+
+from absl import app, flags
+
+from experiments import cli
+
+_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer", "penzai_llama",
+           "hf_gpt2")
+
+flags.DEFINE_list("models", list(_MODELS), "Zoo models (names of"
+                  " experiments.model_zoo_models.BUILDERS).")
+flags.DEFINE_integer("microbatches", 8, "Micro-batches N.")
+flags.DEFINE_integer("rows", 4, "Rows per micro-batch.")
+flags.DEFINE_integer("rounds", 7, "Timing rounds (both candidates once per"
+                     " round, shuffled).")
+flags.DEFINE_bool("realtime", True, "Time at real-time priority (every"
+                  " thread SCHED_RR while timing; needs root or"
+                  " CAP_SYS_NICE, else normal priority).")
+flags.DEFINE_integer("seed", 0, "CP-SAT and round-order seed.")
+flags.DEFINE_string("output", "results/model_zoo/spans.json",
+                    "JSON results (a .md table beside it); '': print only.")
+
+
+def from_flags():
+  """Reads the parsed flags into ``model_zoo_spans_lib.SpansArgs``.
+
+  Imports the lib (and so jax): call it after setting XLA_FLAGS.
+
+  Raises:
+    app.UsageError: for unknown models or out-of-range numbers.
+  """
+  # pylint: disable-next=import-outside-toplevel
+  from experiments.model_zoo_spans_lib import BUILDERS, SpansArgs
+  f = flags.FLAGS
+  bad = [m for m in f.models if m not in BUILDERS]
+  if bad or not f.models:
+    raise app.UsageError(f"--models {f.models}: choose from"
+                         f" {sorted(BUILDERS)}")
+  for key in ("microbatches", "rows", "rounds"):
+    if getattr(f, key) < 1:
+      raise app.UsageError(f"--{key} must be >= 1, got {getattr(f, key)}")
+  return SpansArgs(models=tuple(f.models), microbatches=f.microbatches,
+                   rows=f.rows, rounds=f.rounds, realtime=f.realtime,
+                   seed=f.seed, output=f.output or None)
+
+
+def check_output() -> None:
+  """Checks ``--output`` before jax starts (``app.UsageError``)."""
+  cli.check_created(flags.FLAGS.output, "--output", suffixes=(".json",))

@@ -1,0 +1,315 @@
+"""The ``placed`` part of ``experiments.lowering_bench`` (no flags here).
+
+A parameter-heavy model on ``vshape(2)``, 2 fake single-threaded CPU devices
+pinned to 2 cores: the plain-tree call (parameters packed into the
+per-device layout and gradients unpacked every call), the placed call
+(``step.place`` once; ``step(placed, batch)``), the fused donating
+``step.train_step`` with ``optax.sgd`` when optax is installed, and plain
+``jax.jit(jax.value_and_grad)`` on device 0, timed in one process, once
+per round in shuffled order (wall and process CPU seconds, load average per
+round). Beside them: the sum of the kernels' measured times (each kernel
+compiled alone, ``tessel_jax.cost``) along the schedule's busiest device,
+and XLA-trace profiles of the tree and placed calls
+(``experiments.step_profile``). Plain jit on one device is also run in its
+own process pinned to 1 core and to 2 cores (default Eigen threading).
+
+Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
+micro-batch) and ``resnet18`` (``experiments.resnet``, 11.7M parameters,
+16 x 16 images, 4 per micro-batch, cut after the third stage: the fourth
+stage and the head, 8.9M parameters, on device 1; ``param_layout="slots"``,
+``resnet18_flat``: the same with ``"auto"``, which picks one flat buffer).
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import tessel_jax as tj
+from experiments import lowering_bench_lib as lb
+from experiments import resnet
+from experiments import step_profile
+from tessel_jax import placements
+
+MODELS = ("wide", "resnet18", "resnet18_flat")
+# param_layout per model: ResNet's leaves have a different shape on each
+# device, so "auto" stores them in one flat buffer per device, whose
+# accumulator every switch of a tick with a gradient copies whole (measured:
+# 10x the CPU of "slots", resnet18_flat); slots hold each leaf at its shape.
+LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_flat": "auto"}
+VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step")
+
+
+def model(name: str, n: int) -> tuple[Callable, Any, Any]:
+  """``(fn, params, batch)`` of a benchmark model, ``n`` micro-batches."""
+  if name == "wide":
+    fn, params = lb.chain_model(2, 1664, 2)
+    return fn, params, lb.make_batch(n * 32, 1664)
+  if name in ("resnet18", "resnet18_flat"):
+    params = resnet.init(jax.random.PRNGKey(0))
+    fn = resnet.make_loss(tj.boundary, cut_after=(5,))
+    return fn, params, resnet.batch(n * 4, image=16)
+  raise ValueError(f"unknown model {name!r}; choose from {MODELS}")
+
+
+def _mean_loss(fn: Callable, batch: Any, n: int) -> Callable:
+  def mean_loss(p: Any) -> Any:
+    mbs = jax.tree_util.tree_map(
+        lambda x: x.reshape((n, -1) + x.shape[1:]), batch)
+    return jnp.mean(jax.lax.map(lambda mb: fn(p, mb), mbs))
+  return mean_loss
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
+  r0 = resource.getrusage(resource.RUSAGE_SELF)
+  t0 = time.perf_counter()
+  jax.block_until_ready(fn())
+  wall = time.perf_counter() - t0
+  r1 = resource.getrusage(resource.RUSAGE_SELF)
+  return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+def critical_kernel_ms(step: Any) -> dict[str, Any]:
+  """Measured kernel time (each compiled alone) summed over the schedule's
+  actions per device: the busiest device's sum is the floor of a step."""
+  built = step.built
+  prof = built.profile
+  if prof is None:
+    return {}
+  per = np.zeros(built.layout.num_devices)
+  for a in built.unrolled.actions:
+    k = prof.kernels.get(a.block)
+    if k is None:
+      continue
+    for d in k.devices:
+      per[d] += k.seconds
+  return {"per_device_ms": [round(1e3 * x, 2) for x in per],
+          "critical_ms": round(1e3 * float(per.max()), 2),
+          "predicted_step_ms": built.report.predicted_step_ms
+          if built.report is not None else None}
+
+
+def kernel_ms_by_thread(run: Callable[[], Any], hlo_text: str
+                        ) -> list[float]:
+  """Kernel self time (ms) of one traced step per runtime thread, largest
+  first (``step_profile``'s ``kernels`` part, split by thread instead of
+  summed): with one single-threaded device per core the first is the
+  busiest device's kernels."""
+  parts = step_profile.instruction_parts(hlo_text)
+  jax.block_until_ready(run())
+  with tempfile.TemporaryDirectory() as tmp:
+    jax.profiler.start_trace(tmp)
+    jax.block_until_ready(run())
+    jax.profiler.stop_trace()
+    path = sorted(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True))
+    with gzip.open(path[-1]) as f:
+      trace = json.load(f)
+  events = trace["traceEvents"] if isinstance(trace, dict) else trace
+  by_tid: dict[Any, list] = {}
+  for e in events:
+    if e.get("ph") == "X" and e.get("name") in parts:
+      by_tid.setdefault(e.get("tid"), []).append(e)
+  out = [1e3 * step_profile.self_times(evs, parts)["kernels"]
+         for evs in by_tid.values()]
+  return sorted((round(x, 1) for x in out if x > 0), reverse=True)
+
+
+def worker(models: tuple[str, ...], n: int, rounds: int,
+           cost: str = "uniform") -> None:
+  """Every variant of every model, interleaved; prints one JSON line each."""
+  mesh = jax.make_mesh((2,), ("pipe",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  for name in models:
+    fn, params, batch = model(name, n)
+    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                       num_microbatches=n, cut="markers", cost=cost,
+                       param_layout=LAYOUTS[name])
+    t0 = time.perf_counter()
+    tree_c = step.lower(params, batch).compile()
+    build_s = time.perf_counter() - t0
+    placed = step.place(params, batch)
+    placed_c = step.lower(placed, batch).compile()
+    dev0 = jax.devices()[0]
+    p0, b0 = jax.device_put((params, batch), dev0)
+    plain = jax.jit(jax.value_and_grad(_mean_loss(fn, b0, n))).lower(
+        p0).compile()
+    runs: dict[str, Callable[[], Any]] = {
+        "plain_dev0": lambda: plain(p0),
+        "tessel_tree": lambda: tree_c(params, batch),
+        "tessel_placed": lambda: placed_c(placed, batch)}
+    state = _train_state(step, params, batch)
+    if state is not None:
+      runs["train_step"] = state
+    _check(step, runs, fn, params, batch, n)
+    for f in runs.values():
+      jax.block_until_ready(f())
+    times: dict[str, list] = {k: [] for k in runs}
+    loads = []
+    for _ in range(rounds):
+      order = list(runs)
+      random.shuffle(order)
+      for k in order:
+        times[k].append(_timed(runs[k]))
+      loads.append(os.getloadavg()[0])
+    row = {"model": name, "param_layout": LAYOUTS[name],
+           "param_bytes_per_device": list(
+               step.built.layout.bytes_per_device()),
+           "params": int(sum(
+        x.size for x in jax.tree_util.tree_leaves(params))), "n": n,
+           "rounds": rounds, "build_and_compile_s": round(build_s, 1),
+           "lowered_as": step.built.plan.loop_summary(),
+           "load_average": [round(min(loads), 1), round(max(loads), 1)],
+           **critical_kernel_ms(step)}
+    for k, ts in times.items():
+      walls = sorted(t[0] for t in ts)
+      cpus = sorted(t[1] for t in ts)
+      row[k] = {"wall_ms": round(1e3 * walls[len(walls) // 2], 1),
+                "wall_min_ms": round(1e3 * walls[0], 1),
+                "cpu_ms": round(1e3 * cpus[len(cpus) // 2], 1)}
+    row["kernel_ms_by_thread"] = kernel_ms_by_thread(runs["tessel_placed"],
+                                                     placed_c.as_text())
+    row["profile"] = {
+        "tessel_tree": step_profile.profile_step(
+            runs["tessel_tree"], tree_c.as_text(), 2, 3),
+        "tessel_placed": step_profile.profile_step(
+            runs["tessel_placed"], placed_c.as_text(), 2, 3)}
+    print(json.dumps({"placed": row}), flush=True)
+
+
+def _train_state(step: Any, params: Any, batch: Any) -> Any:
+  """A closure running ``step.train_step(optax.sgd)`` on its own placed
+  copy (donated and replaced each call), or None without optax."""
+  try:
+    import optax  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None
+  opt = optax.sgd(0.0)  # lr 0: the parameters stay put across rounds
+  train = step.train_step(opt)
+  box = {"p": step.place(params, batch)}
+  box["s"] = opt.init(box["p"])
+
+  def run() -> Any:
+    loss, box["p"], box["s"] = train(box["p"], box["s"], batch)
+    return loss
+
+  return run
+
+
+def _check(step: Any, runs: dict[str, Callable[[], Any]], fn: Callable,
+           params: Any, batch: Any, n: int) -> None:
+  """Every variant's loss equals ``jax.value_and_grad``'s; tree and placed
+  gradients equal it too (rel. 1e-4: 11M-parameter sums)."""
+  want_loss, want = jax.jit(jax.value_and_grad(_mean_loss(fn, batch, n)))(
+      params)
+  for k, f in runs.items():
+    out = f()
+    loss = out[0] if isinstance(out, tuple) else out
+    if abs(float(loss) - float(want_loss)) > 1e-4 * abs(float(want_loss)):
+      raise AssertionError(f"{k}: loss {loss} != {want_loss}")
+  _, tree_g = runs["tessel_tree"]()
+  _, placed_g = runs["tessel_placed"]()
+  for got in (tree_g, step.unplace(placed_g)):
+    for a, b in zip(jax.tree_util.tree_leaves(got),
+                    jax.tree_util.tree_leaves(want)):
+      err = float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+      if err > 1e-4:
+        raise AssertionError(f"gradient rel. error {err}")
+
+
+def plain_worker(models: tuple[str, ...], n: int, rounds: int) -> None:
+  """Plain jit on one device in this process (its cores set from outside)."""
+  for name in models:
+    fn, params, batch = model(name, n)
+    run = jax.jit(jax.value_and_grad(_mean_loss(fn, batch, n))).lower(
+        params).compile()
+    jax.block_until_ready(run(params))
+    ts = [_timed(lambda: run(params)) for _ in range(rounds)]
+    walls = sorted(t[0] for t in ts)
+    cpus = sorted(t[1] for t in ts)
+    print(json.dumps({"plain": {
+        "model": name, "wall_ms": round(1e3 * walls[len(walls) // 2], 1),
+        "wall_min_ms": round(1e3 * walls[0], 1),
+        "cpu_ms": round(1e3 * cpus[len(cpus) // 2], 1),
+        "load_average": round(os.getloadavg()[0], 1)}}), flush=True)
+
+
+def _spawn(worker_name: str, cores: list[int], args: Any) -> list[dict]:
+  cmd = [sys.executable, "-m", "experiments.lowering_bench",
+         f"--worker={worker_name}",
+         f"--placed_models={','.join(args.placed_models)}",
+         f"--placed_n={args.placed_n}", f"--repeats={args.repeats}",
+         f"--placed_cost={args.placed_cost}",
+         "--output="]
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  taskset = shutil.which("taskset")
+  if taskset:
+    cmd = [taskset, "-c", ",".join(map(str, cores)), *cmd]
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                        check=False)
+  rows = [json.loads(l) for l in proc.stdout.splitlines()
+          if l.startswith("{")]
+  if proc.returncode or not rows:
+    raise RuntimeError(f"{worker_name} worker failed:\n{proc.stderr[-3000:]}")
+  return rows
+
+
+def part_placed(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
+  """The three workers; a markdown table of their figures."""
+  cores = sorted(os.sched_getaffinity(0))[:2]
+  rows = [r["placed"] for r in _spawn("placed", cores, args)]
+  plain1 = {r["plain"]["model"]: r["plain"]
+            for r in _spawn("plain1", cores[:1], args)}
+  plain2 = {r["plain"]["model"]: r["plain"]
+            for r in _spawn("plain2", cores, args)}
+  for r in rows:
+    r["plain_1core"] = plain1[r["model"]]
+    r["plain_2core"] = plain2[r["model"]]
+    log(f"placed {r}")
+  table = markdown(rows)
+  log(table)
+  return {"rows": rows, "table": table, "cores": cores,
+          "load_average": os.getloadavg()}
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+  """One line per model: median wall ms (process CPU ms) of every variant."""
+  head = ["model", "params", "plain jit 1 core (own process)",
+          "plain jit 2 cores (own process)", "plain jit dev0 (interleaved)",
+          "tessel tree", "tessel placed", "train_step (fused, donated)",
+          "kernels, busiest thread (trace)", "kernels alone, busiest device",
+          "placed / kernels", "tree pack/unpack ms", "placed pack/unpack ms",
+          "load"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    def cell(v: Any) -> str:
+      return "-" if v is None else f"{v['wall_ms']:.0f} ({v['cpu_ms']:.0f})"
+    thread = (r.get("kernel_ms_by_thread") or [None])[0]
+    alone = r.get("critical_ms")
+    ratio = (f"{r['tessel_placed']['wall_ms'] / thread:.2f}x" if thread
+             else "-")
+    lines.append("| " + " | ".join([
+        r["model"], f"{r['params'] / 1e6:.1f}M", cell(r["plain_1core"]),
+        cell(r["plain_2core"]), cell(r["plain_dev0"]),
+        cell(r["tessel_tree"]), cell(r["tessel_placed"]),
+        cell(r.get("train_step")), f"{thread:.0f}" if thread else "-",
+        f"{alone:.0f}" if alone else "-", ratio,
+        f"{r['profile']['tessel_tree']['pack/unpack']:.0f}",
+        f"{r['profile']['tessel_placed']['pack/unpack']:.0f}",
+        f"{r['load_average'][0]}-{r['load_average'][1]}"]) + " |")
+  return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""The fast column: search at the smallest limit that keeps the fastest
+period, from scratch and from the memory search's repetend.
+
+  python -m experiments.search_cases_fast --placements=nnshape,nnshape_eager \
+      --devices=4,8 --time_limit=30 --output=results/search_cases_fast.json
+
+Per placement and device count (training): the fastest period ``P`` (no
+limit), then ``smallest_memory_repetend(graph, P)`` (the fast limit and a
+repetend at ``P`` under it, timed), then per round, in a shuffled order,
+``search_repetend`` at that limit from scratch (``scratch``) and from that
+repetend (``start``). Prints period, status, N-makespan, wall and process
+CPU seconds per variant; writes the JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from typing import Any
+
+from absl import app, flags
+
+from experiments import cli
+from tessel_jax import placements, validate
+from tessel_jax.search import search_repetend, smallest_memory_repetend
+
+flags.DEFINE_list("placements", ["nnshape", "nnshape_eager"], "Placements.")
+flags.DEFINE_list("devices", ["4", "8"], "Device counts.")
+flags.DEFINE_integer("microbatches", 128, "Micro-batches N to unroll.")
+flags.DEFINE_integer("rounds", 1, "Rounds (variants shuffled per round).")
+flags.DEFINE_float("time_limit", 30.0, "CP-SAT budget per search (seconds).")
+flags.DEFINE_integer("seed", 0, "Seed of the round order.")
+flags.DEFINE_string("output", "results/search_cases_fast.json",
+                    "Results JSON.")
+
+
+def _timed(fn) -> tuple[Any, float, float]:
+  w, c = time.perf_counter(), time.process_time()
+  out = fn()
+  return out, time.perf_counter() - w, time.process_time() - c
+
+
+def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
+             rng: random.Random) -> dict[str, Any]:
+  """One placement: the memory search, then both searches per round."""
+  graph = placements.get(name, devices, mode="train")
+  fastest = search_repetend(graph, None, complete=False,
+                            list_alternative=False,
+                            time_limit_s=time_limit).period
+  (limit, proven, witness), wall, cpu = _timed(
+      lambda: smallest_memory_repetend(graph, fastest,
+                                       time_limit_s=time_limit))
+  row: dict[str, Any] = {
+      "placement": name, "devices": devices, "fastest_period": fastest,
+      "memory_limit": limit, "memory_limit_proven": proven,
+      "memory_search_wall_s": round(wall, 2),
+      "memory_search_cpu_s": round(cpu, 2)}
+  if limit is None:
+    return row
+  for _ in range(rounds):
+    order = ["scratch", "start"]
+    rng.shuffle(order)
+    for variant in order:
+      start = witness if variant == "start" else None
+      sched, wall, cpu = _timed(lambda: search_repetend(  # noqa: B023
+          graph, limit, time_limit_s=time_limit, start=start))
+      unrolled = sched.unroll(n)
+      validate.assert_valid(unrolled)
+      row.setdefault(variant, []).append({
+          "period": sched.period, "status": sched.status,
+          "period_lower_bound": sched.period_lower_bound,
+          "makespan": unrolled.makespan, "wall_s": round(wall, 2),
+          "cpu_s": round(cpu, 2)})
+  return row
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
+  try:
+    devices = [int(d) for d in f.devices]
+  except ValueError:
+    raise app.UsageError(f"--devices must be integers, got {f.devices}"
+                         ) from None
+  rng = random.Random(f.seed)
+  rows = []
+  for name in f.placements:
+    for d in devices:
+      row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng)
+      rows.append(row)
+      print(json.dumps(row), flush=True)
+  folder = os.path.dirname(f.output)
+  if folder:
+    os.makedirs(folder, exist_ok=True)
+  with open(f.output, "w") as out:
+    json.dump({"args": {k: getattr(f, k) for k in (
+        "placements", "devices", "microbatches", "rounds", "time_limit",
+        "seed")}, "load_average": os.getloadavg(), "cases": rows}, out,
+        indent=1)
+  print(f"wrote {f.output}")
+
+
+if __name__ == "__main__":
+  cli.run(main)

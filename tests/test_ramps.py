@@ -1,0 +1,113 @@
+"""The rotation of a repetend with the shortest ramps (search.ramps), and
+searches that start from a known repetend."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tessel_jax import checks, placements, validate
+from tessel_jax.schedule import Repetend, Schedule, modulo_actions
+from tessel_jax.search import (ramps, search_repetend,
+                               smallest_memory_repetend)
+
+
+@st.composite
+def repetends(draw):
+  graph = placements.get("vshape", 2)
+  period = draw(st.integers(1, 12))
+  n = graph.num_blocks
+  offsets = draw(st.lists(st.integers(0, 3), min_size=n, max_size=n))
+  phases = draw(st.lists(st.integers(0, period - 1), min_size=n, max_size=n))
+  low = min(offsets)
+  return graph, Repetend(period, tuple(k - low for k in offsets),
+                         tuple(phases))
+
+
+@settings(max_examples=60, deadline=None)
+@given(repetends(), st.integers(0, 30))
+def test_rotation_keeps_every_action_time(case, cut):
+  graph, rep = case
+  turned = ramps.rotate(rep, cut)
+  assert min(turned.offsets) == 0
+  assert all(0 <= r < rep.period for r in turned.phases)
+  # Same steady state: every block's start moves by the same shift, the
+  # cut (less whole periods from re-basing the offsets).
+  shifts = {turned.start_in_microbatch_frame(i)
+            - rep.start_in_microbatch_frame(i) for i in range(len(rep.phases))}
+  assert len(shifts) == 1 and (shifts.pop() + cut) % rep.period == 0
+  n = 6
+  actions = lambda r: sorted(  # noqa: E731
+      (a.block, a.microbatch, a.start - min(
+          x.start for x in modulo_actions(Schedule(graph, r), n)))
+      for a in modulo_actions(Schedule(graph, r), n))
+  assert actions(turned) == actions(rep)
+
+
+def test_cut_points_start_with_the_search_cut_and_are_distinct():
+  rep = Repetend(10, (0, 1, 0, 2), (3, 0, 7, 3))
+  cuts = ramps.cut_points(rep)
+  assert cuts[0] == 0 and sorted(cuts) == [0, 3, 7]
+  assert ramps.rotate(rep, 0) == rep
+  sizes = [ramps.ramp_size(ramps.rotate(rep, c)) for c in cuts[1:]]
+  assert sizes == sorted(sizes)
+  assert ramps.cut_points(rep, max_ramp_actions=min(sizes) - 1) == [0]
+
+
+def test_a_later_cut_shortens_mllm_at_a_middle_limit():
+  """mllm, 4 devices, limit 5: the search's own cut unrolls to 2183 steps
+  at N = 128 (its ramps compacted optimally); another cut to 2181."""
+  graph = placements.get("mllm", 4)
+  schedule = search_repetend(graph, 5, time_limit_s=10,
+                             list_alternative=False)
+  assert schedule.period == 17
+  unrolled = schedule.unroll(128)
+  validate.assert_valid(unrolled)
+  assert max(unrolled.peak_memory) <= 5
+  assert unrolled.makespan <= 2181
+
+
+def test_best_rotation_never_worse_than_the_first_cut():
+  graph = placements.get("xshape", 4)
+  schedule = search_repetend(graph, 2, time_limit_s=5,
+                             list_alternative=False)
+  n = ramps.reference_microbatches(schedule.repetend)
+  one = ramps.best_rotation(schedule, per_cut_s=0.05, max_cuts=1)
+  many = ramps.best_rotation(schedule, per_cut_s=0.05, max_cuts=8)
+  span = [ramps.makespan(ramps.with_templates(schedule, *r), n)
+          for r in (one, many)]
+  assert span[1] <= span[0]
+  validate.assert_valid(
+      ramps.with_templates(schedule, *many).unroll(n))
+
+
+def test_search_from_a_known_repetend_proves_its_period_at_once():
+  graph = placements.get("kshape", 4)
+  fastest = search_repetend(graph, None, complete=False,
+                            list_alternative=False, time_limit_s=5).period
+  limit, _, witness = smallest_memory_repetend(graph, fastest,
+                                               time_limit_s=5)
+  assert witness is not None and witness.period == fastest
+  schedule = search_repetend(graph, limit, time_limit_s=5, start=witness)
+  assert schedule.period == fastest and schedule.status == "OPTIMAL"
+  unrolled = schedule.unroll(32)
+  validate.assert_valid(unrolled)
+  assert max(unrolled.peak_memory) <= limit
+
+
+@pytest.mark.parametrize("bad,words", [
+    ("not a repetend", "expected a tessel_jax Repetend"),
+    (Repetend(10, (0,), (0,)), "not a repetend of"),
+    (Repetend(10, (0,) * 10, (0,) * 10), "breaks the rules"),
+])
+def test_bad_start_is_refused_with_a_reason(bad, words):
+  graph = placements.get("kshape", 4)
+  with pytest.raises(checks.InputError, match=words):
+    search_repetend(graph, 8, time_limit_s=1, start=bad)
+
+
+def test_start_over_the_limit_is_refused():
+  graph = placements.get("kshape", 4)
+  one = search_repetend(graph, None, complete=False,
+                        list_alternative=False, time_limit_s=5)
+  with pytest.raises(checks.InputError, match="exceeds the memory limit"):
+    search_repetend(graph, 1, time_limit_s=1, start=one.repetend)
