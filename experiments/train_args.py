@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, train_lib
 from experiments.train_lib import TrainArgs
 from tessel_jax import checks
 
@@ -42,10 +42,13 @@ flags.DEFINE_enum("cost", None, ["measured", "uniform"],
                   " $TESSEL_JAX_COST, else measured).")
 flags.DEFINE_bool("reprofile", False,
                   "Measure the blocks again even when they are cached.")
-flags.DEFINE_integer("interpret_ramps", 8,
+flags.DEFINE_integer("interpret_ramps", None,
                      "tj.schedule's interpret_ramps: ramps of at least this"
                      " many ticks run as one table-driven loop; 0: every"
-                     " tick (each kernel compiled once); -1: unroll all.")
+                     " tick (each kernel compiled once); -1: unroll all."
+                     " Default: 0 below"
+                     f" {train_lib.COMPACT_BELOW_STEPS} --steps (compile"
+                     " time dominates), else 8.")
 
 
 def from_flags() -> TrainArgs:
@@ -72,4 +75,5 @@ def from_flags() -> TrainArgs:
       time_limit=f.time_limit, check=f.check, plot=f.plot or None,
       output=f.output or None, grid_steps=f.grid_steps, cost=f.cost,
       reprofile=f.reprofile,
-      interpret_ramps=None if f.interpret_ramps < 0 else f.interpret_ramps)
+      interpret_ramps=train_lib.interpret_ramps_for(f.steps,
+                                                    f.interpret_ramps))

@@ -44,3 +44,13 @@ ENTRY %main () -> f32[] {
   assert lowering_bench_lib.loop_copies(text, [(3, 4)]) == {
       "stash_sized": 1, "all": 2}
   assert jax.devices()  # conftest's fake devices are in use
+
+
+def test_train_runner_picks_the_compact_lowering_for_short_runs():
+  from experiments import train_lib  # pylint: disable=import-outside-toplevel
+  short, long_ = train_lib.COMPACT_BELOW_STEPS - 1, train_lib.COMPACT_BELOW_STEPS
+  assert train_lib.interpret_ramps_for(short, None) == 0
+  assert train_lib.interpret_ramps_for(long_, None) == 8
+  assert train_lib.interpret_ramps_for(short, 8) == 8     # the flag wins
+  assert train_lib.interpret_ramps_for(long_, 0) == 0
+  assert train_lib.interpret_ramps_for(short, -1) is None  # unroll all
