@@ -45,7 +45,7 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import gpt_profile, step_profile
+from experiments import gpt_profile, runs, step_profile
 from experiments.peer_bench_lib import USER_HZ
 from tessel_jax import placements as _placements
 from tessel_jax.search import plan_graph
@@ -395,9 +395,5 @@ def main(args: SpeedupArgs) -> int:
       f" under {args.quiet_cores} cores); load average {load_start} ->"
       f" {record['load_average_end']}")
   if args.output:
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w") as f:
-      json.dump(record, f, indent=1)
-    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
-      f.write(table + "\n")
+    runs.write_record(args.output, record, table)
   return 0

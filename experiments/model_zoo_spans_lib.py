@@ -31,6 +31,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import inference_speedup_lib
+from experiments.runs import write_record
 from experiments.model_zoo_models import BUILDERS  # noqa: F401 (args)
 from tessel_jax import api as _api
 
@@ -193,11 +194,7 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
             "load_average_start": load_start,
             "load_average_end": list(os.getloadavg())}
   if args.output:
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w") as f:
-      json.dump(record, f, indent=1)
-    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
-      f.write(table + "\n")
+    write_record(args.output, record, table)
   return 0
 
 

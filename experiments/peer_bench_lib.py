@@ -28,7 +28,7 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import hlo_breakdown, hlo_count
+from experiments import hlo_breakdown, hlo_count, runs
 from experiments import lowering_bench_lib as lb
 from experiments import peer_gpipe as pg
 from tessel_jax import placements
@@ -356,10 +356,6 @@ def main(args: PeerArgs) -> int:
       f" {args.quiet_cores} cores)" + ("; none quiet, so the medians are over"
                                        " all rounds" if not quiet else ""))
   if args.output:
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w") as f:
-      json.dump(record, f, indent=1)
-    with open(os.path.splitext(args.output)[0] + ".md", "w") as f:
-      f.write(table + "\n")
+    runs.write_record(args.output, record, table)
     log(f"results: {args.output}")
   return 0

@@ -66,6 +66,13 @@ def write(results: dict[str, Any]) -> str:
   return path
 
 
+def write_record(path: str, record: dict[str, Any], table: str) -> None:
+  """Writes a benchmark's ``record`` as JSON to ``path`` (atomically,
+  creating its folder) and its markdown ``table`` beside it as ``.md``."""
+  write_text(path, json.dumps(record, indent=1) + "\n")
+  write_text(os.path.splitext(path)[0] + ".md", table + "\n")
+
+
 def read(path: str) -> dict[str, Any]:
   """Reads a result file back.
 
