@@ -62,7 +62,7 @@ from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             steady_peak)
 from tessel_jax.search.relaxation import relaxations
 from tessel_jax.search.window_bound import window_period_bound
-from tessel_jax.simulate import critical_path
+from tessel_jax.simulate import critical_path, lower_bound_makespan_shared
 
 
 class InfeasibleScheduleError(ValueError):
@@ -507,8 +507,14 @@ def _shorter_of_scratch(solve: _Prober, schedule: Schedule) -> Schedule:
   than the search from scratch wherever its first probe decides the
   period. (Where it does not, the search from scratch goes on to galloping
   and descending, which a given repetend at the smallest period makes
-  moot.)
+  moot.) Nothing runs where ``schedule`` already meets the lower bound
+  (``simulate.lower_bound_makespan_shared``) at its reference ``N``
+  (``ramps.reference_microbatches``): no schedule is shorter there.
   """
+  n = ramps.reference_microbatches(schedule.repetend)
+  if ramps.makespan(schedule, n) <= lower_bound_makespan_shared(
+      solve.graph, n):
+    return schedule
   budget, t0, used = solve.budget, time.perf_counter(), solve.budget.used
   first = _first_probe(solve, None, one_at_a_time(solve.graph))
   if not first.found or budget.past_wall_cap():
@@ -517,7 +523,7 @@ def _shorter_of_scratch(solve: _Prober, schedule: Schedule) -> Schedule:
                           time.perf_counter() - t0, given=False)
   other = _finished(solve, (solve.low, first), solve.low, polish,
                     schedule.period_seconds, complete=True)
-  n = max(ramps.reference_microbatches(s.repetend) for s in (schedule, other))
+  n = max(n, ramps.reference_microbatches(other.repetend))
   if ramps.makespan(other, n) < ramps.makespan(schedule, n):
     return other
   return schedule
