@@ -130,10 +130,11 @@ def main(argv: list[str]) -> None:
   if folder:
     os.makedirs(folder, exist_ok=True)
   with open(f.output, "w") as out:
-    json.dump({"args": {k: getattr(f, k) for k in (
+    args = {k: getattr(f, k) for k in (
         "placements", "devices", "microbatches", "rounds", "time_limit",
-        "seed", "witnesses")}, "load_average": os.getloadavg(), "cases": rows}, out,
-        indent=1)
+        "seed", "witnesses")}
+    json.dump({"args": args, "load_average": os.getloadavg(),
+               "cases": rows}, out, indent=1)
   print(f"wrote {f.output}")
 
 
