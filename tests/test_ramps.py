@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessel_jax import checks, placements, validate
-from tessel_jax.schedule import Repetend, Schedule, modulo_actions
+from tessel_jax.schedule import (Repetend, Schedule, UnrolledSchedule,
+                                 modulo_actions)
 from tessel_jax.search import (ramps, search_repetend,
                                smallest_memory_repetend)
 
@@ -159,3 +160,27 @@ def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
                             list_alternative=False)
   assert ramps.makespan(schedule, n) <= ramps.makespan(scratch, n)
   validate.assert_valid(schedule.unroll(n))
+
+
+def test_completion_too_large_for_the_memory_rule_pulls_the_modulo_in(
+    monkeypatch):
+  """Above ``completion.MAX_RESERVOIR_PAIRS`` no CP-SAT model is built (it
+  took 15 GiB for nnshape on 32 devices at N = 128): the modulo schedule,
+  pulled in, still valid under the limit."""
+  from tessel_jax.search import completion
+
+  def no_solve(*_, **__):
+    raise AssertionError("CP-SAT must not run")
+
+  graph = placements.get("mllm", 4)
+  schedule = search_repetend(graph, 5, time_limit_s=5,
+                             list_alternative=False)
+  n = 6
+  monkeypatch.setattr(completion, "MAX_RESERVOIR_PAIRS", 0)
+  monkeypatch.setattr(completion._ActionModel, "solve", no_solve)
+  actions = completion.complete_all(graph, schedule.repetend, n, 5)
+  unrolled = UnrolledSchedule(graph=graph, num_microbatches=n,
+                              actions=tuple(sorted(actions)), memory_limit=5)
+  validate.assert_valid(unrolled)
+  with pytest.raises(completion.CompletionError, match="too large"):
+    completion.complete_all(graph, schedule.repetend, n, 1)
