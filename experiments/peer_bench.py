@@ -43,7 +43,7 @@ def main(argv: list[str]) -> None:
   args = peer_bench_args.from_flags()
   if args.worker is not None:
     # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
-    devices = 2 if args.worker == "pipe" else 1
+    devices = args.stages if args.worker == "pipe" else 1
     flags = [f"--xla_force_host_platform_device_count={devices}",
              "--xla_cpu_multi_thread_eigen=false",
              "intra_op_parallelism_threads=1"]
