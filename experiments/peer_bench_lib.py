@@ -2,13 +2,16 @@
 
 Three worker processes hold the variants, built once (first call, compile,
 memory, HLO size measured there): plain ``jax.jit`` on one device pinned to
-one core, the same given both cores, and a 2-device process on both cores
-(data parallel, the hand-written GPipe of ``experiments.peer_gpipe``, and
-tessel_jax's searched, ``plan="gpipe"`` and ``plan="1f1b"`` programs). The
-parent then runs rounds: every (variant, N) once per round in shuffled
-order, reading ``/proc/stat`` around each timing; a round counts only when,
-in every one of its timings, the CPU the rest of the machine used (busy
-jiffies minus the worker's own CPU time) stayed under ``quiet_cores``.
+one core, the same given both cores, and a process of ``stages`` fake
+devices on both cores (data parallel, the hand-written GPipe of
+``experiments.peer_gpipe``, and tessel_jax's programs: searched,
+``plan="gpipe"`` and ``plan="1f1b"`` on ``vshape``, searched on ``mshape``
+and ``zbv``), spoken to through ``experiments.workers``. The parent then
+runs rounds: every (variant, N) once per round in shuffled order, reading
+``/proc/stat`` around each timing; a round counts only when, in every one
+of its timings, the CPU the rest of the machine used on the worker's cores
+(busy jiffies minus the worker's own CPU time) stayed under
+``quiet_cores``.
 """
 
 from __future__ import annotations
