@@ -739,7 +739,7 @@ class ScheduledFunction:
         cost="analytic" if self.cost == "uniform" else "measured",
         train=self.mode == "train", weights=weights,
         device=self.mesh.devices.flat[0], what=what,
-        split_leaves=split_leaves)
+        split_leaves=split_leaves, cache=self._costs.cache)
 
   def _count_error(self, have: int, want: int, what: str,
                    num_devices: int) -> TesselError:
