@@ -439,7 +439,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   split = split_leaves or (like is not None and like.leaf_split is not None)
   out = _cut_to(traced, num_blocks, fn_name=fn_name, cut=cut, like=like,
                 cost=cost, train=train, weights=weights, tolerance=tolerance,
-                device=device, what=what)
+                device=device, what=what, cache=cache)
   return _split_leaves(out) if split else out
 
 
@@ -462,7 +462,7 @@ def _split_leaves(traced: Traced) -> Traced:
 def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
             cut: str | None, like: Traced | None, cost: Any, train: bool,
             weights: Sequence[float] | None, tolerance: float,
-            device: Any | None, what: str) -> Traced:
+            device: Any | None, what: str, cache: Any = None) -> Traced:
   """:func:`cut_to` before any leaf split."""
   t0 = time.perf_counter()
   name = fn_name or traced.fn_name
