@@ -337,7 +337,10 @@ class FrontierFunction:
   on the kernels measured so far; the first plan is measured to start it)
   instead of compiled and timed. Only the plans refined are then measured
   in full. Screened prices do not prune (an estimate is not a measurement)
-  and leave out the kernel workspace (known once compiled).
+  and leave out the kernel workspace (known once compiled). With
+  ``refine_margin=m`` every fitting screened plan whose price is below
+  ``(1 + m)`` times the fastest fitting full build is built in full too
+  (a screened price may be off either way).
 
   With ``prune=True`` a plan whose lower bound (:func:`step_lower_bound`,
   from its measured kernels, before any search) is no faster than the
@@ -353,7 +356,7 @@ class FrontierFunction:
                pipe_axis: str = "pipe", mode: str = "train",
                refine: int | None = None, prune: bool = False,
                screen_time_limit_s: float | None = None,
-               screen_estimate: bool = False,
+               screen_estimate: bool = False, refine_margin: float = 0.0,
                **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
@@ -365,6 +368,7 @@ class FrontierFunction:
     self.prune = prune
     self.screen_time_limit_s = screen_time_limit_s
     self.screen_estimate = screen_estimate
+    self.refine_margin = float(refine_margin)
     self.estimator = _estimate.KernelEstimator() if screen_estimate else None
     self.schedule_kw = schedule_kw
     self.costs: Any = None  # the CostModel shared by every candidate
@@ -463,7 +467,9 @@ class FrontierFunction:
               markers: int | None,
               skipped: list[tuple[str, str]] | None = None) -> None:
     """Builds in full (in place) the ``refine`` fastest fitting screened
-    plans, then the fastest fitting plan until it is a full build. A plan
+    plans, then the fastest fitting plan until it is a full build, and
+    every fitting screened plan within ``refine_margin`` of the fastest
+    fitting full build. A plan
     whose full build is pruned by its lower bound (it cannot beat a plan
     built in full) is dropped with its classic baselines."""
     tried: set[Candidate] = set()
@@ -475,10 +481,14 @@ class FrontierFunction:
                     key=lambda i: (priced[i].step, priced[i].peak_bytes, i))
       want = [i for i in fits if priced[i].screened and
               _base(priced[i].candidate) not in tried]
+      done_full = [i for i in fits if not priced[i].screened]
       if done < self.refine and want:
         i = want[0]
       elif fits and fits[0] in want:
         i = fits[0]
+      elif want and done_full and priced[want[0]].step < (
+          1 + self.refine_margin) * priced[done_full[0]].step:
+        i = want[0]
       else:
         return
       base = _base(priced[i].candidate)

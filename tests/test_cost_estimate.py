@@ -103,3 +103,47 @@ def test_autocut_group_timings_survive_the_process(tmp_path, monkeypatch):
       flat, train=True, num_groups=4, repeats=2, min_seconds=0.0,
       cache=C.ProfileCache(str(tmp_path), reprofile=True))
   assert fresh.timed == first.timed
+
+
+def _plan(name, step, peak=50, screened=True):
+  return P.PricedPlan(candidate=P.Candidate(name, 2, 1, 4), step=step,
+                      unit="ms", peak_bytes_per_device=(peak,),
+                      source="tessel", blocks=2, build_seconds=0.0,
+                      screened=screened)
+
+
+@pytest.mark.parametrize("margin,want", [(0.0, ["a"]), (0.25, ["a", "b"]),
+                                         (0.5, ["a", "b", "c"])])
+def test_refine_margin_builds_the_close_screened_plans(monkeypatch, margin,
+                                                       want):
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1,
+                          memory_limit=100, refine_margin=margin)
+  built = []
+  full = {"a": 10.0, "b": 11.0, "c": 30.0}
+
+  def price(self, c, params, batch, markers=None, screen=False):
+    built.append(c.placement)
+    return _plan(c.placement, full[c.placement], screened=False)
+  monkeypatch.setattr(P.FrontierFunction, "price", price)
+  # Screened: a 9, b 12 (within 25% of a's full 10), c 14 (within 50%).
+  priced = [_plan("a", 9.0), _plan("b", 12.0), _plan("c", 14.0),
+            _plan("d", 1.0, peak=500)]   # d does not fit
+  ff._refine(priced, None, None, None)
+  assert built == want
+  assert min((p for p in priced if p.peak_bytes <= 100),
+             key=lambda p: p.step).label.startswith("a ")
+
+
+def test_refine_drops_a_plan_its_bound_prunes(monkeypatch):
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=2)
+
+  def price(self, c, params, batch, markers=None, screen=False):
+    if c.placement == "b":
+      raise P.Pruned("lower bound 12.000 ms >= 10.000 ms")
+    return _plan(c.placement, 10.0, screened=False)
+  monkeypatch.setattr(P.FrontierFunction, "price", price)
+  priced = [_plan("a", 9.0), _plan("b", 8.0)]
+  skipped = []
+  ff._refine(priced, None, None, None, skipped)
+  assert [p.label for p in priced] == ["a pipe2 dp1 N4 searched"]
+  assert skipped and skipped[0][1].startswith("Pruned: lower bound")
