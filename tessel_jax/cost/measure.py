@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
+from tessel_jax.cost import estimate as _estimate
 from tessel_jax.cost.cache import ProfileCache, make_key
 
 # A timed sample lasts at least this long (short kernels run several times).
@@ -106,6 +107,8 @@ class Profile:
       included; near 0 when everything came from the cache).
     measured: Distinct kernels measured in this run.
     from_cache: Distinct kernels read from the on-disk cache.
+    estimated: Kernels estimated from their flops (``cost.estimate``), not
+      measured (a screening build).
   """
 
   kernels: Mapping[int, KernelProfile]
@@ -115,11 +118,12 @@ class Profile:
   profile_seconds: float
   measured: int
   from_cache: int
+  estimated: int = 0
 
   @property
   def cache_hit(self) -> bool:
-    """True when nothing had to be measured."""
-    return self.measured == 0
+    """True when nothing had to be measured (or estimated)."""
+    return self.measured == 0 and self.estimated == 0
 
   def seconds(self) -> dict[int, float]:
     """Block id -> measured seconds."""
@@ -394,7 +398,9 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
   fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
   t0 = time.perf_counter()
-  compiled = jax.jit(fn).lower(pv, dv).compile()
+  lowered = jax.jit(fn).lower(pv, dv)
+  flops = _estimate.analysed_flops(lowered) if stage is None else None
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
   temp = 0
   try:
@@ -408,10 +414,13 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                     1 if host is not None else None, stage)
              for _ in range(max(1, rounds))]
   seconds, raw = min(timings)
-  return {"seconds": seconds, "core_seconds": seconds,
-          "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
-          "compile_seconds": compile_s,
-          "round_seconds": [t[0] for t in timings]}
+  out = {"seconds": seconds, "core_seconds": seconds,
+         "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
+         "compile_seconds": compile_s,
+         "round_seconds": [t[0] for t in timings]}
+  if flops is not None:
+    out["flops"] = flops  # calibrates cost.estimate.KernelEstimator
+  return out
 
 
 # --- edges ------------------------------------------------------------------
@@ -481,7 +490,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                     repeats: int = 5, warmup: int = 2,
                     memo: dict[str, dict[str, Any]] | None = None,
                     part: Any = None, stage: Any = None,
-                    log: Callable[[str], None] | None = None) -> Profile:
+                    log: Callable[[str], None] | None = None,
+                    estimator: Any = None) -> Profile:
   """Measures every kernel of ``ks`` (each distinct one once).
 
   Args:
@@ -499,11 +509,15 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
     stage: Profile every kernel on this stage's devices, sharded as the
       program runs it (``cost.stage.Stage``; None: on ``device`` alone).
     log: Optional progress printer.
+    estimator: A ``cost.estimate.KernelEstimator``: a kernel neither in
+      ``memo`` nor on disk is estimated from its flops instead of being
+      compiled and timed, once enough kernels are measured (single-device
+      profiles only; estimates are not stored).
   """
   t0 = time.perf_counter()
   by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
   from_disk: set[str] = set()
-  measured = 0
+  measured = estimated = 0
   out: dict[int, KernelProfile] = {}
   for bid in sorted(ks.kernels):
     k = ks.kernels[bid]
@@ -514,6 +528,12 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
       rec = cache.get("kernel", key)
       if rec is not None:
         from_disk.add(key)
+    if rec is None and estimator is not None and stage is None:
+      rec = estimator.estimate(k, param_avals, by_key.values(), key=key)
+      if rec is not None:
+        estimated += 1
+        out[bid] = _kernel_profile(bid, k, rec, key, False)
+        continue
     if rec is None:
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
                         stage=stage)
@@ -527,15 +547,22 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
             f" temp {rec['temp_bytes']} B, compile"
             f" {rec['compile_seconds']:.2f} s")
     by_key[key] = rec
-    out[bid] = KernelProfile(
-        block_id=bid, label=k.label, kind=k.kind, fwd=k.fwd,
-        devices=tuple(k.devices), seconds=float(rec["seconds"]),
-        core_seconds=float(rec.get("core_seconds", rec["seconds"])),
-        stash_bytes=int(k.stash_bytes) if k.kind == "F" else 0,
-        temp_bytes=int(rec["temp_bytes"]),
-        out_bytes=sum(_nbytes(a) for a in k.out_avals), key=key,
-        cached=key in from_disk)
+    out[bid] = _kernel_profile(bid, k, rec, key, key in from_disk)
   return Profile(kernels=out, edge_bytes=edge_bytes(graph, ks),
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
-                 from_cache=len(from_disk))
+                 from_cache=len(from_disk), estimated=estimated)
+
+
+def _kernel_profile(bid: int, k: Any, rec: Mapping[str, Any], key: str,
+                    cached: bool) -> KernelProfile:
+  """Block ``bid``'s :class:`KernelProfile` (kernel ``k``) from its
+  measurement record."""
+  return KernelProfile(
+      block_id=bid, label=k.label, kind=k.kind, fwd=k.fwd,
+      devices=tuple(k.devices), seconds=float(rec["seconds"]),
+      core_seconds=float(rec.get("core_seconds", rec["seconds"])),
+      stash_bytes=int(k.stash_bytes) if k.kind == "F" else 0,
+      temp_bytes=int(rec["temp_bytes"]),
+      out_bytes=sum(_nbytes(a) for a in k.out_avals), key=key,
+      cached=cached)

@@ -144,6 +144,9 @@ class CostModel:
     self.repeats = repeats
     self.cache = _cache.ProfileCache(cache_dir, reprofile=reprofile)
     self._memo: dict[str, dict[str, Any]] = {}
+    # Set by tessel_jax.plans for a screening build: unmeasured kernels are
+    # estimated from their flops (cost.estimate) instead of compiled.
+    self.estimator: Any = None
     self._link: _link.LinkModel | None = None
     self._ticks: _ticks.TickCosts | None = None
     self._spent = 0.0
@@ -197,7 +200,8 @@ class CostModel:
     device = mesh.devices.flat[0]
     prof = _measure.profile_kernels(ks, graph, param_avals, device,
                                     cache=self.cache, repeats=self.repeats,
-                                    memo=self._memo, part=part, stage=stage)
+                                    memo=self._memo, part=part, stage=stage,
+                                    estimator=self.estimator)
     self._spent += prof.profile_seconds
     self._measured += prof.measured
     self._hit = self._hit and prof.cache_hit
