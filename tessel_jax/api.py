@@ -43,6 +43,7 @@ from tessel_jax import placed_step as _placed_step
 from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
 from tessel_jax import schedule_cache as _schedule_cache
+from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import model as _cost_model
 from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph, PlacementError
@@ -474,6 +475,19 @@ class ScheduledFunction:
                                   if len(k.devices) == num_devices and
                                   any(l in shards for l in k.params)))
 
+    def program_of(p: Any) -> Any:  # the lowered program of plan ``p``
+      prog = _lower.Lowering(p, part, layout, compat.auto_mesh(self.mesh),
+                             self.pipe_axis, data_axes, train,
+                             n_total).program()
+      return (prog if traced.leaf_split is None else
+              traced.leaf_split.wrap(prog, train))
+
+    # Predictions calibrate the tick model on each plan's own program
+    # (not in a screening build, see below).
+    self._costs.time_program = (
+        _calibrate.program_timer(program_of, params, batch)
+        if costs is not None and not getattr(self, "screening", False)
+        else None)
     plan = make_plan(unrolled.actions)
     chosen, other_ms = None, None
     # A screening build (tessel_jax.plans, placement="auto") prices only
@@ -502,6 +516,7 @@ class ScheduledFunction:
         costs, unrolled, plan, layout, unit,
         self._memory_limit_bytes(layout, costs), self.mesh, self.pipe_axis,
         schedule_costs=chosen, alternative_ms=other_ms)
+    self._costs.time_program = None
     if report is not None:
       report = dataclasses.replace(report, block_modes=block_modes(ks))
     clock.lap("lower", f"plan {plan.loop_summary()}")
