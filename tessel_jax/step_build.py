@@ -24,6 +24,7 @@ from tessel_jax import progress as _progress
 from tessel_jax import step_cut
 from tessel_jax import step_schedule
 from tessel_jax.built import Built, block_modes
+from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import forward_reach
@@ -78,6 +79,14 @@ def build(step: Any, params: Any, batch: Any,
     _shared_aux.check(part, ks, local_parts)
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
                                 layout, shards)
+  # Predictions calibrate the tick model on each plan's own program (not
+  # in a screening build, tessel_jax.plans).
+  step._costs.time_program = (  # pylint: disable=protected-access
+      _calibrate.program_timer(
+          functools.partial(_program_of, step, part, layout, data_axes,
+                            train, n_total, traced), params, batch)
+      if costs is not None and not getattr(step, "screening", False)
+      else None)
   plan, chosen, other_ms, picked = _choose_plan(
       step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
       clock)
@@ -87,6 +96,7 @@ def build(step: Any, params: Any, batch: Any,
                                     train, n_total, traced)
   report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
                    other_ms)
+  step._costs.time_program = None  # pylint: disable=protected-access
   clock.lap("lower", f"plan {plan.loop_summary()}")
   clock.total("built (compiles at the first call)")
   return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
@@ -128,6 +138,16 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
   clock.lap("search on uniform spans", f"lowering the schedule searched"
             f" on {chosen} spans, predicted faster")
   return plan, chosen, other_ms, picked
+
+
+def _program_of(step: Any, part: Any, layout: Any, data_axes: Sequence[str],
+                train: bool, n_total: int, traced: Any, plan: Any) -> Any:
+  """The lowered (unjitted) program of tick plan ``plan``: what
+  ``tessel_jax.cost.calibrate`` times with its kernels stood in for."""
+  prog = _lower.Lowering(plan, part, layout, compat.auto_mesh(step.mesh),
+                         step.pipe_axis, data_axes, train, n_total).program()
+  return (prog if traced.leaf_split is None else
+          traced.leaf_split.wrap(prog, train))
 
 
 def _lower_program(step: Any, plan: Any, part: Any, layout: Any,

@@ -185,7 +185,7 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
       cost="analytic" if step.cost == "uniform" else "measured",
       train=step.mode == "train", weights=weights,
       device=step.mesh.devices.flat[0], what=what,
-      split_leaves=split_leaves)
+      split_leaves=split_leaves, cache=step._costs.cache)
 
 
 def count_error(step: Any, have: int, want: int, what: str,

@@ -111,3 +111,36 @@ def test_start_over_the_limit_is_refused():
                         list_alternative=False, time_limit_s=5)
   with pytest.raises(checks.InputError, match="exceeds the memory limit"):
     search_repetend(graph, 1, time_limit_s=1, start=one.repetend)
+
+
+def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
+    monkeypatch):
+  """From a ``start`` at the smallest period the search also polishes and
+  composes the repetend of its first probe from scratch, and keeps the
+  shorter unrolling (alphafold, 4 devices, limit 4: from the memory
+  search's repetend alone the ramps are one step longer)."""
+  from tessel_jax.search import repetend
+  graph = placements.get("alphafold", 4)
+  fastest = search_repetend(graph, None, complete=False,
+                            list_alternative=False, time_limit_s=5).period
+  limit, _, witness = smallest_memory_repetend(graph, fastest,
+                                               time_limit_s=5)
+  built = []
+  real = repetend._finished
+
+  def spy(*args, **kw):
+    built.append(real(*args, **kw))
+    return built[-1]
+
+  monkeypatch.setattr(repetend, "_finished", spy)
+  schedule = search_repetend(graph, limit, time_limit_s=5, start=witness,
+                             list_alternative=False)
+  assert len(built) == 2  # the start's repetend and the first probe's
+  assert built[0].repetend.period == built[1].repetend.period == fastest
+  n = max(ramps.reference_microbatches(s.repetend) for s in built)
+  spans = [ramps.makespan(s, n) for s in built]
+  assert ramps.makespan(schedule, n) == min(spans)
+  scratch = search_repetend(graph, limit, time_limit_s=5,
+                            list_alternative=False)
+  assert ramps.makespan(schedule, n) <= ramps.makespan(scratch, n)
+  validate.assert_valid(schedule.unroll(n))

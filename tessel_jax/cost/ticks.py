@@ -96,6 +96,14 @@ class TickModel:
       return 0.0
     return sum(self.tick_costs.values()) / len(self.tick_costs)
 
+  def plus(self, extra_s: float) -> "TickModel":
+    """This model with ``extra_s`` added to every tick (never below 0)."""
+    if not extra_s:
+      return self
+    return dataclasses.replace(
+        self, tick_costs={s: max(0.0, v + extra_s)
+                          for s, v in self.tick_costs.items()})
+
   def delays(self, delay_seconds: Mapping[tuple[int, int], float]
              ) -> Mapping[tuple[int, int], float]:
     return delay_seconds if self.edge_delays else {}
