@@ -119,21 +119,23 @@ def main(argv: list[str]) -> None:
   rows = []
   for name in f.placements:
     for d in devices:
-      row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng,
-                     cache)
-      if f.witnesses:
+      fast_case(name, d, f.time_limit, cache)
+      if f.witnesses:  # before the searches, which may fail
         with open(f.witnesses, "w") as out:
           json.dump(cache, out)
+      row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng,
+                     cache)
       rows.append(row)
       print(json.dumps(row), flush=True)
   folder = os.path.dirname(f.output)
   if folder:
     os.makedirs(folder, exist_ok=True)
   with open(f.output, "w") as out:
-    json.dump({"args": {k: getattr(f, k) for k in (
+    args = {k: getattr(f, k) for k in (
         "placements", "devices", "microbatches", "rounds", "time_limit",
-        "seed", "witnesses")}, "load_average": os.getloadavg(), "cases": rows}, out,
-        indent=1)
+        "seed", "witnesses")}
+    json.dump({"args": args, "load_average": os.getloadavg(),
+               "cases": rows}, out, indent=1)
   print(f"wrote {f.output}")
 
 

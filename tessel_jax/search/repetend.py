@@ -247,7 +247,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       (e.g. from ``smallest_memory_repetend``): the search starts from it
       instead of from one micro-batch at a time, and where its period is
       the smallest one the bounds allow, it is proven optimal without a
-      solve.
+      solve; the first probe of the search from scratch still runs there,
+      and the shorter of the two compositions is kept (never longer than
+      that search where its first probe finds the period).
 
   Returns:
     A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
