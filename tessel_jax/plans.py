@@ -504,6 +504,7 @@ class FrontierFunction:
         continue
       except Exception:  # pylint: disable=broad-except
         continue  # the screened price stands
+      self._note_best(full)  # prunes the refines that cannot beat it
       for j, q in enumerate(priced):
         if _base(q.candidate) != base:
           continue
