@@ -504,6 +504,7 @@ class FrontierFunction:
         continue
       except Exception:  # pylint: disable=broad-except
         continue  # the screened price stands
+      self._note_best(full)  # prunes the refines that cannot beat it
       for j, q in enumerate(priced):
         if _base(q.candidate) != base:
           continue
@@ -698,7 +699,10 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
              microbatches: Sequence[int] | None = None,
              memory_limit: int | None = None, baselines: bool = True,
              pipe_axis: str = "pipe", mode: str = "train",
-             refine: int | None = None, **schedule_kw: Any) -> Any:
+             refine: int | None = None,
+             screen_time_limit_s: float | None = None,
+             screen_estimate: bool = False, refine_margin: float = 0.0,
+             **schedule_kw: Any) -> Any:
   """Every plan of ``fn`` on ``mesh``, priced; call the result with
   ``(params, batch)`` to get a :class:`ProgramFrontier`.
 
@@ -715,6 +719,12 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
     refine: None (build every plan in full) or ``k``: screen every plan,
       then build the ``k`` fastest that fit in full (see
       :class:`FrontierFunction`).
+    screen_time_limit_s: With ``refine``: the CP-SAT budget of a screening
+      build (both searches run; see :class:`FrontierFunction`).
+    screen_estimate: With ``refine``: screening builds estimate the kernels
+      not measured yet from their flops instead of compiling them.
+    refine_margin: With ``refine``: also build in full every screened plan
+      priced within this fraction of the fastest full build.
     **schedule_kw: Other ``tj.schedule`` options (``cost``, ``recompute``,
       ``optimizer_slots``, ``solver_time_limit_s``, ...).
   """
@@ -723,6 +733,8 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
                             microbatches=microbatches,
                             memory_limit=memory_limit, baselines=baselines,
                             pipe_axis=pipe_axis, mode=mode, refine=refine,
-                            **schedule_kw)
+                            screen_time_limit_s=screen_time_limit_s,
+                            screen_estimate=screen_estimate,
+                            refine_margin=refine_margin, **schedule_kw)
   return make if fn is None else make(fn)
 

@@ -74,7 +74,9 @@ def test_cheap_screening_measures_only_the_plans_it_refines(tmp_path,
   # Estimates are not stored: every record on disk was measured.
   records = [json.load(open(f)) for f in glob.glob(f"{cache}/kernel-*.json")]
   assert records and not any(r.get("estimated") for r in records)
-  assert all(r["flops"] > 0 for r in records)
+  # Measured kernels keep their flops to calibrate the estimates (a kernel
+  # without flops, e.g. a gather only, is always measured).
+  assert sum(r.get("flops", 0) > 0 for r in records) >= E.MIN_SAMPLES
 
 
 def test_autocut_group_timings_survive_the_process(tmp_path, monkeypatch):
