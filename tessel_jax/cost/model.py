@@ -9,7 +9,8 @@
   (``quantize``);
 * :meth:`CostModel.report`: replay the lowered schedule with the measured
   durations (``predict``, with the lowering's per-tick costs from
-  ``ticks``) into a :class:`CostReport`.
+  ``ticks``, calibrated on the plan's stand-in program by ``calibrate``)
+  into a :class:`CostReport`.
 """
 
 from __future__ import annotations
@@ -43,6 +44,11 @@ def _local_mesh(mesh: Any, pipe_axis: str) -> Any:
   mine = [d for d in mesh.devices.flat
           if d.process_index == jax.process_index()]
   return jax.sharding.Mesh(np.array(mine), (pipe_axis,))
+
+
+def _single_process() -> bool:
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.process_count() == 1
 
 
 def agree(values: Any) -> Any:
@@ -313,7 +319,9 @@ class CostModel:
               ) -> tuple[_predict.Prediction, _ticks.TickModel]:
     """The measured prediction of a lowered schedule and its tick model.
 
-    With :attr:`time_program` set, every tick also costs what the plan's
+    With :attr:`time_program` set (and one process: in a multi-process
+    run a cache hit on one host and a miss on another would run the
+    stand-in program's collectives on some processes only), every tick also costs what the plan's
     stand-in program pays beyond the microbenchmark's tick model
     (``calibrate.extra_tick_seconds``).
     """
@@ -321,7 +329,7 @@ class CostModel:
     tick_model = _ticks.tick_model(
         plan, costs.link, self.tick_costs(mesh, pipe_axis),
         rendezvous=device.platform in _ticks.RENDEZVOUS_BACKENDS)
-    if self.time_program is not None:
+    if self.time_program is not None and _single_process():
       standin = self._standin_seconds(plan, mesh, pipe_axis)
       extra = _calibrate.extra_tick_seconds(
           standin, lambda x: self._replay(costs, unrolled,
