@@ -113,18 +113,24 @@ def plan_signature(plan: Any) -> dict[str, Any]:
                       for c in plan.layout.classes]}
 
 
-def time_step(run: Callable[[], Any], repeats: int = 7,
-              rounds: int = 3) -> float:
+def time_step(run: Callable[[], Any], repeats: int = 7, rounds: int = 3,
+              budget_s: float = 1.5) -> float:
   """Seconds of one call of ``run`` (compiled; warmed up first): the
   smallest of ``rounds`` medians of ``repeats`` samples each, as kernels
   are timed (``measure.time_kernel``: a round slowed by a busy neighbour is
-  an outlier upwards, never downwards)."""
+  an outlier upwards, never downwards). A slow program takes fewer samples
+  (at least 3 in all), about ``budget_s`` seconds in all."""
   import jax  # pylint: disable=import-outside-toplevel
+  t0 = time.perf_counter()
   jax.block_until_ready(run())
+  first = max(time.perf_counter() - t0, 1e-6)
+  total = max(3, min(repeats * rounds, int(budget_s / first)))
+  rounds = max(1, min(rounds, total // 3))
+  per = max(1, total // rounds)
   medians = []
-  for _ in range(max(1, rounds)):
+  for _ in range(rounds):
     samples = []
-    for _ in range(max(1, repeats)):
+    for _ in range(per):
       t0 = time.perf_counter()
       jax.block_until_ready(run())
       samples.append(time.perf_counter() - t0)
