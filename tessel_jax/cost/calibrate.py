@@ -92,7 +92,9 @@ def _round(rd: Any) -> list[Any]:
 def plan_signature(plan: Any) -> dict[str, Any]:
   """What decides the program's cost around its kernels: per tick its
   kernels per device, read / out / gradient ports and message rounds; the
-  segments, pools and parameter layout sizes (JSON-able, for a cache key)."""
+  segments, pools and parameter layout (sizes, slot classes with their
+  GSPMD specs, pipe-sharded and gathered leaves): JSON-able, for a cache
+  key."""
   ticks = []
   for t in plan.ticks:
     ticks.append([
@@ -109,8 +111,11 @@ def plan_signature(plan: Any) -> dict[str, Any]:
           "n": int(plan.num_microbatches),
           "layout": {str(dt): int(v) for dt, v in
                      sorted(plan.layout.size.items(), key=str)},
-          "classes": [[list(c.shape), str(c.dtype), int(c.count)]
-                      for c in plan.layout.classes]}
+          "classes": [[list(c.shape), str(c.dtype), int(c.count),
+                       repr(c.spec), repr(c.fsdp)]
+                      for c in plan.layout.classes],
+          "shards": repr(sorted(plan.layout.shards.items())),
+          "gathered": repr(sorted(plan.layout.gathered))}
 
 
 def time_step(run: Callable[[], Any], repeats: int = 7, rounds: int = 3,
