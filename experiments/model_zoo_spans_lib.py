@@ -7,9 +7,9 @@ the one predicted faster. This runner checks that choice on the zoo's real
 models: in one worker process of 2 fake single-threaded CPU devices pinned
 to 2 cores, each model (training, ``vshape(2)``, ``cut="auto"``) is built
 three times from one profile: as chosen, and forced to each candidate (the
-choice wrapped, see :func:`forced`); both candidates are timed in shuffled
-rounds at real-time priority where allowed
-(``experiments.realtime``). Per model: the automatic
+choice wrapped, see :func:`forced`); both candidates are built (kernels
+and stand-in programs profiled) and timed in shuffled rounds at real-time
+priority where allowed (``experiments.realtime``). Per model: the automatic
 choice, each candidate's predicted and measured step (median of the
 rounds), which one measured faster, and whether the choice took it.
 """

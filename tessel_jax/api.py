@@ -138,8 +138,9 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
     seed: CP-SAT seed.
     max_loop_period: Longest loop body (ticks) the lowering looks for.
     param_layout: ``"auto"`` (slot arrays for parameter shapes that are
-      balanced over the devices, a flat buffer for the rest), ``"slots"`` or
-      ``"flat"``; see ``passes.packing``.
+      balanced over the devices, and for leaves of 64 KiB or more with at
+      most half of their slot rows empty; a flat buffer for the rest),
+      ``"slots"`` or ``"flat"``; see ``passes.packing``.
     interpret_ramps: Straight-line stretches (warmup, cooldown) of at least
       this many ticks run as one table-driven loop over a switch of all their
       kernels instead of unrolled pruned ticks: compile time stops growing

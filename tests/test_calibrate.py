@@ -29,7 +29,7 @@ def test_extra_tick_seconds_solves_the_linear_replay() -> None:
 
 
 def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
-           standin_s: float) -> tuple:
+           standin_s: float | None) -> tuple:
   calls: list = []
 
   def fake_timer(make_program, params, batch, repeats=7):
@@ -38,6 +38,8 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
       # Every kernel is a stand-in and the program still builds.
       assert all(k.fn.__name__ == "standin" for k in plan.kernels.values())
       jax.jit(make_program(plan)).lower(params, batch)
+      if standin_s is None:
+        raise RuntimeError("no timing here")
       return standin_s
     return run
 
@@ -53,6 +55,11 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
 def test_prediction_pays_the_standin_program(tmp_path: object,
                                              monkeypatch: pytest.MonkeyPatch
                                              ) -> None:
+  # A stand-in that cannot be timed: logged, the build goes on with the
+  # microbenchmark's tick model, nothing is cached.
+  plain, calls, _ = _build(tmp_path, monkeypatch, None)
+  assert calls and 0 < plain.report.predicted_step_ms < 100.0
+  assert not list(tmp_path.glob("standin-*"))
   step, calls, _ = _build(tmp_path, monkeypatch, 0.25)
   rep = step.report
   # Both candidates (measured and uniform spans) were calibrated.

@@ -92,7 +92,9 @@ def _round(rd: Any) -> list[Any]:
 def plan_signature(plan: Any) -> dict[str, Any]:
   """What decides the program's cost around its kernels: per tick its
   kernels per device, read / out / gradient ports and message rounds; the
-  segments, pools and parameter layout sizes (JSON-able, for a cache key)."""
+  segments, pools and parameter layout (sizes, slot classes with their
+  GSPMD specs, pipe-sharded and gathered leaves): JSON-able, for a cache
+  key."""
   ticks = []
   for t in plan.ticks:
     ticks.append([
@@ -109,22 +111,31 @@ def plan_signature(plan: Any) -> dict[str, Any]:
           "n": int(plan.num_microbatches),
           "layout": {str(dt): int(v) for dt, v in
                      sorted(plan.layout.size.items(), key=str)},
-          "classes": [[list(c.shape), str(c.dtype), int(c.count)]
-                      for c in plan.layout.classes]}
+          "classes": [[list(c.shape), str(c.dtype), int(c.count),
+                       repr(c.spec), repr(c.fsdp)]
+                      for c in plan.layout.classes],
+          "shards": repr(sorted(plan.layout.shards.items())),
+          "gathered": repr(sorted(plan.layout.gathered))}
 
 
-def time_step(run: Callable[[], Any], repeats: int = 7,
-              rounds: int = 3) -> float:
+def time_step(run: Callable[[], Any], repeats: int = 7, rounds: int = 3,
+              budget_s: float = 1.5) -> float:
   """Seconds of one call of ``run`` (compiled; warmed up first): the
   smallest of ``rounds`` medians of ``repeats`` samples each, as kernels
   are timed (``measure.time_kernel``: a round slowed by a busy neighbour is
-  an outlier upwards, never downwards)."""
+  an outlier upwards, never downwards). A slow program takes fewer samples
+  (at least 3 in all), about ``budget_s`` seconds in all."""
   import jax  # pylint: disable=import-outside-toplevel
+  t0 = time.perf_counter()
   jax.block_until_ready(run())
+  first = max(time.perf_counter() - t0, 1e-6)
+  total = max(3, min(repeats * rounds, int(budget_s / first)))
+  rounds = max(1, min(rounds, total // 3))
+  per = max(1, total // rounds)
   medians = []
-  for _ in range(max(1, rounds)):
+  for _ in range(rounds):
     samples = []
-    for _ in range(max(1, repeats)):
+    for _ in range(per):
       t0 = time.perf_counter()
       jax.block_until_ready(run())
       samples.append(time.perf_counter() - t0)

@@ -9,12 +9,14 @@
   (``quantize``);
 * :meth:`CostModel.report`: replay the lowered schedule with the measured
   durations (``predict``, with the lowering's per-tick costs from
-  ``ticks``) into a :class:`CostReport`.
+  ``ticks``, calibrated on the plan's stand-in program by ``calibrate``)
+  into a :class:`CostReport`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -31,6 +33,7 @@ from tessel_jax.cost.report import CostReport
 from tessel_jax.graph import BlockGraph
 
 COSTS = ("measured", "uniform")
+_LOG = logging.getLogger("tessel_jax.cost")
 
 
 def _local_mesh(mesh: Any, pipe_axis: str) -> Any:
@@ -43,6 +46,11 @@ def _local_mesh(mesh: Any, pipe_axis: str) -> Any:
   mine = [d for d in mesh.devices.flat
           if d.process_index == jax.process_index()]
   return jax.sharding.Mesh(np.array(mine), (pipe_axis,))
+
+
+def _single_process() -> bool:
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.process_count() == 1
 
 
 def agree(values: Any) -> Any:
@@ -160,7 +168,7 @@ class CostModel:
     # :meth:`predict` calibrates the tick model on each plan's stand-in
     # program (``calibrate``). None: the microbenchmark alone.
     self.time_program: Callable[[Any], float] | None = None
-    self._standin: dict[str, float] = {}
+    self._standin: dict[str, float | None] = {}
     self._spent = 0.0
     self._measured = 0
     self._hit = True
@@ -280,16 +288,28 @@ class CostModel:
       self._hit = self._hit and self.cache.hits > hits
     return self._ticks
 
-  def _standin_seconds(self, plan: Any, mesh: Any, pipe_axis: str) -> float:
-    """Step seconds of ``plan``'s stand-in program (memo, disk cache)."""
+  def _standin_seconds(self, plan: Any, mesh: Any, pipe_axis: str
+                       ) -> float | None:
+    """Step seconds of ``plan``'s stand-in program (memo, disk cache);
+    None (logged) where it cannot be built or run."""
     fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
     fields["mesh"] = {str(a): int(n) for a, n in dict(mesh.shape).items()}
     memo_key = _cache.make_key({"plan": _calibrate.plan_signature(plan),
                                 **fields})
     if memo_key not in self._standin:
       t0 = time.perf_counter()
-      sec, hit = _calibrate.cached_standin_seconds(
-          plan, self.time_program, self.cache, fields)
+      try:
+        sec, hit = _calibrate.cached_standin_seconds(
+            plan, self.time_program, self.cache, fields)
+      except Exception as err:  # pylint: disable=broad-except
+        # The prediction stays usable without it (the microbenchmark's
+        # tick model); say why, once per plan.
+        _LOG.warning("tessel_jax: the stand-in program of plan %s could not"
+                     " be timed (%s: %s); the prediction uses the tick"
+                     " microbenchmark only", plan.loop_summary(),
+                     type(err).__name__, err)
+        self._standin[memo_key] = None
+        return None
       self._spent += time.perf_counter() - t0
       self._hit = self._hit and hit
       self._standin[memo_key] = agree([sec])[0]
@@ -319,14 +339,18 @@ class CostModel:
 
     With :attr:`time_program` set, every tick also costs what the plan's
     stand-in program pays beyond the microbenchmark's tick model
-    (``calibrate.extra_tick_seconds``).
+    (``calibrate.extra_tick_seconds``). Not in a multi-process run: a
+    cache hit on one host and a miss on another would run the stand-in's
+    collectives on some processes only.
     """
     device = mesh.devices.flat[0]
     tick_model = _ticks.tick_model(
         plan, costs.link, self.tick_costs(mesh, pipe_axis),
         rendezvous=device.platform in _ticks.RENDEZVOUS_BACKENDS)
-    if self.time_program is not None:
-      standin = self._standin_seconds(plan, mesh, pipe_axis)
+    standin = (self._standin_seconds(plan, mesh, pipe_axis)
+               if self.time_program is not None and _single_process()
+               else None)
+    if standin is not None:
       extra = _calibrate.extra_tick_seconds(
           standin, lambda x: self._replay(costs, unrolled,
                                           tick_model.plus(x),
