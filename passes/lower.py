@@ -15,7 +15,11 @@ read and written only on the devices and at the ticks where its block runs
 (no zero-filled gradient outputs, no add of every gradient port on every
 device). The stash is written before it is read, with
 ``dynamic_update_slice`` / ``dynamic_slice`` at per-device indices taken
-from numpy tables by ``lax.axis_index``.
+from numpy tables by ``lax.axis_index``. Within a run of ticks, every write
+into the stash is made to depend on the outputs of the earlier ticks that
+read it (``passes.stash_order``): without that XLA could not order a read
+before an unrelated later write and copied the whole stash twice per loop
+iteration.
 
 Segments of the plan: straight runs are unrolled; loops become a
 ``fori_loop`` whose body unrolls one period (the micro-batch of every slot
@@ -71,6 +75,7 @@ from . import fsdp as _fsdp
 from . import gather as _gather
 from . import outputs as _outputs
 from . import pack_local as _pack_local
+from . import stash_order as _stash_order
 from .kernels import KernelSet
 from .packing import Layout, read_region, unpack_grads
 from .partition import Partition
@@ -241,13 +246,18 @@ class Lowering:
 
   @_scoped("stash_write")
   def _write_targets(self, ctx: _Ctx, rd: Any, payload: Any,
-                     pools: list[Any], it: Any) -> None:
+                     pools: list[Any], it: Any,
+                     order: _stash_order.Order | None = None) -> None:
     for tg in rd.targets:
-      pools[tg.pool] = _write(pools[tg.pool], payload, ctx.dyn(tg.slot, it),
+      slot = ctx.dyn(tg.slot, it)
+      if order is not None:
+        slot = order.slot(slot)
+      pools[tg.pool] = _write(pools[tg.pool], payload, slot,
                               ctx.table(tg.row))
 
   def _sends(self, ctx: _Ctx, tick: Tick, ports: Sequence[Any],
-             pools: list[Any], it: Any, remote: bool | None = None) -> None:
+             pools: list[Any], it: Any, remote: bool | None = None,
+             order: _stash_order.Order | None = None) -> None:
     """Writes the tick's rounds (only the remote or local ones if given)."""
     for rd in tick.sends:
       if remote is not None and rd.remote != remote:
@@ -256,7 +266,7 @@ class Lowering:
       if rd.remote:
         with jax.named_scope(SCOPES["ppermute"]):
           payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
-      self._write_targets(ctx, rd, payload, pools, it)
+      self._write_targets(ctx, rd, payload, pools, it, order)
 
   def _read_index(self, ctx: _Ctx, tick: Tick, it: Any) -> list[tuple]:
     """``(slot or row start, row)`` of each read port of the tick."""
@@ -377,25 +387,34 @@ class Lowering:
         return tuple(zeros_out()), accs
       return idle
 
-    kernel = self.plan.kernels[kid]
-
     def run(vals: dict[str, Any], accs: tuple) -> Any:
       ports = zeros_out()
-      dvals = [self._read_port(tick.reads[p], vals["index"][p],
-                               vals["pools"], vals["batch"])
-               for p in tick.in_map[kid]]
-      pvals = self._params(ctx, kernel, pbuf, slots)
-      kctx = {"row_offset": ctx.table(tick.row_offset)}
-      with jax.named_scope(SCOPES["kernel"]), \
-           jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
-        outs, gvals = kernel.fn(kctx, pvals, dvals)
+      acc = dict(zip(keys, accs))
+      outs = self._run_kernel(ctx, tick, kid, vals, acc, pbuf, slots)
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
-      acc = dict(zip(keys, accs))
-      if kernel.grads:
-        self._accumulate(ctx, kernel, gvals, acc)
       return tuple(ports), tuple(acc[k] for k in keys)
     return run
+
+  def _run_kernel(self, ctx: _Ctx, tick: Tick, kid: int,
+                  vals: dict[str, Any], acc: dict[tuple, Any],
+                  pbuf: dict[str, Any], slots: Sequence[Sequence[Any]]
+                  ) -> Sequence[Any]:
+    """Reads kernel ``kid``'s inputs from ``vals`` (the stash, the batch
+    and the read indices), runs it, adds its parameter gradients into
+    ``acc`` (in place) and returns its outputs."""
+    kernel = self.plan.kernels[kid]
+    dvals = [self._read_port(tick.reads[p], vals["index"][p],
+                             vals["pools"], vals["batch"])
+             for p in tick.in_map[kid]]
+    pvals = self._params(ctx, kernel, pbuf, slots)
+    kctx = {"row_offset": ctx.table(tick.row_offset)}
+    with jax.named_scope(SCOPES["kernel"]), \
+         jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
+      outs, gvals = kernel.fn(kctx, pvals, dvals)
+    if kernel.grads:
+      self._accumulate(ctx, kernel, gvals, acc)
+    return outs
 
   def _compute(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
                accs: tuple, tacc: Sequence[Any], it: Any,
@@ -483,22 +502,27 @@ class Lowering:
     run = list(ticks)
     flushes = _flushes.remote_flushes(self.plan.ticks, run)
     held: dict[int, Sequence[Any]] = {}
+    order = _stash_order.Order(ctx.dev)
     for i, t in enumerate(run):
       if i:
         self._sends(ctx, self.plan.ticks[run[i - 1]], held[i - 1], pools, it,
-                    remote=False)
-      self._flush(ctx, run, flushes[i], held, pools, it)
-      accs, tacc, held[i] = self._compute(ctx, self.plan.ticks[t], pools,
-                                          accs, tacc, it, pbuf, slots, batch)
+                    remote=False, order=order)
+      self._flush(ctx, run, flushes[i], held, pools, it, order)
+      tick = self.plan.ticks[t]
+      accs, tacc, held[i] = self._compute(ctx, tick, pools, accs, tacc, it,
+                                          pbuf, slots, batch)
+      if any(rp.kind == "pool" for rp in tick.reads):
+        # One output of the switch is enough: it follows all its reads.
+        order.after(held[i][:1])
     if run:
       self._sends(ctx, self.plan.ticks[run[-1]], held[len(run) - 1], pools,
-                  it, remote=False)
-      self._flush(ctx, run, flushes[-1], held, pools, it)
+                  it, remote=False, order=order)
+      self._flush(ctx, run, flushes[-1], held, pools, it, order)
     return tuple(pools), accs, tacc
 
   def _flush(self, ctx: _Ctx, run: Sequence[int], positions: Sequence[int],
              held: dict[int, Sequence[Any]], pools: list[Any],
-             it: Any) -> None:
+             it: Any, order: _stash_order.Order | None = None) -> None:
     """Writes the held remote rounds of the ticks at ``positions``.
 
     Rounds of equal payload shape whose senders and receivers are disjoint
@@ -523,7 +547,7 @@ class Lowering:
       with jax.named_scope(SCOPES["ppermute"]):
         payload = lax.ppermute(payload, self.pipe, perm=perm)
       for _, rd in members:
-        self._write_targets(ctx, rd, payload, pools, it)
+        self._write_targets(ctx, rd, payload, pools, it, order)
 
   def _interp(self, ctx: _Ctx, seg: Any, state: tuple, pbuf: dict[str, Any],
               slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:
