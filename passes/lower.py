@@ -24,7 +24,9 @@ iteration.
 Segments of the plan: straight runs are unrolled; loops become a
 ``fori_loop`` whose body unrolls one period (the micro-batch of every slot
 index is the iteration plus a constant); long ramps become a ``fori_loop``
-over ticks with one switch over all their kernels (``passes.interp``). Each
+over ticks whose kernels each run in a 0/1-trip while loop updating their
+out ports and accumulators in place (``passes.interp``,
+``passes.predicated``: no switch passing every accumulator through). Each
 run, loop iteration and ramp ends by writing its last tick's messages, so no
 out ports cross a boundary.
 
@@ -75,6 +77,7 @@ from . import fsdp as _fsdp
 from . import gather as _gather
 from . import outputs as _outputs
 from . import pack_local as _pack_local
+from . import predicated as _predicated
 from . import stash_order as _stash_order
 from .kernels import KernelSet
 from .packing import Layout, read_region, unpack_grads
@@ -398,14 +401,18 @@ class Lowering:
 
   def _run_kernel(self, ctx: _Ctx, tick: Tick, kid: int,
                   vals: dict[str, Any], acc: dict[tuple, Any],
-                  pbuf: dict[str, Any], slots: Sequence[Sequence[Any]]
-                  ) -> Sequence[Any]:
+                  pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
+                  salt: Any = None) -> Sequence[Any]:
     """Reads kernel ``kid``'s inputs from ``vals`` (the stash, the batch
     and the read indices), runs it, adds its parameter gradients into
-    ``acc`` (in place) and returns its outputs."""
+    ``acc`` (in place) and returns its outputs. ``salt`` (a traced zero)
+    is added to the read indices so the kernel depends on it."""
     kernel = self.plan.kernels[kid]
-    dvals = [self._read_port(tick.reads[p], vals["index"][p],
-                             vals["pools"], vals["batch"])
+    index = vals["index"]
+    if salt is not None:
+      index = [(ix[0] + salt, ix[1]) for ix in index]
+    dvals = [self._read_port(tick.reads[p], index[p], vals["pools"],
+                             vals["batch"])
              for p in tick.in_map[kid]]
     pvals = self._params(ctx, kernel, pbuf, slots)
     kctx = {"row_offset": ctx.table(tick.row_offset)}
@@ -415,6 +422,33 @@ class Lowering:
     if kernel.grads:
       self._accumulate(ctx, kernel, gvals, acc)
     return outs
+
+  def _compute_interp(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
+                      accs: tuple, tacc: Sequence[Any], pbuf: dict[str, Any],
+                      slots: Sequence[Sequence[Any]], batch: Sequence[Any],
+                      ports: Sequence[Any], order: _stash_order.Order
+                      ) -> tuple:
+    """An interp tick: every kernel in a 0/1-trip while loop updating its
+    out ports and accumulators in place (``passes.predicated``); no switch,
+    no pass-through copies, no zero-filled ports."""
+    if len(tick.branches) == 1:
+      return self._compute(ctx, tick, pools, accs, tacc, 0, pbuf, slots,
+                           batch)
+    if any(kid is not None and self._collective(self.plan.kernels[kid])
+           for kid in tick.branches):
+      raise AssertionError(
+          f"interp tick at step {tick.step}: a kernel reading a sharded"
+          f" parameter would run on only some devices (its collective"
+          f" could hang)")
+    vals = {"pools": tuple(pools), "batch": tuple(batch),
+            "index": self._read_index(ctx, tick, 0)}
+    accs, ports = _predicated.run_kernels(
+        self, ctx, tick,
+        lambda kid, acc, salt: self._run_kernel(ctx, tick, kid, vals, acc,
+                                                pbuf, slots, salt),
+        ports, accs, order)
+    tacc = self._terminals(ctx, tick, ports, list(tacc), 0)
+    return accs, tuple(tacc), tuple(ports)
 
   def _compute(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
                accs: tuple, tacc: Sequence[Any], it: Any,
@@ -557,15 +591,22 @@ class Lowering:
     ports0 = tuple(jnp.zeros(a.shape, a.dtype) for a in spec.out_ports)
 
     def body(tau, carry):
-      pools, accs, tacc, ports = carry
+      pools, accs, tacc, ports, token = carry
       pools = list(pools)
       c = ctx.at(tau)
-      self._sends(c, spec, ports, pools, 0)
-      accs, tacc, ports = self._compute(c, spec, pools, accs, tacc, 0, pbuf,
-                                        slots, batch)
-      return tuple(pools), accs, tacc, ports
+      # The writes follow the previous tick's kernels (their stash reads);
+      # the kernels' in-place loops follow this tick's sends (port reads).
+      order = _stash_order.Order(c.dev)
+      order.add(token)
+      self._sends(c, spec, ports, pools, 0, order=order)
+      order.after(pools)
+      accs, tacc, ports = self._compute_interp(c, spec, pools, accs, tacc,
+                                               pbuf, slots, batch, ports,
+                                               order)
+      return tuple(pools), accs, tacc, ports, order.token
 
-    pools, accs, tacc, ports = lax.fori_loop(0, n, body, state + (ports0,))
+    pools, accs, tacc, ports, _ = lax.fori_loop(
+        0, n, body, state + (ports0, jnp.int32(0)))
     pools = list(pools)
     self._sends(ctx.at(n), spec, ports, pools, 0)
     return tuple(pools), accs, tacc

@@ -25,8 +25,9 @@ import jax.numpy as jnp
 
 
 def _scalar(v: Any) -> Any:
-  """An int32 scalar that depends on ``v`` (its first element)."""
-  return (jnp.ravel(v)[0] != 0).astype(jnp.int32)
+  """An int32 scalar that depends on ``v``: its first element, indexed
+  (``ravel`` of a value split over a GSPMD axis made XLA gather it whole)."""
+  return (v[(0,) * v.ndim] != 0).astype(jnp.int32)
 
 
 class Order:
@@ -40,12 +41,20 @@ class Order:
     self._guard = dev < 0
     self._token: Any = None
 
+  @property
+  def token(self) -> Any:
+    """The token so far (an int32 scalar; 0 when nothing was recorded)."""
+    return jnp.int32(0) if self._token is None else self._token
+
+  def add(self, token: Any) -> None:
+    """Later writes follow whatever computed the int32 scalar ``token``."""
+    self._token = token if self._token is None else self._token + token
+
   def after(self, values: Sequence[Any]) -> None:
     """Later writes follow the computation of every one of ``values``."""
     for v in values:
       if getattr(v, "size", 0):
-        t = _scalar(v)
-        self._token = t if self._token is None else self._token + t
+        self.add(_scalar(v))
 
   def slot(self, slot: Any) -> Any:
     """``slot``, made dependent on every read recorded so far."""
