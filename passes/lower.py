@@ -536,7 +536,10 @@ class Lowering:
     run = list(ticks)
     flushes = _flushes.remote_flushes(self.plan.ticks, run)
     held: dict[int, Sequence[Any]] = {}
-    order = _stash_order.Order(ctx.dev)
+    # Only a loop body needs the writes ordered after the reads (its
+    # carried stash must stay in place); unrolled ticks are left alone.
+    order = (_stash_order.Order(ctx.dev)
+             if not isinstance(it, (int, np.integer)) else None)
     for i, t in enumerate(run):
       if i:
         self._sends(ctx, self.plan.ticks[run[i - 1]], held[i - 1], pools, it,
@@ -545,7 +548,7 @@ class Lowering:
       tick = self.plan.ticks[t]
       accs, tacc, held[i] = self._compute(ctx, tick, pools, accs, tacc, it,
                                           pbuf, slots, batch)
-      if any(rp.kind == "pool" for rp in tick.reads):
+      if order is not None and any(rp.kind == "pool" for rp in tick.reads):
         # One output of the switch is enough: it follows all its reads.
         order.after(held[i][:1])
     if run:
