@@ -27,6 +27,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import lowering_bench_lib, train_lib
+from experiments import realtime as realtime_
 from tessel_jax import placements
 
 PARTS = ("accuracy", "profiling")
@@ -78,7 +79,7 @@ def accuracy_case(placement: str, n: int, args: Any) -> dict[str, Any]:
   measured_ms = wall * 1e3
   return {
       "placement": graph.name, "n": n, "devices": len(jax.devices()),
-      "realtime": _realtime_now(),
+      "realtime": realtime_.realtime_now(),
       "predicted_ms": round(rep.predicted_step_ms, 3),
       "measured_ms": round(measured_ms, 3),
       "ratio": round(rep.predicted_step_ms / measured_ms, 4),
@@ -121,12 +122,8 @@ def _run_worker(placement: str, n: int, args: Any) -> dict[str, Any]:
 
   def setup() -> None:
     os.sched_setaffinity(0, cores)
-    if realtime:
-      try:  # needs root or CAP_SYS_NICE; the worker reports what it got
-        os.sched_setscheduler(0, os.SCHED_RR,
-                              os.sched_param(REALTIME_PRIORITY))
-      except (OSError, AttributeError):
-        pass
+    if realtime:  # the worker reports what it got
+      realtime_.realtime_process()
 
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
                         check=False, preexec_fn=setup)
@@ -135,21 +132,6 @@ def _run_worker(placement: str, n: int, args: Any) -> dict[str, Any]:
     raise RuntimeError(f"cost_bench worker {placement}:{n} failed:\n"
                        f"{proc.stderr[-4000:]}")
   return json.loads(lines[-1]) | {"cores": cores}
-
-
-# On a machine shared with other jobs, a worker at real-time (round-robin)
-# priority runs its two devices undisturbed (the kernel still leaves other
-# processes 5% of every second); without it both the profile and the timed
-# steps carry the other jobs' load. Round-robin, not FIFO: threads pinned to
-# one core while a kernel is profiled must still take turns.
-REALTIME_PRIORITY = 10
-
-
-def _realtime_now() -> bool:
-  try:
-    return os.sched_getscheduler(0) in (os.SCHED_RR, os.SCHED_FIFO)
-  except (OSError, AttributeError):
-    return False
 
 
 def part_accuracy(args: Any, log: Callable[[str], None]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ where allowed, so other jobs on a shared machine take at most the 5% the
 kernel leaves them.
 The parent runs rounds (every variant once per round, shuffled) and keeps
 rounds in which the rest of the machine used under ``quiet_cores`` of the
-timed worker's cores in each timing (:func:`busy_jiffies`); if none is
+timed worker's cores in each timing (``workers.Worker.time``); if none is
 quiet, all are used and the JSON says so. Per variant: median wall and CPU ms, the paired
 ratio (per round, then the median) to each plain baseline, and for the
 pipelines the predicted step (``report.predicted_step_ms``), the largest
@@ -32,9 +32,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,8 +43,7 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import gpt_profile, runs, step_profile
-from experiments.peer_bench_lib import USER_HZ
+from experiments import gpt_profile, realtime, runs, step_profile, workers
 from tessel_jax import placements as _placements
 from tessel_jax.search import plan_graph
 
@@ -90,11 +87,6 @@ def xla_flags(worker: str) -> str:
   devices = 2 if worker == "pipe" else 1
   return " ".join((f"--xla_force_host_platform_device_count={devices}",)
                   + SINGLE_THREAD)
-
-
-def _cpu_s() -> float:
-  r = resource.getrusage(resource.RUSAGE_SELF)
-  return r.ru_utime + r.ru_stime
 
 
 def _inputs(args: SpeedupArgs) -> tuple[Any, Any]:
@@ -153,28 +145,6 @@ def _rel_err(got: Any, want: Any) -> float:
   return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
-# Round-robin real-time priority for the timed calls only (as cost_bench's
-# workers): the kernel still leaves other processes 5% of every second, and
-# the builds, profiles and compiles before it run at normal priority.
-REALTIME_PRIORITY = 10
-
-
-def realtime_threads() -> int:
-  """Puts every thread of this process (XLA's device threads included) at
-  ``SCHED_RR``; returns how many threads it could set (needs root or
-  CAP_SYS_NICE)."""
-  done = 0
-  try:
-    tids = os.listdir("/proc/self/task")
-    for tid in tids:
-      os.sched_setscheduler(int(tid), os.SCHED_RR,
-                            os.sched_param(REALTIME_PRIORITY))
-      done += 1
-  except (OSError, AttributeError):
-    pass
-  return done
-
-
 def worker(args: SpeedupArgs) -> int:
   """Builds this process's programs, then answers ``time NAME`` lines."""
   runs: dict[str, Callable[[], Any]] = {}
@@ -183,7 +153,7 @@ def worker(args: SpeedupArgs) -> int:
   # the layers and blocks are profiled as fast as the timed program runs.
   # Profiled at normal priority under a load average of 20, the kernels ran
   # 16-18% slower than inside the program timed at real-time priority.
-  got = realtime_threads() if args.realtime else 0
+  got = realtime.realtime_threads() if args.realtime else 0
   if args.worker in PLAIN:
     runs[args.worker], _ = plain_program(args)
     built.append({"variant": args.worker})
@@ -203,7 +173,7 @@ def worker(args: SpeedupArgs) -> int:
       built.append(row)
   for run in runs.values():
     jax.block_until_ready(run())
-  got = max(got, realtime_threads() if args.realtime else 0)
+  got = max(got, realtime.realtime_threads() if args.realtime else 0)
   for row in built:  # profiled at the timing's priority
     hlo = row.pop("hlo", None)
     if args.profile and hlo is not None:
@@ -211,81 +181,30 @@ def worker(args: SpeedupArgs) -> int:
                                                  2, 3)
     print(json.dumps({"built": row}), flush=True)
   print(json.dumps({"ready": True, "realtime_threads": got}), flush=True)
-  for line in sys.stdin:
-    cmd = line.split()
-    if not cmd or cmd[0] == "quit":
-      break
-    c0, t0 = _cpu_s(), time.perf_counter()
-    jax.block_until_ready(runs[cmd[1]]())
-    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu}), flush=True)
+  workers.serve(runs)
   return 0
 
 
-def busy_jiffies(cores: Sequence[int]) -> int:
-  """Busy jiffies of ``cores`` (``/proc/stat`` cpuN lines: all but idle and
-  iowait): a worker's timing counts only the load on its own cores."""
-  want = {f"cpu{c}" for c in cores}
-  total = 0
-  with open("/proc/stat") as f:
-    for line in f:
-      parts = line.split()
-      if parts and parts[0] in want:
-        fields = [int(x) for x in parts[1:]]
-        total += sum(fields) - fields[3] - (fields[4] if len(fields) > 4
-                                            else 0)
-  return total
+def _start(kind: str, cores: Sequence[int], args: SpeedupArgs,
+           cache_dir: str, log: Callable[[str], None]) -> workers.Worker:
+  """One worker process on ``cores`` with its XLA flags and ``cache_dir``
+  as its tessel_jax cache."""
+  cmd = [sys.executable, "-m", "experiments.inference_speedup",
+         f"--worker={kind}", f"--placements={','.join(args.placements)}",
+         f"--microbatches={args.microbatches}", f"--vocab={args.vocab}",
+         f"--d_model={args.d_model}", f"--layers={args.layers}",
+         f"--heads={args.heads}", f"--seq={args.seq}",
+         f"--rows={args.rows}", f"--profile_rounds={args.profile_rounds}",
+         f"--{'' if args.profile else 'no'}profile",
+         f"--{'' if args.realtime else 'no'}realtime",
+         f"--seed={args.seed}", "--output="]
+  env = dict(os.environ, XLA_FLAGS=xla_flags(kind), JAX_PLATFORMS="cpu",
+             TESSEL_JAX_CACHE=cache_dir)
+  return workers.Worker(f"inference_speedup worker {kind}", cmd, cores, env,
+                        log)
 
 
-class _Worker:
-  """One worker process on ``cores``, spoken to over stdin/stdout."""
-
-  def __init__(self, kind: str, cores: Sequence[int], args: SpeedupArgs,
-               cache_dir: str, log: Callable[[str], None]):
-    cmd = [sys.executable, "-m", "experiments.inference_speedup",
-           f"--worker={kind}", f"--placements={','.join(args.placements)}",
-           f"--microbatches={args.microbatches}", f"--vocab={args.vocab}",
-           f"--d_model={args.d_model}", f"--layers={args.layers}",
-           f"--heads={args.heads}", f"--seq={args.seq}",
-           f"--rows={args.rows}", f"--profile_rounds={args.profile_rounds}",
-           f"--{'' if args.profile else 'no'}profile",
-           f"--{'' if args.realtime else 'no'}realtime",
-           f"--seed={args.seed}", "--output="]
-    env = dict(os.environ, XLA_FLAGS=xla_flags(kind), JAX_PLATFORMS="cpu",
-               TESSEL_JAX_CACHE=cache_dir)
-    self.kind = kind
-    self.cores = list(cores)
-    self.proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=env, preexec_fn=lambda: os.sched_setaffinity(0, cores))
-    self.built: list[dict] = []
-    while True:
-      msg = self._read()
-      if "ready" in msg:
-        self.realtime_threads = msg["realtime_threads"]
-        break
-      self.built.append(msg["built"] | {"cores": list(cores)})
-      log(f"built {self.built[-1]}")
-
-  def _read(self) -> dict:
-    line = self.proc.stdout.readline()
-    if not line:
-      raise RuntimeError(f"inference_speedup worker {self.kind} ended early"
-                         f" (exit {self.proc.wait()}); see its stderr above")
-    return json.loads(line)
-
-  def time(self, name: str) -> dict:
-    self.proc.stdin.write(f"time {name}\n")
-    self.proc.stdin.flush()
-    return self._read()
-
-  def close(self) -> None:
-    self.proc.stdin.write("quit\n")
-    self.proc.stdin.close()
-    self.proc.wait()
-
-
-def rounds(workers: dict[str, _Worker], names: Sequence[str],
+def rounds(procs: dict[str, workers.Worker], names: Sequence[str],
            args: SpeedupArgs, log: Callable[[str], None]) -> list[dict]:
   """Every variant once per round, shuffled; ``others_cores`` per timing."""
   rng = random.Random(args.seed)
@@ -295,13 +214,9 @@ def rounds(workers: dict[str, _Worker], names: Sequence[str],
     rng.shuffle(order)
     times, worst = {}, 0.0
     for name in order:
-      w = workers[name if name in PLAIN else "pipe"]
-      j0, t0 = busy_jiffies(w.cores), time.perf_counter()
-      res = w.time(name)
-      wall = time.perf_counter() - t0
-      others = ((busy_jiffies(w.cores) - j0) / USER_HZ - res["cpu_s"]) / wall
-      worst = max(worst, others)
-      times[name] = res | {"others_cores": round(others, 3)}
+      res = procs[name if name in PLAIN else "pipe"].time(name)
+      worst = max(worst, res["others_cores"])
+      times[name] = res
     quiet = worst < args.quiet_cores
     out.append({"round": r, "quiet": quiet,
                 "worst_others_cores": round(worst, 3), "times": times,
@@ -368,25 +283,25 @@ def main(args: SpeedupArgs) -> int:
   if len(cores) < 2:
     raise RuntimeError("inference_speedup needs 2 cores (pipe worker)")
   kinds = {"plain_1core": cores[:1], "plain_2core": cores, "pipe": cores}
-  workers: dict[str, _Worker] = {}
+  procs: dict[str, workers.Worker] = {}
   load_start = list(os.getloadavg())
   # A fresh profile cache: every run measures the layers and blocks anew.
   cache = tempfile.TemporaryDirectory(prefix="tessel_speedup_cache_")
   try:
     for k, c in kinds.items():  # one at a time: builds do not share cores
-      workers[k] = _Worker(k, c, args, cache.name, log)
+      procs[k] = _start(k, c, args, cache.name, log)
     names = list(PLAIN) + list(args.placements)
-    rounds_ = rounds(workers, names, args, log)
+    rounds_ = rounds(procs, names, args, log)
   finally:
-    for w in workers.values():
+    for w in procs.values():
       w.close()
     cache.cleanup()
-  built = [b for w in workers.values() for b in w.built]
+  built = [b for w in procs.values() for b in w.built]
   summary = summarise(rounds_, names)
   table = markdown(built, summary)
   record = {"args": args._asdict(), "cores": cores, "built": built,
-            "realtime_threads": {k: w.realtime_threads
-                                 for k, w in workers.items()},
+            "realtime_threads": {k: w.ready["realtime_threads"]
+                                 for k, w in procs.items()},
             "summary": summary, "rounds": rounds_, "table": table,
             "load_average_start": load_start,
             "load_average_end": list(os.getloadavg())}

@@ -2,6 +2,7 @@
 
   python -m experiments.peer_bench                    # the issue-15 table
   python -m experiments.peer_bench --rounds=3 --ns=8  # quicker
+  python -m experiments.peer_bench --stages=4         # the 4-stage work ratio
 
 An MLP (``--layers`` x ``tanh(h @ W + b)``, width ``--hidden``, ``--rows``
 rows per micro-batch) trained for one step, N = ``--ns``, on 2 fake
@@ -13,11 +14,20 @@ hand-written GPipe (``experiments.peer_gpipe``: ``shard_map`` + ``ppermute``,
 stacked stage params, a scan over N + S - 1 ticks, ``jax.grad`` through it),
 and tessel_jax on ``vshape(2)``: searched, ``plan="gpipe"``,
 ``plan="1f1b"`` and the searched schedule lowered compact
-(``tj_compact``: ``interpret_ramps=0``, each kernel body once). MaxText's pipeline layer is an optional peer not installed
-here (recorded as skipped).
+(``tj_compact``: ``interpret_ramps=0``, each kernel body once). MaxText's
+pipeline layer is an optional peer not installed here (recorded as skipped).
 
-Per variant: median step ms over quiet rounds, CPU ms, paired ratio to the
-hand-written GPipe, first call s (trace + search + compile + run), compile
+``--stages=4`` puts the pipelined variants on 4 fake devices (still on the
+same 2 cores; 8 layers by default) for the issue's work ratio: the hand
+GPipe (4 stages of 2 layers), tessel_jax's ``plan="gpipe"`` on
+``vshape(4)``, and the schedules searched on ``mshape(4)`` (the first 4
+layers on all devices, rows split, then one layer per device) and
+``zbv(4)`` (8 one-layer stages, two per device, split backward); plain
+``jax.jit`` on one core gives the useful work. Every device holds 2 layers'
+work per micro-batch in each.
+
+Per variant: median step ms over quiet rounds, CPU ms, paired ratios to the
+hand-written GPipe (wall, and CPU: the work ratio), first call s (trace + search + compile + run), compile
 s, XLA temp bytes (``compiled.memory_analysis()``) and HLO size. Every
 variant is timed once per round in shuffled order; ``/proc/stat`` is read
 around each timing and a round is kept only when the rest of the machine
@@ -43,7 +53,7 @@ def main(argv: list[str]) -> None:
   args = peer_bench_args.from_flags()
   if args.worker is not None:
     # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
-    devices = 2 if args.worker == "pipe" else 1
+    devices = args.stages if args.worker == "pipe" else 1
     flags = [f"--xla_force_host_platform_device_count={devices}",
              "--xla_cpu_multi_thread_eigen=false",
              "intra_op_parallelism_threads=1"]

@@ -8,11 +8,16 @@ from __future__ import annotations
 from absl import app, flags
 
 from experiments import cli
-from experiments.peer_bench_lib import VARIANTS, PeerArgs
+from experiments.peer_bench_lib import DEFAULT_VARIANTS, VARIANTS, PeerArgs
 
 flags.DEFINE_integer("hidden", 1024, "Width of the MLP (4 layers"
                      " tanh(h @ W + b) by default).")
-flags.DEFINE_integer("layers", 4, "Layers of the MLP (even: 2 stages).")
+flags.DEFINE_integer("layers", None, "Layers of the MLP, a multiple of"
+                     " --stages (of 2 x --stages with tj_mshape or tj_zbv);"
+                     " default 4 at 2 stages, 8 at 4.")
+flags.DEFINE_enum("stages", "2", ["2", "4"], "Pipeline stages = fake CPU"
+                  " devices of the pipelined variants (pinned to the same 2"
+                  " cores); 4: the issue's 4-stage work ratio.")
 flags.DEFINE_integer("rows", 256, "Rows per micro-batch.")
 flags.DEFINE_list("ns", ["8", "32"], "Micro-batch counts N.")
 flags.DEFINE_integer("rounds", 7, "Timing rounds (every variant once per"
@@ -21,7 +26,9 @@ flags.DEFINE_float("quiet_cores", 0.15, "A round counts when the rest of the"
                    " machine used fewer cores than this in each timing.")
 flags.DEFINE_enum("cost", "measured", ["measured", "uniform"],
                   "tessel_jax's cost mode for its variants.")
-flags.DEFINE_list("variants", list(VARIANTS), "Variants to build and time.")
+flags.DEFINE_list("variants", None, "Variants to build and time; default"
+                  f" {list(DEFAULT_VARIANTS[2])} at 2 stages,"
+                  f" {list(DEFAULT_VARIANTS[4])} at 4.")
 flags.DEFINE_integer("seed", 0, "Parameter seed (batch: seed + 1) and the"
                      " seed of the round order.")
 flags.DEFINE_string("output", "results/peer_bench/peer_bench.json",
@@ -38,23 +45,29 @@ def from_flags() -> PeerArgs:
   """
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
-  bad = [v for v in f.variants if v not in VARIANTS]
+  stages = int(f.stages)
+  variants = tuple(f.variants or DEFAULT_VARIANTS[stages])
+  bad = [v for v in variants if v not in VARIANTS]
   if bad:
     raise app.UsageError(f"unknown --variants {bad}; choose from {VARIANTS}")
   try:
     ns = tuple(int(n) for n in f.ns)
   except ValueError:
     raise app.UsageError(f"--ns must be integers: {f.ns}") from None
-  if any(n < 2 or n % 2 for n in ns):
-    raise app.UsageError(f"--ns must be even numbers >= 2 (data parallel"
-                         f" splits N over 2 devices): {ns}")
-  if f.layers < 2 or f.layers % 2:
-    raise app.UsageError(f"--layers must be even (two stages): {f.layers}")
+  if any(n < 2 or n % stages for n in ns):
+    raise app.UsageError(f"--ns must be multiples of --stages={stages}"
+                         f" (data parallel splits N over the devices): {ns}")
+  layers = f.layers or 2 * stages
+  unit = 2 * stages if {"tj_mshape", "tj_zbv"} & set(variants) else stages
+  if layers < unit or layers % unit:
+    raise app.UsageError(f"--layers={layers} must be a multiple of {unit}"
+                         f" ({stages} stages; tj_mshape and tj_zbv split"
+                         f" them into 2 x {stages} blocks)")
   if f.hidden < 1 or f.rows < 1 or f.rounds < 1:
     raise app.UsageError("--hidden, --rows and --rounds must be >= 1")
   if f.worker not in (None, "plain_1core", "plain_2core", "pipe"):
     raise app.UsageError("--worker is internal")
-  return PeerArgs(hidden=f.hidden, layers=f.layers, rows=f.rows, ns=ns,
-                  rounds=f.rounds, quiet_cores=f.quiet_cores, cost=f.cost,
-                  variants=tuple(f.variants), seed=f.seed,
+  return PeerArgs(hidden=f.hidden, layers=layers, stages=stages, rows=f.rows,
+                  ns=ns, rounds=f.rounds, quiet_cores=f.quiet_cores,
+                  cost=f.cost, variants=variants, seed=f.seed,
                   output=f.output or None, worker=f.worker)

@@ -2,13 +2,16 @@
 
 Three worker processes hold the variants, built once (first call, compile,
 memory, HLO size measured there): plain ``jax.jit`` on one device pinned to
-one core, the same given both cores, and a 2-device process on both cores
-(data parallel, the hand-written GPipe of ``experiments.peer_gpipe``, and
-tessel_jax's searched, ``plan="gpipe"`` and ``plan="1f1b"`` programs). The
-parent then runs rounds: every (variant, N) once per round in shuffled
-order, reading ``/proc/stat`` around each timing; a round counts only when,
-in every one of its timings, the CPU the rest of the machine used (busy
-jiffies minus the worker's own CPU time) stayed under ``quiet_cores``.
+one core, the same given both cores, and a process of ``stages`` fake
+devices on both cores (data parallel, the hand-written GPipe of
+``experiments.peer_gpipe``, and tessel_jax's programs: searched,
+``plan="gpipe"`` and ``plan="1f1b"`` on ``vshape``, searched on ``mshape``
+and ``zbv``), spoken to through ``experiments.workers``. The parent then
+runs rounds: every (variant, N) once per round in shuffled order, reading
+``/proc/stat`` around each timing; a round counts only when, in every one
+of its timings, the CPU the rest of the machine used on the worker's cores
+(busy jiffies minus the worker's own CPU time) stayed under
+``quiet_cores``.
 """
 
 from __future__ import annotations
@@ -17,30 +20,34 @@ import json
 import os
 import random
 import re
-import resource
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import tessel_jax as tj
-from experiments import hlo_breakdown, hlo_count, runs
+from experiments import hlo_breakdown, hlo_count, runs, workers
 from experiments import lowering_bench_lib as lb
 from experiments import peer_gpipe as pg
 from tessel_jax import placements
 
 VARIANTS = ("plain_1core", "plain_2core", "data_parallel", "hand_gpipe",
-            "tj_searched", "tj_gpipe", "tj_1f1b", "tj_compact")
-PROCESSES = {"plain_1core": ("one", 1), "plain_2core": ("one", 2),
-             "pipe": ("two", 2)}
+            "tj_searched", "tj_gpipe", "tj_1f1b", "tj_compact", "tj_mshape",
+            "tj_zbv")
+# The default variants: issue 15's 2-stage table, and at 4 stages its work
+# ratio (searched mshape and zbv against the hand GPipe; plain jit on one
+# core is the useful work, tessel_jax's GPipe the same placement as the hand
+# one).
+DEFAULT_VARIANTS = {2: VARIANTS[:8],
+                    4: ("plain_1core", "hand_gpipe", "tj_gpipe", "tj_mshape",
+                        "tj_zbv")}
 MAXTEXT_SKIP = ("MaxText is not installed here; it stays an optional peer"
                 " (its wheel wants Python >= 3.12 and jax >= 0.11.1, see"
                 " issue 15), so its row is skipped")
-USER_HZ = os.sysconf("SC_CLK_TCK")
 
 
 class PeerArgs(NamedTuple):
@@ -48,6 +55,7 @@ class PeerArgs(NamedTuple):
 
   hidden: int = 1024
   layers: int = 4
+  stages: int = 2
   rows: int = 256
   ns: tuple[int, ...] = (8, 32)
   rounds: int = 7
@@ -62,11 +70,6 @@ class PeerArgs(NamedTuple):
 # --- the worker: builds its variants, then times on request -------------------
 
 
-def _cpu_s() -> float:
-  r = resource.getrusage(resource.RUSAGE_SELF)
-  return r.ru_utime + r.ru_stime
-
-
 def _hlo_stats(compiled: Any, args: PeerArgs) -> dict[str, Any]:
   """XLA temp bytes, HLO size (with and without the op_name metadata,
   which grows with name scopes) and parameter-sized work per place
@@ -74,12 +77,46 @@ def _hlo_stats(compiled: Any, args: PeerArgs) -> dict[str, Any]:
   layers' (stacked or single) weight and bias shapes)."""
   ma = compiled.memory_analysis()
   text = compiled.as_text()
-  h, per = args.hidden, args.layers // 2
+  h, per = args.hidden, args.layers // args.stages
   shapes = [(h, h), (h,), (per, h, h), (per, h), (1, per, h, h), (1, per, h)]
   bare = re.sub(r", metadata=\{[^}]*\}", "", text)
   return {"temp_bytes": int(ma.temp_size_in_bytes), "hlo_chars": len(text),
           "hlo_chars_no_metadata": len(bare),
           "param_ops": hlo_count.param_ops(text, shapes)}
+
+
+def marked_loss(block_layers: Sequence[int]) -> Callable[[Any, Any], Any]:
+  """The MLP loss of ``experiments.peer_gpipe`` (same parameters), with a
+  ``tj.boundary`` after each block of ``block_layers[i]`` layers."""
+
+  def loss(params: list[dict[str, Any]], batch: Any) -> Any:
+    h, i = batch["x"], 0
+    for b, count in enumerate(block_layers):
+      for p in params[i:i + count]:
+        h = jnp.tanh(h @ p["w"] + p["b"])
+      i += count
+      if b + 1 < len(block_layers):
+        h = tj.boundary(h)
+    return jnp.mean((h - batch["y"]) ** 2)
+  return loss
+
+
+def tj_layout(name: str, layers: int, stages: int
+              ) -> tuple[Any, list[int]]:
+  """``(placement, layers per forward block)`` of a tessel_jax variant.
+
+  ``vshape(S)`` (searched, GPipe, 1F1B, compact) holds ``L / S`` layers per
+  stage as the hand GPipe does; ``mshape(S)`` runs the first half of the
+  layers on all ``S`` devices (rows split) and then ``L / 2S`` per device;
+  ``zbv(S)`` chains ``2S`` blocks of ``L / 2S``, two per device. Every
+  device does ``L / S`` layers of work per micro-batch in each.
+  """
+  if name == "tj_mshape":
+    return (placements.mshape(stages),
+            [layers // 2] + [layers // (2 * stages)] * stages)
+  if name == "tj_zbv":
+    return placements.zbv(stages), [layers // (2 * stages)] * (2 * stages)
+  return placements.vshape(stages), [layers // stages] * stages
 
 
 def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
@@ -91,31 +128,31 @@ def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
   if name.startswith("plain"):
     return (lambda: jax.jit(jax.value_and_grad(pg.plain_loss(n))),
             (params, batch))
-  mesh = jax.make_mesh((2,), ("pipe",), axis_types=auto)
+  mesh = jax.make_mesh((args.stages,), ("pipe",), axis_types=auto)
   if name == "data_parallel":
     return lambda: pg.data_parallel_step(mesh, "pipe", n), (params, batch)
   if name == "hand_gpipe":
     return (lambda: pg.gpipe_step(mesh, "pipe", n),
-            (pg.stack_stages(params, 2), batch))
-  fn, _ = lb.chain_model(2, args.hidden, args.layers // 2, args.seed)
-  plan = {"tj_searched": None, "tj_gpipe": "gpipe", "tj_1f1b": "1f1b",
-          "tj_compact": None}[name]
+            (pg.stack_stages(params, args.stages), batch))
+  placement, blocks = tj_layout(name, args.layers, args.stages)
+  plan = "gpipe" if name == "tj_gpipe" else "1f1b" if name == "tj_1f1b" else None
   # tj_compact: the searched schedule with every tick in one table-driven
   # loop (interpret_ramps=0: each kernel body once in the program).
   ramps = 0 if name == "tj_compact" else 8
-  return (lambda: tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                              num_microbatches=n, plan=plan, cut="markers",
-                              cost=args.cost, interpret_ramps=ramps),
+  return (lambda: tj.schedule(marked_loss(blocks), mesh=mesh,
+                              placement=placement, num_microbatches=n,
+                              plan=plan, cut="markers", cost=args.cost,
+                              interpret_ramps=ramps),
           (params, batch))
 
 
 def _build(name: str, n: int, args: PeerArgs) -> tuple[Callable, dict]:
   """First call, compile and HLO figures of one variant; its timed call."""
   make, inputs = _variant_fns(name, n, args)
-  t0, c0 = time.perf_counter(), _cpu_s()
+  t0, c0 = time.perf_counter(), workers.cpu_s()
   f = make()
   jax.block_until_ready(f(*inputs))
-  first_s, first_cpu = time.perf_counter() - t0, _cpu_s() - c0
+  first_s, first_cpu = time.perf_counter() - t0, workers.cpu_s() - c0
   if name.startswith("tj_"):
     built = f.build(*inputs)
     jitted = built.jitted
@@ -130,9 +167,9 @@ def _build(name: str, n: int, args: PeerArgs) -> tuple[Callable, dict]:
   t0 = time.perf_counter()
   lowered = fresh.lower(*inputs)
   lower_s = time.perf_counter() - t0
-  t0, c0 = time.perf_counter(), _cpu_s()
+  t0, c0 = time.perf_counter(), workers.cpu_s()
   compiled = lowered.compile()
-  compile_s, compile_cpu = time.perf_counter() - t0, _cpu_s() - c0
+  compile_s, compile_cpu = time.perf_counter() - t0, workers.cpu_s() - c0
   row = {"variant": name, "n": n, "first_call_s": round(first_s, 3),
          "first_call_cpu_s": round(first_cpu, 3),
          "lower_s": round(lower_s, 3), "compile_s": round(compile_s, 3),
@@ -154,74 +191,31 @@ def worker(args: PeerArgs) -> int:
     for n in args.ns:
       run, row = _build(name, n, args)
       run()  # one warm call
-      runs[(name, n)] = run
+      runs[f"{name} {n}"] = run
       print(json.dumps({"built": row}), flush=True)
   print(json.dumps({"ready": True}), flush=True)
-  for line in sys.stdin:
-    cmd = line.split()
-    if not cmd or cmd[0] == "quit":
-      break
-    run = runs[(cmd[1], int(cmd[2]))]
-    c0, t0 = _cpu_s(), time.perf_counter()
-    run()
-    wall, cpu = time.perf_counter() - t0, _cpu_s() - c0
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu}), flush=True)
+  workers.serve(runs)
   return 0
 
 
 # --- the parent: starts workers, runs the rounds ------------------------------
 
 
-def busy_jiffies() -> int:
-  """Busy jiffies of the whole machine (``/proc/stat``: all but idle/iowait)."""
-  with open("/proc/stat") as f:
-    fields = [int(x) for x in f.readline().split()[1:]]
-  return sum(fields) - fields[3] - (fields[4] if len(fields) > 4 else 0)
+def _start(kind: str, cores: Sequence[int], args: PeerArgs,
+           log: Callable[[str], None]) -> workers.Worker:
+  """One worker process on ``cores`` (its XLA flags set by the binary)."""
+  cmd = [sys.executable, "-m", "experiments.peer_bench", f"--worker={kind}",
+         f"--hidden={args.hidden}", f"--layers={args.layers}",
+         f"--stages={args.stages}",
+         f"--rows={args.rows}", f"--ns={','.join(map(str, args.ns))}",
+         f"--cost={args.cost}", f"--seed={args.seed}",
+         f"--variants={','.join(args.variants)}", "--output="]
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  return workers.Worker(f"peer_bench worker {kind}", cmd, cores, env, log)
 
 
-class _Worker:
-  """One worker process on ``cores``, spoken to over its stdin/stdout."""
-
-  def __init__(self, kind: str, cores: Sequence[int], args: PeerArgs,
-               log: Callable[[str], None]):
-    cmd = [sys.executable, "-m", "experiments.peer_bench", f"--worker={kind}",
-           f"--hidden={args.hidden}", f"--layers={args.layers}",
-           f"--rows={args.rows}", f"--ns={','.join(map(str, args.ns))}",
-           f"--cost={args.cost}", f"--seed={args.seed}",
-           f"--variants={','.join(args.variants)}", "--output="]
-    env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)
-    self.kind = kind
-    self.proc = subprocess.Popen(
-        cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        env=env, preexec_fn=lambda: os.sched_setaffinity(0, cores))
-    self.built: list[dict] = []
-    while True:
-      msg = self._read()
-      if "ready" in msg:
-        break
-      self.built.append(msg["built"] | {"cores": list(cores)})
-      log(f"built {self.built[-1]}")
-
-  def _read(self) -> dict:
-    line = self.proc.stdout.readline()
-    if not line:
-      raise RuntimeError(f"peer_bench worker {self.kind} ended early"
-                         f" (exit {self.proc.wait()}); see its stderr above")
-    return json.loads(line)
-
-  def time(self, name: str, n: int) -> dict:
-    self.proc.stdin.write(f"time {name} {n}\n")
-    self.proc.stdin.flush()
-    return self._read()
-
-  def close(self) -> None:
-    self.proc.stdin.write("quit\n")
-    self.proc.stdin.close()
-    self.proc.wait()
-
-
-def _rounds(workers: dict[str, _Worker], cases: list[tuple[str, int]],
+def _rounds(procs: dict[str, workers.Worker], cases: list[tuple[str, int]],
             args: PeerArgs, log: Callable[[str], None]) -> list[dict]:
   owner = {c: ("pipe" if not c[0].startswith("plain") else c[0])
            for c in cases}
@@ -232,12 +226,9 @@ def _rounds(workers: dict[str, _Worker], cases: list[tuple[str, int]],
     rng.shuffle(order)
     times, worst = {}, 0.0
     for name, n in order:
-      j0, t0 = busy_jiffies(), time.perf_counter()
-      res = workers[owner[(name, n)]].time(name, n)
-      wall = time.perf_counter() - t0
-      others = ((busy_jiffies() - j0) / USER_HZ - res["cpu_s"]) / wall
-      worst = max(worst, others)
-      times[f"{name}@{n}"] = res | {"others_cores": round(others, 3)}
+      res = procs[owner[(name, n)]].time(name, n)
+      worst = max(worst, res["others_cores"])
+      times[f"{name}@{n}"] = res
     quiet = worst < args.quiet_cores
     out.append({"round": r, "quiet": quiet, "worst_others_cores":
                 round(worst, 3), "times": times})
@@ -249,7 +240,8 @@ def _rounds(workers: dict[str, _Worker], cases: list[tuple[str, int]],
 def summarise(rounds: list[dict], cases: list[tuple[str, int]],
               use_all: bool) -> dict[str, Any]:
   """Medians over kept rounds; paired ratios (per round, then the median)
-  against the hand-written GPipe and against plain jit given both cores."""
+  against the hand-written GPipe (wall and CPU) and against plain jit given
+  both cores (wall)."""
   kept = [r for r in rounds if r["quiet"] or use_all]
   rows = {}
   for name, n in cases:
@@ -264,6 +256,12 @@ def summarise(rounds: list[dict], cases: list[tuple[str, int]],
                 for r in kept if other in r["times"]]
       rows[key][f"vs_{ref}"] = (round(float(np.median(ratios)), 3)
                                 if ratios else None)
+    # The work ratio: CPU seconds per step against the hand GPipe's.
+    other = f"hand_gpipe@{n}"
+    ratios = [r["times"][key]["cpu_s"] / r["times"][other]["cpu_s"]
+              for r in kept if other in r["times"]]
+    rows[key]["cpu_vs_hand_gpipe"] = (round(float(np.median(ratios)), 3)
+                                      if ratios else None)
   return {"rounds_kept": len(kept), "rounds_quiet": sum(r["quiet"]
                                                         for r in rounds),
           "kept_busy_rounds": use_all and len(kept) > sum(
@@ -278,10 +276,10 @@ def markdown(built: list[dict], summary: dict[str, Any],
   names = sorted({b["variant"] for b in built}, key=VARIANTS.index)
   nss = "/".join(str(n) for n in ns)
   lines = [f"| variant | step ms N={nss} | x hand GPipe | x plain jit 2 cores"
-           f" | CPU ms | first call s (CPU s) | compile s (CPU s)"
-           f" | XLA temp MB"
+           f" | CPU ms | CPU x hand GPipe | first call s (CPU s)"
+           f" | compile s (CPU s) | XLA temp MB"
            f" | HLO kchars (without metadata) |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|"]
   for v in names:
     def col(f: Callable[[int], Any]) -> str:
       return "/".join(str(f(n)) for n in ns)
@@ -290,6 +288,7 @@ def markdown(built: list[dict], summary: dict[str, Any],
         f" | {col(lambda n: rows[f'{v}@{n}']['vs_hand_gpipe'])}"
         f" | {col(lambda n: rows[f'{v}@{n}']['vs_plain_2core'])}"
         f" | {col(lambda n: rows[f'{v}@{n}']['cpu_ms'])}"
+        f" | {col(lambda n: rows[f'{v}@{n}']['cpu_vs_hand_gpipe'])}"
         f" | {col(lambda n: by[(v, n)]['first_call_s'])}"
         f" ({col(lambda n: by[(v, n)]['first_call_cpu_s'])})"
         f" | {col(lambda n: by[(v, n)]['compile_s'])}"
@@ -298,7 +297,7 @@ def markdown(built: list[dict], summary: dict[str, Any],
         f" | {col(lambda n: round(by[(v, n)]['hlo_chars'] / 1e3))}"
         f" ({col(lambda n: round(by[(v, n)]['hlo_chars_no_metadata'] / 1e3))})"
         f" |")
-  lines.append(f"| MaxText pipeline | skipped: {MAXTEXT_SKIP} ||||||||")
+  lines.append(f"| MaxText pipeline | skipped: {MAXTEXT_SKIP} |||||||||")
   lines += ["", f"Parameter-sized instructions in the compiled HLO, N={ns[0]}"
             f" (add/copy/zero fill; loop: run every iteration on every"
             f" device; branches: only where the owning block runs):", "",
@@ -334,16 +333,16 @@ def main(args: PeerArgs) -> int:
   kinds = {"plain_1core": cores[:1], "plain_2core": cores, "pipe": cores}
   wanted = [k for k in kinds if k == "pipe" and any(
       not v.startswith("plain") for v in args.variants) or k in args.variants]
-  workers = {}
+  procs = {}
   try:
     for k in wanted:  # one at a time: builds do not share the cores
-      workers[k] = _Worker(k, kinds[k], args, log)
+      procs[k] = _start(k, kinds[k], args, log)
     cases = [(v, n) for v in args.variants for n in args.ns]
-    rounds = _rounds(workers, cases, args, log)
+    rounds = _rounds(procs, cases, args, log)
   finally:
-    for w in workers.values():
+    for w in procs.values():
       w.close()
-  built = [b for w in workers.values() for b in w.built]
+  built = [b for w in procs.values() for b in w.built]
   quiet = sum(r["quiet"] for r in rounds)
   summary = summarise(rounds, cases, use_all=quiet == 0)
   table = markdown(built, summary, args.ns)

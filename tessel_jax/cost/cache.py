@@ -91,6 +91,7 @@ SCHEMAS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "ticks": {"fixed_s": _seconds0, "per_byte_s": _seconds0},
     "link": {"latency_s": _seconds0, "bandwidth_bytes_per_s": _rate},
     "group": {"seconds": _seconds0},   # passes.autocut_cost timings
+    "standin": {"standin_s": _seconds},
 }
 
 

@@ -71,8 +71,9 @@ class KernelProfile:
       alone on the device (CPU: on one core).
     core_seconds: Core-seconds of one run (CPU: equal to ``seconds``, the
       kernel runs on one thread; elsewhere also ``seconds``).
-    stash_bytes: Bytes the block keeps for the backward (F kernels; 0 for
-      the others).
+    stash_bytes: Bytes the block keeps for the backward on one device (F
+      kernels; 0 for the others): on a stage, each residual's shard over
+      the GSPMD axes.
     temp_bytes: XLA temp (workspace) bytes of the kernel compiled alone.
     out_bytes: Bytes of the kernel's outputs on one device.
     key: Cache key (kernels with equal keys share one measurement).
@@ -410,6 +411,7 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   except Exception:  # pylint: disable=broad-except  (backend without it)
     temp = 0
   host = cpu_cores() if device.platform == "cpu" else None
+  shard_stash = _stash_shard_bytes(kernel, compiled) if stage else None
   timings = [_timed(compiled, pv, dv, device, repeats, warmup,
                     1 if host is not None else None, stage)
              for _ in range(max(1, rounds))]
@@ -420,7 +422,30 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
          "round_seconds": [t[0] for t in timings]}
   if flops is not None:
     out["flops"] = flops  # calibrates cost.estimate.KernelEstimator
+  if shard_stash is not None:
+    out["stash_shard_bytes"] = shard_stash
   return out
+
+
+def _stash_shard_bytes(kernel: Any, compiled: Any) -> int | None:
+  """Bytes of ``kernel``'s residual outputs on one device of its stage:
+  each residual's shard as XLA's sharding propagation placed it over the
+  GSPMD axes (the program keeps them so in its stash), or None where the
+  compiled kernel does not say."""
+  try:
+    outs = compiled.output_shardings[0]
+  except Exception:  # pylint: disable=broad-except  (backend without it)
+    return None
+  if len(outs) != len(kernel.out_avals):
+    return None
+  total = 0
+  for key, aval, sh in zip(kernel.outputs, kernel.out_avals, outs):
+    if key[0] != "r":
+      continue
+    shape = tuple(sh.shard_shape(tuple(aval.shape)))
+    total += int(np.prod(shape, dtype=np.int64)) * np.dtype(
+        aval.dtype).itemsize
+  return total
 
 
 # --- edges ------------------------------------------------------------------
@@ -562,7 +587,8 @@ def _kernel_profile(bid: int, k: Any, rec: Mapping[str, Any], key: str,
       block_id=bid, label=k.label, kind=k.kind, fwd=k.fwd,
       devices=tuple(k.devices), seconds=float(rec["seconds"]),
       core_seconds=float(rec.get("core_seconds", rec["seconds"])),
-      stash_bytes=int(k.stash_bytes) if k.kind == "F" else 0,
+      stash_bytes=(int(rec.get("stash_shard_bytes", k.stash_bytes))
+                   if k.kind == "F" else 0),
       temp_bytes=int(rec["temp_bytes"]),
       out_bytes=sum(_nbytes(a) for a in k.out_avals), key=key,
       cached=cached)
