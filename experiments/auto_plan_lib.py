@@ -278,14 +278,17 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   cache = args.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cache_")
   record: dict[str, Any] = {"runner": RUNNER, "args": args._asdict(),
                             "jax": jax.__version__, "cases": []}
-  _, cold, cold_split = time_choice_phases(fn, mesh, params, batch, args,
-                                           cache, None, has_aux)
+  cold_step, cold, cold_split = time_choice_phases(
+      fn, mesh, params, batch, args, cache, None, has_aux)
   step, warm, warm_split = time_choice_phases(fn, mesh, params, batch, args,
                                               cache, None, has_aux)
   record.update(choose_seconds_cold=round(cold, 2),
                 choose_seconds_warm=round(warm, 2),
                 choose_split_cold=cold_split, choose_split_warm=warm_split,
                 plans_priced=len(step.choice.frontier.plans),
+                cold_full_builds=[  # the plans not left at a screened price
+                    p.label for p in cold_step.choice.frontier.plans
+                    if not p.screened and p.candidate.plan is None],
                 load_average=[round(x, 2) for x in os.getloadavg()])
   save(record)
   log(f"choice: cold {cold:.1f} s (CPU {cold_split['cpu']:.1f} s), warm"

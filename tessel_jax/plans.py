@@ -534,6 +534,9 @@ class FrontierFunction:
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
     step.screening = screen and not cheap  # skips the uniform-span search
+    # A cheap screening build runs both searches but does not calibrate
+    # the tick model on a compiled stand-in program (tessel_jax.step_build).
+    step.cheap_screening = cheap
     if self.prune and c.plan is None and not (cheap and self.screen_estimate):
       def bound(costs: Any, n_local: int, c: Candidate = c) -> None:
         ms = step_lower_bound(costs, n_local) * 1e3

@@ -80,13 +80,14 @@ def build(step: Any, params: Any, batch: Any,
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
                                 layout, shards)
   # Predictions calibrate the tick model on each plan's own program (not
-  # in a screening build, tessel_jax.plans).
+  # in a screening build, tessel_jax.plans: it compiles the stand-in).
+  screened = (getattr(step, "screening", False) or
+              getattr(step, "cheap_screening", False))
   step._costs.time_program = (  # pylint: disable=protected-access
       _calibrate.program_timer(
           functools.partial(_program_of, step, part, layout, data_axes,
                             train, n_total, traced), params, batch)
-      if costs is not None and not getattr(step, "screening", False)
-      else None)
+      if costs is not None and not screened else None)
   plan, chosen, other_ms, picked = _choose_plan(
       step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
       clock)

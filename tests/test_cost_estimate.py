@@ -71,6 +71,9 @@ def test_cheap_screening_measures_only_the_plans_it_refines(tmp_path,
   step = ff.steps[best.candidate]
   assert step.solver_time_limit_s == 2.0           # the caller's budget
   assert step.built.profile.estimated == 0         # every kernel measured
+  # Only full builds calibrate the tick model on a compiled stand-in.
+  full = sum(not p.screened for p in fr.plans)
+  assert len(ff.costs._standin) <= 2 * full  # pylint: disable=protected-access
   # Estimates are not stored: every record on disk was measured.
   records = [json.load(open(f)) for f in glob.glob(f"{cache}/kernel-*.json")]
   assert records and not any(r.get("estimated") for r in records)

@@ -4,6 +4,8 @@ Modules, one job each:
 
 * ``measure``  -- compile every kernel alone on the device and time it;
   stash and workspace bytes; bytes on every graph edge (jax);
+* ``estimate`` -- kernel seconds from XLA's cost-analysis flops, calibrated
+  on the kernels measured so far (screening in ``tessel_jax.plans``);
 * ``cache``    -- on-disk JSON cache of measurements, keyed by kernel jaxpr,
   shapes, backend and device kind;
 * ``link``     -- communication model ``latency + bytes / bandwidth``,
