@@ -116,21 +116,29 @@ def interleaved_steps(compiled: dict[int, Callable[..., Any]], params: Any,
 class PhaseTimes(logging.Handler):
   """Context manager: wall seconds per build phase (``tessel_jax.progress``
   laps: trace, cut, kernels, profile, search, ...) summed over every plan
-  built inside it."""
+  built inside it, and the process CPU seconds since the previous progress
+  line, by the phase that line ends (``cpu``; what runs between builds
+  counts towards the next build's ``trace``)."""
 
   def __init__(self) -> None:
     super().__init__(logging.INFO)
     self.seconds: dict[str, float] = {}
+    self.cpu: dict[str, float] = {}
     self._level = logging.NOTSET
+    self._cpu0 = time.process_time()
 
   def emit(self, record: logging.LogRecord) -> None:
     args = record.args
+    now = time.process_time()
     if (isinstance(args, tuple) and len(args) == 4 and
         str(record.msg).startswith("schedule(%r): %s %.2f s")):
       phase = str(args[1])
       self.seconds[phase] = self.seconds.get(phase, 0.0) + float(args[2])
+      self.cpu[phase] = self.cpu.get(phase, 0.0) + now - self._cpu0
+    self._cpu0 = now
 
   def __enter__(self) -> "PhaseTimes":
+    self._cpu0 = time.process_time()
     logger = logging.getLogger("tessel_jax")
     self._level = logger.level
     logger.setLevel(logging.INFO)
@@ -172,6 +180,8 @@ def time_choice_phases(fn: Any, mesh: Any, params: Any, batch: Any,
   split = {k: round(v, 2) for k, v in phases.seconds.items()}
   split["other"] = round(wall - sum(phases.seconds.values()), 2)
   split["cpu"] = round(cpu, 2)
+  split["cpu_split"] = {k: round(v, 2) for k, v in phases.cpu.items()}
+  split["cpu_split"]["other"] = round(cpu - sum(phases.cpu.values()), 2)
   return step, wall, split
 
 

@@ -31,8 +31,9 @@ flags.DEFINE_enum("profile_cost", "measured", ["measured", "uniform"],
 flags.DEFINE_list("placed_models", ["wide", "resnet18"],
                   "Models of the placed part: wide (4x1664 MLP, 11.1M"
                   " parameters), resnet18 (experiments.resnet, 11.7M,"
-                  " param_layout='slots'), resnet18_flat (the same,"
-                  " param_layout='auto': one flat buffer).")
+                  " param_layout='slots'), resnet18_auto (the same,"
+                  " param_layout='auto'), resnet18_flat (the same,"
+                  " param_layout='flat': one flat buffer).")
 flags.DEFINE_integer("placed_n", 8, "Micro-batches of the placed part.")
 flags.DEFINE_enum("placed_cost", "uniform", ["measured", "uniform"],
                   "cost= of the placed part (measured: also the kernels'"
@@ -77,7 +78,7 @@ def from_flags() -> BenchArgs:
     raise app.UsageError("--worker is internal ('plain', 'pipe', 'profile',"
                          " 'placed', 'plain1', 'plain2')")
   bad = [m for m in f.placed_models
-         if m not in ("wide", "resnet18", "resnet18_flat")]
+         if m not in ("wide", "resnet18", "resnet18_auto", "resnet18_flat")]
   if bad:
     raise app.UsageError(f"unknown --placed_models {bad}; choose from wide,"
                          f" resnet18, resnet18_flat")

@@ -7,9 +7,9 @@ the one predicted faster. This runner checks that choice on the zoo's real
 models: in one worker process of 2 fake single-threaded CPU devices pinned
 to 2 cores, each model (training, ``vshape(2)``, ``cut="auto"``) is built
 three times from one profile: as chosen, and forced to each candidate (the
-choice wrapped, see :func:`forced`); both candidates are timed in shuffled
-rounds at real-time priority where allowed
-(``experiments.realtime``). Per model: the automatic
+choice wrapped, see :func:`forced`); both candidates are built (kernels
+and stand-in programs profiled) and timed in shuffled rounds at real-time
+priority where allowed (``experiments.realtime``). Per model: the automatic
 choice, each candidate's predicted and measured step (median of the
 rounds), which one measured faster, and whether the choice took it.
 """
@@ -175,8 +175,14 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
   rows = []
   for name in args.models:
     try:
-      runs, row = build_model(name, args, mesh)
+      # At real-time priority from the build on: the kernels and the
+      # stand-in programs (``tessel_jax.cost.calibrate``) are timed at the
+      # priority the candidates are timed at (at normal priority under
+      # load, profiles ran 16-18% slower, see ``inference_speedup_lib``).
       rt = realtime.realtime_threads() if args.realtime else 0
+      runs, row = build_model(name, args, mesh)
+      rt = max(rt, realtime.realtime_threads()
+               if args.realtime else 0)
       for c, t in time_rounds(runs, args.rounds, args.seed).items():
         row[c].update(t)
       row["realtime_threads"] = rt

@@ -17,7 +17,8 @@ Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
 micro-batch) and ``resnet18`` (``experiments.resnet``, 11.7M parameters,
 16 x 16 images, 4 per micro-batch, cut after the third stage: the fourth
 stage and the head, 8.9M parameters, on device 1; ``param_layout="slots"``,
-``resnet18_flat``: the same with ``"auto"``, which picks one flat buffer).
+``resnet18_auto``: the same with ``"auto"``, ``resnet18_flat``: with
+``"flat"``, one flat buffer per device, which ``"auto"`` picked before).
 """
 
 from __future__ import annotations
@@ -46,12 +47,14 @@ from experiments import resnet
 from experiments import step_profile
 from tessel_jax import placements
 
-MODELS = ("wide", "resnet18", "resnet18_flat")
+MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 # param_layout per model: ResNet's leaves have a different shape on each
-# device, so "auto" stores them in one flat buffer per device, whose
-# accumulator every switch of a tick with a gradient copies whole (measured:
-# 10x the CPU of "slots", resnet18_flat); slots hold each leaf at its shape.
-LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_flat": "auto"}
+# device; in one flat buffer per device, whose accumulator every switch of a
+# tick with a gradient copies whole, they cost 6.3-10x the CPU of "slots"
+# (resnet18_flat, what "auto" chose before it kept leaves of 64 KiB or more
+# in half-empty slots: resnet18_auto).
+LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_auto": "auto",
+           "resnet18_flat": "flat"}
 VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step")
 
 
@@ -60,7 +63,7 @@ def model(name: str, n: int) -> tuple[Callable, Any, Any]:
   if name == "wide":
     fn, params = lb.chain_model(2, 1664, 2)
     return fn, params, lb.make_batch(n * 32, 1664)
-  if name in ("resnet18", "resnet18_flat"):
+  if name.startswith("resnet18"):
     params = resnet.init(jax.random.PRNGKey(0))
     fn = resnet.make_loss(tj.boundary, cut_after=(5,))
     return fn, params, resnet.batch(n * 4, image=16)

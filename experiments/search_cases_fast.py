@@ -24,6 +24,7 @@ from absl import app, flags
 
 from experiments import cli
 from tessel_jax import placements, validate
+from tessel_jax.schedule import Repetend
 from tessel_jax.search import search_repetend, smallest_memory_repetend
 
 flags.DEFINE_list("placements", ["nnshape", "nnshape_eager"], "Placements.")
@@ -34,6 +35,10 @@ flags.DEFINE_float("time_limit", 30.0, "CP-SAT budget per search (seconds).")
 flags.DEFINE_integer("seed", 0, "Seed of the round order.")
 flags.DEFINE_string("output", "results/search_cases_fast.json",
                     "Results JSON.")
+flags.DEFINE_string("witnesses", None, "JSON cache of the fast limits and"
+                    " witness repetends (read if it exists, written after"
+                    " each memory search), so that runs of two versions of"
+                    " the search share them.")
 
 
 def _timed(fn) -> tuple[Any, float, float]:
@@ -42,21 +47,41 @@ def _timed(fn) -> tuple[Any, float, float]:
   return out, time.perf_counter() - w, time.process_time() - c
 
 
+def fast_case(name: str, devices: int, time_limit: float,
+              cache: dict[str, Any]) -> dict[str, Any]:
+  """The fastest period, the fast limit and its witness repetend of one
+  placement (training), from ``cache`` (``"<name> d<devices>"``) when
+  there, else from the memory search (timed) and added to ``cache``."""
+  key = f"{name} d{devices}"
+  if key not in cache:
+    graph = placements.get(name, devices, mode="train")
+    fastest = search_repetend(graph, None, complete=False,
+                              list_alternative=False,
+                              time_limit_s=time_limit).period
+    (limit, proven, witness), wall, cpu = _timed(
+        lambda: smallest_memory_repetend(graph, fastest,
+                                         time_limit_s=time_limit))
+    cache[key] = {"period": fastest, "limit": limit, "proven": proven,
+                  "offsets": witness and list(witness.offsets),
+                  "phases": witness and list(witness.phases),
+                  "wall": round(wall, 2), "cpu": round(cpu, 2)}
+  return cache[key]
+
+
 def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
-             rng: random.Random) -> dict[str, Any]:
-  """One placement: the memory search, then both searches per round."""
+             rng: random.Random, cache: dict[str, Any]) -> dict[str, Any]:
+  """One placement: the memory search (or its cached result), then both
+  searches per round."""
   graph = placements.get(name, devices, mode="train")
-  fastest = search_repetend(graph, None, complete=False,
-                            list_alternative=False,
-                            time_limit_s=time_limit).period
-  (limit, proven, witness), wall, cpu = _timed(
-      lambda: smallest_memory_repetend(graph, fastest,
-                                       time_limit_s=time_limit))
+  fast = fast_case(name, devices, time_limit, cache)
+  limit = fast["limit"]
+  witness = limit and Repetend(fast["period"], tuple(fast["offsets"]),
+                               tuple(fast["phases"]))
   row: dict[str, Any] = {
-      "placement": name, "devices": devices, "fastest_period": fastest,
-      "memory_limit": limit, "memory_limit_proven": proven,
-      "memory_search_wall_s": round(wall, 2),
-      "memory_search_cpu_s": round(cpu, 2)}
+      "placement": name, "devices": devices, "fastest_period": fast["period"],
+      "memory_limit": limit, "memory_limit_proven": fast["proven"],
+      "memory_search_wall_s": fast["wall"],
+      "memory_search_cpu_s": fast["cpu"]}
   if limit is None:
     return row
   for _ in range(rounds):
@@ -87,20 +112,30 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"--devices must be integers, got {f.devices}"
                          ) from None
   rng = random.Random(f.seed)
+  cache: dict[str, Any] = {}
+  if f.witnesses and os.path.exists(f.witnesses):
+    with open(f.witnesses) as inp:
+      cache = json.load(inp)
   rows = []
   for name in f.placements:
     for d in devices:
-      row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng)
+      fast_case(name, d, f.time_limit, cache)
+      if f.witnesses:  # before the searches, which may fail
+        with open(f.witnesses, "w") as out:
+          json.dump(cache, out)
+      row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng,
+                     cache)
       rows.append(row)
       print(json.dumps(row), flush=True)
   folder = os.path.dirname(f.output)
   if folder:
     os.makedirs(folder, exist_ok=True)
   with open(f.output, "w") as out:
-    json.dump({"args": {k: getattr(f, k) for k in (
+    args = {k: getattr(f, k) for k in (
         "placements", "devices", "microbatches", "rounds", "time_limit",
-        "seed")}, "load_average": os.getloadavg(), "cases": rows}, out,
-        indent=1)
+        "seed", "witnesses")}
+    json.dump({"args": args, "load_average": os.getloadavg(),
+               "cases": rows}, out, indent=1)
   print(f"wrote {f.output}")
 
 

@@ -342,7 +342,8 @@ def brute_force_cuts(costs: Sequence[float], num_blocks: int,
 
 
 def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
-              device: Any | None = None) -> tuple[np.ndarray, str]:
+              device: Any | None = None,
+              cache: Any = None) -> tuple[np.ndarray, str]:
   """Per-equation costs of the top-level equations and their source.
 
   Args:
@@ -351,6 +352,7 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
       sequence of ``n`` numbers, or ``callable(closed_jaxpr) -> n numbers``.
     train: Cost forward + backward.
     device: Where to measure.
+    cache: ``cost.cache.ProfileCache`` for measured group timings.
   """
   eqns = closed_jaxpr.jaxpr.eqns
   if isinstance(cost, str):
@@ -361,7 +363,8 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
       return est, "analytic"
     if cost == "measured":
       m = autocut_cost.measured_costs(closed_jaxpr, train=train,
-                                      device=device, estimate=est)
+                                      device=device, estimate=est,
+                                      cache=cache)
       return m.seconds, "measured"
     raise ValueError(f"cost must be 'measured', 'analytic', a sequence or a"
                      f" callable, got {cost!r}")
@@ -391,7 +394,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
            cost: Any = "measured", train: bool = True,
            weights: Sequence[float] | None = None,
            tolerance: float = DEFAULT_TOLERANCE, device: Any | None = None,
-           what: str = "the placement", split_leaves: bool = False) -> Traced:
+           what: str = "the placement", split_leaves: bool = False,
+           cache: Any = None) -> Traced:
   """The traced function with exactly ``num_blocks`` blocks.
 
   * ``cut="markers"``: the user's ``tj.boundary`` markers must make
@@ -420,6 +424,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       slices as one leaf per slice (``scan_split.split_param_leaves``; the
       result's ``leaf_split`` converts at the program's edge). Follows
       ``like`` when given.
+    cache: ``cost.cache.ProfileCache`` keeping measured group timings on
+      disk (the same cut in the next process).
 
   Returns:
     A Traced with ``num_blocks`` blocks (an auto cut is recorded for
@@ -433,7 +439,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   split = split_leaves or (like is not None and like.leaf_split is not None)
   out = _cut_to(traced, num_blocks, fn_name=fn_name, cut=cut, like=like,
                 cost=cost, train=train, weights=weights, tolerance=tolerance,
-                device=device, what=what)
+                device=device, what=what, cache=cache)
   return _split_leaves(out) if split else out
 
 
@@ -456,7 +462,7 @@ def _split_leaves(traced: Traced) -> Traced:
 def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
             cut: str | None, like: Traced | None, cost: Any, train: bool,
             weights: Sequence[float] | None, tolerance: float,
-            device: Any | None, what: str) -> Traced:
+            device: Any | None, what: str, cache: Any = None) -> Traced:
   """:func:`cut_to` before any leaf split."""
   t0 = time.perf_counter()
   name = fn_name or traced.fn_name
@@ -496,7 +502,8 @@ def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
         f" {n} top-level operations to cut between (a cond, while or remat"
         f" counts as one, a scan one per iteration); mark the blocks with"
         f" tj.boundary, or pick a placement with fewer blocks")
-  eqn_cost, source = eqn_costs(flat, cost=cost, train=train, device=device)
+  eqn_cost, source = eqn_costs(flat, cost=cost, train=train, device=device,
+                               cache=cache)
   costs = scan_split.unit_costs(eqn_cost, units, sites)
   live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,

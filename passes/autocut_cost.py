@@ -19,7 +19,9 @@ so the cost of a run is a prefix-sum difference.
   is subtracted, and each group's measured time is spread over its
   equations in proportion to their roofline estimates. Group times are
   cached in-process by the group's structure, so identical layers are timed
-  once; groups are compiled on a few threads.
+  once, and (given a ``cost.cache.ProfileCache``) on disk, so a new process
+  cuts the program as the last one did and finds its kernels in the kernel
+  cache; groups are compiled on a few threads.
 
 In training the roofline counts a backward of twice the forward's work for
 contractions and once for other differentiable ops.
@@ -479,11 +481,33 @@ class MeasuredCosts:
   wall_seconds: float
 
 
+def group_disk_key(key: tuple[str, str, bool]) -> str:
+  """Disk cache key of a timed group (``(structure, device kind, train)``),
+  with everything else that changes its time (JAX, speed flags, cores)."""
+  from tessel_jax.cost import cache as _cache  # pylint: disable=import-outside-toplevel
+  from tessel_jax.cost import measure as _measure  # pylint: disable=import-outside-toplevel
+  return _cache.make_key({
+      "what": "autocut_group", "group": key[0], "device_kind": key[1],
+      "train": key[2], "jax": jax.__version__,
+      "xla_flags": _measure.speed_flags(), "cpu_cores": _measure.cpu_cores()})
+
+
+def _from_disk(cache: Any, keys: Sequence[tuple[str, str, bool]]) -> None:
+  """Fills ``_GROUP_CACHE`` with the stored timings of ``keys``."""
+  if cache is None:
+    return
+  for key in keys:
+    if key not in _GROUP_CACHE:
+      rec = cache.get("group", group_disk_key(key))
+      if rec is not None:
+        _GROUP_CACHE[key] = float(rec["seconds"])
+
+
 def measured_costs(closed_jaxpr: Any, *, train: bool = False,
                    num_groups: int = 12, device: Any | None = None,
                    repeats: int = 7, min_seconds: float = 0.005,
                    estimate: np.ndarray | None = None,
-                   seed: int = 0) -> MeasuredCosts:
+                   seed: int = 0, cache: Any = None) -> MeasuredCosts:
   """Times contiguous groups of top-level equations; spreads by estimate.
 
   Args:
@@ -498,6 +522,8 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
     estimate: Per-equation estimates for grouping and spreading (default:
       the roofline).
     seed: Seed for the example inputs.
+    cache: A ``tessel_jax.cost.cache.ProfileCache``: group timings are read
+      from it and new ones stored (None: this process only).
 
   Returns:
     :class:`MeasuredCosts`.
@@ -526,12 +552,15 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
   overhead = _overhead(device)
   kind = f"{_platform(device)}:{getattr(device, 'device_kind', '')}"
   keys = []
-  pending: dict[tuple[str, str, bool], tuple[Any, list[Any]]] = {}
+  groups = []
   for a, b in bounds:
     used_after = {v for v, last in last_use.items() if last >= b}
     group = _make_group(eqns[a:b], used_after, const_vars)
-    key = (group.key, kind, train)
-    keys.append(key)
+    groups.append(group)
+    keys.append((group.key, kind, train))
+  _from_disk(cache, keys)
+  pending: dict[tuple[str, str, bool], tuple[Any, list[Any]]] = {}
+  for group, key in zip(groups, keys):
     if key in _GROUP_CACHE or key in pending:
       continue
     if not group.outvars:  # dead code: XLA drops it from the real program
@@ -547,6 +576,8 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
   times = _time_calls(calls, repeats, min_seconds)
   for key, t in zip(pending, times):
     _GROUP_CACHE[key] = max(0.0, t - overhead)
+    if cache is not None:
+      cache.put("group", group_disk_key(key), {"seconds": _GROUP_CACHE[key]})
   seconds = np.zeros(len(eqns))
   group_seconds = []
   for (a, b), key in zip(bounds, keys):

@@ -2,8 +2,9 @@
 
 Unrolling every tick of a long warmup or cooldown puts a copy of each
 kernel into the program for every tick it runs at, and XLA's compile time
-grows with it. An *interp* segment instead runs ``fori_loop`` over its ticks
-with one ``lax.switch`` over every kernel of the segment; all per-tick
+grows with it. An *interp* segment instead runs ``fori_loop`` over its ticks;
+at each tick every kernel of the segment sits in a while loop that only the
+devices running it enter (``passes.predicated``); all per-tick
 choices (kernel, stash slots, batch rows, message routes) are numpy tables
 indexed by ``(tick, device)``. Messages go through one ``ppermute`` per
 (payload shape, ring shift) lane and round, with every device taking part

@@ -15,12 +15,18 @@ read and written only on the devices and at the ticks where its block runs
 (no zero-filled gradient outputs, no add of every gradient port on every
 device). The stash is written before it is read, with
 ``dynamic_update_slice`` / ``dynamic_slice`` at per-device indices taken
-from numpy tables by ``lax.axis_index``.
+from numpy tables by ``lax.axis_index``. Within a run of ticks, every write
+into the stash is made to depend on the outputs of the earlier ticks that
+read it (``passes.stash_order``): without that XLA could not order a read
+before an unrelated later write and copied the whole stash twice per loop
+iteration.
 
 Segments of the plan: straight runs are unrolled; loops become a
 ``fori_loop`` whose body unrolls one period (the micro-batch of every slot
 index is the iteration plus a constant); long ramps become a ``fori_loop``
-over ticks with one switch over all their kernels (``passes.interp``). Each
+over ticks whose kernels each run in a 0/1-trip while loop updating their
+out ports and accumulators in place (``passes.interp``,
+``passes.predicated``: no switch passing every accumulator through). Each
 run, loop iteration and ramp ends by writing its last tick's messages, so no
 out ports cross a boundary.
 
@@ -71,6 +77,8 @@ from . import fsdp as _fsdp
 from . import gather as _gather
 from . import outputs as _outputs
 from . import pack_local as _pack_local
+from . import predicated as _predicated
+from . import stash_order as _stash_order
 from .kernels import KernelSet
 from .packing import Layout, read_region, unpack_grads
 from .partition import Partition
@@ -241,13 +249,18 @@ class Lowering:
 
   @_scoped("stash_write")
   def _write_targets(self, ctx: _Ctx, rd: Any, payload: Any,
-                     pools: list[Any], it: Any) -> None:
+                     pools: list[Any], it: Any,
+                     order: _stash_order.Order | None = None) -> None:
     for tg in rd.targets:
-      pools[tg.pool] = _write(pools[tg.pool], payload, ctx.dyn(tg.slot, it),
+      slot = ctx.dyn(tg.slot, it)
+      if order is not None:
+        slot = order.slot(slot)
+      pools[tg.pool] = _write(pools[tg.pool], payload, slot,
                               ctx.table(tg.row))
 
   def _sends(self, ctx: _Ctx, tick: Tick, ports: Sequence[Any],
-             pools: list[Any], it: Any, remote: bool | None = None) -> None:
+             pools: list[Any], it: Any, remote: bool | None = None,
+             order: _stash_order.Order | None = None) -> None:
     """Writes the tick's rounds (only the remote or local ones if given)."""
     for rd in tick.sends:
       if remote is not None and rd.remote != remote:
@@ -256,7 +269,7 @@ class Lowering:
       if rd.remote:
         with jax.named_scope(SCOPES["ppermute"]):
           payload = lax.ppermute(payload, self.pipe, perm=list(rd.perm))
-      self._write_targets(ctx, rd, payload, pools, it)
+      self._write_targets(ctx, rd, payload, pools, it, order)
 
   def _read_index(self, ctx: _Ctx, tick: Tick, it: Any) -> list[tuple]:
     """``(slot or row start, row)`` of each read port of the tick."""
@@ -377,25 +390,65 @@ class Lowering:
         return tuple(zeros_out()), accs
       return idle
 
-    kernel = self.plan.kernels[kid]
-
     def run(vals: dict[str, Any], accs: tuple) -> Any:
       ports = zeros_out()
-      dvals = [self._read_port(tick.reads[p], vals["index"][p],
-                               vals["pools"], vals["batch"])
-               for p in tick.in_map[kid]]
-      pvals = self._params(ctx, kernel, pbuf, slots)
-      kctx = {"row_offset": ctx.table(tick.row_offset)}
-      with jax.named_scope(SCOPES["kernel"]), \
-           jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
-        outs, gvals = kernel.fn(kctx, pvals, dvals)
+      acc = dict(zip(keys, accs))
+      outs = self._run_kernel(ctx, tick, kid, vals, acc, pbuf, slots)
       for o, v in zip(tick.out_map[kid], outs):
         ports[o] = v.astype(tick.out_ports[o].dtype)
-      acc = dict(zip(keys, accs))
-      if kernel.grads:
-        self._accumulate(ctx, kernel, gvals, acc)
       return tuple(ports), tuple(acc[k] for k in keys)
     return run
+
+  def _run_kernel(self, ctx: _Ctx, tick: Tick, kid: int,
+                  vals: dict[str, Any], acc: dict[tuple, Any],
+                  pbuf: dict[str, Any], slots: Sequence[Sequence[Any]],
+                  salt: Any = None) -> Sequence[Any]:
+    """Reads kernel ``kid``'s inputs from ``vals`` (the stash, the batch
+    and the read indices), runs it, adds its parameter gradients into
+    ``acc`` (in place) and returns its outputs. ``salt`` (a traced zero)
+    is added to the read indices so the kernel depends on it."""
+    kernel = self.plan.kernels[kid]
+    index = vals["index"]
+    if salt is not None:
+      index = [(ix[0] + salt, ix[1]) for ix in index]
+    dvals = [self._read_port(tick.reads[p], index[p], vals["pools"],
+                             vals["batch"])
+             for p in tick.in_map[kid]]
+    pvals = self._params(ctx, kernel, pbuf, slots)
+    kctx = {"row_offset": ctx.table(tick.row_offset)}
+    with jax.named_scope(SCOPES["kernel"]), \
+         jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
+      outs, gvals = kernel.fn(kctx, pvals, dvals)
+    if kernel.grads:
+      self._accumulate(ctx, kernel, gvals, acc)
+    return outs
+
+  def _compute_interp(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
+                      accs: tuple, tacc: Sequence[Any], pbuf: dict[str, Any],
+                      slots: Sequence[Sequence[Any]], batch: Sequence[Any],
+                      ports: Sequence[Any], order: _stash_order.Order
+                      ) -> tuple:
+    """An interp tick: every kernel in a 0/1-trip while loop updating its
+    out ports and accumulators in place (``passes.predicated``); no switch,
+    no pass-through copies, no zero-filled ports."""
+    if len(tick.branches) == 1:
+      return self._compute(ctx, tick, pools, accs, tacc, 0, pbuf, slots,
+                           batch)
+    if any(kid is not None and self._collective(self.plan.kernels[kid])
+           for kid in tick.branches):
+      raise AssertionError(
+          f"interp tick at step {tick.step}: a kernel reading a sharded"
+          f" parameter would run on only some devices (its collective"
+          f" could hang)")
+    vals = {"pools": tuple(pools), "batch": tuple(batch),
+            "index": self._read_index(ctx, tick, 0)}
+    accs, ports = _predicated.run_kernels(
+        self, ctx, tick,
+        lambda kid, acc, salt: self._run_kernel(ctx, tick, kid, vals, acc,
+                                                pbuf, slots, salt),
+        ports, accs, order)
+    tacc = self._terminals(ctx, tick, ports, list(tacc), 0)
+    return accs, tuple(tacc), tuple(ports)
 
   def _compute(self, ctx: _Ctx, tick: Tick, pools: Sequence[Any],
                accs: tuple, tacc: Sequence[Any], it: Any,
@@ -483,22 +536,27 @@ class Lowering:
     run = list(ticks)
     flushes = _flushes.remote_flushes(self.plan.ticks, run)
     held: dict[int, Sequence[Any]] = {}
+    order = _stash_order.Order(ctx.dev)
     for i, t in enumerate(run):
       if i:
         self._sends(ctx, self.plan.ticks[run[i - 1]], held[i - 1], pools, it,
-                    remote=False)
-      self._flush(ctx, run, flushes[i], held, pools, it)
-      accs, tacc, held[i] = self._compute(ctx, self.plan.ticks[t], pools,
-                                          accs, tacc, it, pbuf, slots, batch)
+                    remote=False, order=order)
+      self._flush(ctx, run, flushes[i], held, pools, it, order)
+      tick = self.plan.ticks[t]
+      accs, tacc, held[i] = self._compute(ctx, tick, pools, accs, tacc, it,
+                                          pbuf, slots, batch)
+      if any(rp.kind == "pool" for rp in tick.reads):
+        # One output of the switch is enough: it follows all its reads.
+        order.after(held[i][:1])
     if run:
       self._sends(ctx, self.plan.ticks[run[-1]], held[len(run) - 1], pools,
-                  it, remote=False)
-      self._flush(ctx, run, flushes[-1], held, pools, it)
+                  it, remote=False, order=order)
+      self._flush(ctx, run, flushes[-1], held, pools, it, order)
     return tuple(pools), accs, tacc
 
   def _flush(self, ctx: _Ctx, run: Sequence[int], positions: Sequence[int],
              held: dict[int, Sequence[Any]], pools: list[Any],
-             it: Any) -> None:
+             it: Any, order: _stash_order.Order | None = None) -> None:
     """Writes the held remote rounds of the ticks at ``positions``.
 
     Rounds of equal payload shape whose senders and receivers are disjoint
@@ -523,7 +581,7 @@ class Lowering:
       with jax.named_scope(SCOPES["ppermute"]):
         payload = lax.ppermute(payload, self.pipe, perm=perm)
       for _, rd in members:
-        self._write_targets(ctx, rd, payload, pools, it)
+        self._write_targets(ctx, rd, payload, pools, it, order)
 
   def _interp(self, ctx: _Ctx, seg: Any, state: tuple, pbuf: dict[str, Any],
               slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:
@@ -533,15 +591,22 @@ class Lowering:
     ports0 = tuple(jnp.zeros(a.shape, a.dtype) for a in spec.out_ports)
 
     def body(tau, carry):
-      pools, accs, tacc, ports = carry
+      pools, accs, tacc, ports, token = carry
       pools = list(pools)
       c = ctx.at(tau)
-      self._sends(c, spec, ports, pools, 0)
-      accs, tacc, ports = self._compute(c, spec, pools, accs, tacc, 0, pbuf,
-                                        slots, batch)
-      return tuple(pools), accs, tacc, ports
+      # The writes follow the previous tick's kernels (their stash reads);
+      # the kernels' in-place loops follow this tick's sends (port reads).
+      order = _stash_order.Order(c.dev)
+      order.add(token)
+      self._sends(c, spec, ports, pools, 0, order=order)
+      order.after(pools)
+      accs, tacc, ports = self._compute_interp(c, spec, pools, accs, tacc,
+                                               pbuf, slots, batch, ports,
+                                               order)
+      return tuple(pools), accs, tacc, ports, order.token
 
-    pools, accs, tacc, ports = lax.fori_loop(0, n, body, state + (ports0,))
+    pools, accs, tacc, ports, _ = lax.fori_loop(
+        0, n, body, state + (ports0, jnp.int32(0)))
     pools = list(pools)
     self._sends(ctx.at(n), spec, ports, pools, 0)
     return tuple(pools), accs, tacc

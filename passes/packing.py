@@ -8,7 +8,8 @@ placement use different parameters. Two storage kinds:
   device ``d`` keeps its ``j``-th leaf of the class in row ``d`` of slot
   ``j``. A kernel reads a leaf as a whole array (no copy), and gradients
   accumulate into one array per slot with a plain add. Used when at most a
-  quarter of the slots would stay empty (a layer stack split evenly).
+  quarter of the slots would stay empty (a layer stack split evenly), or
+  half for leaves of 64 KiB or more (:func:`_slots_pay`).
 * **flat**: the other leaves (an embedding used on one device only, odd
   shapes) are raveled into one flat buffer per dtype; forward block ``i``
   owns a contiguous *region* on each of its devices. Reading a leaf slices
@@ -50,6 +51,14 @@ import numpy as np
 
 LAYOUTS = ("auto", "slots", "flat")
 MAX_EMPTY_SLOTS = 0.25
+# Leaves of at least this many bytes go to slots with up to
+# ``MAX_EMPTY_LARGE`` of their slots empty (one device of two holding a
+# class): in a flat buffer each is copied out at every kernel run, and the
+# buffer's accumulator, which grows with them, is copied whole at every
+# tick with a gradient (measured, ResNet18 on vshape(2): "auto" with every
+# conv weight flat cost 6.3-10x the CPU of slots, see BENCHMARKS.md).
+SLOT_LEAF_BYTES = 1 << 16
+MAX_EMPTY_LARGE = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,8 +323,8 @@ def make_layout(param_avals: Sequence[Any],
         taken[d].add(j)
     count = 1 + max(place.values())
     used_slots = sum(len(t) for t in taken)
-    if (mode == "auto" and not spec and
-        used_slots < (1 - MAX_EMPTY_SLOTS) * count * D):
+    if mode == "auto" and not spec and not _slots_pay(
+        used_slots, count * D, shape, dt):
       continue
     k = len(classes)
     fsdp = tuple(tuple(a for a in (e if isinstance(e, tuple) else (e,))
@@ -359,6 +368,18 @@ def make_layout(param_avals: Sequence[Any],
                 used={dt: tuple(v) for dt, v in used.items()},
                 classes=tuple(classes), slot_of=slot_of, num_devices=D,
                 shards=shards, gathered=full_gathered)
+
+
+def _slots_pay(used: int, total: int, shape: Sequence[int], dtype: str
+               ) -> bool:
+  """``param_layout="auto"``: a class of leaves of ``shape`` and ``dtype``
+  filling ``used`` of its ``total`` slots (over all devices) goes to
+  slots: at most ``MAX_EMPTY_SLOTS`` of them empty, or ``MAX_EMPTY_LARGE``
+  for leaves of ``SLOT_LEAF_BYTES`` or more (module constants)."""
+  nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+  empty = 1.0 - used / total
+  return empty <= MAX_EMPTY_SLOTS or (
+      nbytes >= SLOT_LEAF_BYTES and empty <= MAX_EMPTY_LARGE)
 
 
 def shard_shape(shape: Sequence[int], axis: int, parts: int

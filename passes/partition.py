@@ -381,6 +381,14 @@ def partition(traced: Traced,
               reach: Callable[[int, int], bool] | None = None) -> Partition:
   """Cuts the traced function into forward blocks.
 
+  The steps: the top-level equations are cut at the boundaries
+  (``_segments``), the last segment's equations downstream of a block the
+  placement does not order before it become the epilogue
+  (``_split_epilogue``), each segment's outside reads (``_segment_reads``)
+  and the epilogue's terminals (``_terminal_vars``) decide what every block
+  exports (``_exports``), and the blocks (``_block``) and the epilogue
+  (``_identity_epilogue`` / ``_combining_epilogue``) are built.
+
   Args:
     traced: From :func:`trace`.
     reach: ``reach(i, j)``: the placement orders forward block ``i`` before
@@ -392,35 +400,88 @@ def partition(traced: Traced,
       order before it, or the epilogue reads parameters or the batch.
   """
   reach = reach or (lambda i, j: i < j)
-  name = traced.fn_name
   jaxpr = traced.closed_jaxpr.jaxpr
   consts = dict(zip(jaxpr.constvars, traced.closed_jaxpr.consts))
-  n_p = len(traced.param_avals)
+  where = _input_sources(jaxpr, len(traced.param_avals))
+  segments, defined_in = _segments(jaxpr)
+  last = len(segments) - 1
+  segments[last], epi_eqns = _split_epilogue(segments[last], defined_in,
+                                             last, reach)
+  outvars = list(jaxpr.outvars)
+  # Aux leaves computed in a block are terminals of that block (never sent
+  # down the pipeline), so the epilogue is the identity only when they all
+  # come from the last block.
+  trivial = not epi_eqns and _outputs_reach_last(
+      outvars, len(outvars) - traced.num_aux, defined_in, last, reach)
+  reads = _segment_reads(segments)
+  if trivial:
+    for v in outvars:
+      if (not compat.is_literal(v) and v not in reads[last] and
+          defined_in.get(v, -1) != last):
+        reads[last].append(v)
+    terminal_vars, term_block = [], {}
+  else:
+    terminal_vars, term_block = _terminal_vars(
+        traced.fn_name, epi_eqns, outvars, consts, where, defined_in,
+        reads[last], last)
+  exports = _exports(reads, defined_in)
+  if trivial:
+    exports[last] = list(outvars)
+  else:
+    for v in terminal_vars:
+      if v not in exports[term_block[v]]:
+        exports[term_block[v]].append(v)
+  edges: set[tuple[int, int]] = set()
+  blocks = tuple(
+      _block(traced.fn_name, k, seg, reads[k], exports, consts, defined_in,
+             where, reach, edges) for k, seg in enumerate(segments))
+  if trivial:
+    epilogue = _identity_epilogue(outvars, last)
+  else:
+    epilogue = _combining_epilogue(epi_eqns, outvars, consts, terminal_vars,
+                                   term_block, exports, blocks[last], edges)
+  return Partition(traced=traced, blocks=blocks, epilogue=epilogue,
+                   edges=tuple(sorted(edges)))
+
+
+def _input_sources(jaxpr: Any, num_params: int) -> dict[Any, Source | str]:
+  """Each jaxpr input -> its parameter or batch leaf; constvars -> "const"."""
   where: dict[Any, Source | str] = {}
   for i, v in enumerate(jaxpr.invars):
-    where[v] = Source("param", i) if i < n_p else Source("batch", i - n_p)
+    where[v] = (Source("param", i) if i < num_params
+                else Source("batch", i - num_params))
   for v in jaxpr.constvars:
     where[v] = "const"
+  return where
 
+
+def _segments(jaxpr: Any) -> tuple[list[list[Any]], dict[Any, int]]:
+  """The top-level equations cut after each boundary, and the segment
+  defining every variable."""
   segments: list[list[Any]] = [[]]
   for eqn in jaxpr.eqns:
     segments[-1].append(eqn)
     if compat.is_boundary(eqn):
       segments.append([])
-  last = len(segments) - 1
   defined_in: dict[Any, int] = {}
   for k, seg in enumerate(segments):
     for eqn in seg:
       for v in eqn.outvars:
         if not compat.is_dropvar(v):
           defined_in[v] = k
+  return segments, defined_in
 
-  # Epilogue: equations of the last segment downstream of a value whose
-  # producer the placement does not order before the last block.
+
+def _split_epilogue(seg: Sequence[Any], defined_in: dict[Any, int],
+                    last: int, reach: Callable[[int, int], bool]
+                    ) -> tuple[list[Any], list[Any]]:
+  """``(last block's equations, epilogue equations)``: the epilogue is what
+  the last segment computes downstream of a value whose producer the
+  placement does not order before the last block."""
   epi_vars: set[Any] = set()
   epi_eqns: list[Any] = []
   body_last: list[Any] = []
-  for eqn in segments[last]:
+  for eqn in seg:
     is_epi = False
     for v in eqn.invars:
       if compat.is_literal(v):
@@ -435,20 +496,24 @@ def partition(traced: Traced,
       epi_vars.update(v for v in eqn.outvars if not compat.is_dropvar(v))
     else:
       body_last.append(eqn)
-  segments[last] = body_last
-  outvars = list(jaxpr.outvars)
-  num_primary = len(outvars) - traced.num_aux
-  # Aux leaves computed in a block are terminals of that block (never sent
-  # down the pipeline), so the epilogue is the identity only when they all
-  # come from the last block.
-  trivial = not epi_eqns and all(
+  return body_last, epi_eqns
+
+
+def _outputs_reach_last(outvars: Sequence[Any], num_primary: int,
+                        defined_in: dict[Any, int], last: int,
+                        reach: Callable[[int, int], bool]) -> bool:
+  """Whether the last block can compute every output: each is a literal, an
+  input, from the last block, or (primary outputs) from a block before it."""
+  return all(
       compat.is_literal(v) or v not in defined_in or defined_in[v] == last or
       (k < num_primary and reach(defined_in[v], last))
       for k, v in enumerate(outvars))
 
-  # Which variables each segment reads from outside itself.
+
+def _segment_reads(segments: Sequence[Sequence[Any]]) -> list[list[Any]]:
+  """Per segment, the variables it reads from outside itself, in order."""
   reads: list[list[Any]] = []
-  for k, seg in enumerate(segments):
+  for seg in segments:
     seen, order = set(), []
     local = {v for e in seg for v in e.outvars}
     for eqn in seg:
@@ -458,114 +523,125 @@ def partition(traced: Traced,
         seen.add(v)
         order.append(v)
     reads.append(order)
-  if trivial:
-    for v in outvars:
-      if (not compat.is_literal(v) and v not in reads[last] and
-          defined_in.get(v, -1) != last):
-        reads[last].append(v)
-    terminal_vars = [v for v in outvars if not compat.is_literal(v)]
-  else:
-    local = {v for e in epi_eqns for v in e.outvars}
-    epi_reads = [v for e in epi_eqns for v in e.invars]
-    terminal_vars, seen = [], set()
-    term_block = dict(defined_in)
-    for pos, atom in enumerate(epi_reads + outvars):
-      if compat.is_literal(atom) or atom in local or atom in seen:
-        continue
-      seen.add(atom)
-      if atom in consts:
-        continue
-      src = where.get(atom)
-      if isinstance(src, Source) and pos >= len(epi_reads):
-        # An output that is a parameter or batch leaf itself: the last
-        # block passes it through.
-        reads[last].append(atom)
-        term_block[atom] = last
-      elif isinstance(src, Source):
-        raise fail(
-            name,
-            f"the outputs combine values of blocks the placement runs"
-            f" independently, and that combination also reads a {src.kind}"
-            f" leaf directly; compute it inside a block (e.g. add the"
-            f" regulariser to one block's loss) so the final combination"
-            f" only reads block outputs")
-      terminal_vars.append(atom)
+  return reads
 
-  # Exports: values read by later segments, or terminals.
-  exports: list[list[Any]] = [[] for _ in segments]
+
+def _terminal_vars(name: str, epi_eqns: Sequence[Any],
+                   outvars: Sequence[Any], consts: dict[Any, Any],
+                   where: dict[Any, Source | str],
+                   defined_in: dict[Any, int], last_reads: list[Any],
+                   last: int) -> tuple[list[Any], dict[Any, int]]:
+  """``(terminals, variable -> producing block)``: the block outputs the
+  epilogue reads. An output that is a parameter or batch leaf itself is
+  passed through the last block (appended to ``last_reads``)."""
+  local = {v for e in epi_eqns for v in e.outvars}
+  epi_reads = [v for e in epi_eqns for v in e.invars]
+  terminal_vars, seen = [], set()
+  term_block = dict(defined_in)
+  for pos, atom in enumerate(epi_reads + list(outvars)):
+    if compat.is_literal(atom) or atom in local or atom in seen:
+      continue
+    seen.add(atom)
+    if atom in consts:
+      continue
+    src = where.get(atom)
+    if isinstance(src, Source) and pos >= len(epi_reads):
+      last_reads.append(atom)
+      term_block[atom] = last
+    elif isinstance(src, Source):
+      raise fail(
+          name,
+          f"the outputs combine values of blocks the placement runs"
+          f" independently, and that combination also reads a {src.kind}"
+          f" leaf directly; compute it inside a block (e.g. add the"
+          f" regulariser to one block's loss) so the final combination"
+          f" only reads block outputs")
+    terminal_vars.append(atom)
+  return terminal_vars, term_block
+
+
+def _exports(reads: Sequence[Sequence[Any]],
+             defined_in: dict[Any, int]) -> list[list[Any]]:
+  """Per block, the values later blocks read from it (terminals are added
+  by the caller)."""
+  exports: list[list[Any]] = [[] for _ in reads]
   for k, vars_read in enumerate(reads):
     for v in vars_read:
       if v in defined_in and defined_in[v] != k:
         src = defined_in[v]
         if v not in exports[src]:
           exports[src].append(v)
-  if trivial:
-    exports[last] = list(outvars)
-  else:
-    for v in terminal_vars:
-      src = term_block[v]
-      if v not in exports[src]:
-        exports[src].append(v)
+  return exports
 
-  edges: set[tuple[int, int]] = set()
-  blocks = []
-  for k, seg in enumerate(segments):
-    invars, inputs, cvars, cvals = [], [], [], []
-    for v in reads[k]:
-      if v in consts:
-        cvars.append(v)
-        cvals.append(consts[v])
-      elif v in defined_in:
-        src = defined_in[v]
-        if not reach(src, k):
-          raise fail(
-              name,
-              f"block {k} reads a value computed in block {src}, but the"
-              f" placement does not run block {src} before block {k} (no"
-              f" path of edges F{src} -> F{k}); pass the value through the"
-              f" blocks in between, or pick a placement whose edges follow"
-              f" the data flow")
-        edges.add((src, k))
-        invars.append(v)
-        inputs.append(Source("act", src, exports[src].index(v)))
-      else:
-        invars.append(v)
-        inputs.append(where[v])
-    blocks.append(ForwardBlock(
-        index=k, eqns=tuple(seg), invars=tuple(invars), inputs=tuple(inputs),
-        const_vars=tuple(cvars), const_vals=tuple(cvals),
-        outvars=tuple(exports[k]),
-        in_avals=tuple(_aval(v) for v in invars),
-        out_avals=tuple(_aval(v) for v in exports[k])))
 
-  if trivial:
-    terminals = tuple(Source("act", last, i) for i in range(len(outvars)))
-    epilogue = Epilogue(terminals=terminals, eqns=(),
-                        invars=tuple(outvars), const_vars=(), const_vals=(),
-                        outvars=tuple(outvars))
-    # Literal outputs are computed by the last block; the identity epilogue
-    # reads the last block's outputs positionally.
-    epilogue = dataclasses.replace(
-        epilogue, invars=tuple(_fresh_like(v) for v in outvars))
-    epilogue = dataclasses.replace(epilogue, outvars=epilogue.invars)
-  else:
-    epi_consts = [v for e in epi_eqns for v in e.invars
-                  if not compat.is_literal(v) and v in consts]
-    epi_consts = list(dict.fromkeys(epi_consts))
-    terminals = tuple(
-        Source("act", term_block[v], exports[term_block[v]].index(v))
-        for v in terminal_vars)
-    last_reads = {s.index for s in blocks[last].inputs if s.kind == "act"}
-    for t in terminals:
-      if t.index not in last_reads:  # keep real data edges into the last block
-        edges.discard((t.index, last))
-    epilogue = Epilogue(terminals=terminals, eqns=tuple(epi_eqns),
-                        invars=tuple(terminal_vars),
-                        const_vars=tuple(epi_consts),
-                        const_vals=tuple(consts[v] for v in epi_consts),
-                        outvars=tuple(outvars))
-  return Partition(traced=traced, blocks=tuple(blocks), epilogue=epilogue,
-                   edges=tuple(sorted(edges)))
+def _block(name: str, k: int, seg: Sequence[Any], reads: Sequence[Any],
+           exports: Sequence[Sequence[Any]], consts: dict[Any, Any],
+           defined_in: dict[Any, int], where: dict[Any, Source | str],
+           reach: Callable[[int, int], bool],
+           edges: set[tuple[int, int]]) -> ForwardBlock:
+  """Forward block ``k``; adds the data edges into it to ``edges``."""
+  invars, inputs, cvars, cvals = [], [], [], []
+  for v in reads:
+    if v in consts:
+      cvars.append(v)
+      cvals.append(consts[v])
+    elif v in defined_in:
+      src = defined_in[v]
+      if not reach(src, k):
+        raise fail(
+            name,
+            f"block {k} reads a value computed in block {src}, but the"
+            f" placement does not run block {src} before block {k} (no"
+            f" path of edges F{src} -> F{k}); pass the value through the"
+            f" blocks in between, or pick a placement whose edges follow"
+            f" the data flow")
+      edges.add((src, k))
+      invars.append(v)
+      inputs.append(Source("act", src, exports[src].index(v)))
+    else:
+      invars.append(v)
+      inputs.append(where[v])
+  return ForwardBlock(
+      index=k, eqns=tuple(seg), invars=tuple(invars), inputs=tuple(inputs),
+      const_vars=tuple(cvars), const_vals=tuple(cvals),
+      outvars=tuple(exports[k]),
+      in_avals=tuple(_aval(v) for v in invars),
+      out_avals=tuple(_aval(v) for v in exports[k]))
+
+
+def _identity_epilogue(outvars: Sequence[Any], last: int) -> Epilogue:
+  """The outputs are the last block's outputs, read positionally (literal
+  outputs are computed by the last block)."""
+  terminals = tuple(Source("act", last, i) for i in range(len(outvars)))
+  fresh = tuple(_fresh_like(v) for v in outvars)
+  return Epilogue(terminals=terminals, eqns=(), invars=fresh, const_vars=(),
+                  const_vals=(), outvars=fresh)
+
+
+def _combining_epilogue(epi_eqns: Sequence[Any], outvars: Sequence[Any],
+                        consts: dict[Any, Any], terminal_vars: Sequence[Any],
+                        term_block: dict[Any, int],
+                        exports: Sequence[Sequence[Any]],
+                        last_block: ForwardBlock,
+                        edges: set[tuple[int, int]]) -> Epilogue:
+  """The epilogue combining terminals of several blocks; drops the edges
+  into the last block that only carried terminals."""
+  epi_consts = [v for e in epi_eqns for v in e.invars
+                if not compat.is_literal(v) and v in consts]
+  epi_consts = list(dict.fromkeys(epi_consts))
+  terminals = tuple(
+      Source("act", term_block[v], exports[term_block[v]].index(v))
+      for v in terminal_vars)
+  last = last_block.index
+  last_reads = {s.index for s in last_block.inputs if s.kind == "act"}
+  for t in terminals:
+    if t.index not in last_reads:  # keep real data edges into the last block
+      edges.discard((t.index, last))
+  return Epilogue(terminals=terminals, eqns=tuple(epi_eqns),
+                  invars=tuple(terminal_vars),
+                  const_vars=tuple(epi_consts),
+                  const_vals=tuple(consts[v] for v in epi_consts),
+                  outvars=tuple(outvars))
 
 
 def _fresh_like(atom: Any) -> Any:

@@ -12,11 +12,27 @@ from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
                               marker_blocks)
 
 #: Screened plans built in full before choosing (``FrontierFunction``);
-#: None: every plan is built in full. Screening skips each plan's second
-#: search (on uniform spans), but its price can then be far above the full
-#: build's (README GPT, 4 devices: mshape pipe2 x dp2 screened over 300 ms,
-#: 117 ms in full), so the choice would miss it.
-REFINE = None
+#: None: every plan is built in full. Screening runs both searches of each
+#: plan (an earlier screening skipped the search on uniform spans, and its
+#: prices came out far above the full build's: README GPT, 4 devices,
+#: mshape pipe2 x dp2 over 300 ms screened, 117 ms in full) on a short
+#: CP-SAT budget (:data:`SCREEN_TIME_LIMIT_S`) with the kernels not measured
+#: yet estimated from their flops (:data:`SCREEN_ESTIMATE`); the
+#: ``REFINE`` fastest fitting plans, then whichever fitting plan is
+#: fastest until it is a full build, and every screened plan within
+#: :data:`REFINE_MARGIN` of the fastest full build, are built again with
+#: every kernel measured and the caller's budget.
+REFINE = 1
+#: Screened plans priced below ``1 + REFINE_MARGIN`` times the fastest full
+#: build are built in full too. README GPT, 4 devices: screened prices
+#: were 0.97-1.46x the full ones (estimated kernels, 1 s budget); with 0.1
+#: the 6 MiB choice missed mllm pipe2 x dp2 (screened 73.5 ms, full 60.2 ms
+#: against 64.3 ms for the plan chosen).
+REFINE_MARGIN = 0.25
+#: CP-SAT budget (deterministic seconds) of a screening build's searches.
+SCREEN_TIME_LIMIT_S = 1.0
+#: Screening builds estimate unmeasured kernels instead of compiling them.
+SCREEN_ESTIMATE = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,6 +97,9 @@ def auto_build(step: Any, params: Any, batch: Any,
                         memory_limit=step.memory_limit,
                         pipe_axis=step.pipe_axis, mode=step.mode,
                         refine=REFINE, prune=True,
+                        screen_time_limit_s=SCREEN_TIME_LIMIT_S,
+                        screen_estimate=SCREEN_ESTIMATE,
+                        refine_margin=REFINE_MARGIN,
                         **_schedule_options(step))
   fr = ff(params, batch)
   best = fr.choose(step.memory_limit)

@@ -33,6 +33,7 @@ import numpy as np
 
 from tessel_jax import placements as _placements
 from tessel_jax import validate
+from tessel_jax.cost import estimate as _estimate
 from tessel_jax.cost import predict as _predict
 from tessel_jax.graph import PlacementError
 from tessel_jax.search import baselines as _baselines
@@ -327,6 +328,20 @@ class FrontierFunction:
   full build's step is at most the screened one); ``refine=None`` builds
   every plan in full.
 
+  ``screen_time_limit_s`` and ``screen_estimate`` make screening cheaper
+  instead: a screening build then runs both searches, but with a CP-SAT
+  budget of at most ``screen_time_limit_s`` (a search that needs the whole
+  budget is cut short; the full build searches again with the caller's
+  budget), and with ``screen_estimate`` every kernel not measured yet is
+  estimated from its flops (``cost.estimate.KernelEstimator``, calibrated
+  on the kernels measured so far; the first plan is measured to start it)
+  instead of compiled and timed. Only the plans refined are then measured
+  in full. Screened prices do not prune (an estimate is not a measurement)
+  and leave out the kernel workspace (known once compiled). With
+  ``refine_margin=m`` every fitting screened plan whose price is below
+  ``(1 + m)`` times the fastest fitting full build is built in full too
+  (a screened price may be off either way).
+
   With ``prune=True`` a plan whose lower bound (:func:`step_lower_bound`,
   from its measured kernels, before any search) is no faster than the
   fastest fitting plan priced so far is skipped (and its classic baselines
@@ -340,6 +355,8 @@ class FrontierFunction:
                memory_limit: int | None = None, baselines: bool = True,
                pipe_axis: str = "pipe", mode: str = "train",
                refine: int | None = None, prune: bool = False,
+               screen_time_limit_s: float | None = None,
+               screen_estimate: bool = False, refine_margin: float = 0.0,
                **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
@@ -349,6 +366,10 @@ class FrontierFunction:
     self.baselines = baselines
     self.refine = refine
     self.prune = prune
+    self.screen_time_limit_s = screen_time_limit_s
+    self.screen_estimate = screen_estimate
+    self.refine_margin = float(refine_margin)
+    self.estimator = _estimate.KernelEstimator() if screen_estimate else None
     self.schedule_kw = schedule_kw
     self.costs: Any = None  # the CostModel shared by every candidate
     self.steps: dict[Candidate, Any] = {}  # priced ScheduledFunctions
@@ -368,7 +389,7 @@ class FrontierFunction:
                       lambda w, y: skipped.append((w, y)))
     priced = self._price_all(todo, params, batch, markers, skipped)
     if self.refine is not None:
-      self._refine(priced, params, batch, markers)
+      self._refine(priced, params, batch, markers, skipped)
     name = getattr(self.fn, "__name__", type(self.fn).__name__)
     return ProgramFrontier(fn_name=name, plans=tuple(priced),
                            pareto=pareto(priced), skipped=tuple(skipped),
@@ -428,6 +449,8 @@ class FrontierFunction:
 
   def _note_best(self, p: PricedPlan) -> None:
     """Remembers the fastest fitting measured plan (for pruning)."""
+    if p.screened and self.screen_estimate:
+      return  # estimated kernels: no bound to prune measured plans with
     if p.unit == "ms" and (self.memory_limit is None or
                            p.peak_bytes <= self.memory_limit):
       if self._best_ms is None or p.step < self._best_ms:
@@ -441,9 +464,14 @@ class FrontierFunction:
                    f" of the fastest plan priced so far")
 
   def _refine(self, priced: list[PricedPlan], params: Any, batch: Any,
-              markers: int | None) -> None:
+              markers: int | None,
+              skipped: list[tuple[str, str]] | None = None) -> None:
     """Builds in full (in place) the ``refine`` fastest fitting screened
-    plans, then the fastest fitting plan until it is a full build."""
+    plans, then the fastest fitting plan until it is a full build, and
+    every fitting screened plan within ``refine_margin`` of the fastest
+    fitting full build. A plan
+    whose full build is pruned by its lower bound (it cannot beat a plan
+    built in full) is dropped with its classic baselines."""
     tried: set[Candidate] = set()
     done = 0
     while True:
@@ -453,10 +481,14 @@ class FrontierFunction:
                     key=lambda i: (priced[i].step, priced[i].peak_bytes, i))
       want = [i for i in fits if priced[i].screened and
               _base(priced[i].candidate) not in tried]
+      done_full = [i for i in fits if not priced[i].screened]
       if done < self.refine and want:
         i = want[0]
       elif fits and fits[0] in want:
         i = fits[0]
+      elif want and done_full and priced[want[0]].step < (
+          1 + self.refine_margin) * priced[done_full[0]].step:
+        i = want[0]
       else:
         return
       base = _base(priced[i].candidate)
@@ -464,8 +496,15 @@ class FrontierFunction:
       done += 1
       try:
         full = self.price(base, params, batch, markers, screen=False)
+      except Pruned as err:
+        gone = [q for q in priced if _base(q.candidate) == base]
+        priced[:] = [q for q in priced if _base(q.candidate) != base]
+        if skipped is not None:
+          skipped.extend((q.label, f"Pruned: {err}") for q in gone)
+        continue
       except Exception:  # pylint: disable=broad-except
         continue  # the screened price stands
+      self._note_best(full)  # prunes the refines that cannot beat it
       for j, q in enumerate(priced):
         if _base(q.candidate) != base:
           continue
@@ -482,6 +521,10 @@ class FrontierFunction:
     kw = dict(self.schedule_kw)
     if markers is not None and markers != count and kw.get("cut") is None:
       kw["cut"] = "auto"
+    cheap = screen and self.cheap_screening
+    if cheap and self.screen_time_limit_s is not None:
+      kw["solver_time_limit_s"] = min(self.screen_time_limit_s,
+                                      self.full_time_limit_s)
     mesh = submesh(self.mesh, c.pipe, c.dp, self.pipe_axis)
     if mesh is not self.mesh and kw.get("data_axes") is None:
       kw["data_axes"] = ("data",)  # the pipe x data factorisation made here
@@ -490,8 +533,8 @@ class FrontierFunction:
                         mode=self.mode, plan=c.plan,
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
-    step.screening = screen
-    if self.prune and c.plan is None:
+    step.screening = screen and not cheap  # skips the uniform-span search
+    if self.prune and c.plan is None and not (cheap and self.screen_estimate):
       def bound(costs: Any, n_local: int, c: Candidate = c) -> None:
         ms = step_lower_bound(costs, n_local) * 1e3
         if self._key is not None:
@@ -504,11 +547,37 @@ class FrontierFunction:
     self.steps[c] = step
     return step
 
+  @property
+  def cheap_screening(self) -> bool:
+    """Screening builds run both searches on a shorter budget and/or
+    estimated kernels (else they skip the uniform-span search)."""
+    return self.screen_estimate or self.screen_time_limit_s is not None
+
+  @property
+  def full_time_limit_s(self) -> float:
+    """The CP-SAT budget of a full build."""
+    given = self.schedule_kw.get("solver_time_limit_s")
+    if given is None:
+      import inspect  # pylint: disable=import-outside-toplevel
+      from tessel_jax import api  # pylint: disable=import-outside-toplevel
+      given = inspect.signature(api.schedule).parameters[
+          "solver_time_limit_s"].default
+    return float(given)
+
+  def _screen_tag(self, screen: bool) -> Any:
+    """What a screening build is, for the memo (False: a full build)."""
+    if not screen:
+      return False
+    if not self.cheap_screening:
+      return True
+    return ("cheap", self.screen_time_limit_s, self.screen_estimate)
+
   def price(self, c: Candidate, params: Any, batch: Any,
             markers: int | None = None, screen: bool = False) -> PricedPlan:
     """Builds candidate ``c`` and reads its price (remembered per process,
     see ``_MEMO``)."""
-    key = None if self._key is None else (self._key, c, screen)
+    key = (None if self._key is None else
+           (self._key, c, self._screen_tag(screen)))
     hit = _MEMO.get(key) if key is not None else None
     if hit is not None:
       _MEMO.move_to_end(key)
@@ -524,7 +593,9 @@ class FrontierFunction:
       raise failed[0]  # this plan could not be built in this process
     t0 = time.perf_counter()
     step = self.step_for(c, markers, screen)
+    estimating = screen and self.estimator is not None
     try:
+      self.costs.estimator = self.estimator if estimating else None
       built = step.build(params, batch)
     except Pruned:
       raise
@@ -532,6 +603,8 @@ class FrontierFunction:
       if key is not None:
         _MEMO[(key, "error")] = (err, None)
       raise
+    finally:
+      self.costs.estimator = None
     rep = built.report
     measured = rep is not None and rep.predicted_step_ms is not None
     out = PricedPlan(
@@ -626,7 +699,10 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
              microbatches: Sequence[int] | None = None,
              memory_limit: int | None = None, baselines: bool = True,
              pipe_axis: str = "pipe", mode: str = "train",
-             refine: int | None = None, **schedule_kw: Any) -> Any:
+             refine: int | None = None,
+             screen_time_limit_s: float | None = None,
+             screen_estimate: bool = False, refine_margin: float = 0.0,
+             **schedule_kw: Any) -> Any:
   """Every plan of ``fn`` on ``mesh``, priced; call the result with
   ``(params, batch)`` to get a :class:`ProgramFrontier`.
 
@@ -643,6 +719,12 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
     refine: None (build every plan in full) or ``k``: screen every plan,
       then build the ``k`` fastest that fit in full (see
       :class:`FrontierFunction`).
+    screen_time_limit_s: With ``refine``: the CP-SAT budget of a screening
+      build (both searches run; see :class:`FrontierFunction`).
+    screen_estimate: With ``refine``: screening builds estimate the kernels
+      not measured yet from their flops instead of compiling them.
+    refine_margin: With ``refine``: also build in full every screened plan
+      priced within this fraction of the fastest full build.
     **schedule_kw: Other ``tj.schedule`` options (``cost``, ``recompute``,
       ``optimizer_slots``, ``solver_time_limit_s``, ...).
   """
@@ -651,6 +733,8 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
                             microbatches=microbatches,
                             memory_limit=memory_limit, baselines=baselines,
                             pipe_axis=pipe_axis, mode=mode, refine=refine,
-                            **schedule_kw)
+                            screen_time_limit_s=screen_time_limit_s,
+                            screen_estimate=screen_estimate,
+                            refine_margin=refine_margin, **schedule_kw)
   return make if fn is None else make(fn)
 

@@ -301,3 +301,15 @@ def test_search_ties_or_beats_v_baselines_at_their_memory(d, b_span):
     assert max(found.peak_memory) <= limit
     assert found.makespan <= base.makespan, (name, found.makespan,
                                              base.makespan)
+
+
+def test_every_baseline_says_what_it_fits():
+  """The registry, the fit checks and the messages name the same baselines
+  (``search.baseline_fits``), and every alias names one of them."""
+  from tessel_jax.search import baseline_fits  # pylint: disable=import-outside-toplevel
+  assert list(baseline_fits.FITS) == list(baselines.BASELINES)
+  assert list(baseline_fits.SUPPORTS) == list(baselines.BASELINES)
+  assert set(baselines.ALIASES.values()) <= set(baselines.BASELINES)
+  graph = placements.vshape(4)
+  for name in baselines.for_placement(graph):
+    assert baselines.run(name, graph, 4).source == name

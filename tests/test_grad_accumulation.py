@@ -5,7 +5,11 @@ pipeline (vshape(2): every tick runs different blocks on the two devices,
 so every tick is a switch): no add, select, copy or zero fill of a
 parameter-sized buffer in code every device runs (the loop bodies and the
 unrolled ticks outside branches), none in a loop's branches but the adds
-of the blocks that own the gradients.
+of the blocks that own the gradients. The compact lowering (every tick in
+one table-driven loop, ``interpret_ramps=0``) runs each kernel in a loop of
+its own that only its devices enter at its ticks: no parameter-sized copy,
+select or zero fill anywhere in the loops, and exactly one add per gradient
+a kernel owns.
 """
 
 from __future__ import annotations
@@ -23,14 +27,15 @@ HIDDEN = 24       # parameter shapes (24, 24) and (24,): no activation has them
 ROWS = 8
 
 
-def _lower(plan, param_layout):
+def _lower(plan, param_layout, interpret_ramps=8):
   fn, params = lowering_bench_lib.chain_model(2, HIDDEN, 2)
   n = 6
   batch = lowering_bench_lib.make_batch(n * ROWS, HIDDEN)
   mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
                      num_microbatches=n, plan=plan, cut="markers",
-                     param_layout=param_layout)
+                     param_layout=param_layout,
+                     interpret_ramps=interpret_ramps)
   loss, grads = step(params, batch)
   ref_loss, ref_grads = jax.value_and_grad(
       lambda p: jnp.mean(jnp.stack([fn(p, jax.tree_util.tree_map(
@@ -66,3 +71,15 @@ def test_accumulators_touched_only_by_their_branch(plan, param_layout):
   for op in ("broadcast", "copy", "select"):
     assert ops["loop_branches"][op] == 0, ops
   assert ops["loop_branches"]["add"] > 0, ops
+
+
+@pytest.mark.parametrize("plan", [None, "1f1b"])
+def test_compact_accumulators_touched_only_by_their_kernel(plan):
+  step, ops = _lower(plan, "auto", interpret_ramps=0)
+  assert {s.kind for s in step.built.plan.segments} == {"interp"}
+  for where in ("loop", "loop_branches"):
+    for op in ("broadcast", "copy", "select"):
+      assert ops[where][op] == 0, ops
+  owned = sum(len(k.grads) for k in step.built.plan.kernels.values())
+  assert owned and ops["loop"]["add"] + ops["loop_branches"]["add"] == owned, (
+      owned, ops)

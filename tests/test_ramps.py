@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tessel_jax import checks, placements, validate
-from tessel_jax.schedule import Repetend, Schedule, modulo_actions
+from tessel_jax.schedule import (Repetend, Schedule, UnrolledSchedule,
+                                 modulo_actions)
 from tessel_jax.search import (ramps, search_repetend,
                                smallest_memory_repetend)
 
@@ -111,3 +112,75 @@ def test_start_over_the_limit_is_refused():
                         list_alternative=False, time_limit_s=5)
   with pytest.raises(checks.InputError, match="exceeds the memory limit"):
     search_repetend(graph, 1, time_limit_s=1, start=one.repetend)
+
+
+def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
+    monkeypatch):
+  """From a ``start`` at the smallest period the search also polishes and
+  composes the repetend of its first probe from scratch, and keeps the
+  shorter unrolling (here the start's is made longer: its ramps are left
+  uncompacted)."""
+  from tessel_jax.search import modulo_model, repetend
+  # No wall-clock cut-offs: on a loaded machine they would change the
+  # result (the budgets are deterministic).
+  monkeypatch.setattr(modulo_model, "_WALL_PER_DETERMINISTIC_S", 1e4)
+  budget_init = repetend._Budget.__init__
+
+  def no_wall_cap(self, total):
+    budget_init(self, total)
+    self.wall_deadline += 1e6
+
+  monkeypatch.setattr(repetend._Budget, "__init__", no_wall_cap)
+  graph = placements.get("xshape", 4)
+  fastest = search_repetend(graph, None, complete=False,
+                            list_alternative=False, time_limit_s=5).period
+  limit, _, witness = smallest_memory_repetend(graph, fastest,
+                                               time_limit_s=5)
+  built = []
+  real = repetend._finished
+
+  def spy(solve, found, proven_low, polish, period_seconds, complete):
+    if not built:  # the start's schedule: no ramps compacted
+      complete = False
+    built.append(real(solve, found, proven_low, polish, period_seconds,
+                      complete))
+    return built[-1]
+
+  monkeypatch.setattr(repetend, "_finished", spy)
+  schedule = search_repetend(graph, limit, time_limit_s=5, start=witness,
+                             list_alternative=False)
+  assert len(built) == 2  # the start's repetend and the first probe's
+  assert built[0].repetend.period == built[1].repetend.period == fastest
+  n = max(ramps.reference_microbatches(s.repetend) for s in built)
+  spans = [ramps.makespan(s, n) for s in built]
+  assert spans[1] < spans[0]
+  assert ramps.makespan(schedule, n) == spans[1]
+  monkeypatch.setattr(repetend, "_finished", real)
+  scratch = search_repetend(graph, limit, time_limit_s=5,
+                            list_alternative=False)
+  assert ramps.makespan(schedule, n) <= ramps.makespan(scratch, n)
+  validate.assert_valid(schedule.unroll(n))
+
+
+def test_completion_too_large_for_the_memory_rule_pulls_the_modulo_in(
+    monkeypatch):
+  """Above ``completion.MAX_RESERVOIR_PAIRS`` no CP-SAT model is built (it
+  took 15 GiB for nnshape on 32 devices at N = 128): the modulo schedule,
+  pulled in, still valid under the limit."""
+  from tessel_jax.search import completion
+
+  def no_solve(*_, **__):
+    raise AssertionError("CP-SAT must not run")
+
+  graph = placements.get("mllm", 4)
+  schedule = search_repetend(graph, 5, time_limit_s=5,
+                             list_alternative=False)
+  n = 6
+  monkeypatch.setattr(completion, "MAX_RESERVOIR_PAIRS", 0)
+  monkeypatch.setattr(completion._ActionModel, "solve", no_solve)
+  actions = completion.complete_all(graph, schedule.repetend, n, 5)
+  unrolled = UnrolledSchedule(graph=graph, num_microbatches=n,
+                              actions=tuple(sorted(actions)), memory_limit=5)
+  validate.assert_valid(unrolled)
+  with pytest.raises(completion.CompletionError, match="too large"):
+    completion.complete_all(graph, schedule.repetend, n, 1)

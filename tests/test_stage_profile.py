@@ -19,6 +19,8 @@ from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
 from tessel_jax.cost import measure
+from tessel_jax.cost import model as cost_model
+from tessel_jax.cost import predict
 from tessel_jax.cost import stage as stage_mod
 
 from test_lowering_models import max_rel_err, reference
@@ -105,3 +107,20 @@ def test_memory_limit_counts_shards(split_step: tuple,
                                     4 * halves] * 2
   assert max(split.report.peak_memory_bytes) < max(
       whole.report.peak_memory_bytes)
+
+
+def test_stash_counted_per_shard(split_step: tuple) -> None:
+  """Issue 19: a forward's residuals split over ``model`` by XLA count
+  their shard on each device, in the profile and in the predicted peak."""
+  built = split_step[0].built
+  shrunk = 0
+  for bid, kp in built.profile.kernels.items():
+    if kp.kind != "F":
+      continue
+    full = built.kernels.kernels[bid].stash_bytes
+    assert full // 2 <= kp.stash_bytes <= full
+    shrunk += full - kp.stash_bytes
+  assert shrunk > 0
+  full = cost_model.block_memory_bytes(built.graph, built.kernels)
+  full_peak = max(predict._peaks(built.unrolled, full))
+  assert 0 < max(split_step[0].report.stash_peak_bytes) < full_peak

@@ -90,6 +90,8 @@ SCHEMAS: dict[str, dict[str, Callable[[Any], bool]]] = {
                "compile_seconds": _seconds0, "host_cores": _cores},
     "ticks": {"fixed_s": _seconds0, "per_byte_s": _seconds0},
     "link": {"latency_s": _seconds0, "bandwidth_bytes_per_s": _rate},
+    "group": {"seconds": _seconds0},   # passes.autocut_cost timings
+    "standin": {"standin_s": _seconds},
 }
 
 

@@ -49,6 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
+from tessel_jax.cost import estimate as _estimate
 from tessel_jax.cost.cache import ProfileCache, make_key
 
 # A timed sample lasts at least this long (short kernels run several times).
@@ -70,8 +71,9 @@ class KernelProfile:
       alone on the device (CPU: on one core).
     core_seconds: Core-seconds of one run (CPU: equal to ``seconds``, the
       kernel runs on one thread; elsewhere also ``seconds``).
-    stash_bytes: Bytes the block keeps for the backward (F kernels; 0 for
-      the others).
+    stash_bytes: Bytes the block keeps for the backward on one device (F
+      kernels; 0 for the others): on a stage, each residual's shard over
+      the GSPMD axes.
     temp_bytes: XLA temp (workspace) bytes of the kernel compiled alone.
     out_bytes: Bytes of the kernel's outputs on one device.
     key: Cache key (kernels with equal keys share one measurement).
@@ -106,6 +108,8 @@ class Profile:
       included; near 0 when everything came from the cache).
     measured: Distinct kernels measured in this run.
     from_cache: Distinct kernels read from the on-disk cache.
+    estimated: Kernels estimated from their flops (``cost.estimate``), not
+      measured (a screening build).
   """
 
   kernels: Mapping[int, KernelProfile]
@@ -115,11 +119,12 @@ class Profile:
   profile_seconds: float
   measured: int
   from_cache: int
+  estimated: int = 0
 
   @property
   def cache_hit(self) -> bool:
-    """True when nothing had to be measured."""
-    return self.measured == 0
+    """True when nothing had to be measured (or estimated)."""
+    return self.measured == 0 and self.estimated == 0
 
   def seconds(self) -> dict[int, float]:
     """Block id -> measured seconds."""
@@ -394,7 +399,9 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
   fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
   t0 = time.perf_counter()
-  compiled = jax.jit(fn).lower(pv, dv).compile()
+  lowered = jax.jit(fn).lower(pv, dv)
+  flops = _estimate.analysed_flops(lowered) if stage is None else None
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
   temp = 0
   try:
@@ -404,14 +411,41 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   except Exception:  # pylint: disable=broad-except  (backend without it)
     temp = 0
   host = cpu_cores() if device.platform == "cpu" else None
+  shard_stash = _stash_shard_bytes(kernel, compiled) if stage else None
   timings = [_timed(compiled, pv, dv, device, repeats, warmup,
                     1 if host is not None else None, stage)
              for _ in range(max(1, rounds))]
   seconds, raw = min(timings)
-  return {"seconds": seconds, "core_seconds": seconds,
-          "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
-          "compile_seconds": compile_s,
-          "round_seconds": [t[0] for t in timings]}
+  out = {"seconds": seconds, "core_seconds": seconds,
+         "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
+         "compile_seconds": compile_s,
+         "round_seconds": [t[0] for t in timings]}
+  if flops is not None:
+    out["flops"] = flops  # calibrates cost.estimate.KernelEstimator
+  if shard_stash is not None:
+    out["stash_shard_bytes"] = shard_stash
+  return out
+
+
+def _stash_shard_bytes(kernel: Any, compiled: Any) -> int | None:
+  """Bytes of ``kernel``'s residual outputs on one device of its stage:
+  each residual's shard as XLA's sharding propagation placed it over the
+  GSPMD axes (the program keeps them so in its stash), or None where the
+  compiled kernel does not say."""
+  try:
+    outs = compiled.output_shardings[0]
+  except Exception:  # pylint: disable=broad-except  (backend without it)
+    return None
+  if len(outs) != len(kernel.out_avals):
+    return None
+  total = 0
+  for key, aval, sh in zip(kernel.outputs, kernel.out_avals, outs):
+    if key[0] != "r":
+      continue
+    shape = tuple(sh.shard_shape(tuple(aval.shape)))
+    total += int(np.prod(shape, dtype=np.int64)) * np.dtype(
+        aval.dtype).itemsize
+  return total
 
 
 # --- edges ------------------------------------------------------------------
@@ -481,7 +515,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                     repeats: int = 5, warmup: int = 2,
                     memo: dict[str, dict[str, Any]] | None = None,
                     part: Any = None, stage: Any = None,
-                    log: Callable[[str], None] | None = None) -> Profile:
+                    log: Callable[[str], None] | None = None,
+                    estimator: Any = None) -> Profile:
   """Measures every kernel of ``ks`` (each distinct one once).
 
   Args:
@@ -499,11 +534,15 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
     stage: Profile every kernel on this stage's devices, sharded as the
       program runs it (``cost.stage.Stage``; None: on ``device`` alone).
     log: Optional progress printer.
+    estimator: A ``cost.estimate.KernelEstimator``: a kernel neither in
+      ``memo`` nor on disk is estimated from its flops instead of being
+      compiled and timed, once enough kernels are measured (single-device
+      profiles only; estimates are not stored).
   """
   t0 = time.perf_counter()
   by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
   from_disk: set[str] = set()
-  measured = 0
+  measured = estimated = 0
   out: dict[int, KernelProfile] = {}
   for bid in sorted(ks.kernels):
     k = ks.kernels[bid]
@@ -514,6 +553,12 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
       rec = cache.get("kernel", key)
       if rec is not None:
         from_disk.add(key)
+    if rec is None and estimator is not None and stage is None:
+      rec = estimator.estimate(k, param_avals, by_key.values(), key=key)
+      if rec is not None:
+        estimated += 1
+        out[bid] = _kernel_profile(bid, k, rec, key, False)
+        continue
     if rec is None:
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
                         stage=stage)
@@ -527,15 +572,23 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
             f" temp {rec['temp_bytes']} B, compile"
             f" {rec['compile_seconds']:.2f} s")
     by_key[key] = rec
-    out[bid] = KernelProfile(
-        block_id=bid, label=k.label, kind=k.kind, fwd=k.fwd,
-        devices=tuple(k.devices), seconds=float(rec["seconds"]),
-        core_seconds=float(rec.get("core_seconds", rec["seconds"])),
-        stash_bytes=int(k.stash_bytes) if k.kind == "F" else 0,
-        temp_bytes=int(rec["temp_bytes"]),
-        out_bytes=sum(_nbytes(a) for a in k.out_avals), key=key,
-        cached=key in from_disk)
+    out[bid] = _kernel_profile(bid, k, rec, key, key in from_disk)
   return Profile(kernels=out, edge_bytes=edge_bytes(graph, ks),
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
-                 from_cache=len(from_disk))
+                 from_cache=len(from_disk), estimated=estimated)
+
+
+def _kernel_profile(bid: int, k: Any, rec: Mapping[str, Any], key: str,
+                    cached: bool) -> KernelProfile:
+  """Block ``bid``'s :class:`KernelProfile` (kernel ``k``) from its
+  measurement record."""
+  return KernelProfile(
+      block_id=bid, label=k.label, kind=k.kind, fwd=k.fwd,
+      devices=tuple(k.devices), seconds=float(rec["seconds"]),
+      core_seconds=float(rec.get("core_seconds", rec["seconds"])),
+      stash_bytes=(int(rec.get("stash_shard_bytes", k.stash_bytes))
+                   if k.kind == "F" else 0),
+      temp_bytes=int(rec["temp_bytes"]),
+      out_bytes=sum(_nbytes(a) for a in k.out_avals), key=key,
+      cached=cached)

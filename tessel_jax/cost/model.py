@@ -9,18 +9,21 @@
   (``quantize``);
 * :meth:`CostModel.report`: replay the lowered schedule with the measured
   durations (``predict``, with the lowering's per-tick costs from
-  ``ticks``) into a :class:`CostReport`.
+  ``ticks``, calibrated on the plan's stand-in program by ``calibrate``)
+  into a :class:`CostReport`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from tessel_jax import simulate
 from tessel_jax.cost import cache as _cache
+from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import measure as _measure
 from tessel_jax.cost import predict as _predict
@@ -30,6 +33,7 @@ from tessel_jax.cost.report import CostReport
 from tessel_jax.graph import BlockGraph
 
 COSTS = ("measured", "uniform")
+_LOG = logging.getLogger("tessel_jax.cost")
 
 
 def _local_mesh(mesh: Any, pipe_axis: str) -> Any:
@@ -42,6 +46,11 @@ def _local_mesh(mesh: Any, pipe_axis: str) -> Any:
   mine = [d for d in mesh.devices.flat
           if d.process_index == jax.process_index()]
   return jax.sharding.Mesh(np.array(mine), (pipe_axis,))
+
+
+def _single_process() -> bool:
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.process_count() == 1
 
 
 def agree(values: Any) -> Any:
@@ -88,10 +97,15 @@ class SearchCosts:
   parallelism: Mapping[int, float] | None = None
 
 
-def block_memory_bytes(graph: BlockGraph, ks: Any) -> dict[int, int]:
+def block_memory_bytes(graph: BlockGraph, ks: Any,
+                       profile: Any = None) -> dict[int, int]:
   """Stash bytes per block: ``F`` keeps them, ``B`` (or ``W`` when the
-  backward is split) frees them."""
+  backward is split) frees them. With ``profile`` (``measure.Profile``)
+  the measured per-device bytes (a stage's residuals per shard)."""
   stash = {k.fwd: k.stash_bytes for k in ks.kernels.values() if k.kind == "F"}
+  if profile is not None:
+    stash.update({k.fwd: k.stash_bytes for k in profile.kernels.values()
+                  if k.kind == "F"})
   has_w = {k.fwd for k in ks.kernels.values() if k.kind == "W"}
   out = {}
   for blk in graph.blocks:
@@ -144,8 +158,17 @@ class CostModel:
     self.repeats = repeats
     self.cache = _cache.ProfileCache(cache_dir, reprofile=reprofile)
     self._memo: dict[str, dict[str, Any]] = {}
+    # Set by tessel_jax.plans for a screening build: unmeasured kernels are
+    # estimated from their flops (cost.estimate) instead of compiled.
+    self.estimator: Any = None
     self._link: _link.LinkModel | None = None
     self._ticks: _ticks.TickCosts | None = None
+    # Set by the build: ``plan -> seconds`` compiling and timing the
+    # lowered program of a plan (``calibrate.program_timer``); while set,
+    # :meth:`predict` calibrates the tick model on each plan's stand-in
+    # program (``calibrate``). None: the microbenchmark alone.
+    self.time_program: Callable[[Any], float] | None = None
+    self._standin: dict[str, float | None] = {}
     self._spent = 0.0
     self._measured = 0
     self._hit = True
@@ -197,7 +220,8 @@ class CostModel:
     device = mesh.devices.flat[0]
     prof = _measure.profile_kernels(ks, graph, param_avals, device,
                                     cache=self.cache, repeats=self.repeats,
-                                    memo=self._memo, part=part, stage=stage)
+                                    memo=self._memo, part=part, stage=stage,
+                                    estimator=self.estimator)
     self._spent += prof.profile_seconds
     self._measured += prof.measured
     self._hit = self._hit and prof.cache_hit
@@ -227,7 +251,7 @@ class CostModel:
     seconds = dict(zip(order, agreed[:len(order)]))
     delays = dict(zip(sorted(delays), agreed[len(order):]))
     q = _quantize.quantize(graph, seconds,
-                           block_memory_bytes(graph, ks), delays,
+                           block_memory_bytes(graph, ks, prof), delays,
                            resolution=self.time_resolution)
     ws = [0] * graph.num_devices
     for k in prof.kernels.values():
@@ -241,18 +265,22 @@ class CostModel:
 
   # --- report -----------------------------------------------------------------
 
+  def _mesh_fields(self, mesh: Any, pipe_axis: str) -> dict[str, Any]:
+    """What a per-tick measurement on ``mesh`` depends on (cache key)."""
+    device = mesh.devices.flat[0]
+    return {"backend": device.platform, "device_kind": device.device_kind,
+            "pipe": int(dict(mesh.shape)[pipe_axis]),
+            "devices": len(mesh.devices.flat),
+            "xla_flags": _measure.speed_flags(),
+            "cpu_cores": (_measure.cpu_cores() if device.platform == "cpu"
+                          else None)}
+
   def tick_costs(self, mesh: Any, pipe_axis: str) -> _ticks.TickCosts:
     """Per-tick costs of the lowering on this mesh (microbenchmark, cached;
     measured once per CostModel)."""
     if self._ticks is None:
       mesh = _local_mesh(mesh, pipe_axis)
-      device = mesh.devices.flat[0]
-      fields = {"backend": device.platform, "device_kind": device.device_kind,
-                "pipe": int(dict(mesh.shape)[pipe_axis]),
-                "devices": len(mesh.devices.flat),
-                "xla_flags": _measure.speed_flags(),
-                "cpu_cores": (_measure.cpu_cores() if device.platform == "cpu"
-                              else None)}
+      fields = self._mesh_fields(mesh, pipe_axis)
       t0, hits = time.perf_counter(), self.cache.hits
       self._ticks = _ticks.cached_tick_costs(mesh, pipe_axis, self.cache,
                                              fields)
@@ -260,29 +288,75 @@ class CostModel:
       self._hit = self._hit and self.cache.hits > hits
     return self._ticks
 
+  def _standin_seconds(self, plan: Any, mesh: Any, pipe_axis: str
+                       ) -> float | None:
+    """Step seconds of ``plan``'s stand-in program (memo, disk cache);
+    None (logged) where it cannot be built or run."""
+    fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
+    fields["mesh"] = {str(a): int(n) for a, n in dict(mesh.shape).items()}
+    memo_key = _cache.make_key({"plan": _calibrate.plan_signature(plan),
+                                **fields})
+    if memo_key not in self._standin:
+      t0 = time.perf_counter()
+      try:
+        sec, hit = _calibrate.cached_standin_seconds(
+            plan, self.time_program, self.cache, fields)
+      except Exception as err:  # pylint: disable=broad-except
+        # The prediction stays usable without it (the microbenchmark's
+        # tick model); say why, once per plan.
+        _LOG.warning("tessel_jax: the stand-in program of plan %s could not"
+                     " be timed (%s: %s); the prediction uses the tick"
+                     " microbenchmark only", plan.loop_summary(),
+                     type(err).__name__, err)
+        self._standin[memo_key] = None
+        return None
+      self._spent += time.perf_counter() - t0
+      self._hit = self._hit and hit
+      self._standin[memo_key] = agree([sec])[0]
+    return self._standin[memo_key]
+
+  def _replay(self, costs: SearchCosts, unrolled: Any,
+              tick_model: _ticks.TickModel, idle: bool = False
+              ) -> _predict.Prediction:
+    """Replays ``unrolled`` with the measured kernels (``idle``: with
+    zero-time kernels) and ``tick_model``'s costs."""
+    q = costs.quantized
+    kw = dict(delays=tick_model.delays(q.delay_seconds),
+              memory_bytes=q.memory_bytes, barriers=tick_model.barriers,
+              tick_seconds=tick_model.tick_seconds,
+              barriers_after=tick_model.barriers_after)
+    if costs.shared_cores is not None:
+      work = ({b: 0.0 for b in costs.work} if idle else costs.work)
+      return _predict.predict_shared(unrolled, work, costs.parallelism,
+                                     costs.shared_cores, **kw)
+    seconds = {b: 0.0 for b in q.seconds} if idle else dict(q.seconds)
+    return _predict.predict(unrolled, seconds, **kw)
+
   def predict(self, costs: SearchCosts, unrolled: Any, plan: Any,
               mesh: Any, pipe_axis: str
               ) -> tuple[_predict.Prediction, _ticks.TickModel]:
-    """The measured prediction of a lowered schedule and its tick model."""
+    """The measured prediction of a lowered schedule and its tick model.
+
+    With :attr:`time_program` set, every tick also costs what the plan's
+    stand-in program pays beyond the microbenchmark's tick model
+    (``calibrate.extra_tick_seconds``). Not in a multi-process run: a
+    cache hit on one host and a miss on another would run the stand-in's
+    collectives on some processes only.
+    """
     device = mesh.devices.flat[0]
-    q = costs.quantized
     tick_model = _ticks.tick_model(
         plan, costs.link, self.tick_costs(mesh, pipe_axis),
         rendezvous=device.platform in _ticks.RENDEZVOUS_BACKENDS)
-    if costs.shared_cores is not None:
-      pred = _predict.predict_shared(
-          unrolled, costs.work, costs.parallelism, costs.shared_cores,
-          delays=tick_model.delays(q.delay_seconds),
-          memory_bytes=q.memory_bytes, barriers=tick_model.barriers,
-          tick_seconds=tick_model.tick_seconds,
-          barriers_after=tick_model.barriers_after)
-    else:
-      pred = _predict.predict(
-          unrolled, dict(q.seconds), delays=tick_model.delays(q.delay_seconds),
-          memory_bytes=q.memory_bytes, barriers=tick_model.barriers,
-          tick_seconds=tick_model.tick_seconds,
-          barriers_after=tick_model.barriers_after)
-    return pred, tick_model
+    standin = (self._standin_seconds(plan, mesh, pipe_axis)
+               if self.time_program is not None and _single_process()
+               else None)
+    if standin is not None:
+      extra = _calibrate.extra_tick_seconds(
+          standin, lambda x: self._replay(costs, unrolled,
+                                          tick_model.plus(x),
+                                          idle=True).step_seconds)
+      tick_model = tick_model.plus(extra)
+    return self._replay(costs, unrolled, tick_model), tick_model
 
   def report(self, costs: SearchCosts | None, unrolled: Any, plan: Any,
              layout: Any, unit: int, stash_limit_bytes: int | None,

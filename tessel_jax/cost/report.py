@@ -34,7 +34,9 @@ class CostReport:
     block_ms: Block label -> measured milliseconds.
     edge_delay_ms: ``"src->dst"`` -> communication milliseconds used as
       the edge's delay.
-    tick_overhead_ms: Per-tick cost added on every device (measured).
+    tick_overhead_ms: Mean per-tick cost added on every device: the tick
+      microbenchmark's, plus what the plan's stand-in program pays beyond
+      it (``cost.calibrate``; measured, cached by plan shape).
     barrier_ms: Total all-device synchronisation time in the prediction.
     ticks: Ticks of the lowered program.
     link: The communication model (``LinkModel.to_dict()``).

@@ -311,6 +311,25 @@ def compact_templates(graph: BlockGraph, rep: Repetend,
   return Templates(warmup, steady_start, cooldown, status)
 
 
+#: Largest ``sum_d n_d^2`` (``n_d``: actions that change device ``d``'s
+#: memory) of a ``complete_all`` model with a memory limit: CP-SAT expands
+#: each device's reservoir constraint into about ``n_d^2`` literals
+#: (nnshape, 32 devices, N = 128, about 1000 actions a device, 33M: 15 GiB,
+#: killed for memory). Above it the modulo schedule is pulled in instead.
+MAX_RESERVOIR_PAIRS = 10_000_000
+
+
+def _reservoir_pairs(graph: BlockGraph, num_microbatches: int) -> int:
+  """``sum_d n_d^2`` for ``num_microbatches`` micro-batches (see
+  ``MAX_RESERVOIR_PAIRS``)."""
+  per_device = [0] * graph.num_devices
+  for b in graph.blocks:
+    if b.memory != 0:
+      for d in b.devices:
+        per_device[d] += num_microbatches
+  return sum(n * n for n in per_device)
+
+
 def complete_all(graph: BlockGraph, rep: Repetend, num_microbatches: int,
                  memory_limit: int | None, *, time_limit_s: float = 10.0,
                  seed: int = 0, num_workers: int = 1) -> tuple[Action, ...]:
@@ -326,6 +345,18 @@ def complete_all(graph: BlockGraph, rep: Repetend, num_microbatches: int,
   horizon = (rep.max_offset + num_microbatches + 1) * rep.period + sum(
       b.span for b in graph.blocks) + sum(e.delay for e in graph.edges)
   am = _ActionModel(graph, tasks, 0, horizon)
+  if memory_limit is not None and _reservoir_pairs(
+      graph, num_microbatches) > MAX_RESERVOIR_PAIRS:
+    # Too large for CP-SAT's memory rule: the modulo schedule, pulled in.
+    am.hint_modulo(rep)
+    if not am._fits(am.hint, memory_limit, {}):
+      raise CompletionError(
+          f"no schedule of {num_microbatches} micro-batches fits under"
+          f" memory limit {memory_limit} for placement {graph.name!r} (too"
+          " large to solve); raise the limit or unroll more micro-batches")
+    return compact_in_order(graph, [
+        Action(start, graph.blocks[t.index].id, t.mb)
+        for start, t in zip(am.hint, tasks)])
   am.add_edges_between_free()
   am.add_microbatch_order()
   am.add_no_overlap()

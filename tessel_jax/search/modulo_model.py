@@ -26,6 +26,7 @@ import bisect
 import dataclasses
 import math
 import time
+from typing import Any, NamedTuple
 
 from ortools.sat.python import cp_model
 
@@ -413,32 +414,83 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
     linearization_level: CP-SAT's LP relaxation level; None: 2 when
       minimising memory, CP-SAT's default otherwise.
   """
-  model = cp_model.CpModel()
-  blocks = graph.blocks
+  if any((period - 1 if allow_wrap else period - b.span) < 0
+         for b in graph.blocks):
+    return ModuloSolution("INFEASIBLE")  # a block longer than the period
   if horizon is None:
     horizon = latency_horizon(graph, period)
-  max_offset = horizon // period + 1
+  model = cp_model.CpModel()
+  v = _add_schedule(model, graph, period, horizon, allow_wrap,
+                    pooled_devices)
+  v = _add_memory(model, graph, period, v, memory_limit,
+                  minimise=objective == "memory")
+  if objective == "latency":
+    v = _add_latency(model, graph, period, horizon, v)
+    model.Minimize(v.last - v.first)
+  elif objective == "memory":
+    model.Minimize(v.peak)
+  if hint is not None and hint.found and objective == "latency":
+    _add_complete_hint(model, graph, period, hint, v.offset, v.phase,
+                       v.order_literals, v.first, v.last)
+  elif hint is not None and hint.found:
+    for var, value in zip(v.offset + v.phase, hint.offsets + hint.phases):
+      model.AddHint(var, value)
+  # Optimising latency from a hint is fastest with the plain single worker;
+  # memory with the LP relaxation; feasibility with the interleaved
+  # portfolio (see solve_modulo).
+  if linearization_level is None and objective == "memory":
+    linearization_level = 2
+  solver = make_solver(time_limit_s, seed, num_workers,
+                       interleave=objective == "none",
+                       linearization_level=linearization_level,
+                       wall_limit_s=wall_limit_s)
+  if objective == "memory" and stop_at is not None:
+    code = solver.Solve(model, _StopWithin(stop_at, solver))
+  else:
+    code = solver.Solve(model)
+  return _read_solution(solver, code, v,
+                        has_objective=objective in ("latency", "memory"))
 
-  # --- Variables: phase r_b, offset k_b, start s_b = k_b * P + r_b ----------
+
+class _ModelVars(NamedTuple):
+  """The modulo model's variables (``_solve_once``), per block in the
+  graph's order: phase ``r_b``, offset ``k_b`` and start
+  ``s_b = k_b P + r_b`` (an expression); the phase-order literals of the
+  memory rule ``(a, b, literal)``; the peak (memory objective) and the
+  latency's two ends (latency objective), None where absent."""
+
+  phase: list
+  offset: list
+  start: list
+  limited_devices: list[int]
+  max_offset: int
+  order_literals: list | tuple = ()
+  peak: Any = None
+  first: Any = None
+  last: Any = None
+
+
+def _add_schedule(model: cp_model.CpModel, graph: BlockGraph, period: int,
+                  horizon: int, allow_wrap: bool,
+                  pooled_devices: tuple[int, ...]) -> _ModelVars:
+  """Variables, dependencies, the symmetry pin and the one-block-at-a-time
+  rule (``pooled_devices`` share one pool of slots instead)."""
+  blocks = graph.blocks
+  max_offset = horizon // period + 1
   phase, offset, start = [], [], []
   for b in blocks:
     last_phase = period - 1 if allow_wrap else period - b.span
-    if last_phase < 0:
-      return ModuloSolution("INFEASIBLE")
     phase.append(model.NewIntVar(0, last_phase, f"r_{b.id}"))
     offset.append(model.NewIntVar(0, max_offset, f"k_{b.id}"))
     start.append(offset[-1] * period + phase[-1])
   pos = {b.id: i for i, b in enumerate(blocks)}
-
-  # --- Dependencies inside one micro-batch ---------------------------------
+  # Dependencies inside one micro-batch.
   for e in graph.edges:
     src, dst = pos[e.src], pos[e.dst]
     model.Add(start[dst] >= start[src] + blocks[src].span + e.delay)
-
-  # --- Symmetry: rotating all phases is free, so pin one block at phase 0 --
+  # Symmetry: rotating all phases is free, so pin one block at phase 0.
   model.Add(phase[pos[graph.topological_order()[0]]] == 0)
-
-  # --- One block at a time per device, modulo P ----------------------------
+  # One block at a time per device, modulo P.
   intervals = []
   for i, b in enumerate(blocks):
     copies = [model.NewFixedSizeIntervalVar(phase[i], b.span, f"I_{b.id}")]
@@ -458,8 +510,15 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
         [slots[i] for i in range(len(blocks)) if slots[i]
          for _ in intervals[i]],
         len(pooled_devices))
+  return _ModelVars(phase, offset, start, limited_devices, max_offset)
 
-  # --- Steady-state memory per device --------------------------------------
+
+def _add_memory(model: cp_model.CpModel, graph: BlockGraph, period: int,
+                v: _ModelVars, memory_limit: int | None, *,
+                minimise: bool) -> _ModelVars:
+  """The steady-state memory rule per limited device: under
+  ``memory_limit``, or under a new ``peak`` variable when ``minimise``."""
+  blocks, phase, offset, start = graph.blocks, v.phase, v.offset, v.start
   earlier: dict[tuple[int, int], cp_model.IntVar] = {}
   order_literals: list[tuple[int, int, cp_model.IntVar]] = []
 
@@ -475,10 +534,11 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
     return earlier[(a, b)]
 
   peak = None
-  if objective == "memory":
-    bound = sum(abs(b.memory) for b in blocks) * (max_offset + 1)
+  if minimise:
+    bound = sum(abs(b.memory) for b in blocks) * (v.max_offset + 1)
     peak = model.NewIntVar(0, bound, "peak_memory")
-  for d in limited_devices:
+  limit = peak if peak is not None else memory_limit
+  for d in v.limited_devices:
     on_d = [i for i, b in enumerate(blocks)
             if d in b.devices and b.memory != 0]
     if not on_d:
@@ -487,58 +547,42 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
     # Redundant but strong: the level averaged over one period is
     # -sum_b m_b s_b / P (each block's memory is held from its start on) and
     # cannot exceed the peak. Lets CP-SAT prove small periods infeasible fast.
-    average_times_period = -sum(blocks[i].memory * start[i] for i in on_d)
-    if peak is not None:
-      model.Add(average_times_period <= peak * period)
-    elif memory_limit is not None:
-      model.Add(average_times_period <= memory_limit * period)
+    if limit is not None:
+      model.Add(-sum(blocks[i].memory * start[i] for i in on_d)
+                <= limit * period)
     for a in on_d:
       if blocks[a].memory <= 0:
         continue
+      # The phase-order literals exist with no limit too (latency hints
+      # set them).
       level = blocks[a].memory + in_flight + sum(
           blocks[b].memory * starts_earlier(b, a) for b in on_d if b != a)
-      if peak is not None:
-        model.Add(level <= peak)
-      elif memory_limit is not None:
-        model.Add(level <= memory_limit)
+      if limit is not None:
+        model.Add(level <= limit)
+  return v._replace(order_literals=order_literals, peak=peak)
 
-  # --- Objective -------------------------------------------------------------
-  if objective == "latency":
-    first = model.NewIntVar(0, horizon, "first_start")
-    last = model.NewIntVar(0, horizon + period + max(b.span for b in blocks),
-                           "last_end")
-    # One-sided bounds suffice (minimising pulls ``first`` up to the
-    # earliest start and ``last`` down to the latest end) and, unlike
-    # min/max equalities, are linear, so the LP relaxation bounds latency.
-    for i, b in enumerate(blocks):
-      model.Add(first <= start[i])
-      model.Add(last >= start[i] + b.span)
-    model.Minimize(last - first)
-  elif objective == "memory":
-    model.Minimize(peak)
 
-  if hint is not None and hint.found and objective == "latency":
-    _add_complete_hint(model, graph, period, hint, offset, phase,
-                       order_literals, first, last)
-  elif hint is not None and hint.found:
-    for var, value in zip(offset + phase, hint.offsets + hint.phases):
-      model.AddHint(var, value)
-  # Optimising latency from a hint is fastest with the plain single worker;
-  # memory with the LP relaxation; feasibility with the interleaved
-  # portfolio (see solve_modulo).
-  if linearization_level is None and objective == "memory":
-    linearization_level = 2
-  solver = make_solver(time_limit_s, seed, num_workers,
-                       interleave=objective == "none",
-                       linearization_level=linearization_level,
-                       wall_limit_s=wall_limit_s)
-  if objective == "memory" and stop_at is not None:
-    code = solver.Solve(model, _StopWithin(stop_at, solver))
-  else:
-    code = solver.Solve(model)
+def _add_latency(model: cp_model.CpModel, graph: BlockGraph, period: int,
+                 horizon: int, v: _ModelVars) -> _ModelVars:
+  """The latency's two ends: ``first`` at most every start, ``last`` at
+  least every end. One-sided bounds suffice (minimising pulls ``first`` up
+  to the earliest start and ``last`` down to the latest end) and, unlike
+  min/max equalities, are linear, so the LP relaxation bounds latency."""
+  blocks = graph.blocks
+  first = model.NewIntVar(0, horizon, "first_start")
+  last = model.NewIntVar(0, horizon + period + max(b.span for b in blocks),
+                         "last_end")
+  for i, b in enumerate(blocks):
+    model.Add(first <= v.start[i])
+    model.Add(last >= v.start[i] + b.span)
+  return v._replace(first=first, last=last)
+
+
+def _read_solution(solver: cp_model.CpSolver, code: int, v: _ModelVars, *,
+                   has_objective: bool) -> ModuloSolution:
+  """The solve's answer as a ``ModuloSolution``."""
   status = solver.StatusName(code)
   work = solver.ResponseProto().deterministic_time
-  has_objective = objective in ("latency", "memory")
   if code not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
     # A bound can be proven before any solution is found (the early stop
     # fires on it); it still decides a limit.
@@ -548,8 +592,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                           work=work)
   return ModuloSolution(
       status=status,
-      offsets=tuple(solver.Value(k) for k in offset),
-      phases=tuple(solver.Value(r) for r in phase),
+      offsets=tuple(solver.Value(k) for k in v.offset),
+      phases=tuple(solver.Value(r) for r in v.phase),
       objective=int(solver.ObjectiveValue()) if has_objective else None,
       bound=_integer_bound(solver) if has_objective else None,
       seconds=solver.WallTime(), work=work)

@@ -33,6 +33,12 @@ Procedure (modulo model in ``modulo_model``):
    the period and keep the shortest (``ramps``).
 6. Offer a list schedule of all ``N`` micro-batches (``list_schedule``) to
    ``Schedule.unroll``, which keeps it when it is strictly shorter.
+
+A ``start`` repetend at the smallest period replaces steps 1-3 (no solve);
+the first probe of step 1 still runs, and the repetend it finds gets steps
+4-5 too: the shorter of the two compositions is kept
+(``_shorter_of_scratch``), so a start never makes the schedule longer than
+that search from scratch.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ from tessel_jax.search.modulo_model import (ModuloSolution, drop_idle_steps,
                                             steady_peak)
 from tessel_jax.search.relaxation import relaxations
 from tessel_jax.search.window_bound import window_period_bound
-from tessel_jax.simulate import critical_path
+from tessel_jax.simulate import critical_path, lower_bound_makespan_shared
 
 
 class InfeasibleScheduleError(ValueError):
@@ -241,7 +247,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       (e.g. from ``smallest_memory_repetend``): the search starts from it
       instead of from one micro-batch at a time, and where its period is
       the smallest one the bounds allow, it is proven optimal without a
-      solve.
+      solve; the first probe of the search from scratch still runs there,
+      and the shorter of the two compositions is kept (never longer than
+      that search where its first probe finds the period).
 
   Returns:
     A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
@@ -259,174 +267,21 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   t0 = time.perf_counter()
   budget = _Budget(time_limit_s)
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
-
   high = period_upper_bound(graph)
   low = min(high, max(period_lower_bound(graph),
                       memory_period_bound(graph, memory_limit),
                       window_period_bound(graph, memory_limit)))
-  tried: set[int] = set()  # periods whose feasibility was asked
-  relaxed = relaxations(graph, memory_limit, allow_wrap=allow_wrap,
-                        seed=seed)
-
-  def solve(period: int, share: float = 1.0, descending: bool = False,
-            seconds: float | None = None, **kw):
-    # Relaxations first (feasibility only). The pooled one has every block,
-    # so it is only worth its time below a repetend found, where proofs are
-    # what is missing, and above the smallest period, where a limit that
-    # admits it only delays the find (nnshape, 4 devices, limit 13, P = 16:
-    # 6.2 s to find the pooled model feasible).
-    for relaxation in relaxed if "objective" not in kw else ():
-      if relaxation.pooled and (not descending or period == low):
-        continue
-      proven, work = relaxation.proves_infeasible(
-          period, budget.left(max(share, _RELAXATION_SHARE)),
-          hint=kw.get("hint"), wall_limit_s=budget.wall_left())
-      budget.spend(work)
-      if proven:
-        tried.add(period)
-        return ModuloSolution("INFEASIBLE", work=work)
-    sol = solve_modulo(graph, period, memory_limit,
-                       time_limit_s=budget.left(share) if seconds is None
-                       else seconds,
-                       wall_limit_s=budget.wall_left(), **solve_kw, **kw)
-    budget.spend(sol.work)
-    if "objective" not in kw:
-      tried.add(period)
-    return sol
-
-  def shorten(found: tuple) -> tuple:
-    return drop_idle_steps(graph, *found)
-
-  def hint_at(found: tuple, period: int) -> ModuloSolution:
-    return moved_to_period(graph, *found, period)
-
-  proven_low = low  # every period below this is proven infeasible
-  found = None  # (period, solution)
-
-  # --- The busiest device's load is the answer whenever memory allows ------
-  # Under a limit the solve starts from one micro-batch at a time (xshape,
-  # 8 devices, limit 6: P = 8 found in 0.5 s, where 4 s found nothing);
-  # where that decides nothing, from a repetend with no limit (nnshape, 8
-  # devices, limit 30, P = 16: found in 0.23 s, where 8 s from one
-  # micro-batch at a time found nothing).
-  sequential = one_at_a_time(graph)
-  if given is not None and given[0] == low:
-    first = given[1]  # a known repetend at the smallest period: no solve
-  else:
-    first = solve(low, share=_FIRST_SHARE, hint=hint_at(
-        given or sequential, low) if given or memory_limit is not None
-                  else None)
-  if first.status == "UNKNOWN" and memory_limit is not None:
-    unlimited = solve_modulo(graph, low, None, time_limit_s=budget.left(
-        _FIRST_SHARE / 4), **solve_kw)
-    budget.spend(unlimited.work)
-    if unlimited.found:
-      first = solve(low, share=_FIRST_SHARE,
-                    hint=pull_in(graph, low, None, unlimited))
-  if first.found:
-    found = (low, first)
-  else:
-    if first.status == "INFEASIBLE":
-      proven_low = low + 1
-    found = shorten(given or _start_from_above(
-        graph, memory_limit, sequential, solve, budget, solve_kw,
-        time_limit_s))
-    if first.status == "INFEASIBLE":
-      found, proven_low = _descend(solve, budget, found, proven_low, shorten,
-                                    hint_at, graph.num_blocks, first.work)
-    else:
-      found, proven_low = _gallop_up(solve, budget, found, low, proven_low,
-                                     hint_at)
-      found, proven_low = _bisect(solve, budget, found, proven_low, tried,
-                                  hint_at)
-      # The periods below were tried from one micro-batch at a time or a
-      # far repetend; from the best one they often fall at once (nnshape,
-      # 8 devices, limit 30: P = 16 found in 0.14 s from the repetend at
-      # 18, where 15 s from one micro-batch at a time found nothing).
-      found, proven_low = _descend(solve, budget, found, proven_low, shorten,
-                                    hint_at, graph.num_blocks, first.work)
-
+  solve = _Prober(graph, memory_limit, budget, solve_kw, low,
+                  relaxations(graph, memory_limit, allow_wrap=allow_wrap,
+                              seed=seed))
+  found, proven_low = _search_period(solve, given, time_limit_s)
   period_seconds = time.perf_counter() - t0
-
-  # --- At that period, the shortest latency of one micro-batch -------------
-  # Polishing the latency gets an eighth of the budget (warmup and cooldown
-  # a quarter of that, below), and no more than what finding the period
-  # took (at least ``_LEAST_POLISH_PER_BLOCK``), so easy cases stay fast
-  # (all in deterministic time, so reproducible); the latency rounds stop
-  # early when one does not improve (``_shortest_latency``). Measured on the
-  # 4-device placements with no limit: 0.003 s instead of 0.02 s per block
-  # (and 0.05 s instead of 0.5 s of completion) cut nnshape's search from
-  # 1.95 s to 0.36 s, nnshape_eager's from 1.50 s to 0.42 s and zbv's from
-  # 1.71 s to 0.31 s, for repetend
-  # makespans at N = 128 longer by at most 0.7% (nnshape_eager 2332 instead
-  # of 2316; its list schedule, which unroll keeps, meets the bound). Under
-  # the fast limits at 4 and 8 devices, once instead of four times the
-  # period's work kept every N = 128 makespan but one (mshape, 8 devices:
-  # 1060 instead of 1053, both within 1% of the bound) and cut xshape's
-  # 8-device search from 6.3 s to 2.5 s.
-  least_polish = _LEAST_POLISH_PER_BLOCK * graph.num_blocks
-  # A repetend given as ``start`` cost the search nothing, but was found
-  # for another objective (the memory search's): its latency gets at least
-  # ``_START_POLISH_SHARE`` of the budget.
-  done = budget.used + (budget.total * _START_POLISH_SHARE
-                        if given is not None else 0.0)
-  polish = min(budget.left(share=1 / 8), max(least_polish, done))
-  # Near the wall cap (a slow or loaded machine) the polish gets what the
-  # cap leaves, at the wall time per deterministic second the period
-  # search saw; past it, the minimum (nnshape, 32 devices, limit 143: 21 s
-  # of polish after 60 s of period search; nnshape, 16 devices, limit 56:
-  # 7 s after 55 s).
-  wall_per_work = period_seconds / max(budget.used, 1e-3)
-  polish = max(least_polish,
-               min(polish, budget.wall_left() / max(wall_per_work, 1.0)))
-  if budget.past_wall_cap():
-    polish = least_polish
-  period, feasible = found
-  # The feasible repetend's offsets are pulled in first (pure Python: the
-  # solver's first repetend often spreads one micro-batch over hundreds of
-  # periods), which gives CP-SAT a far better start on large placements
-  # (xshape, 16 devices, 0.1 s: latency 133 instead of 725).
-  feasible = pull_in(graph, period, memory_limit, feasible)
-  best = _shortest_latency(
-      lambda work, hint: solve(period, seconds=work, objective="latency",
-                               hint=hint),
-      lambda sol: pull_in(graph, period, memory_limit, sol),
-      graph, period, feasible, polish)
-  rep = Repetend(period=period, offsets=normalise(best.offsets),
-                 phases=best.phases)
-  schedule = Schedule(
-      graph=graph, repetend=rep, memory_limit=memory_limit,
-      status="OPTIMAL" if proven_low >= period else "FEASIBLE",
-      period_lower_bound=min(proven_low, period),
-      latency_status=best.status, latency_lower_bound=best.bound or 0,
-      period_seconds=period_seconds, source="tessel")
-  if complete and not budget.past_wall_cap():
-    # Past the wall cap ``unroll`` compacts the modulo schedule in its own
-    # order instead: the warmup model of a repetend that spans many periods
-    # has thousands of actions and CP-SAT loads it for longer than its time
-    # limit (nnshape, 32 devices, limit 143, 67 periods: 24 s at 0.05 s).
-    # Warmup and cooldown start from the modulo schedule (a valid hint). A
-    # quarter of the polish budget: with all of it, the N = 128 makespans of
-    # zbv (16 devices, limit 44), interleaved (16, 25), nnshape (8, 30),
-    # mshape (8, 23), xshape (16, 1), zbv (8, 4) and kshape (16, 12) were
-    # the same and nnshape_eager's (8, 20) 2404 instead of 2362, for up to
-    # 6.6 s instead of 1.9 s of wall time. At most 0.0025 s per block:
-    # the makespans of those and of alphafold (16, 16), zbv (8, 22),
-    # interleaved (8, 13), mllm (16, 48), nnshape_eager (16, 45) and
-    # xshape (16, 14) were again the same (nnshape_eager, 8 devices: 0.34 s
-    # of compaction instead of 2.5 s).
-    # The ramps of several cuts of the period are compacted and the
-    # shortest kept (``ramps``): as many cuts as the polish budget pays
-    # for, at least ``_LEAST_CUTS``.
-    per_cut = max(0.05, min(polish / 4, 0.0025 * graph.num_blocks))
-    rep, templates = ramps.best_rotation(
-        schedule, per_cut_s=per_cut,
-        max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
-        wall_deadline=budget.wall_deadline, seed=seed,
-        num_workers=num_workers)
-    schedule = _with_templates(dataclasses.replace(schedule, repetend=rep),
-                               templates, solve_kw,
-                               completion_time_s=max(1.0, polish))
+  polish = _polish_budget(graph, budget, budget.used, period_seconds,
+                          given=given is not None)
+  schedule = _finished(solve, found, proven_low, polish, period_seconds,
+                       complete)
+  if found is given and complete and not budget.past_wall_cap():
+    schedule = _shorter_of_scratch(solve, schedule)
   if list_alternative:
     schedule = dataclasses.replace(
         schedule, alternative=functools.lru_cache(maxsize=16)(
@@ -434,6 +289,297 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                               memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
                              search_seconds=time.perf_counter() - t0)
+
+
+@dataclasses.dataclass
+class _Prober:
+  """The solves of one search (``search_repetend``): a period's solve is
+  first tried on the relaxations, every solve's work is charged to the
+  budget, and the periods whose feasibility was asked are recorded.
+
+  Attributes:
+    graph, memory_limit: The search's placement and limit.
+    budget: The search's budget.
+    solve_kw: ``allow_wrap``, ``seed`` and ``num_workers`` for CP-SAT.
+    low: The smallest period the bounds allow.
+    relaxed: The placement's relaxations (``relaxation.relaxations``).
+    tried: Periods whose feasibility was asked.
+  """
+
+  graph: BlockGraph
+  memory_limit: int | None
+  budget: "_Budget"
+  solve_kw: dict
+  low: int
+  relaxed: list
+  tried: set[int] = dataclasses.field(default_factory=set)
+
+  def __call__(self, period: int, share: float = 1.0,
+               descending: bool = False, seconds: float | None = None,
+               **kw) -> ModuloSolution:
+    """A solve at ``period`` with ``share`` of the budget (or ``seconds``);
+    ``kw`` go to ``solve_modulo`` (``objective``, ``hint``, ...)."""
+    budget = self.budget
+    # Relaxations first (feasibility only). The pooled one has every block,
+    # so it is only worth its time below a repetend found, where proofs are
+    # what is missing, and above the smallest period, where a limit that
+    # admits it only delays the find (nnshape, 4 devices, limit 13, P = 16:
+    # 6.2 s to find the pooled model feasible).
+    for relaxation in self.relaxed if "objective" not in kw else ():
+      if relaxation.pooled and (not descending or period == self.low):
+        continue
+      proven, work = relaxation.proves_infeasible(
+          period, budget.left(max(share, _RELAXATION_SHARE)),
+          hint=kw.get("hint"), wall_limit_s=budget.wall_left())
+      budget.spend(work)
+      if proven:
+        self.tried.add(period)
+        return ModuloSolution("INFEASIBLE", work=work)
+    sol = solve_modulo(self.graph, period, self.memory_limit,
+                       time_limit_s=budget.left(share) if seconds is None
+                       else seconds,
+                       wall_limit_s=budget.wall_left(), **self.solve_kw, **kw)
+    budget.spend(sol.work)
+    if "objective" not in kw:
+      self.tried.add(period)
+    return sol
+
+  def shorten(self, found: tuple) -> tuple:
+    """``found`` with the steps idle on every device dropped."""
+    return drop_idle_steps(self.graph, *found)
+
+  def hint_at(self, found: tuple, period: int) -> ModuloSolution:
+    """``found`` moved to ``period`` (a hint for a solve there)."""
+    return moved_to_period(self.graph, *found, period)
+
+
+def _search_period(solve: _Prober, given: tuple | None,
+                   time_limit_s: float) -> tuple[tuple, int]:
+  """The smallest period with a repetend (steps 1-3 of the module doc).
+
+  Args:
+    solve: The search's solves (its ``low`` is the smallest period the
+      bounds allow).
+    given: ``(period, solution)`` of a ``start`` repetend, or None.
+    time_limit_s: The search's budget (for the timeout message).
+
+  Returns:
+    ``(found, proven_low)``: ``found`` the best ``(period, solution)`` and
+    every period below ``proven_low`` proven infeasible.
+
+  Raises:
+    InfeasibleScheduleError, SearchTimeoutError: see ``_start_from_above``.
+  """
+  graph, memory_limit, budget, low = (solve.graph, solve.memory_limit,
+                                      solve.budget, solve.low)
+  if given is not None and given[0] == low:
+    # A known repetend at the smallest period: no solve.
+    return given, low
+  sequential = one_at_a_time(graph)
+  first = _first_probe(solve, given, sequential)
+  if first.found:
+    return (low, first), low
+  proven_low = low + 1 if first.status == "INFEASIBLE" else low
+  found = solve.shorten(given or _start_from_above(
+      graph, memory_limit, sequential, solve, budget, solve.solve_kw,
+      time_limit_s))
+  if first.status == "INFEASIBLE":
+    return _descend(solve, budget, found, proven_low, solve.shorten,
+                    solve.hint_at, graph.num_blocks, first.work)
+  found, proven_low = _gallop_up(solve, budget, found, low, proven_low,
+                                 solve.hint_at)
+  found, proven_low = _bisect(solve, budget, found, proven_low, solve.tried,
+                              solve.hint_at)
+  # The periods below were tried from one micro-batch at a time or a far
+  # repetend; from the best one they often fall at once (nnshape, 8
+  # devices, limit 30: P = 16 found in 0.14 s from the repetend at 18,
+  # where 15 s from one micro-batch at a time found nothing).
+  return _descend(solve, budget, found, proven_low, solve.shorten,
+                  solve.hint_at, graph.num_blocks, first.work)
+
+
+def _first_probe(solve: _Prober, given: tuple | None,
+                 sequential: tuple) -> ModuloSolution:
+  """The solve at the smallest period: the busiest device's load is the
+  answer whenever memory allows.
+
+  Under a limit the solve starts from ``given`` (a ``start`` repetend) or
+  from ``sequential`` (one micro-batch at a time; xshape, 8 devices, limit
+  6: P = 8 found in 0.5 s, where 4 s found nothing); where that decides
+  nothing, from a repetend with no limit (nnshape, 8 devices, limit 30,
+  P = 16: found in 0.23 s, where 8 s from one micro-batch at a time found
+  nothing). Both are ``(period, solution)``.
+  """
+  graph, low, budget = solve.graph, solve.low, solve.budget
+  limited = solve.memory_limit is not None
+  first = solve(low, share=_FIRST_SHARE,
+                hint=solve.hint_at(given or sequential, low)
+                if given or limited else None)
+  if first.status == "UNKNOWN" and limited:
+    unlimited = solve_modulo(graph, low, None, time_limit_s=budget.left(
+        _FIRST_SHARE / 4), **solve.solve_kw)
+    budget.spend(unlimited.work)
+    if unlimited.found:
+      first = solve(low, share=_FIRST_SHARE,
+                    hint=pull_in(graph, low, None, unlimited))
+  return first
+
+
+def _polish_budget(graph: BlockGraph, budget: "_Budget", work: float,
+                   seconds: float, *, given: bool) -> float:
+  """Deterministic seconds for the latency polish (and, a quarter of it
+  per cut, the ramps) once the period is found.
+
+  The polish gets an eighth of the budget and no more than what finding
+  the period took (at least ``_LEAST_POLISH_PER_BLOCK`` per block), so
+  easy cases stay fast (all in deterministic time, so reproducible); the
+  latency rounds stop early when one does not improve
+  (``_shortest_latency``). Measured on the 4-device placements with no
+  limit: 0.003 s instead of 0.02 s per block (and 0.05 s instead of 0.5 s
+  of completion) cut nnshape's search from 1.95 s to 0.36 s,
+  nnshape_eager's from 1.50 s to 0.42 s and zbv's from 1.71 s to 0.31 s,
+  for repetend makespans at N = 128 longer by at most 0.7% (nnshape_eager
+  2332 instead of 2316; its list schedule, which unroll keeps, meets the
+  bound). Under the fast limits at 4 and 8 devices, once instead of four
+  times the period's work kept every N = 128 makespan but one (mshape, 8
+  devices: 1060 instead of 1053, both within 1% of the bound) and cut
+  xshape's 8-device search from 6.3 s to 2.5 s.
+
+  A repetend given as ``start`` cost the search nothing, but was found for
+  another objective (the memory search's): its latency gets at least
+  ``_START_POLISH_SHARE`` of the budget. Near the wall cap (a slow or
+  loaded machine) the polish gets what the cap leaves, at the wall time
+  per deterministic second the period search saw; past it, the minimum
+  (nnshape, 32 devices, limit 143: 21 s of polish after 60 s of period
+  search; nnshape, 16 devices, limit 56: 7 s after 55 s).
+
+  Args:
+    graph: The placement.
+    budget: The search's budget.
+    work: Deterministic seconds the period search took.
+    seconds: Wall seconds it took.
+    given: Whether it started from a ``start`` repetend.
+  """
+  least_polish = _LEAST_POLISH_PER_BLOCK * graph.num_blocks
+  done = work + (budget.total * _START_POLISH_SHARE if given else 0.0)
+  polish = min(budget.left(share=1 / 8), max(least_polish, done))
+  wall_per_work = seconds / max(work, 1e-3)
+  polish = max(least_polish,
+               min(polish, budget.wall_left() / max(wall_per_work, 1.0)))
+  if budget.past_wall_cap():
+    polish = least_polish
+  return polish
+
+
+def _finished(solve: _Prober, found: tuple, proven_low: int, polish: float,
+              period_seconds: float, complete: bool) -> Schedule:
+  """The schedule of the repetend ``found`` (``(period, solution)``): its
+  latency polished with ``polish`` deterministic seconds (``_polished``)
+  and, with ``complete`` (and time left), its ramps compacted
+  (``_composed``)."""
+  period = found[0]
+  best = _polished(solve, found, polish)
+  rep = Repetend(period=period, offsets=normalise(best.offsets),
+                 phases=best.phases)
+  schedule = Schedule(
+      graph=solve.graph, repetend=rep, memory_limit=solve.memory_limit,
+      status="OPTIMAL" if proven_low >= period else "FEASIBLE",
+      period_lower_bound=min(proven_low, period),
+      latency_status=best.status, latency_lower_bound=best.bound or 0,
+      period_seconds=period_seconds, source="tessel")
+  if complete and not solve.budget.past_wall_cap():
+    schedule = _composed(schedule, polish, solve.budget, solve.solve_kw)
+  return schedule
+
+
+def _shorter_of_scratch(solve: _Prober, schedule: Schedule) -> Schedule:
+  """``schedule`` (found from a ``start`` repetend at the smallest period)
+  or the one the search finds from scratch at its first probe, whichever
+  unrolls shorter (ties keep ``schedule``).
+
+  From a given repetend the search makes no period probe, so it is fast and
+  proven, but its latency polish and ramps start from a repetend found for
+  another objective (the memory search's), and ended up to 0.7% longer at
+  N = 128 than a search from scratch (zbv, 8 devices, limit 22: 1344
+  against 1335; nnshape_eager, 8 devices, limit 20: 2366 against 2362).
+  So the first probe of the search from scratch (the same solve, hint and
+  share of the budget) also runs; where it finds a repetend at that period,
+  that repetend gets the polish and ramps the search from scratch would
+  give it, and the shorter of the two unrollings is kept: never longer
+  than the search from scratch wherever its first probe decides the
+  period. (Where it does not, the search from scratch goes on to galloping
+  and descending, which a given repetend at the smallest period makes
+  moot.) Nothing runs where ``schedule`` already meets the lower bound
+  (``simulate.lower_bound_makespan_shared``) at its reference ``N``
+  (``ramps.reference_microbatches``): no schedule is shorter there.
+  """
+  n = ramps.reference_microbatches(schedule.repetend)
+  if ramps.makespan(schedule, n) <= lower_bound_makespan_shared(
+      solve.graph, n):
+    return schedule
+  budget, t0, used = solve.budget, time.perf_counter(), solve.budget.used
+  first = _first_probe(solve, None, one_at_a_time(solve.graph))
+  if not first.found or budget.past_wall_cap():
+    return schedule
+  polish = _polish_budget(solve.graph, budget, budget.used - used,
+                          time.perf_counter() - t0, given=False)
+  other = _finished(solve, (solve.low, first), solve.low, polish,
+                    schedule.period_seconds, complete=True)
+  n = max(n, ramps.reference_microbatches(other.repetend))
+  if ramps.makespan(other, n) < ramps.makespan(schedule, n):
+    return other
+  return schedule
+
+
+def _polished(solve: _Prober, found: tuple, polish: float) -> ModuloSolution:
+  """The repetend ``found`` (``(period, solution)``) with its offsets
+  pulled in and its latency minimised with ``polish`` deterministic
+  seconds (``_shortest_latency``).
+
+  The offsets are pulled in first (pure Python: the solver's first
+  repetend often spreads one micro-batch over hundreds of periods), which
+  gives CP-SAT a far better start on large placements (xshape, 16
+  devices, 0.1 s: latency 133 instead of 725).
+  """
+  graph, limit = solve.graph, solve.memory_limit
+  period, feasible = found
+  return _shortest_latency(
+      lambda work, hint: solve(period, seconds=work, objective="latency",
+                               hint=hint),
+      lambda sol: pull_in(graph, period, limit, sol),
+      graph, period, pull_in(graph, period, limit, feasible), polish)
+
+
+def _composed(schedule: Schedule, polish: float, budget: "_Budget",
+              solve_kw: dict) -> Schedule:
+  """``schedule`` with its warmup and cooldown compacted at the best of
+  several cuts of the period (``ramps.best_rotation``).
+
+  Warmup and cooldown start from the modulo schedule (a valid hint). A
+  quarter of the polish budget per cut: with all of it, the N = 128
+  makespans of zbv (16 devices, limit 44), interleaved (16, 25), nnshape
+  (8, 30), mshape (8, 23), xshape (16, 1), zbv (8, 4) and kshape (16, 12)
+  were the same and nnshape_eager's (8, 20) 2404 instead of 2362, for up
+  to 6.6 s instead of 1.9 s of wall time. At most 0.0025 s per block: the
+  makespans of those and of alphafold (16, 16), zbv (8, 22), interleaved
+  (8, 13), mllm (16, 48), nnshape_eager (16, 45) and xshape (16, 14) were
+  again the same (nnshape_eager, 8 devices: 0.34 s of compaction instead
+  of 2.5 s). As many cuts as the polish budget pays for, at least
+  ``_LEAST_CUTS``. (Past the search's wall cap the caller skips this and
+  ``unroll`` compacts the modulo schedule in its own order: the warmup
+  model of a repetend that spans many periods has thousands of actions and
+  CP-SAT loads it for longer than its time limit; nnshape, 32 devices,
+  limit 143, 67 periods: 24 s at 0.05 s.)
+  """
+  per_cut = max(0.05, min(polish / 4, 0.0025 * schedule.graph.num_blocks))
+  rep, templates = ramps.best_rotation(
+      schedule, per_cut_s=per_cut,
+      max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
+      wall_deadline=budget.wall_deadline, seed=solve_kw["seed"],
+      num_workers=solve_kw["num_workers"])
+  return _with_templates(dataclasses.replace(schedule, repetend=rep),
+                         templates, solve_kw,
+                         completion_time_s=max(1.0, polish))
 
 
 def _check_search_args(graph: BlockGraph, memory_limit: Any,
@@ -582,15 +728,15 @@ def _shortest_latency(solve, pull, graph: BlockGraph, period: int,
 _LEAST_POLISH_PER_BLOCK = 0.001
 
 # Least share of the budget for the latency polish of a search given a
-# ``start`` repetend (see ``search_repetend``).
+# ``start`` repetend (see ``_polish_budget``).
 _START_POLISH_SHARE = 1 / 16
 
 # Least number of cuts of the period whose ramps are compacted
 # (``ramps.best_rotation``); the search's own cut is the first.
 _LEAST_CUTS = 4
 
-# Least share of the budget a relaxed proof may take per period (``solve``
-# in ``search_repetend``; the decisive probe's share where larger): the
+# Least share of the budget a relaxed proof may take per period
+# (``_Prober``; the decisive probe's share where larger): the
 # subgraph's proofs take 0.01-2 deterministic s, the pooled model's up to 9.
 _RELAXATION_SHARE = 1 / 8
 

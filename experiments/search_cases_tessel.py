@@ -1,0 +1,110 @@
+"""The search on the cases of Tessel's own evaluation (``tessel_cases``).
+
+  python -m experiments.search_cases_tessel --time_limit=10 \
+      --output=results/search_cases_tessel.json
+
+Per case (Tessel's placement, device count, mode and memory limit): the
+searched schedule unrolled to ``N`` micro-batches (validated, its peak
+within the limit), its makespan against ``simulate``'s shared lower bound
+(no schedule, Tessel's included, is shorter), the gap in percent, and the
+search's wall and process CPU seconds. Where the makespan equals the bound
+the search is at least as good as Tessel's at equal memory; elsewhere the
+gap bounds how much shorter Tessel's could be. Tessel's own makespans are
+not public (see ``tessel_cases``), and its solver needs ``z3-solver``,
+which this project does not install, so it is not run here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from absl import app, flags
+
+from experiments import cli, tessel_cases
+from tessel_jax import simulate, validate
+from tessel_jax.search import InfeasibleScheduleError, search_repetend
+
+flags.DEFINE_integer("microbatches", 128, "Micro-batches N to unroll.")
+flags.DEFINE_float("time_limit", 10.0, "CP-SAT budget per search (seconds).")
+flags.DEFINE_bool("allow_wrap", True, "Let blocks wrap the period end"
+                  " (Tessel keeps every block inside one period: --noallow_wrap"
+                  " searches only its space).")
+flags.DEFINE_list("scripts", None, "Only the cases of these Tessel scripts"
+                  " (search_tessel, search_ablation_memory, simu_fast_scale,"
+                  " simu_lazy_scale); default: all.")
+flags.DEFINE_string("output", "results/search_cases_tessel.json",
+                    "Results JSON.")
+
+
+def run_case(name: str, devices: int, train: bool, memory: int, n: int,
+             time_limit: float, allow_wrap: bool) -> dict[str, Any]:
+  """Searches one case; returns its figures."""
+  graph = tessel_cases.get(name, devices, train)
+  row: dict[str, Any] = {"placement": name, "devices": devices,
+                         "mode": "train" if train else "infer",
+                         "memory_limit": memory}
+  w, c = time.perf_counter(), time.process_time()
+  try:
+    sched = search_repetend(graph, memory, time_limit_s=time_limit,
+                            allow_wrap=allow_wrap)
+  except InfeasibleScheduleError as e:
+    row["error"] = str(e)
+    return row
+  unrolled = sched.unroll(n)
+  row.update(wall_s=round(time.perf_counter() - w, 2),
+             cpu_s=round(time.process_time() - c, 2))
+  validate.assert_valid(unrolled, memory_limit=memory)
+  bound = simulate.lower_bound_makespan_shared(graph, n)
+  row.update(period=sched.period, status=sched.status,
+             makespan=unrolled.makespan, source=unrolled.source,
+             peak=max(unrolled.peak_memory), bound=bound,
+             gap_pct=round(100 * (unrolled.makespan - bound) / bound, 3))
+  return row
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+  """The results as a markdown table."""
+  lines = ["| script | placement | D | mode | limit | P, status | makespan |"
+           " bound | gap | wall / CPU s |", "|---" * 10 + "|"]
+  for r in rows:
+    head = (f"| {r['script']} | {r['placement']} | {r['devices']} |"
+            f" {r['mode']} | {r['memory_limit']} |")
+    if "error" in r:
+      lines.append(f"{head} {r['error'][:60]} | | | | |")
+      continue
+    lines.append(f"{head} {r['period']}, {r['status']} | {r['makespan']} |"
+                 f" {r['bound']} | {r['gap_pct']}% |"
+                 f" {r['wall_s']} / {r['cpu_s']} |")
+  return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
+  rows = []
+  for name, devices, train, memory, script in tessel_cases.cases():
+    if f.scripts and script not in f.scripts:
+      continue
+    row = run_case(name, devices, train, memory, f.microbatches,
+                   f.time_limit, f.allow_wrap)
+    row["script"] = script
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+  folder = os.path.dirname(f.output)
+  if folder:
+    os.makedirs(folder, exist_ok=True)
+  with open(f.output, "w") as out:
+    json.dump({"args": {k: getattr(f, k) for k in (
+        "microbatches", "time_limit", "allow_wrap", "scripts")},
+               "load_average": os.getloadavg(), "cases": rows}, out, indent=1)
+  print(markdown(rows))
+  print(f"wrote {f.output}")
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,146 @@
+"""Interpreted ticks without a switch: each kernel in a 0/1-trip while loop.
+
+An interp tick (``passes.interp``) used to run one ``lax.switch`` over every
+kernel of its segment, with the out ports and the gradient accumulators
+passed through it. XLA gives a conditional's outputs buffers of their own,
+so every tick every device copied every accumulator it holds (in the branch
+and again in the loop body) and zero-filled the out ports its kernel does
+not produce (measured on the 2-stage MLP of ``experiments.peer_bench``,
+2026-11-25: 8 MiB of accumulator copies per tick in the loop body, 8-13 MiB
+per branch).
+
+Here each kernel of the segment runs inside a ``lax.while_loop`` whose trip
+count is 1 on the devices running it at this tick and 0 elsewhere. A while
+loop updates its carry in place, so the carry holds only what the kernel
+writes: its out ports (overwritten whole) and the accumulators it owns. A
+device skips the other kernels' loops without touching their buffers: no
+pass-through copy, no zero fill. Out ports a device did not write keep
+stale values; every consumer masks them (sends of idle devices go to the
+sink slot, terminals are masked).
+
+XLA keeps these buffers in place only when it can order every reader of a
+buffer before the loop that overwrites it, from data dependences alone;
+:class:`passes.stash_order.Order` tokens provide them (a trip count or a
+write slot becomes ``where(device < 0, token, value)``): each loop follows
+the one before it and the next tick's stash writes follow them all (a token
+of the loops' final trip counters, carried from tick to tick), and the loops
+follow the tick's stash writes (a token of the pools, whose writes read the
+ports). Slot accumulators are pinned to their GSPMD spec inside the loops.
+Inside a loop the kernel's read indices add the trip counter (0 when the
+body runs), or XLA would hoist the kernel out as loop-invariant code and
+run it on every device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax.numpy as jnp
+from jax import lax
+
+from .fsdp import pin
+from .stash_order import Order
+
+
+def owned_keys(lowering: Any, kernel: Any) -> tuple[tuple, ...]:
+  """Accumulator keys ``Lowering._accumulate`` writes for ``kernel``."""
+  if not kernel.grads:
+    return ()
+  layout = lowering.layout
+  keys: list[tuple] = []
+  for l in kernel.grads:
+    if lowering._reads_gathered(kernel, l):
+      keys.append(("gathered", l))
+      continue
+    where = layout.slot_of.get((l, kernel.devices[0]))
+    if where is not None:
+      keys.append(("slot",) + tuple(where))
+  for dt in layout.dtypes:
+    region = layout.regions[dt].get(kernel.fwd)
+    if region is not None and region.leaves:
+      keys.append(("flat", dt))
+  return tuple(dict.fromkeys(keys))
+
+
+def _pinned(lowering: Any, key: tuple, value: Any) -> Any:
+  """A slot accumulator pinned to its GSPMD spec (a loop's carry loses
+  the sharding its init had: XLA gathered the weight-shaped gradient)."""
+  if key[0] != "slot":
+    return value
+  return pin(value, lowering.layout.classes[key[1]].inner_spec)
+
+
+def _get(gacc: dict, sacc: list, key: tuple) -> Any:
+  if key[0] == "flat":
+    return gacc[key[1]]
+  if key[0] == "gathered":
+    return gacc[key]
+  return sacc[key[1]][key[2]]
+
+
+def _set(gacc: dict, sacc: list, key: tuple, value: Any) -> None:
+  if key[0] == "flat":
+    gacc[key[1]] = value
+  elif key[0] == "gathered":
+    gacc[key] = value
+  else:
+    sacc[key[1]][key[2]] = value
+
+
+def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
+                ports: Sequence[Any], accs: tuple, order: Order
+                ) -> tuple[tuple, list[Any]]:
+  """Runs the interp tick's kernels, each in its own 0/1-trip while loop.
+
+  Args:
+    lowering: The ``passes.lower.Lowering``.
+    ctx: Its per-device context at this tick.
+    tick: The interp tick.
+    run_kernel: ``(kid, accs dict, salt) -> outs`` runs a kernel (reads
+      with ``salt`` added to their indices, params, call, gradients added
+      into the dict in place) and returns its outputs.
+    ports: The out ports (buffers reused in place).
+    accs: ``(flat and gathered accumulators, slot accumulators)``.
+    order: Token of what this tick must follow.
+
+  Returns:
+    ``(accs, ports)`` after the tick.
+  """
+  gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
+  ports = list(ports)
+  which = ctx.table(tick.branch_of)
+  for b, kid in enumerate(tick.branches):
+    if kid is None:
+      continue
+    kernel = lowering.plan.kernels[kid]
+    own = owned_keys(lowering, kernel) if lowering.train else ()
+    outs = tuple(tick.out_map[kid])
+    trips = order.slot(jnp.asarray(which == b, jnp.int32))
+
+    def body(carry: tuple, kid: int = kid, own: tuple = own,
+             outs: tuple = outs) -> tuple:
+      i, _, kaccs = carry
+      acc = {k: _pinned(lowering, k, v) for k, v in zip(own, kaccs)}
+      # The reads depend on the trip counter (0 when the body runs), so XLA
+      # cannot hoist the kernel out of the loop as loop-invariant code.
+      vals = run_kernel(kid, acc, i)
+      new = tuple(v.astype(tick.out_ports[o].dtype)
+                  for o, v in zip(outs, vals))
+      return i + 1, new, tuple(_pinned(lowering, k, acc[k]) for k in own)
+
+    init = (jnp.int32(0), tuple(ports[o] for o in outs),
+            tuple(_get(gacc, sacc, k) for k in own))
+    done, new_ports, new_accs = lax.while_loop(lambda c, n=trips: c[0] < n,
+                                               body, init)
+    for o, v in zip(outs, new_ports):
+      ports[o] = v
+    for k, v in zip(own, new_accs):
+      _set(gacc, sacc, k, v)
+    # What comes next (the next kernel's loop, the next tick's stash
+    # writes) follows this loop: its trip counter is the token.
+    order.add(done)
+  return (gacc, tuple(tuple(g) for g in sacc)), ports
+
+
+__all__ = ["owned_keys", "run_kernels"]

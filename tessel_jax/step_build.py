@@ -1,0 +1,277 @@
+"""One build of a scheduled step: trace and cut (``step_cut``), kernels,
+parameter layout and costs, the schedule (``step_schedule``; blocks
+recompute their activations until one fits), the tick plan and the jitted
+``shard_map`` program, gathered in a ``Built``.
+
+Every function takes the ``ScheduledFunction`` (``step``) whose options it
+reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+
+from tessel_jax import compat
+from tessel_jax import param_sharding as _param_sharding
+from tessel_jax import placements as _placements
+from tessel_jax import progress as _progress
+from tessel_jax import step_cut
+from tessel_jax import step_schedule
+from tessel_jax.built import Built, block_modes
+from tessel_jax.cost import calibrate as _calibrate
+from tessel_jax.cost import stage as _stage
+from tessel_jax.graph import BlockGraph
+from tessel_jax.hand_placement import forward_reach
+
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import kernels as _kernels  # type: ignore
+  from tessel_jax.passes import lower as _lower  # type: ignore
+  from tessel_jax.passes import packing as _packing  # type: ignore
+  from tessel_jax.passes import plan as _plan  # type: ignore
+  from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import kernels as _kernels  # type: ignore
+  from passes import lower as _lower  # type: ignore
+  from passes import packing as _packing  # type: ignore
+  from passes import plan as _plan  # type: ignore
+  from passes import shared_aux as _shared_aux  # type: ignore
+
+
+def build(step: Any, params: Any, batch: Any,
+          shards: Mapping[int, int] | None = None, axes: Any = None) -> Built:
+  """Traces, cuts, searches and lowers ``step.fn`` for these inputs.
+
+  ``shards``: parameter leaf -> dimension sharded over the pipe axis;
+  ``axes``: ``step._axes(params)`` (computed when None).
+  """
+  shards = dict(shards or {})
+  t0 = time.perf_counter()
+  clock = _progress.Clock(step.fn_name)
+  data_axes, _, specs = axes if axes is not None else step._axes(params)  # pylint: disable=protected-access
+  num_devices, n_total, n_local = step_cut.counts(step, data_axes)
+  traced, rows, microbatch, p_avals = step_cut.trace(step, params, batch,
+                                                     n_total)
+  clock.lap("trace")
+  train = step.mode == "train"
+  # Leaves sharded by the user are stored whole (a scanned stack is not
+  # cut into per-block slices), so their specs keep naming the same leaves.
+  graph, part, traced = step_cut.partition_graph(
+      step, traced, num_devices, train, split_leaves=not (shards or specs))
+  forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
+  local_parts = step_cut.local_parts(
+      step, graph, rows, microbatch, p_avals, part, traced,
+      forward_reach(graph, forward_of), num_devices)
+  clock.lap("cut", f"{len(part.blocks)} forward blocks")
+  mesh_shape = dict(step.mesh.shape)
+  ks, layout, costs, sgraph, unit, schedule, unrolled = search_kernels(
+      step, graph, part, traced, local_parts, forward_of, shards, rows,
+      n_total, n_local, num_devices, train, clock,
+      split={l: (spec, spec_parts(spec, mesh_shape))
+             for l, spec in specs.items()},
+      data_sizes={a: int(mesh_shape[a]) for a in data_axes})
+  if step.has_aux:
+    _shared_aux.check(part, ks, local_parts)
+  make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
+                                layout, shards)
+  # Predictions calibrate the tick model on each plan's own program (not
+  # in a screening build, tessel_jax.plans).
+  step._costs.time_program = (  # pylint: disable=protected-access
+      _calibrate.program_timer(
+          functools.partial(_program_of, step, part, layout, data_axes,
+                            train, n_total, traced), params, batch)
+      if costs is not None and not getattr(step, "screening", False)
+      else None)
+  plan, chosen, other_ms, picked = _choose_plan(
+      step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
+      clock)
+  if picked is not None:
+    sgraph, schedule, unrolled = picked
+  lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
+                                    train, n_total, traced)
+  report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
+                   other_ms)
+  step._costs.time_program = None  # pylint: disable=protected-access
+  clock.lap("lower", f"plan {plan.loop_summary()}")
+  clock.total("built (compiles at the first call)")
+  return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
+               partition=part, kernels=ks, layout=layout, memory_unit=unit,
+               jitted=jitted, build_seconds=time.perf_counter() - t0,
+               report=report,
+               profile=costs.profile if costs is not None else None,
+               lowering=lowering)
+
+
+def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
+               layout: Any, shards: Mapping[int, int], actions: Any) -> Any:
+  """The tick plan of ``actions`` (``passes.plan.build_plan``)."""
+  return _plan.build_plan(ks, actions, n_local, num_devices, layout,
+                          max_period=step.max_loop_period,
+                          interpret_ramps=step.interpret_ramps,
+                          collective=frozenset(
+                              kid for kid, k in ks.kernels.items()
+                              if len(k.devices) == num_devices and
+                              any(l in shards for l in k.params)))
+
+
+def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
+                 unit: int, layout: Any, n_local: int, unrolled: Any,
+                 make_plan: Any, clock: Any) -> tuple:
+  """``(plan, chosen spans, other's predicted ms, picked)``: with measured
+  costs and a searched schedule, the one searched on uniform spans is
+  lowered instead when predicted faster (``step._pick_schedule``)."""
+  plan = make_plan(unrolled.actions)
+  # A screening build (tessel_jax.plans, placement="auto") prices only
+  # the schedule searched on measured spans.
+  if (costs is None or step.plan is not None or
+      getattr(step, "screening", False)):
+    return plan, None, None, None
+  alt = step_schedule.uniform_candidate(step, graph, ks, unit, layout,
+                                        n_local, costs)
+  plan, chosen, other_ms, picked = step._pick_schedule(  # pylint: disable=protected-access
+      costs, unrolled, plan, alt, make_plan)
+  clock.lap("search on uniform spans", f"lowering the schedule searched"
+            f" on {chosen} spans, predicted faster")
+  return plan, chosen, other_ms, picked
+
+
+def _program_of(step: Any, part: Any, layout: Any, data_axes: Sequence[str],
+                train: bool, n_total: int, traced: Any, plan: Any) -> Any:
+  """The lowered (unjitted) program of tick plan ``plan``: what
+  ``tessel_jax.cost.calibrate`` times with its kernels stood in for."""
+  prog = _lower.Lowering(plan, part, layout, compat.auto_mesh(step.mesh),
+                         step.pipe_axis, data_axes, train, n_total).program()
+  return (prog if traced.leaf_split is None else
+          traced.leaf_split.wrap(prog, train))
+
+
+def _lower_program(step: Any, plan: Any, part: Any, layout: Any,
+                   data_axes: Sequence[str], train: bool, n_total: int,
+                   traced: Any) -> tuple[Any, Any]:
+  """``(passes.lower.Lowering, jitted program)`` of ``plan``."""
+  lowering = _lower.Lowering(plan, part, layout,
+                             compat.auto_mesh(step.mesh), step.pipe_axis,
+                             data_axes, train, n_total)
+  program = lowering.program()
+  out_shardings = (lowering.out_shardings(step.mesh)
+                   if compat.has_explicit_axes(step.mesh) else None)
+  if traced.leaf_split is not None:  # stacked leaves stored as slices
+    program = traced.leaf_split.wrap(program, train)
+    out_shardings = None  # the wrapper re-stacks the sliced gradients
+  return lowering, jax.jit(program, out_shardings=out_shardings)
+
+
+def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
+            unit: int, ks: Any, chosen: str | None,
+            other_ms: float | None) -> Any:
+  """The build's ``CostReport`` (None when the cost model gives none)."""
+  model = step._costs  # pylint: disable=protected-access
+  report = model.report(
+      costs, unrolled, plan, layout, unit,
+      step_schedule.memory_limit_bytes(step, layout, costs), step.mesh,
+      step.pipe_axis, schedule_costs=chosen, alternative_ms=other_ms)
+  if report is not None:
+    report = dataclasses.replace(report, block_modes=block_modes(ks))
+  return report
+
+
+def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
+                   local_parts: Any, forward_of: Any,
+                   shards: Mapping[int, int], rows: int, n_total: int,
+                   n_local: int, num_devices: int, train: bool, clock: Any,
+                   split: Mapping[int, Any] | None = None,
+                   data_sizes: Mapping[str, int] | None = None) -> tuple:
+  """Kernels, layout, costs and the searched schedule; blocks recompute
+  their activations (the one stashing most first) until one fits.
+  ``split``: leaf -> (spec, pieces) of leaves sharded over GSPMD or data
+  axes; ``data_sizes``: data axis -> devices (leaves split over one are
+  FSDP).
+
+  Returns ``(kernels, layout, costs, search graph, memory unit, schedule,
+  unrolled)``.
+  """
+  seeds = _kernels.loss_seeds(part, n_total) if train else None
+  keep = step_schedule.initial_keep(step, len(part.blocks))
+  while True:
+    ks = _kernels.build_kernels(part, graph, train=train,
+                                microbatch_rows=rows, keep=keep,
+                                seeds=seeds, forward_of=forward_of,
+                                local_parts=local_parts)
+    layout = _layout(step, ks, traced, shards, num_devices, split,
+                     data_sizes)
+    clock.lap("kernels", f"{len(ks.kernels)} kernels")
+    costs, sgraph, unit = _search_graph(step, graph, ks, traced, part,
+                                        layout, data_sizes, n_local, clock)
+    try:
+      searches = step.searches
+      schedule, unrolled = step_schedule.find_schedule(
+          step, sgraph, unit, layout, n_local, costs)
+      clock.lap("search", step_schedule.search_note(
+          schedule, unrolled, step.searches > searches))
+      return ks, layout, costs, sgraph, unit, schedule, unrolled
+    except step_schedule.InfeasibleMemory as err:
+      _recompute_more(step, ks, keep, err)
+
+
+def _recompute_more(step: Any, ks: Any, keep: dict[int, bool],
+                    err: Exception) -> None:
+  """Marks the kept block stashing the most for recomputation, or raises
+  ``err`` (as the step's error) when none is left or ``recompute`` is set."""
+  candidates = [i for i, k in keep.items() if k]
+  if not candidates or step.recompute is not None:
+    note = (" (every block already recomputes its activations)"
+            if not candidates else "")
+    raise step._error(f"{err}{note}") from None  # pylint: disable=protected-access
+  worst = max(candidates, key=lambda i: ks.kernels[
+      ks.forward_ids[i]].stash_bytes)
+  keep[worst] = False
+
+
+def _layout(step: Any, ks: Any, traced: Any, shards: Mapping[int, int],
+            num_devices: int, split: Mapping[int, Any] | None,
+            data_sizes: Mapping[str, int] | None) -> Any:
+  """The parameter layout of kernels ``ks`` (``passes.packing``)."""
+  gathered = _param_sharding.subset_readers(shards, ks, num_devices)
+  return _packing.make_layout(
+      traced.param_avals,
+      {i: _param_sharding.stored_params(ks.kernels[ks.forward_ids[i]],
+                                        gathered, num_devices)
+       for i in ks.forward_ids},
+      {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
+      num_devices, mode=step.param_layout,
+      shards={l: (ax, num_devices) for l, ax in shards.items()},
+      split=split, gathered=gathered, data_sizes=data_sizes)
+
+
+def _search_graph(step: Any, graph: BlockGraph, ks: Any, traced: Any,
+                  part: Any, layout: Any,
+                  data_sizes: Mapping[str, int] | None, n_local: int,
+                  clock: Any) -> tuple[Any, BlockGraph, int]:
+  """``(costs or None, search graph, memory unit)``: measured spans,
+  memory and delays, or uniform spans with ``cost="uniform"``."""
+  model = step._costs  # pylint: disable=protected-access
+  if not model.measured:
+    return (None,) + step_schedule.uniform_graph(graph, ks)
+  stage = _stage.stage_of(step.mesh, step.pipe_axis,
+                          tuple(data_sizes or ()), layout)
+  costs = model.search_graph(graph, ks, traced.param_avals, step.mesh,
+                             step.pipe_axis, part, stage=stage)
+  clock.lap("profile")
+  bound = getattr(step, "price_bound", None)  # tessel_jax.plans pruning
+  if bound is not None:
+    bound(costs, n_local)
+  return costs, costs.graph, costs.memory_unit
+
+
+def spec_parts(spec: Sequence[Any], shape: Mapping[str, int]) -> int:
+  """How many pieces a ``PartitionSpec``'s entries cut a leaf into."""
+  parts = 1
+  for e in spec:
+    for a in (e if isinstance(e, (tuple, list)) else (e,) if e else ()):
+      parts *= int(shape[a])
+  return parts

@@ -1,0 +1,219 @@
+"""A scheduled step's schedule: given, classic (``search.baselines``),
+cached or searched under the memory limit, and (measured costs) the pick
+between the schedules searched on measured and on uniform spans.
+
+Every function takes the ``ScheduledFunction`` (``step``) whose options it
+reads; failures are ``step._error`` messages naming the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+from tessel_jax import checks as _checks
+from tessel_jax import compat
+from tessel_jax import schedule_cache as _schedule_cache
+from tessel_jax.cost import model as _cost_model
+from tessel_jax.graph import BlockGraph
+from tessel_jax.hand_placement import SPANS
+from tessel_jax.schedule import Schedule, UnrolledSchedule
+
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import errors as _errors  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import errors as _errors  # type: ignore
+
+MEMORY_UNITS = 16  # the largest block's stash is this many memory units
+
+
+class InfeasibleMemory(Exception):
+  """Internal: the search found no schedule under the memory limit."""
+
+
+def initial_keep(step: Any, num_blocks: int) -> dict[int, bool]:
+  """Forward block -> keeps its activations (False: recomputes them)."""
+  r = step.recompute
+  if r is None or r is False:
+    return {i: True for i in range(num_blocks)}
+  if r is True:
+    return {i: False for i in range(num_blocks)}
+  chosen = {int(i) for i in r}
+  return {i: i not in chosen for i in range(num_blocks)}
+
+
+def uniform_graph(graph: BlockGraph, ks: Any) -> tuple[BlockGraph, int]:
+  """The placement with uniform spans and stash bytes in memory units."""
+  by_fwd = {}
+  for k in ks.kernels.values():
+    if k.kind == "F":
+      by_fwd[k.fwd] = k.stash_bytes
+  biggest = max(by_fwd.values(), default=0)
+  unit = max(1, math.ceil(biggest / MEMORY_UNITS))
+  has_w = {k.fwd for k in ks.kernels.values() if k.kind == "W"}
+  blocks = []
+  for blk in graph.blocks:
+    k = ks.kernels.get(blk.id)
+    fwd = k.fwd if k is not None else None
+    units = math.ceil(by_fwd.get(fwd, 0) / unit) if fwd is not None else 0
+    if blk.kind == "F":
+      mem = units
+    elif blk.kind == "B":
+      mem = 0 if fwd in has_w else -units
+    else:
+      mem = -units
+    blocks.append(dataclasses.replace(blk, span=SPANS[blk.kind], memory=mem))
+  return dataclasses.replace(graph, blocks=tuple(blocks)), unit
+
+
+def memory_limit_bytes(step: Any, layout: Any,
+                       costs: Any = None) -> int | None:
+  """Bytes per device left for the stash (None: no limit).
+
+  ``memory_limit`` (or what the device reports) less the parameters, their
+  gradient accumulators and ``optimizer_slots`` parameter-sized optimiser
+  arrays, and (measured costs) the largest kernel workspace (XLA temp
+  bytes).
+  """
+  limit = step.memory_limit
+  if limit is None:
+    limit = compat.device_memory_limit(step.mesh.devices.flat[0])
+  if limit is None:
+    return None
+  fixed = max(layout.fixed_bytes_per_device(int(step.optimizer_slots)))
+  if costs is not None:
+    fixed += costs.workspace_bytes
+  return max(0, int(limit) - fixed)
+
+
+def memory_units(step: Any, unit: int, layout: Any,
+                 costs: Any = None) -> int | None:
+  """The stash limit in memory units of ``unit`` bytes (None: no limit)."""
+  limit = memory_limit_bytes(step, layout, costs)
+  if limit is None:
+    return None
+  # Above this many units every quantised graph is effectively unlimited.
+  return min(limit // unit, _checks.MAX_MEMORY_LIMIT)
+
+
+def find_schedule(step: Any, graph: BlockGraph, unit: int, layout: Any,
+                  n_local: int, costs: Any = None
+                  ) -> tuple[Schedule | None, UnrolledSchedule]:
+  """``(schedule, unrolled)`` of ``n_local`` micro-batches on ``graph``:
+  ``step.plan`` when given, else cached or searched.
+
+  Raises:
+    InfeasibleMemory: no schedule fits the memory limit.
+  """
+  given = _given_schedule(step, graph, n_local)
+  if given is not None:
+    return given
+  limit = memory_units(step, unit, layout, costs)
+  cache = _schedule_cache.ScheduleCache(step.cache_dir)
+  key = _schedule_cache.schedule_key(
+      graph, limit, n_local, {"time_limit_s": step.solver_time_limit_s,
+                              "seed": step.seed})
+  hit = cache.load(key, graph, n_local, limit)
+  if hit is not None:
+    step.schedule_cache_hits += 1
+    return hit
+  step.searches += 1
+  sched = _search(step, graph, limit, unit)
+  unrolled = sched.unroll(n_local)
+  cache.store(key, sched, unrolled)
+  return sched, unrolled
+
+
+def _given_schedule(step: Any, graph: BlockGraph, n_local: int
+                    ) -> tuple[Schedule | None, UnrolledSchedule] | None:
+  """``step.plan`` (a schedule or a classic one by name) on ``graph``;
+  None when ``plan`` is None (search)."""
+  plan = step.plan
+  if isinstance(plan, UnrolledSchedule):
+    if plan.num_microbatches != n_local:
+      raise step._error(  # pylint: disable=protected-access
+          f"the given schedule has {plan.num_microbatches} micro-batches but"
+          f" each pipeline runs {n_local}")
+    return None, dataclasses.replace(plan, graph=graph)
+  if isinstance(plan, Schedule):
+    sched = dataclasses.replace(plan, graph=graph)
+    return sched, sched.unroll(n_local)
+  if isinstance(plan, str):
+    from tessel_jax.search import baselines  # pylint: disable=import-outside-toplevel
+    try:
+      return None, baselines.run(plan, graph, n_local)
+    except ValueError as err:
+      raise step._error(str(err)) from None  # pylint: disable=protected-access
+  return None
+
+
+def _search(step: Any, graph: BlockGraph, limit: int | None,
+            unit: int) -> Schedule:
+  """``search.search_repetend`` with the step's time limit and seed."""
+  from tessel_jax import search  # pylint: disable=import-outside-toplevel
+  try:
+    return search.search_repetend(graph, memory_limit=limit,
+                                  time_limit_s=step.solver_time_limit_s,
+                                  seed=step.seed)
+  except search.InfeasibleScheduleError as err:
+    need = err.min_memory_limit
+    extra = (f"; the stash needs at least {need * unit} bytes per device"
+             f" beyond parameters, gradients, optimiser state"
+             f" (optimizer_slots={step.optimizer_slots}) and kernel"
+             f" workspace" if need else "")
+    raise InfeasibleMemory(
+        f"no schedule fits the memory limit {step.memory_limit} bytes per"
+        f" device{extra}. Raise memory_limit, or recompute activations"
+        f" (recompute=True or a list of blocks)") from None
+
+
+def uniform_candidate(step: Any, graph: BlockGraph, ks: Any, unit: int,
+                      layout: Any, n_local: int, costs: Any) -> Any:
+  """``(graph, schedule, unrolled)`` searched on uniform spans under the
+  same memory limit, or None when there is none."""
+  alt_graph, alt_unit = uniform_graph(graph, ks)
+  if alt_unit != unit:
+    return None
+  try:
+    alt_sched, alt_unrolled = find_schedule(step, alt_graph, unit, layout,
+                                            n_local, costs)
+  except (InfeasibleMemory, _errors.TesselError):
+    return None
+  return alt_graph, alt_sched, alt_unrolled
+
+
+def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
+                  plan: Any, alt: Any, make_plan: Callable[[Any], Any]
+                  ) -> tuple:
+  """The integer search sees blocks on independent devices; the
+  prediction also knows the lowering's per-tick costs, rendezvous and
+  shared CPU cores. Lowers whichever of the schedules searched on the
+  measured and on uniform spans (``alt``) it predicts faster.
+
+  Returns ``(plan, "measured" | "uniform", other's predicted ms,
+  (graph, schedule, unrolled) of the uniform one or None)``.
+  """
+  if alt is None:
+    return plan, "measured", None, None
+  alt_plan = make_plan(alt[2].actions)
+  model = step._costs  # pylint: disable=protected-access
+  mine, theirs = _cost_model.agree([
+      model.predict(costs, unrolled, plan, step.mesh,
+                    step.pipe_axis)[0].step_seconds,
+      model.predict(costs, alt[2], alt_plan, step.mesh,
+                    step.pipe_axis)[0].step_seconds])
+  # every process lowers the same schedule
+  if theirs < mine:
+    return alt_plan, "uniform", mine * 1e3, alt
+  return plan, "measured", theirs * 1e3, None
+
+
+def search_note(sched: Schedule | None, unrolled: UnrolledSchedule,
+                searched: bool) -> str:
+  """What the search phase did, for its progress line."""
+  if sched is None:
+    return f"{unrolled.source}, makespan {unrolled.makespan}"
+  how = "searched" if searched else "from the schedule cache"
+  return f"{how}, period {sched.period}, makespan {unrolled.makespan}"
