@@ -10,8 +10,8 @@ from absl import app, flags
 from experiments import cli
 from experiments.peer_bench_lib import DEFAULT_VARIANTS, VARIANTS, PeerArgs
 
-flags.DEFINE_integer("hidden", 1024, "Width of the MLP (4 layers"
-                     " tanh(h @ W + b) by default).")
+flags.DEFINE_integer("hidden", 1024, "Width of the MLP (layers"
+                     " tanh(h @ W + b)).")
 flags.DEFINE_integer("layers", None, "Layers of the MLP, a multiple of"
                      " --stages (of 2 x --stages with tj_mshape or tj_zbv);"
                      " default 4 at 2 stages, 8 at 4.")
