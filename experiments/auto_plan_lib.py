@@ -172,7 +172,7 @@ def time_choice_phases(fn: Any, mesh: Any, params: Any, batch: Any,
   step = tj.schedule(fn, mesh=mesh, placement="auto",
                      num_microbatches=args.microbatches, memory_limit=limit,
                      cache_dir=cache, solver_time_limit_s=args.time_limit,
-                     cost="measured", optimizer_slots=2, has_aux=has_aux)
+                     cost="calibrated", optimizer_slots=2, has_aux=has_aux)
   with PhaseTimes() as phases:
     t0, c0 = time.perf_counter(), time.process_time()
     step.build(params, batch)
@@ -202,7 +202,7 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
     order = order[:args.measure_top]
   order = [choice.winner] + [p for p in order if p is not choice.winner]
   ff = plans.FrontierFunction(fn, mesh=mesh, pipe_axis="pipe", mode="train",
-                              cache_dir=cache, cost="measured",
+                              cache_dir=cache, cost="calibrated",
                               solver_time_limit_s=args.time_limit,
                               optimizer_slots=2, has_aux=has_aux)
   markers = plans.marker_blocks(fn, params, batch, {"has_aux": has_aux})

@@ -1,6 +1,6 @@
 """Measured against uniform spans on the model zoo (no flags here).
 
-See ``experiments.model_zoo_spans``. With ``cost="measured"``,
+See ``experiments.model_zoo_spans``. With ``cost="calibrated"``,
 ``tj.schedule`` searches two schedules, one on the measured spans and one on
 uniform spans (F=1, B=2, W=1), predicts both with the cost model and lowers
 the one predicted faster. This runner checks that choice on the zoo's real
@@ -92,7 +92,7 @@ def build_model(name: str, args: SpansArgs, mesh: Any
       step = tj.schedule(model.fn, mesh=mesh,
                          placement=tj.placements.vshape(2),
                          num_microbatches=args.microbatches,
-                         has_aux=model.has_aux, cut="auto", cost="measured",
+                         has_aux=model.has_aux, cut="auto", cost="calibrated",
                          seed=args.seed)
       built = step.build(model.params, model.batch)
     rep = built.report

@@ -174,6 +174,13 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       schedule searched on uniform spans is searched too, and the one with
       the smaller predicted step time is lowered (``step.report`` says
       which).
+      ``"calibrated"``: as ``"measured"``, and each candidate schedule's
+      program is also compiled with its kernels replaced by stand-ins of the
+      same shapes and timed, so the prediction includes what the program
+      pays per tick around its kernels (``tessel_jax.cost.calibrate``;
+      cached on disk by the program's shape). One more compile per
+      candidate: for comparing plans (``placement="auto"``, ``tj.frontier``,
+      ``experiments.model_zoo_spans``) rather than a first call.
       ``"uniform"``: spans F=1, B=2, W=1, nothing measured. When omitted,
       the ``TESSEL_JAX_COST`` environment variable decides (default
       ``"measured"``).

@@ -29,7 +29,7 @@ def test_extra_tick_seconds_solves_the_linear_replay() -> None:
 
 
 def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
-           standin_s: float | None) -> tuple:
+           standin_s: float | None, cost: str = "calibrated") -> tuple:
   calls: list = []
 
   def fake_timer(make_program, params, batch, repeats=7):
@@ -47,7 +47,7 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
   fn, params, batch = _tiny(n=4, kinds=("embed", "head"))
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
                      placement=placements.vshape(2), num_microbatches=4,
-                     cost="measured", cache_dir=str(tmp_path))
+                     cost=cost, cache_dir=str(tmp_path))
   step.build(params, batch)
   return step, calls, (fn, params, batch)
 
@@ -73,6 +73,17 @@ def test_prediction_pays_the_standin_program(tmp_path: object,
   assert not calls2
   assert step2.report.predicted_step_ms == pytest.approx(
       rep.predicted_step_ms, rel=0.2)
+
+
+def test_measured_cost_compiles_no_standin(tmp_path: object,
+                                           monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+  # cost="measured" (the default) keeps a first call to one compile: no
+  # stand-in program is built, timed or cached.
+  step, calls, _ = _build(tmp_path, monkeypatch, 0.25, cost="measured")
+  assert not calls and not list(tmp_path.glob("standin-*"))
+  assert step.report.cost == "measured"
+  assert 0 < step.report.predicted_step_ms < 100.0
 
 
 def test_standin_program_keeps_the_output_structure() -> None:

@@ -274,7 +274,7 @@ def test_cache_hit_and_invalidation(tmp_path):
 
   def build(batch, fn=fn, **kw):
     step = tj.schedule(fn, mesh=mesh, placement=placement,
-                       num_microbatches=4, cost="measured",
+                       num_microbatches=4, cost="calibrated",
                        cache_dir=str(tmp_path), solver_time_limit_s=10, **kw)
     return step.build(params, batch).report
 

@@ -32,7 +32,7 @@ from tessel_jax.cost import ticks as _ticks
 from tessel_jax.cost.report import CostReport
 from tessel_jax.graph import BlockGraph
 
-COSTS = ("measured", "uniform")
+COSTS = ("measured", "calibrated", "uniform")
 _LOG = logging.getLogger("tessel_jax.cost")
 
 
@@ -135,8 +135,10 @@ class CostModel:
                optimizer_slots: int = 0, repeats: int = 9):
     if cost not in COSTS:
       raise ValueError(f"cost is {cost!r}; use 'measured' (profile every"
-                       f" kernel on the device) or 'uniform' (spans F=1, B=2,"
-                       f" W=1), or set the TESSEL_JAX_COST environment"
+                       f" kernel on the device), 'calibrated' (measured, and"
+                       f" the per-tick cost timed on each candidate program"
+                       f" with stand-in kernels) or 'uniform' (spans F=1,"
+                       f" B=2, W=1), or set the TESSEL_JAX_COST environment"
                        f" variable to one of them")
     if time_resolution is not None and not (
         isinstance(time_resolution, (int, float)) and time_resolution > 0):
@@ -175,7 +177,15 @@ class CostModel:
 
   @property
   def measured(self) -> bool:
-    return self.cost == "measured"
+    """Kernels are measured (``"measured"`` and ``"calibrated"``)."""
+    return self.cost in ("measured", "calibrated")
+
+  @property
+  def calibrated(self) -> bool:
+    """Each candidate program's per-tick cost is timed on its stand-in
+    (``calibrate``): one more compile per candidate plan, so only asked
+    for with ``cost="calibrated"``."""
+    return self.cost == "calibrated"
 
   # --- search graph ---------------------------------------------------------
 
@@ -397,7 +407,7 @@ class CostModel:
     peak = tuple(f + s + w for f, s, w in zip(
         fixed, pred.peak_bytes, costs.workspace_per_device))
     return CostReport(
-        cost="measured", predicted_step_ms=step_s * 1e3,
+        cost=self.cost, predicted_step_ms=step_s * 1e3,
         peak_memory_bytes=peak, stash_peak_bytes=pred.peak_bytes,
         bubble_ratio=pred.bubble_ratio,
         quantization_error=qerr,

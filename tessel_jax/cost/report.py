@@ -12,7 +12,9 @@ class CostReport:
   """Predicted figures of one build of a scheduled function.
 
   Attributes:
-    cost: ``"measured"`` or ``"uniform"`` (nothing measured: no times).
+    cost: ``"measured"``, ``"calibrated"`` (measured, per-tick cost timed on
+      the program's stand-in) or ``"uniform"`` (nothing measured: no
+      times).
     predicted_step_ms: Predicted wall time of one step in milliseconds
       (None with uniform costs).
     peak_memory_bytes: Per device of the pipe axis: parameters, gradient
