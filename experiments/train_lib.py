@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -256,18 +257,7 @@ def run(args: Any, log=print) -> dict[str, Any]:
       "build_seconds": round(build_s, 3),
       "compile_seconds": round(compile_s, 3), "losses": [],
       "step_seconds": [], "report": built.report.to_dict()}
-  if args.check:
-    with Heartbeat("checking step 0 against jax.value_and_grad", log):
-      check = step.verify(params, batch)
-    grads_rel = [l.max_rel for l in check.leaves if l.path != "[0]"]
-    record["check_loss_rel_err"] = check.leaves[0].max_rel
-    record["check_grad_rel_err"] = max(grads_rel, default=0.0)
-    record["check_ok"] = check.ok
-    record["check_first_bad_block"] = check.first_bad_block
-    log(f"step 0 vs jax.value_and_grad (step.verify): loss rel err"
-        f" {record['check_loss_rel_err']:.2e}, grad rel err"
-        f" {record['check_grad_rel_err']:.2e}"
-        + ("" if check.ok else "\n" + str(check)))
+  params0, batch0 = params, batch  # what step.verify checks
   state = (jax.tree_util.tree_map(jnp.zeros_like, params),
            jax.tree_util.tree_map(jnp.zeros_like, params), 0)
   for i in range(args.steps):
@@ -281,6 +271,10 @@ def run(args: Any, log=print) -> dict[str, Any]:
     record["losses"].append(round(loss, 5))
     record["step_seconds"].append(round(dt, 4))
     log(f"step {i:3d}  loss {loss:.4f}  ({dt * 1e3:.0f} ms)")
+    if i == 0 and args.check:  # after the first step, so it shows at once
+      _check(step, params0, batch0, record, log)
+  if args.check and not args.steps:
+    _check(step, params0, batch0, record, log)
   _log_prediction(record, built.report, log)
   if args.plot:
     from tessel_jax import plot  # pylint: disable=import-outside-toplevel
@@ -289,6 +283,23 @@ def run(args: Any, log=print) -> dict[str, Any]:
     record["plot"] = args.plot
     log(f"schedule picture: {args.plot}")
   return record
+
+
+def _check(step: Any, params: Any, batch: Any, record: dict[str, Any],
+           log: Callable[[str], None]) -> None:
+  """``step.verify`` on the first parameters and batch (the program against
+  ``jax.value_and_grad``), logged and recorded."""
+  with Heartbeat("checking the program against jax.value_and_grad", log):
+    check = step.verify(params, batch)
+  grads_rel = [l.max_rel for l in check.leaves if l.path != "[0]"]
+  record["check_loss_rel_err"] = check.leaves[0].max_rel
+  record["check_grad_rel_err"] = max(grads_rel, default=0.0)
+  record["check_ok"] = check.ok
+  record["check_first_bad_block"] = check.first_bad_block
+  log(f"step 0 vs jax.value_and_grad (step.verify): loss rel err"
+      f" {record['check_loss_rel_err']:.2e}, grad rel err"
+      f" {record['check_grad_rel_err']:.2e}"
+      + ("" if check.ok else "\n" + str(check)))
 
 
 def _log_prediction(record: dict[str, Any], report: Any, log) -> None:
