@@ -42,7 +42,7 @@ gradient of that size and reduce-scatters it after the last tick
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -439,6 +439,21 @@ def pack(layout: Layout, leaves: Sequence[Any]) -> tuple[dict[str, Any],
   return flat, slots
 
 
+def flat_pieces(layout: Layout) -> Iterator[tuple[str, int, int, int, int]]:
+  """``(dtype, device, leaf, start, size)`` of every leaf piece stored in
+  the flat buffers, region by region (forward blocks in order)."""
+  for dt in layout.dtypes:
+    for i in sorted(layout.regions[dt]):
+      region = layout.regions[dt][i]
+      for d, off in enumerate(region.offsets):
+        if off < 0:
+          continue
+        pos = off
+        for l, n in zip(region.leaves, region.sizes):
+          yield dt, d, l, pos, n
+          pos += n
+
+
 def unpack_grads(layout: Layout, flat: Mapping[str, Any],
                  slots: Sequence[Any], param_avals: Sequence[Any]) -> list[Any]:
   """Sums every leaf's gradient over all places that hold it.
@@ -464,18 +479,9 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
       return
     grads[l] = piece if grads[l] is None else grads[l] + piece
 
-  for dt in layout.dtypes:
-    buf = flat[dt]
-    for i in sorted(layout.regions[dt]):
-      region = layout.regions[dt][i]
-      for d, off in enumerate(region.offsets):
-        if off < 0:
-          continue
-        pos = off
-        for l, n in zip(region.leaves, region.sizes):
-          piece = jax.lax.slice(buf, (d, pos), (d + 1, pos + n))
-          add(l, piece.reshape(local_avals[l].shape), d)
-          pos += n
+  for dt, d, l, pos, n in flat_pieces(layout):
+    piece = jax.lax.slice(flat[dt], (d, pos), (d + 1, pos + n))
+    add(l, piece.reshape(local_avals[l].shape), d)
   for c, buf in zip(layout.classes, slots):
     for j in range(c.count):
       # Slot first: ``buf[:, j]`` is a local slice on every device, so one

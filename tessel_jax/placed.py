@@ -107,16 +107,8 @@ class Site:
 def leaf_sites(layout: Any, num_leaves: int) -> list[list[Site]]:
   """Every site of every stored leaf (a leaf with none goes to ``rest``)."""
   out: list[list[Site]] = [[] for _ in range(num_leaves)]
-  for dt in layout.dtypes:
-    for i in sorted(layout.regions[dt]):
-      region = layout.regions[dt][i]
-      for d, off in enumerate(region.offsets):
-        if off < 0:
-          continue
-        pos = off
-        for l, n in zip(region.leaves, region.sizes):
-          out[l].append(Site("flat", d, (dt, pos, n)))
-          pos += n
+  for dt, d, l, pos, n in _packing.flat_pieces(layout):
+    out[l].append(Site("flat", d, (dt, pos, n)))
   for (l, d), (k, j) in sorted(layout.slot_of.items()):
     out[l].append(Site("slot", d, (k, j)))
   for idx, l in enumerate(sorted(layout.gathered)):

@@ -89,12 +89,19 @@ def forward_chains(graph: BlockGraph) -> list[Chain] | str:
   return chains
 
 
-def vshape_chain(graph: BlockGraph) -> Chain | str:
+def _chains(graph: BlockGraph, count: int) -> list[Chain] | str:
+  """The graph's ``count`` forward chains, or why it has not that many."""
   chains = forward_chains(graph)
+  if isinstance(chains, str) or len(chains) == count:
+    return chains
+  return (f"it has {len(chains)} forward chains, not"
+          f" {'one' if count == 1 else 'two' if count == 2 else count}")
+
+
+def vshape_chain(graph: BlockGraph) -> Chain | str:
+  chains = _chains(graph, 1)
   if isinstance(chains, str):
     return chains
-  if len(chains) != 1:
-    return f"it has {len(chains)} forward chains, not one"
   chain = chains[0]
   if sorted(chain.devices) != list(range(graph.num_devices)):
     return ("its chain does not run exactly one stage on every device"
@@ -103,11 +110,9 @@ def vshape_chain(graph: BlockGraph) -> Chain | str:
 
 
 def interleaved_chain(graph: BlockGraph) -> tuple[Chain, int] | str:
-  chains = forward_chains(graph)
+  chains = _chains(graph, 1)
   if isinstance(chains, str):
     return chains
-  if len(chains) != 1:
-    return f"it has {len(chains)} forward chains, not one"
   chain, d = chains[0], graph.num_devices
   stages = len(chain.forward)
   if stages % d or stages < 2 * d:
@@ -121,11 +126,9 @@ def interleaved_chain(graph: BlockGraph) -> tuple[Chain, int] | str:
 
 
 def xshape_chains(graph: BlockGraph) -> tuple[Chain, Chain] | str:
-  chains = forward_chains(graph)
+  chains = _chains(graph, 2)
   if isinstance(chains, str):
     return chains
-  if len(chains) != 2:
-    return f"it has {len(chains)} forward chains, not two"
   down, up = chains
   d = graph.num_devices
   if sorted(down.devices) != list(range(d)):
@@ -187,11 +190,9 @@ def fits_zb_h1(graph: BlockGraph) -> Chain | str:
 def fits_v(graph: BlockGraph) -> Chain | str:
   """A chain of ``2D`` single-device stages in a V (stage ``s`` on device
   ``s``, then ``2D-1-s``) with split backward, as ``placements.zbv``."""
-  chains = forward_chains(graph)
+  chains = _chains(graph, 1)
   if isinstance(chains, str):
     return chains
-  if len(chains) != 1:
-    return f"it has {len(chains)} forward chains, not one"
   chain, d = chains[0], graph.num_devices
   want = tuple(s if s < d else 2 * d - 1 - s for s in range(2 * d))
   if chain.devices != want:
