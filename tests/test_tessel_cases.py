@@ -1,8 +1,12 @@
 """Tessel's evaluation cases (experiments.tessel_cases) and their runner."""
 
+import json
+import os
+
 import pytest
 
-from experiments import search_cases_tessel, tessel_cases
+from experiments import (search_cases_tessel, search_cases_tessel_lib,
+                         tessel_cases)
 
 
 def _shape(graph):
@@ -56,3 +60,33 @@ def test_runner_meets_the_bound_on_tessels_mshape():
   assert row["peak"] <= 6
   assert row["makespan"] >= row["bound"]
   assert row["gap_pct"] == 0.0  # the search meets the lower bound here
+
+
+def _tessel_makespans():
+  path = os.path.join(os.path.dirname(__file__), "data",
+                      "tessel_makespans.json")
+  with open(path) as inp:
+    data = json.load(inp)
+  return [(c["placement"], c["memory_limit"],
+           min(m for _, m in c["nmicros"].values())) for c in data["cases"]]
+
+
+@pytest.mark.parametrize("name,memory,tessel", _tessel_makespans())
+def test_search_matches_tessels_own_makespans_at_its_tightest_limits(
+    name, memory, tessel, monkeypatch):
+  """Tessel's own search, run on its five tightest cases (the ones the
+  lower bound does not decide), against ours at N = 128 and equal memory:
+  never longer (wall-clock nets lifted so load cannot cut a solve)."""
+  from tessel_jax.search import budget, cpsat  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
+  init = budget.Budget.__init__
+
+  def no_wall_cap(self, total):
+    init(self, total)
+    self.wall_deadline += 1e6
+
+  monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)
+  row = search_cases_tessel_lib.run_case(name, 4, True, memory, 128,
+                                         time_limit=10, allow_wrap=True)
+  assert row["peak"] <= memory
+  assert row["makespan"] <= tessel
