@@ -12,7 +12,9 @@ unrolling also tries every split ``unroll(a) + unroll(N - a)``, each small
 searches each case once (uniform spans of the given placements at the given
 pipeline widths, with no memory limit, the tightest one and one halfway
 between it and the unlimited schedule's peak, or the search
-graphs recorded by ``tessel_jax.plans.record_searches``), then per round, in a
+graphs of a real choice given with ``--searches``: a JSON list of
+``{graph: BlockGraph dict, limit, time_limit_s, microbatches}``, as recorded
+by wrapping ``tessel_jax.step_schedule._search``), then per round, in a
 shuffled order, times ``unroll(N)`` on a fresh copy of the schedule:
 
 * ``before``: every split candidate, each small ``N`` by CP-SAT with its

@@ -23,14 +23,17 @@ process).
 from __future__ import annotations
 
 import collections
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
+from tessel_jax import frontier_cache as _frontier_cache
 from tessel_jax import placements as _placements
 from tessel_jax.cost import estimate as _estimate
+from tessel_jax.frontier_cache import FrontierCache
 # The pieces, re-exported: tessel_jax.plans stays the one import for users.
 from tessel_jax.frontier_result import (Candidate, PricedPlan,  # noqa: F401
                                         ProgramFrontier, choose_index,
@@ -39,7 +42,8 @@ from tessel_jax.plan_candidates import (base_of, candidates,  # noqa: F401
                                         frozen, microbatch_counts, submesh,
                                         widths, with_limit)
 from tessel_jax.plan_pricing import (Pruned, baseline_price,  # noqa: F401
-                                     marker_blocks, replay, step_lower_bound)
+                                     count_blocks, marker_blocks, replay,
+                                     step_lower_bound, trace_markers)
 
 #: Placements tried by default (every named one; those that do not fit a
 #: pipeline width are skipped with the reason).
@@ -100,8 +104,9 @@ class FrontierFunction:
                refine: int | None = None, prune: bool = False,
                screen_time_limit_s: float | None = None,
                screen_estimate: bool = False, refine_margin: float = 0.0,
-               **schedule_kw: Any):
+               disk_cache: bool = True, **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
+    self.disk_cache = disk_cache
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
     self.microbatches = (None if microbatches is None else
                          tuple(int(n) for n in microbatches))
@@ -117,16 +122,33 @@ class FrontierFunction:
     self.costs: Any = None  # the CostModel shared by every candidate
     self.steps: dict[Candidate, Any] = {}  # priced ScheduledFunctions
     self.memo_hits = 0
+    self.disk_hits = 0  # frontiers read back from the disk cache
+    self.markers: int | None = None  # blocks of fn's markers (last call)
     self.pruned = 0  # plans not searched: lower bound >= best so far
     self._best_ms: float | None = None
     self._key: Any = None
 
   def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
     t0 = time.perf_counter()
+    traced = trace_markers(self.fn, params, batch, self.schedule_kw)
+    markers = self.markers = count_blocks(traced)
+    self._key = self.program_key(params, batch)
+    disk = self._disk_key(traced, params, batch)
+    if disk is not None:
+      stored = disk[0].load(disk[1])
+      if stored is not None:
+        self.disk_hits += 1
+        return stored
+    fr = self._price_frontier(params, batch, markers, t0)
+    if disk is not None:
+      disk[0].store(disk[1], fr)
+    return fr
+
+  def _price_frontier(self, params: Any, batch: Any, markers: int | None,
+                      t0: float) -> ProgramFrontier:
+    """Prices every candidate (screened, then refined, when asked)."""
     skipped: list[tuple[str, str]] = []
     rows = int(jax.tree_util.tree_leaves(batch)[0].shape[0])
-    markers = marker_blocks(self.fn, params, batch, self.schedule_kw)
-    self._key = self.program_key(params, batch)
     todo = candidates(self.mesh, self.pipe_axis, rows, self.mode, self.names,
                       self.microbatches, self.baselines,
                       lambda w, y: skipped.append((w, y)))
@@ -137,6 +159,28 @@ class FrontierFunction:
     return ProgramFrontier(fn_name=name, plans=tuple(priced),
                            pareto=pareto(priced), skipped=tuple(skipped),
                            seconds=time.perf_counter() - t0)
+
+  def _disk_key(self, traced: Any, params: Any, batch: Any
+                ) -> tuple[FrontierCache, str] | None:
+    """``(cache, key)`` of this frontier on disk; None when it is not
+    cached there (``disk_cache=False``, uniform costs, or the program did
+    not trace)."""
+    cost = self.schedule_kw.get("cost") or os.environ.get(
+        _frontier_cache.COST_ENV, "measured")
+    if not self.disk_cache or traced is None or cost == "uniform":
+      return None
+    options = {k: v for k, v in self.schedule_kw.items() if k != "cache_dir"}
+    options.update(
+        placements=self.names, microbatches=self.microbatches,
+        memory_limit=self.memory_limit, baselines=self.baselines,
+        pipe_axis=self.pipe_axis, mode=self.mode, refine=self.refine,
+        prune=self.prune, screen_time_limit_s=self.screen_time_limit_s,
+        screen_estimate=self.screen_estimate,
+        refine_margin=self.refine_margin)
+    key = _frontier_cache.frontier_key(
+        _frontier_cache.program_digest(traced), params, batch, self.mesh,
+        options)
+    return FrontierCache(self.schedule_kw.get("cache_dir")), key
 
   def program_key(self, params: Any, batch: Any) -> Any:
     """What decides every price: the function, input shapes, mesh and
