@@ -2,7 +2,10 @@
 
   python -m experiments.auto_plan_unroll --rounds=3 \
       --output=results/auto_plan/unroll.json
-  python -m experiments.auto_plan_unroll --searches=searches.json ...
+  python -m experiments.auto_plan --memory_limits= \
+      --record_searches=results/auto_plan/searches.json
+  python -m experiments.auto_plan_unroll \
+      --searches=results/auto_plan/searches.json --rounds=3
 
 A cold ``placement="auto"`` choice searches one schedule per plan and
 unrolls it for the plan's few micro-batches per pipeline (README GPT, 4
@@ -13,8 +16,9 @@ searches each case once (uniform spans of the given placements at the given
 pipeline widths, with no memory limit, the tightest one and one halfway
 between it and the unlimited schedule's peak, or the search
 graphs of a real choice given with ``--searches``: a JSON list of
-``{graph: BlockGraph dict, limit, time_limit_s, microbatches}``, as recorded
-by wrapping ``tessel_jax.step_schedule._search``), then per round, in a
+``{graph: BlockGraph dict, limit, time_limit_s, microbatches}``, as
+``python -m experiments.auto_plan --record_searches=PATH`` writes), then
+per round, in a
 shuffled order, times ``unroll(N)`` on a fresh copy of the schedule:
 
 * ``before``: every split candidate, each small ``N`` by CP-SAT with its
@@ -37,7 +41,7 @@ import statistics
 import time
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from tessel_jax import placements, simulate
