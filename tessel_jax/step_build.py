@@ -249,7 +249,8 @@ def _layout(step: Any, ks: Any, traced: Any, shards: Mapping[int, int],
       {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
       num_devices, mode=step.param_layout,
       shards={l: (ax, num_devices) for l, ax in shards.items()},
-      split=split, gathered=gathered, data_sizes=data_sizes)
+      split=split, gathered=gathered, data_sizes=data_sizes,
+      fsdp_mode=step.fsdp)
 
 
 def _search_graph(step: Any, graph: BlockGraph, ks: Any, traced: Any,
