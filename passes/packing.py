@@ -214,7 +214,7 @@ class Layout:
     some."""
     return self.fsdp_mode == "per_block" and any(c.fsdp for c in self.classes)
 
-  def _fsdp_live(self, d: int) -> int:
+  def fsdp_live_bytes(self, d: int) -> int:
     """Gathered FSDP bytes live on device ``d`` at once: every gathered
     slot (per step) or the largest block's (per block)."""
     if self.fsdp_per_block:
@@ -231,7 +231,7 @@ class Layout:
     gathered = sum(g.nbytes + g.nbytes // self.shards[l][1]
                    for l, g in self.gathered.items())
     return tuple(
-        slots + gathered + self._fsdp_live(d) +
+        slots + gathered + self.fsdp_live_bytes(d) +
         sum(self.used[dt][d] * np.dtype(dt).itemsize for dt in self.dtypes)
         for d in range(self.num_devices))
 
@@ -249,7 +249,7 @@ class Layout:
     # (1 + slots) shards (+ 1 accumulator per block) and 2 live buffers.
     extra = 1 if self.fsdp_per_block else 0
     return tuple(k * b - (1 - extra) * shards -
-                 optimizer_slots * self._fsdp_live(d)
+                 optimizer_slots * self.fsdp_live_bytes(d)
                  for d, b in enumerate(self.bytes_per_device()))
 
   def useful_bytes_per_device(self) -> tuple[int, ...]:
