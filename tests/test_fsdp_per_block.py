@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 import tessel_jax as tj
 
 from test_fsdp import DATA_MODEL, DATA_ONLY, _specs
-from test_lowering_models import max_rel_err, reference
+from test_lowering_models import max_rel_err, reference, reference_infer
 from test_tensor_parallel import (TOL, _batch, _mesh, _put, _spec_of,
                                   mlp_model)
 
@@ -117,7 +117,9 @@ def test_per_block_gathers_in_loops_and_holds_fewer_bytes() -> None:
         2, chunks=4, mode="train"),
                        num_microbatches=4, data_axes=("data",),
                        interpret_ramps=2, fsdp=mode)
-    compiled = _check(step, fn, params, specs, mesh, batch, 4)
+    compiled = (_check(step, fn, params, specs, mesh, batch, 4)
+                if mode == "per_block" else  # per step: tests/test_fsdp.py
+                step.lower(_put(params, specs, mesh), batch).compile())
     mem = compiled.memory_analysis()
     total[mode] = (mem.argument_size_in_bytes + mem.output_size_in_bytes +
                    mem.temp_size_in_bytes)
@@ -126,7 +128,6 @@ def test_per_block_gathers_in_loops_and_holds_fewer_bytes() -> None:
   assert gathers["per_block"] and gathers["per_step"]
   assert all("/while/" in n for n in gathers["per_block"]), gathers
   assert not any("/while/" in n for n in gathers["per_step"]), gathers
-  print(total, total["per_block"] / total["per_step"])
   assert total["per_block"] < 0.85 * total["per_step"], total
   # Predicted: shards + their accumulators + optimiser slots, and the
   # largest block's parameters and gradients gathered (one layer).
@@ -144,3 +145,34 @@ def test_unknown_fsdp_mode_is_refused() -> None:
     tj.schedule(fn, mesh=_mesh({"pipe": 2, "data": 2}), placement="vshape",
                 num_microbatches=2, plan="1f1b", data_axes=("data",),
                 fsdp="zero3")
+
+
+def test_per_block_over_two_data_axes_and_inference() -> None:
+  """data_axes ``(data, replica)`` with ``down`` split over ``data`` only
+  (its shard accumulator summed over ``replica`` at the end), and a
+  forward-only program gathering per block (no gradients)."""
+  params, _, fn = mlp_model()
+  layer = {"up": P(("data", "replica"), None), "down": P(None, "data"),
+           "b": P()}
+  mesh = _mesh({"pipe": 2, "data": 2, "replica": 2})
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
+      2, mode="train"), num_microbatches=4, plan="1f1b",
+                     data_axes=("data", "replica"), fsdp="per_block")
+  _check(step, fn, params, _specs(layer), mesh, _batch(16, False), 4)
+
+  def forward(params: Any, batch: Any) -> Any:
+    h = batch["x"]
+    for i, lp in enumerate(params["layers"]):
+      h = h + jax.nn.gelu(h @ lp["up"]) @ lp["down"] + lp["b"]
+      if i < len(params["layers"]) - 1:
+        h = tj.boundary(h)
+    return h
+
+  mesh = _mesh({"pipe": 2, "data": 2})
+  infer = tj.schedule(forward, mesh=mesh, placement=tj.placements.vshape(
+      2, mode="infer"), num_microbatches=2, data_axes=("data",),
+                      mode="infer", plan="gpipe", fsdp="per_block")
+  batch = _batch(8, False)
+  out = infer(_put(params, _specs(DATA_ONLY), mesh), batch)
+  assert max_rel_err(out, reference_infer(forward, params, batch, 2)) <= TOL
+  assert infer.built.layout.fsdp_per_block
