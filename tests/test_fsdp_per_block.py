@@ -65,6 +65,15 @@ def test_per_block_equals_value_and_grad(mesh_shape: dict[str, int],
   text = compiled.as_text()
   if "model" in mesh_shape:
     assert not re.search(r"= f32\[(16,64|64,16)\]\S* all-gather", text)
+    # The placed program (``step.place``): gradients placed as the shards.
+    batch = _batch(8, False)
+    placed = step.place(_put(params, _specs(layer), mesh), batch)
+    loss, grads = step(placed, batch)
+    for a, g in zip(jax.tree_util.tree_leaves(placed),
+                    jax.tree_util.tree_leaves(grads)):
+      assert a.sharding.is_equivalent_to(g.sharding, a.ndim)
+    assert max_rel_err((loss, step.unplace(grads)),
+                       reference(fn, params, batch, 2)) <= TOL
 
 
 def _wide_model() -> tuple[Any, Any]:
