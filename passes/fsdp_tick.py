@@ -21,6 +21,16 @@ whose kernel lacks the role gather slot 0 (unused) and add their scattered
 gradient, zero (role buffers are zeroed at every tick, and every device of
 a data group runs the same kernel), into slot 0.
 
+*Reuse.* Within a straight run of ticks (unrolled, or one loop iteration's
+period) a tick whose gather role moves, on every device whose kernel has
+the role, the same slot as the run's last gather of that role reuses that
+gathered value (no collective): a device running one block's forward and
+backward back to back (a 1F1B steady state) gathers once per run, and the
+buffer stays live only while those ticks last (``run_scope``). Likewise a
+scatter role's gathered-size gradient buffer keeps accumulating over the
+run's ticks while its slots agree and is reduce-scattered when they
+change or the run ends (``end_run``).
+
 *Order.* Inside a loop the slot read by a gather is indexed with
 ``where(device < 0, counter, slot)`` (the loop counter or interpreted tick),
 so XLA cannot hoist the gather out of the loop as loop-invariant code and
@@ -45,6 +55,7 @@ PER_BLOCK = "per_block"
 PER_STEP = "per_step"
 MODES = (PER_BLOCK, PER_STEP)
 KEY = "fsdp"  # accumulator keys ``(KEY, class, role)``: a tick's role buffer
+CACHE = ("fsdp", "run")  # ``pbuf`` key of a straight run's gathered slots
 
 
 def per_block(layout: Any) -> bool:
@@ -87,7 +98,15 @@ def _roles(layout: Any, kernels: Any, tick: Any, grads: bool
            ) -> dict[tuple[int, int], np.ndarray]:
   """Role -> slot table (shape of ``tick.branch_of``) of the tick's kernels;
   devices without the role: slot 0."""
+  return {r: t for r, (t, _) in _roles_used(layout, kernels, tick,
+                                            grads).items()}
+
+
+def _roles_used(layout: Any, kernels: Any, tick: Any, grads: bool
+                ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray]]:
+  """Role -> ``(slot table, mask of the devices whose kernel has it)``."""
   table: dict[tuple[int, int], np.ndarray] = {}
+  used: dict[tuple[int, int], np.ndarray] = {}
   branch_of = np.asarray(tick.branch_of)
   for b, kid in enumerate(tick.branches):
     if kid is None:
@@ -99,12 +118,14 @@ def _roles(layout: Any, kernels: Any, tick: Any, grads: bool
         continue
       if r not in table:
         table[r] = np.zeros(branch_of.shape, np.int64)
+        used[r] = np.zeros(branch_of.shape, bool)
       mask = branch_of == b
       devs = np.nonzero(mask)[-1]
       slots = np.array([layout.slot_of[(l, int(d))][1] for d in devs],
                        np.int64)
       table[r][mask] = slots
-  return dict(sorted(table.items()))
+      used[r] |= mask
+  return {r: (table[r], used[r]) for r in sorted(table)}
 
 
 def tick_keys(layout: Any, kernels: Any, tick: Any,
@@ -126,12 +147,19 @@ def _guard(ctx: Any, index: Any, counter: Any) -> Any:
 
 
 def gather_tick(layout: Any, kernels: Any, ctx: Any, tick: Any,
-                slots: Sequence[Sequence[Any]], counter: Any
-                ) -> dict[tuple, Any]:
+                slots: Sequence[Sequence[Any]], counter: Any,
+                cache: dict | None = None) -> dict[tuple, Any]:
   """The tick's gathered FSDP slots: ``{(KEY, class, r): value}`` (the leaf
-  whole over the data axes, split over the GSPMD axes)."""
+  whole over the data axes, split over the GSPMD axes); ``cache``: the
+  run's last gather per role, reused where it moved the same slots."""
   out = {}
-  for (c, r), table in _roles(layout, kernels, tick, False).items():
+  for (c, r), (table, used) in _roles_used(layout, kernels, tick,
+                                           False).items():
+    key = (KEY, c, r)
+    hit = cache.get(key) if cache is not None else None
+    if hit is not None and np.array_equal(hit[0][used], table[used]):
+      out[key] = hit[1]
+      continue
     cls = layout.classes[c]
     j = _guard(ctx, ctx.table(table), counter)
     if isinstance(j, (int, np.integer)):
@@ -141,8 +169,16 @@ def gather_tick(layout: Any, kernels: Any, ctx: Any, tick: Any,
     else:  # a select, not a stacked copy of every slot
       x = lax.select_n(j, *slots[c])
     g = gather(x, 1, cls.fsdp, cls.inner_spec)
-    out[(KEY, c, r)] = pin(g[0], cls.inner_spec)
+    out[key] = pin(g[0], cls.inner_spec)
+    if cache is not None:
+      cache[key] = (table, out[key])
   return out
+
+
+def run_scope(layout: Any, pbuf: dict) -> dict:
+  """``pbuf`` for one straight run of ticks: with an empty gather cache
+  (per block), so gathers are reused within the run only."""
+  return {**pbuf, CACHE: {}} if per_block(layout) else pbuf
 
 
 def param(layout: Any, kernel: Any, leaf: int, gathered: dict[tuple, Any]
@@ -165,19 +201,25 @@ def role_buffers(layout: Any, kernels: Any, tick: Any) -> dict[tuple, Any]:
 
 def scatter_tick(layout: Any, kernels: Any, ctx: Any, tick: Any,
                  gacc: dict, sacc: list) -> None:
-  """Reduce-scatters the tick's role buffers (taken out of ``gacc``) and
-  adds each device's shard into its slot's row of the class accumulator
-  ``sacc[c][0]`` (in place)."""
+  """Reduce-scatters the tick's role buffers (taken out of ``gacc``) into
+  the class accumulators (``_scatter``)."""
   for (c, r), table in _roles(layout, kernels, tick, True).items():
-    cls = layout.classes[c]
-    g = gacc.pop((KEY, c, r))
-    named = tuple(a for t in cls.fsdp for a in t)
-    s = scatter(g[None], 1, cls.fsdp, cls.inner_spec, named)
-    acc = sacc[c][0]
-    j = ctx.table(table)
-    cur = lax.dynamic_index_in_dim(acc, j, 0, keepdims=True)
-    sacc[c][0] = pin(lax.dynamic_update_index_in_dim(
-        acc, cur + s.astype(acc.dtype), j, 0), (None,) + cls.inner_spec)
+    _scatter(layout, ctx, c, table, gacc.pop((KEY, c, r)), sacc)
+
+
+def _scatter(layout: Any, ctx: Any, c: int, table: np.ndarray, g: Any,
+             sacc: list) -> None:
+  """Reduce-scatters role buffer ``g`` of class ``c`` and adds each
+  device's shard into row ``table[device]`` of ``sacc[c][0]`` (in
+  place)."""
+  cls = layout.classes[c]
+  named = tuple(a for t in cls.fsdp for a in t)
+  s = scatter(g[None], 1, cls.fsdp, cls.inner_spec, named)
+  acc = sacc[c][0]
+  j = ctx.table(table)
+  cur = lax.dynamic_index_in_dim(acc, j, 0, keepdims=True)
+  sacc[c][0] = pin(lax.dynamic_update_index_in_dim(
+      acc, cur + s.astype(acc.dtype), j, 0), (None,) + cls.inner_spec)
 
 
 def init_accumulator(cls: Any, shard: Any) -> Any:
@@ -200,29 +242,59 @@ def slot_grads(cls: Any, acc: Any, data_axes: Sequence[str]) -> Any:
 
 
 def before_tick(lowering: Any, ctx: Any, tick: Any, it: Any,
-                slots: Sequence[Sequence[Any]], gacc: dict,
+                slots: Sequence[Sequence[Any]], gacc: dict, sacc: list,
                 pbuf: dict) -> dict:
   """Per block: gathers the tick's FSDP slots (returns ``pbuf`` with them)
-  and puts its zeroed role buffers into ``gacc`` (in place)."""
+  and puts its role buffers into ``gacc`` (in place): zeroed, or in a run
+  the pending ones whose slots agree (others scattered first)."""
   layout = lowering.layout
   if not per_block(layout):
     return pbuf
   kernels = lowering.plan.kernels
   counter = ctx.tau if ctx.tau is not None else it
   if lowering.train:
-    gacc.update(role_buffers(layout, kernels, tick))
-  return {**pbuf, **gather_tick(layout, kernels, ctx, tick, slots, counter)}
+    cache = pbuf.get(CACHE)
+    pending = cache.setdefault("grads", {}) if cache is not None else {}
+    fresh = role_buffers(layout, kernels, tick)
+    for (c, r), (table, used) in _roles_used(layout, kernels, tick,
+                                             True).items():
+      key = (KEY, c, r)
+      if key in pending:
+        old, was = pending.pop(key)
+        both = used & was
+        if np.array_equal(old[both], table[both]):
+          pending[key] = (np.where(used, table, old), used | was)
+          continue
+        _scatter(layout, ctx, c, old, gacc.pop(key), sacc)
+      gacc[key] = fresh[key]
+      if cache is not None:
+        pending[key] = (table, used)
+  return {**pbuf, **gather_tick(layout, kernels, ctx, tick, slots, counter,
+                                pbuf.get(CACHE))}
 
 
 def after_tick(lowering: Any, ctx: Any, tick: Any, gacc: dict,
-               sacc: list) -> None:
-  """Per block: the tick's role buffers reduce-scattered into ``sacc``."""
-  if lowering.train and per_block(lowering.layout):
+               sacc: list, pbuf: dict) -> None:
+  """Per block, outside a run: the tick's role buffers reduce-scattered
+  into ``sacc`` (in a run they stay pending until ``end_run``)."""
+  if (lowering.train and per_block(lowering.layout) and
+      pbuf.get(CACHE) is None):
     scatter_tick(lowering.layout, lowering.plan.kernels, ctx, tick, gacc,
                  sacc)
 
 
+def end_run(lowering: Any, ctx: Any, pbuf: dict, accs: tuple) -> tuple:
+  """``accs`` with the run's pending role buffers reduce-scattered."""
+  cache = pbuf.get(CACHE)
+  if not cache or not cache.get("grads"):
+    return accs
+  gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
+  for key, (table, _) in cache.pop("grads").items():
+    _scatter(lowering.layout, ctx, key[1], table, gacc.pop(key), sacc)
+  return gacc, tuple(tuple(g) for g in sacc)
+
+
 __all__ = ["KEY", "MODES", "PER_BLOCK", "PER_STEP", "after_tick",
-           "before_tick", "gather_tick",
+           "before_tick", "end_run", "gather_tick", "run_scope",
            "grad_key", "init_accumulator", "param", "per_block",
            "role_buffers", "scatter_tick", "slot_grads", "tick_keys"]

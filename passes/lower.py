@@ -363,11 +363,8 @@ class Lowering:
     for leaf, g in by_leaf.items():
       where = self.layout.slot_of.get((leaf, kernel.devices[0]))
       if where is not None:
-        key = _fsdp_tick.grad_key(self.layout, kernel, leaf)
-        if key is not None:  # the tick's role buffer: overwritten
-          accs[key] = g.astype(accs[key].dtype)
-          continue
-        key = ("slot",) + tuple(where)
+        key = (_fsdp_tick.grad_key(self.layout, kernel, leaf) or
+               ("slot",) + tuple(where))
         accs[key] = accs[key] + g.astype(accs[key].dtype)
     for dt in self.layout.dtypes:
       region = self.layout.regions[dt].get(kernel.fwd)
@@ -451,7 +448,8 @@ class Lowering:
     vals = {"pools": tuple(pools), "batch": tuple(batch),
             "index": self._read_index(ctx, tick, 0)}
     gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
-    pbuf = _fsdp_tick.before_tick(self, ctx, tick, 0, slots, gacc, pbuf)
+    pbuf = _fsdp_tick.before_tick(self, ctx, tick, 0, slots, gacc, sacc,
+                                  pbuf)
     accs = (gacc, tuple(tuple(g) for g in sacc))
     accs, ports = _predicated.run_kernels(
         self, ctx, tick,
@@ -459,7 +457,7 @@ class Lowering:
                                                 pbuf, slots, salt),
         ports, accs, order)
     gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
-    _fsdp_tick.after_tick(self, ctx, tick, gacc, sacc)
+    _fsdp_tick.after_tick(self, ctx, tick, gacc, sacc, pbuf)
     accs = (gacc, tuple(tuple(g) for g in sacc))
     tacc = self._terminals(ctx, tick, ports, list(tacc), 0)
     return accs, tuple(tacc), tuple(ports)
@@ -478,7 +476,8 @@ class Lowering:
     # run; in an interp tick, of all the segment's read ports).
     vals = {"pools": tuple(pools), "batch": tuple(batch),
             "index": self._read_index(ctx, tick, it)}
-    pbuf = _fsdp_tick.before_tick(self, ctx, tick, it, slots, gacc, pbuf)
+    pbuf = _fsdp_tick.before_tick(self, ctx, tick, it, slots, gacc, sacc,
+                                  pbuf)
     keys = _fsdp_tick.tick_keys(self.layout, self.plan.kernels, tick,
                                 self._acc_keys(tick))
     acc_in = tuple(gacc[k[1]] if k[0] == "flat" else
@@ -503,7 +502,7 @@ class Lowering:
         sacc[k[1]][k[2]] = v
       else:
         gacc[k] = v
-    _fsdp_tick.after_tick(self, ctx, tick, gacc, sacc)
+    _fsdp_tick.after_tick(self, ctx, tick, gacc, sacc, pbuf)
     sacc = tuple(tuple(g) for g in sacc)
     tacc = self._terminals(ctx, tick, out_ports, tacc, it)
     return (gacc, sacc), tuple(tacc), tuple(out_ports)
@@ -551,6 +550,7 @@ class Lowering:
     pools, accs, tacc = state
     pools = list(pools)
     run = list(ticks)
+    pbuf = _fsdp_tick.run_scope(self.layout, pbuf)  # gathers reused in the run
     flushes = _flushes.remote_flushes(self.plan.ticks, run)
     held: dict[int, Sequence[Any]] = {}
     # Only a loop body needs the writes ordered after the reads (its
@@ -572,6 +572,7 @@ class Lowering:
       self._sends(ctx, self.plan.ticks[run[-1]], held[len(run) - 1], pools,
                   it, remote=False, order=order)
       self._flush(ctx, run, flushes[-1], held, pools, it, order)
+    accs = _fsdp_tick.end_run(self, ctx, pbuf, accs)  # pending scatters
     return tuple(pools), accs, tacc
 
   def _flush(self, ctx: _Ctx, run: Sequence[int], positions: Sequence[int],
