@@ -42,6 +42,7 @@ The gathers and scatters are ``passes.fsdp.gather`` / ``scatter`` (nested
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -175,6 +176,25 @@ def gather_tick(layout: Any, kernels: Any, ctx: Any, tick: Any,
   return out
 
 
+def resolve(option: str, layout: Any, plan: Any) -> Any:
+  """``layout`` with ``tj.schedule``'s ``fsdp`` option resolved: ``"auto"``
+  gathers per block unless an interpreted segment of ``plan`` runs a kernel
+  reading an FSDP slot (there every tick gathers every role: measured 1.7x
+  the step of per step, BENCHMARKS.md); the layout was made per step, so
+  the search's memory limit was the conservative one."""
+  if option != "auto" or not any(c.fsdp for c in layout.classes):
+    return layout
+  for seg in plan.segments:
+    tick = plan.interps.get(seg.start) if seg.kind == "interp" else None
+    if tick is not None and any(
+        kid is not None and any(
+            role(layout, plan.kernels[kid], l) is not None
+            for l in plan.kernels[kid].params)
+        for kid in tick.branches):
+      return layout
+  return dataclasses.replace(layout, fsdp_mode=PER_BLOCK)
+
+
 def run_scope(layout: Any, pbuf: dict) -> dict:
   """``pbuf`` for one straight run of ticks: with an empty gather cache
   (per block), so gathers are reused within the run only."""
@@ -295,6 +315,6 @@ def end_run(lowering: Any, ctx: Any, pbuf: dict, accs: tuple) -> tuple:
 
 
 __all__ = ["KEY", "MODES", "PER_BLOCK", "PER_STEP", "after_tick",
-           "before_tick", "end_run", "gather_tick", "run_scope",
+           "before_tick", "end_run", "gather_tick", "resolve", "run_scope",
            "grad_key", "init_accumulator", "param", "per_block",
            "role_buffers", "scatter_tick", "slot_grads", "tick_keys"]

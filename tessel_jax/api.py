@@ -67,7 +67,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              link: Any = None, cache_dir: str | None = None,
              optimizer_slots: int = 0, cut: str | None = None,
              has_aux: bool = False, verbose: bool = False,
-             data_axes: Any = None, fsdp: str = "per_step") -> Any:
+             data_axes: Any = None, fsdp: str = "auto") -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
   Args:
@@ -215,14 +215,15 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       They are INFO records of the ``"tessel_jax"`` logger either way, so an
       application logging at INFO shows them without this.
     fsdp: When FSDP parameters (sharded over a data axis) are gathered:
-      ``"per_step"`` (default): once before the first tick, kept gathered
-      for the step, gradients reduce-scattered after the last tick;
-      ``"per_block"`` (ZeRO-3): at each tick of a block reading them,
-      outside every branch, each gradient reduce-scattered into a
-      shard-sized accumulator after the block, so a device holds only the
-      running block's gathered parameters (less memory where a device runs
-      several blocks; many more collectives: 2.3-4.6x the step time of
-      ``"per_step"`` on CPU, see BENCHMARKS.md).
+      ``"per_block"`` (ZeRO-3): at the ticks of the blocks reading them,
+      outside every branch (reused over a run of ticks moving the same
+      slots), gradients reduce-scattered into shard-sized accumulators, so
+      a device holds its shards and only the running block's gathered
+      weights and gradients; ``"per_step"``: once before the first tick,
+      kept for the step, gradients reduce-scattered after the last tick;
+      ``"auto"`` (default): per block, unless the plan interprets ticks
+      (``interpret_ramps``) of blocks reading FSDP parameters, where every
+      tick would gather (1.7x the step on CPU; BENCHMARKS.md).
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).

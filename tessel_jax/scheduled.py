@@ -62,7 +62,7 @@ class ScheduledFunction:
                cache_dir: str | None = None, optimizer_slots: int = 0,
                cut: str | None = None, has_aux: bool = False,
                verbose: bool = False, data_axes: Any = None,
-               fsdp: str = "per_step"):
+               fsdp: str = "auto"):
     self.fn = fn
     self.data_axes = data_axes
     self.fsdp = fsdp

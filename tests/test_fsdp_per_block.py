@@ -148,8 +148,24 @@ def test_per_block_gathers_in_loops_and_holds_fewer_bytes() -> None:
   assert max(stp.fixed_bytes_per_device(2)) == 3 * shards + 2 * 4 * layer
 
 
-def test_unknown_fsdp_mode_is_refused() -> None:
-  _, _, fn = mlp_model()
+def test_auto_mode_and_unknown_mode() -> None:
+  """``fsdp="auto"`` (the default) gathers per block unless an interpreted
+  segment runs FSDP blocks; an unknown mode is refused."""
+  params, _, fn = mlp_model()
+  mesh = _mesh({"pipe": 2, "data": 2})
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
+      2, mode="train"), num_microbatches=2, plan="1f1b", data_axes=("data",))
+  built = step.build(_put(params, _specs(DATA_ONLY), mesh), _batch(8, False))
+  assert built.layout.fsdp_per_block and built.lowering.layout.fsdp_per_block
+  wide, wide_fn = _wide_model()
+  step = tj.schedule(wide_fn, mesh=mesh, placement=tj.placements.interleaved(
+      2, chunks=4, mode="train"), num_microbatches=4, data_axes=("data",),
+                     interpret_ramps=2)
+  built = step.build(_put(wide, {"layers": [WIDE] * LAYERS_WIDE}, mesh),
+                     {k: jnp.zeros((8, WIDE_H)) for k in ("x", "y")})
+  assert any(s.kind == "interp" for s in built.plan.segments)
+  assert not built.layout.fsdp_per_block
+
   with pytest.raises(tj.TesselError, match=r"fsdp='zero3'; use 'per_block'"):
     tj.schedule(fn, mesh=_mesh({"pipe": 2, "data": 2}), placement="vshape",
                 num_microbatches=2, plan="1f1b", data_axes=("data",),
