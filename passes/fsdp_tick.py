@@ -1,6 +1,7 @@
 """ZeRO-3 per block: FSDP slots gathered at the tick of the kernel reading them.
 
-With ``Layout.fsdp_mode == "per_block"`` (the default) an FSDP slot class
+With ``Layout.fsdp_mode == "per_block"`` (``tj.schedule(fsdp=...)``:
+``"per_block"``, or ``"auto"`` where ``resolve`` picks it) an FSDP slot class
 (``packing.SlotClass.fsdp``) stays stored split over its data axes for the
 whole step. At every tick, before the kernels run (outside every switch
 branch and every 0/1-trip loop, where every device of a data group runs the
@@ -18,8 +19,9 @@ one collective per role that a kernel of the tick has, moving, on device
 ``d``, the slot of the leaf of that role of the kernel ``d`` runs (per
 device tables, per ``(tick, device)`` in interpreted segments). Devices
 whose kernel lacks the role gather slot 0 (unused) and add their scattered
-gradient, zero (role buffers are zeroed at every tick, and every device of
-a data group runs the same kernel), into slot 0.
+gradient, zero (role buffers start zeroed, only kernels with the role add
+to them, and every device of a data group runs the same kernel), into
+slot 0.
 
 *Reuse.* Within a straight run of ticks (unrolled, or one loop iteration's
 period) a tick whose gather role moves, on every device whose kernel has
@@ -53,8 +55,6 @@ from jax import lax
 from .fsdp import _on_shards, gather, pin, scatter
 
 PER_BLOCK = "per_block"
-PER_STEP = "per_step"
-MODES = (PER_BLOCK, PER_STEP)
 KEY = "fsdp"  # accumulator keys ``(KEY, class, role)``: a tick's role buffer
 CACHE = ("fsdp", "run")  # ``pbuf`` key of a straight run's gathered slots
 
@@ -314,7 +314,7 @@ def end_run(lowering: Any, ctx: Any, pbuf: dict, accs: tuple) -> tuple:
   return gacc, tuple(tuple(g) for g in sacc)
 
 
-__all__ = ["KEY", "MODES", "PER_BLOCK", "PER_STEP", "after_tick",
+__all__ = ["CACHE", "KEY", "PER_BLOCK", "after_tick",
            "before_tick", "end_run", "gather_tick", "resolve", "run_scope",
            "grad_key", "init_accumulator", "param", "per_block",
            "role_buffers", "scatter_tick", "slot_grads", "tick_keys"]

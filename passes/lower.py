@@ -58,7 +58,11 @@ gathered with one ``all_gather`` over its data axes before the first tick
 branch), the kernels read and accumulate the gathered slot as any other,
 and after the last tick the accumulated gradient is reduced with one
 ``psum_scatter`` over the data axes (instead of the ``psum`` of a
-replicated leaf), so it leaves the map as the device's shard.
+replicated leaf), so it leaves the map as the device's shard. That is
+``Layout.fsdp_mode == "per_step"``; per block (ZeRO-3) the slots stay split
+and each tick gathers what its kernels read and reduce-scatters their
+gradients (``passes.fsdp_tick``: hooks in ``_compute``,
+``_compute_interp``, ``_straight``, ``_params`` and ``_accumulate``).
 """
 
 from __future__ import annotations

@@ -32,11 +32,15 @@ the slot arrays carry the spec after the pipe axis, so each device holds
 ``1 / parts`` of every such slot (``SlotClass.device_nbytes``).
 
 An *FSDP* leaf is a split leaf whose spec also names data axes (ZeRO-3,
-``SlotClass.fsdp``): each data replica stores its shard; the program gathers
-the slot over the data axes before the first tick into a buffer of the leaf
-over the GSPMD axes only (``SlotClass.gathered_nbytes``), accumulates a
-gradient of that size and reduce-scatters it after the last tick
-(``passes.lower``). Byte counts include the gathered buffer.
+``SlotClass.fsdp``): each data replica stores its shard; per step
+(``Layout.fsdp_mode``) the program gathers the slot over the data axes
+before the first tick into a buffer of the leaf over the GSPMD axes only
+(``SlotClass.gathered_nbytes``), accumulates a gradient of that size and
+reduce-scatters it after the last tick (``passes.lower``); per block it
+gathers at the ticks of the blocks reading it and accumulates shard-sized
+gradients (``passes.fsdp_tick``), holding gathered only the largest block's
+slots (``Layout.fsdp_block_bytes``). Byte counts include the gathered
+buffers.
 """
 
 from __future__ import annotations
