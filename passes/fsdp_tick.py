@@ -34,9 +34,10 @@ run's ticks while its slots agree and is reduce-scattered when they
 change or the run ends (``end_run``).
 
 *Order.* Inside a loop the slot read by a gather is indexed with
-``where(device < 0, counter, slot)`` (the loop counter or interpreted tick),
-so XLA cannot hoist the gather out of the loop as loop-invariant code and
-hold every gathered slot for the whole loop.
+``where(device < 0, counter, slot)`` (the loop counter or interpreted tick;
+a class of one slot adds ``where(device < 0, counter, 0)`` to it), so XLA
+cannot hoist the gather out of the loop as loop-invariant code and hold
+every gathered slot for the whole loop.
 
 The gathers and scatters are ``passes.fsdp.gather`` / ``scatter`` (nested
 ``shard_map`` over the GSPMD axes of the leaf, so only shards move).
@@ -48,6 +49,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -166,7 +168,9 @@ def gather_tick(layout: Any, kernels: Any, ctx: Any, tick: Any,
     if isinstance(j, (int, np.integer)):
       x = slots[c][int(j)]
     elif cls.count == 1:
-      x = lax.dynamic_index_in_dim(slots[c][0], j, 0, keepdims=True)
+      # An index into one slot folds away (XLA then hoists the gather out
+      # of the loop): add the guard's zero instead (one pass over a shard).
+      x = slots[c][0] + _guard(ctx, 0, counter).astype(cls.dtype)
     else:  # a select, not a stacked copy of every slot
       x = lax.select_n(j, *slots[c])
     g = gather(x, 1, cls.fsdp, cls.inner_spec)
@@ -195,10 +199,19 @@ def resolve(option: str, layout: Any, plan: Any) -> Any:
   return dataclasses.replace(layout, fsdp_mode=PER_BLOCK)
 
 
-def run_scope(layout: Any, pbuf: dict) -> dict:
+def run_scope(layout: Any, pbuf: dict, state: Any) -> dict:
   """``pbuf`` for one straight run of ticks: with an empty gather cache
-  (per block), so gathers are reused within the run only."""
-  return {**pbuf, CACHE: {}} if per_block(layout) else pbuf
+  (per block), so gathers are reused within the run only, and a token of
+  the run's input ``state`` (an int32 scalar read from its first array):
+  an unrolled run's gathers depend on it, so XLA cannot merge them with
+  an earlier run's identical gathers (common subexpressions) and keep the
+  gathered slots live in between."""
+  if not per_block(layout):
+    return pbuf
+  arrays = [a for a in jax.tree_util.tree_leaves(state) if a.size]
+  token = ((arrays[0][(0,) * arrays[0].ndim] != 0).astype(jnp.int32)
+           if arrays else None)
+  return {**pbuf, CACHE: {"token": token}}
 
 
 def param(layout: Any, kernel: Any, leaf: int, gathered: dict[tuple, Any]
@@ -272,6 +285,8 @@ def before_tick(lowering: Any, ctx: Any, tick: Any, it: Any,
     return pbuf
   kernels = lowering.plan.kernels
   counter = ctx.tau if ctx.tau is not None else it
+  if isinstance(counter, (int, np.integer)) and CACHE in pbuf:
+    counter = pbuf[CACHE]["token"]  # an unrolled run
   if lowering.train:
     cache = pbuf.get(CACHE)
     pending = cache.setdefault("grads", {}) if cache is not None else {}

@@ -554,7 +554,7 @@ class Lowering:
     pools, accs, tacc = state
     pools = list(pools)
     run = list(ticks)
-    pbuf = _fsdp_tick.run_scope(self.layout, pbuf)  # gathers reused in the run
+    pbuf = _fsdp_tick.run_scope(self.layout, pbuf, pools)  # gathers per run
     flushes = _flushes.remote_flushes(self.plan.ticks, run)
     held: dict[int, Sequence[Any]] = {}
     # Only a loop body needs the writes ordered after the reads (its

@@ -47,22 +47,28 @@ def _check(step: Any, fn: Any, params: Any, specs: Any, mesh: Any,
   return compiled
 
 
-@pytest.mark.parametrize("mesh_shape,layer", [
-    ({"pipe": 2, "data": 2}, DATA_ONLY),
-    ({"pipe": 2, "data": 2, "model": 2}, DATA_MODEL)])
+@pytest.mark.parametrize("mesh_shape,layer,n", [
+    ({"pipe": 2, "data": 2}, DATA_ONLY, 16),  # plan 3 + loop(6x3) + 3
+    ({"pipe": 2, "data": 2, "model": 2}, DATA_MODEL, 2)])
 def test_per_block_equals_value_and_grad(mesh_shape: dict[str, int],
-                                         layer: dict[str, Any]) -> None:
+                                         layer: dict[str, Any],
+                                         n: int) -> None:
   params, _, fn = mlp_model()
   mesh = _mesh(mesh_shape)
   step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=2, plan="1f1b", data_axes=("data",),
+      2, mode="train"), num_microbatches=n, plan="1f1b", data_axes=("data",),
                      fsdp="per_block")
-  compiled = _check(step, fn, params, _specs(layer), mesh, _batch(8, False),
-                    2)
+  compiled = _check(step, fn, params, _specs(layer), mesh,
+                    _batch(4 * n, False), n)
   layout = step.built.layout
   assert layout.fsdp_per_block
-  # No all-gather of a whole weight over model: only data moves.
   text = compiled.as_text()
+  if any(seg.kind == "loop" for seg in step.built.plan.segments):
+    # The repetend gathers (once per iteration) inside its loop body.
+    assert any(re.search(r"all-gather(?:-start)?\(", line) and
+               "tj_seg_loop/while/body" in line
+               for line in text.splitlines())
+  # No all-gather of a whole weight over model: only data moves.
   if "model" in mesh_shape:
     assert not re.search(r"= f32\[(16,64|64,16)\]\S* all-gather", text)
     # The placed program (``step.place``): gradients placed as the shards.
