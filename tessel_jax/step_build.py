@@ -79,13 +79,13 @@ def build(step: Any, params: Any, batch: Any,
     _shared_aux.check(part, ks, local_parts)
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
                                 layout, shards)
-  # With cost="calibrated", predictions calibrate the tick model on each
-  # plan's own program (not in a screening build, tessel_jax.plans: it
-  # compiles the stand-in, one more compile per candidate plan).
+  # Measured predictions may time a plan's program (not in a screening
+  # build, tessel_jax.plans): "calibrated" each plan's stand-in, "measured"
+  # the first plan on a machine for its per-port cost (cost.ports).
   screened = (getattr(step, "screening", False) or
               getattr(step, "cheap_screening", False))
   calibrate = (costs is not None and not screened and
-               step._costs.calibrated)  # pylint: disable=protected-access
+               step._costs.measured)  # pylint: disable=protected-access
   step._costs.time_program = (  # pylint: disable=protected-access
       _calibrate.program_timer(
           functools.partial(_program_of, step, part, layout, data_axes,

@@ -75,14 +75,34 @@ def test_prediction_pays_the_standin_program(tmp_path: object,
       rep.predicted_step_ms, rel=0.2)
 
 
-def test_measured_cost_compiles_no_standin(tmp_path: object,
-                                           monkeypatch: pytest.MonkeyPatch
-                                           ) -> None:
-  # cost="measured" (the default) keeps a first call to one compile: no
-  # stand-in program is built, timed or cached.
+def test_measured_cost_times_one_standin_per_machine(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+  # cost="measured" (the default) times no stand-in per plan: the first
+  # build on a machine times one plan's stand-in for the per-port cost
+  # (cost.ports), cached; later builds compile only their program.
   step, calls, _ = _build(tmp_path, monkeypatch, 0.25, cost="measured")
-  assert not calls and not list(tmp_path.glob("standin-*"))
-  assert step.report.cost == "measured"
+  assert len(calls) == 1 and not list(tmp_path.glob("standin-*"))
+  assert len(list(tmp_path.glob("ports-*"))) == 1
+  rep = step.report
+  assert rep.cost == "measured"
+  # The per-port seconds make the zero-kernel replay of the plan timed
+  # (the first candidate) the stand-in's 250 ms; the other candidate, with
+  # fewer port operations, is priced with the same seconds per port.
+  timed = max(rep.predicted_step_ms, rep.alternative_ms or 0.0)
+  assert 250.0 <= timed < 300.0
+  assert rep.predicted_step_ms > 10.0
+  step2, calls2, _ = _build(tmp_path, monkeypatch, 0.0125, cost="measured")
+  assert not calls2
+  assert step2.report.predicted_step_ms == pytest.approx(
+      rep.predicted_step_ms, rel=0.2)
+
+
+def test_measured_cost_without_a_timing_prices_no_ports(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+  # A stand-in that cannot be timed: logged, the build goes on without a
+  # per-port cost, nothing is cached (the next build tries again).
+  step, calls, _ = _build(tmp_path, monkeypatch, None, cost="measured")
+  assert len(calls) == 1 and not list(tmp_path.glob("ports-*"))
   assert 0 < step.report.predicted_step_ms < 100.0
 
 

@@ -1,0 +1,79 @@
+"""What a lowered program pays per port operation, measured once per machine.
+
+The prediction from the kernels' profiles and the tick microbenchmark
+(``ticks.measure_tick_costs``: a toy tick of one port of each kind) missed
+much of what the lowered programs of the model zoo paid (JAX 0.10.2, 2 CPU
+devices, ``vshape(2)``, N = 8: they ran 1.4-1.9x their prediction). Timing
+each program with its kernels stood in for (``calibrate.standin_plan``: no
+kernel work left) shows what the program pays around its kernels: 0.64-1.07
+us per *port operation* of the step (``ticks.tick_ports`` summed over the
+ticks: 521 for eqx_mlp, 1,166 for a batch-norm CNN, 2,161-4,748 for the
+transformers) above the tick model, on six models, where the gap per tick
+varied 10x (22-230 us) and the toy's own per-port slope is 0.22 us. Each
+port is several small XLA operations (the slot index from the device's
+table, a dynamic slice or update, a select among candidates, the branch's
+port), fused into a few thunks of XLA's CPU runtime each.
+
+So a measured prediction prices ``per_port_s`` seconds per port operation
+on every device at every tick (``TickCosts.per_port_s``), measured once per
+machine (backend, device kind, mesh size, XLA flags, cores) on the first
+plan built there: its stand-in program compiled and timed
+(``calibrate.time_step``), ``per_port_s`` solved so that the prediction of
+the program with zero-time kernels equals it (:func:`solve`), cached on
+disk (kind ``"ports"``). Every later plan and model on that machine uses
+it. Where the tick model's per-byte term already over-prices the
+reference's ticks (ports of tens of KiB: the README GPT), the solve gives 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: Bump when the port count or what the terms cover changes.
+PORTS_VERSION = 3
+
+
+def port_key(fields: Mapping[str, Any]) -> str:
+  """Cache key of the per-machine record (``fields``: the mesh and
+  backend facts, ``CostModel._mesh_fields``)."""
+  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
+  return make_key({"what": "ports", "version": PORTS_VERSION, **fields})
+
+
+def solve(target: float, replay: Callable[[float], float], at: float,
+          probe: float) -> float:
+  """``x >= at`` where ``replay(x)`` (increasing, about linear) equals
+  ``target``; ``at`` where ``replay(at)`` already reaches it.
+
+  One secant step from ``at`` over ``probe``, corrected once where the
+  shared-core replay bends.
+  """
+  base = replay(at)
+  if target <= base:
+    return at
+  slope = (replay(at + probe) - base) / probe
+  if slope <= 0:
+    return at
+  x = at + (target - base) / slope
+  got = replay(x)
+  if abs(got - target) > 0.01 * target and got > base:
+    x = at + (x - at) * (target - base) / (got - base)
+  return max(at, x)
+
+
+def cached_terms(cache: Any, fields: Mapping[str, Any],
+                 measure: Callable[[], dict[str, Any]] | None
+                 ) -> tuple[dict[str, Any] | None, bool]:
+  """``(record, from the cache?)``; None when not cached and ``measure``
+  is None. ``measure()`` returns the record to store (``per_port_s`` and
+  what it was measured on)."""
+  key = port_key(fields)
+  rec = cache.get("ports", key)
+  if rec is not None:
+    return rec, True
+  if measure is None:
+    return None, False
+  rec = measure()
+  cache.put("ports", key, rec)
+  return rec, False
