@@ -1,8 +1,10 @@
 """The tick model calibrated on the plan's own program (issue 15).
 
-``cost="measured"`` builds time each candidate plan's *stand-in* program
+``cost="calibrated"`` builds time each candidate plan's *stand-in* program
 (kernels replaced by near-free values of the same shapes) and add to every
-tick what that program pays beyond the tick microbenchmark. Here the timer
+tick what that program pays beyond the tick microbenchmark;
+``cost="measured"`` builds time one plan's stand-in once per machine for
+the seconds per port operation (``cost.ports``). Here the timer
 is replaced by a fixed figure (no timing in tests): the wiring, the
 stand-ins and the arithmetic are checked, not the machine.
 """
