@@ -91,16 +91,19 @@ def build(step: Any, params: Any, batch: Any,
           functools.partial(_program_of, step, part, layout, data_axes,
                             train, n_total, traced), params, batch)
       if calibrate else None)
-  plan, chosen, other_ms, picked = _choose_plan(
-      step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
-      clock)
-  if picked is not None:
-    sgraph, schedule, unrolled = picked
-  lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
-                                    train, n_total, traced)
-  report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                   other_ms)
-  step._costs.time_program = None  # pylint: disable=protected-access
+  try:
+    plan, chosen, other_ms, picked = _choose_plan(
+        step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
+        clock)
+    if picked is not None:
+      sgraph, schedule, unrolled = picked
+    lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
+                                      train, n_total, traced)
+    report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
+                     other_ms)
+  finally:
+    # The timer holds the traced program: never keep it past this build.
+    step._costs.time_program = None  # pylint: disable=protected-access
   clock.lap("lower", f"plan {plan.loop_summary()}")
   clock.total("built (compiles at the first call)")
   return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,

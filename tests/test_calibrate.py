@@ -125,3 +125,26 @@ def test_standin_program_keeps_the_output_structure() -> None:
   # The kernels are gone: the loss is not the function's.
   assert not np.isclose(float(jax.tree.leaves(got)[0]),
                         float(fn(params, batch)), rtol=1e-3)
+
+
+def test_failed_build_drops_the_standin_timer(tmp_path: object,
+                                              monkeypatch: pytest.MonkeyPatch
+                                              ) -> None:
+  # The stand-in timer holds the traced program; a build that fails after
+  # it is set must not leave it on the step.
+  from tessel_jax import step_build
+
+  def broken_lowering(*args, **kwargs):
+    raise RuntimeError("lowering failed")
+
+  monkeypatch.setattr(calibrate, "program_timer",
+                      lambda make_program, params, batch: lambda plan: 1e-3)
+  monkeypatch.setattr(step_build, "_lower_program", broken_lowering)
+  fn, params, batch = _tiny(n=4, kinds=("embed", "head"))
+  step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=placements.vshape(2), num_microbatches=4,
+                     cost="calibrated", cache_dir=str(tmp_path))
+  with pytest.raises(RuntimeError, match="lowering failed"):
+    step.build(params, batch)
+  assert step._costs.calibrated
+  assert step._costs.time_program is None
