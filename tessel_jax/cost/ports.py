@@ -7,9 +7,10 @@ devices, ``vshape(2)``, N = 8: they ran 1.4-1.9x their prediction). Timing
 each program with its kernels stood in for (``calibrate.standin_plan``: no
 kernel work left) shows what the program pays around its kernels: 0.64-1.07
 us per *port operation* of the step (``ticks.tick_ports`` summed over the
-ticks: 521 for eqx_mlp, 1,166 for a batch-norm CNN, 2,161-4,748 for the
-transformers) above the tick model, on six models, where the gap per tick
-varied 10x (22-230 us) and the toy's own per-port slope is 0.22 us. Each
+ticks: 521 for eqx_mlp, 2,161-4,748 for the transformers) above the tick
+model on the five zoo models (load 6-9), 0.3-0.6 us on a batch-norm CNN
+(1,098-1,166, load 12-13), where the gap per tick varied 10x (22-230 us)
+and a toy tick of 1-32 ports gives 0.22 us per port operation. Each
 port is several small XLA operations (the slot index from the device's
 table, a dynamic slice or update, a select among candidates, the branch's
 port), fused into a few thunks of XLA's CPU runtime each.
