@@ -79,3 +79,31 @@ def test_records_are_cached_per_machine_and_checked(tmp_path):
   ports.cached_terms(cache, bad, lambda: {"per_port_s": -1.0,
                                           "standin_s": 0.01})
   assert ports.cached_terms(cache, bad, None)[0] is None
+
+
+def test_a_plan_whose_time_is_not_in_its_ports_is_no_reference(tmp_path):
+  # ResNet18's stand-in gave 103 us per port operation (its ticks move
+  # parameter-sized gradients) and the README GPT's 0 (bytes over-priced):
+  # neither becomes the machine's figure, neither plan is timed again, and
+  # the next plan may measure the machine.
+  cache = cost_cache.ProfileCache(str(tmp_path))
+  fields = {"backend": "cpu", "pipe": 2}
+  calls = []
+
+  def measure(sec):
+    def run():
+      calls.append(sec)
+      return {"per_port_s": sec, "standin_s": 0.3}
+    return run
+
+  for plan_key, sec in (("resnet", 1.03e-4), ("gpt", 0.0)):
+    assert ports.cached_terms(cache, fields, measure(sec), plan_key) == (
+        None, False)
+    assert ports.cached_terms(cache, fields, measure(sec), plan_key) == (
+        None, False)
+  assert calls == [1.03e-4, 0.0]
+  rec, hit = ports.cached_terms(cache, fields, measure(8e-7), "zoo")
+  assert rec["per_port_s"] == 8e-7 and not hit
+  assert ports.cached_terms(cache, fields, None, "resnet")[0][
+      "per_port_s"] == 8e-7
+  assert ports.MAX_PER_PORT_S < 1.03e-4

@@ -93,6 +93,7 @@ SCHEMAS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "group": {"seconds": _seconds0},   # passes.autocut_cost timings
     "standin": {"standin_s": _seconds},
     "ports": {"per_port_s": _seconds0, "standin_s": _seconds},
+    "portsplan": {"per_port_s": _seconds0, "standin_s": _seconds},
 }
 
 

@@ -355,10 +355,13 @@ class CostModel:
               "idle_before_s": idle(0.0)}
 
     can = self.time_program is not None and _single_process()
+    fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
+    plan_key = _cache.make_key({"what": "portsplan", **fields,
+                                "plan": _calibrate.plan_signature(plan)})
     t0 = time.perf_counter()
     try:
-      rec, hit = _ports.cached_terms(self.cache, self._mesh_fields(
-          _local_mesh(mesh, pipe_axis), pipe_axis), measure if can else None)
+      rec, hit = _ports.cached_terms(self.cache, fields,
+                                     measure if can else None, plan_key)
     except Exception as err:  # pylint: disable=broad-except
       # The prediction stays usable without it; say why, once.
       _LOG.warning("tessel_jax: the stand-in program of plan %s could not"
@@ -366,6 +369,11 @@ class CostModel:
                    " cost", plan.loop_summary(), type(err).__name__, err)
       rec, hit = {"per_port_s": 0.0}, True
     if rec is None:
+      # Not measured here, or this plan is no per-port reference: priced 0
+      # for this build; a later plan may measure the machine.
+      if can:  # tried: not again in this build
+        self._spent += time.perf_counter() - t0
+        self._per_port = 0.0
       return 0.0
     if not hit:
       self._spent += time.perf_counter() - t0
