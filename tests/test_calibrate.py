@@ -151,3 +151,13 @@ def test_failed_build_drops_the_standin_timer(tmp_path: object,
     step.build(params, batch)
   assert step._costs.calibrated
   assert step._costs.time_program is None
+
+
+def test_measured_cost_times_nothing_for_a_plan_of_large_ports(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+  # A plan whose ticks move large ports (the README GPT, ResNet18) cannot
+  # measure the per-port cost: its build compiles no stand-in at all.
+  monkeypatch.setattr(ports, "MAX_REFERENCE_BYTES_PER_PORT", 0)
+  step, calls, _ = _build(tmp_path, monkeypatch, 0.25, cost="measured")
+  assert not calls and not list(tmp_path.glob("ports*"))
+  assert 0 < step.report.predicted_step_ms < 100.0

@@ -107,3 +107,15 @@ def test_a_plan_whose_time_is_not_in_its_ports_is_no_reference(tmp_path):
   assert ports.cached_terms(cache, fields, None, "resnet")[0][
       "per_port_s"] == 8e-7
   assert ports.MAX_PER_PORT_S < 1.03e-4
+
+
+def test_only_a_plan_of_small_ports_is_a_reference(monkeypatch):
+  plan = _plan()
+  n = sum(ticks.tick_ports(t) for t in plan.ticks)
+  traffic = sum(ticks.tick_traffic(t) for t in plan.ticks)
+  assert ports.is_reference(plan) == (
+      traffic <= ports.MAX_REFERENCE_BYTES_PER_PORT * n)
+  assert ports.is_reference(plan)   # tiny ports
+  monkeypatch.setattr(ports, "MAX_REFERENCE_BYTES_PER_PORT",
+                      traffic // n - 1)
+  assert not ports.is_reference(plan)

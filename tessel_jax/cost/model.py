@@ -354,7 +354,8 @@ class CostModel:
               "ports": sum(_ticks.tick_ports(t) for t in plan.ticks),
               "idle_before_s": idle(0.0)}
 
-    can = self.time_program is not None and _single_process()
+    can = (self.time_program is not None and _single_process() and
+           _ports.is_reference(plan))
     fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
     plan_key = _cache.make_key({"what": "portsplan", **fields,
                                 "plan": _calibrate.plan_signature(plan)})

@@ -28,10 +28,13 @@ Not every plan measures it: where the stand-in's time is not in its ports
 the solve gives nonsense, 0 where the tick model's per-byte term already
 over-prices the ticks (ports of tens of KiB: the README GPT) and 103 us
 where the ticks move parameter-sized gradients (ResNet18, 11.7M
-parameters: stand-in 306 ms against 45 ms predicted). A result outside
-``(0, MAX_PER_PORT_S]`` is not stored as the machine's figure; the plan is
-remembered (kind ``"portsplan"``) so that it is not timed again, and the
-next plan built on the machine tries.
+parameters: stand-in 306 ms against 45 ms predicted). So only a plan of small ports
+measures the machine (:func:`is_reference`: at most
+``MAX_REFERENCE_BYTES_PER_PORT`` of tick traffic per port operation; the zoo
+and the CNN move 1.2-9.9 KB per port op, the README GPT 77 KB, ResNet18
+455 KB), and a result outside ``(0, MAX_PER_PORT_S]`` is not stored as the
+machine's figure either: that plan is remembered (kind ``"portsplan"``) so
+that it is not timed again, and the next plan built on the machine tries.
 """
 
 from __future__ import annotations
@@ -39,11 +42,24 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tessel_jax.cost import ticks
+
 #: Bump when the port count or what the terms cover changes.
 PORTS_VERSION = 3
 #: Largest seconds per port operation taken as a machine's figure: twice
 #: the largest measured on the model zoo (1.07 us, load 6-9).
 MAX_PER_PORT_S = 2e-6
+#: Largest tick traffic per port operation (``ticks.tick_traffic`` over
+#: ``ticks.tick_ports``, summed over the ticks) of a reference plan.
+MAX_REFERENCE_BYTES_PER_PORT = 32 * 1024
+
+
+def is_reference(plan: Any) -> bool:
+  """Whether ``plan``'s stand-in may measure the machine's per-port cost:
+  its ticks' time is in their port operations, not their bytes."""
+  n = sum(ticks.tick_ports(t) for t in plan.ticks)
+  traffic = sum(ticks.tick_traffic(t) for t in plan.ticks)
+  return n > 0 and traffic <= MAX_REFERENCE_BYTES_PER_PORT * n
 
 
 def port_key(fields: Mapping[str, Any]) -> str:
