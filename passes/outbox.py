@@ -8,7 +8,8 @@ every device's held message and the receivers write it into the stash. The
 send runs in a while loop of 1 trip at a flush boundary and 0 elsewhere
 (the trip count is the same on every device, so every device enters the
 collective or none does; a while loop, not a ``cond``, so the stash is
-updated in place).
+updated in place; the payload is read at the trip counter, so XLA cannot
+hoist the ``ppermute`` out of the loop).
 """
 
 from __future__ import annotations
@@ -62,8 +63,12 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
     def send(carry: tuple, rd: Any = rd) -> tuple:
       k, box, stash = carry
       stash = list(stash)
+      # Slot ``k`` (0 on the one trip): the payload depends on the trip
+      # counter, or XLA hoists the ppermute out of the loop as
+      # loop-invariant code and runs it at every boundary.
       with jax.named_scope(scope):
-        got = lax.ppermute(box[0], lowering.pipe, perm=list(rd.perm))
+        got = lax.ppermute(lax.dynamic_index_in_dim(box, k, 0, False),
+                           lowering.pipe, perm=list(rd.perm))
       lowering._write_targets(ctx, rd, got, stash, 0, order)
       return k + 1, box, tuple(stash)
 

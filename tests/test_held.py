@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import jax
 import numpy as np
 import pytest
 
 import tessel_jax as tj
+from experiments import hlo_count
 from passes import held
 
 import test_lowering_models as M
@@ -61,7 +63,19 @@ def test_message_waits_for_its_reader_or_the_next_hold():
     held.flush_points([(3, 2)], 5)
 
 
-def _compact(graph, n, fn, params):
+def _while_parents(text):
+  """``{while body: computation holding the while}`` of compiled HLO."""
+  comps, _ = hlo_count.computations(text)
+  out = {}
+  for name, lines in comps.items():
+    for line in lines:
+      m = re.search(r" while\(.*body=%?([^,\s}]+)", line)
+      if m:
+        out[m.group(1)] = name
+  return comps, out
+
+
+def _compact(graph, n, fn, params, text=False):
   batch = M.make_batch(n * 4)
   mesh = jax.make_mesh((graph.num_devices,), ("pipe",))
   step = tj.schedule(fn, mesh=mesh, placement=graph, num_microbatches=n,
@@ -73,13 +87,15 @@ def _compact(graph, n, fn, params):
   plan = step.built.plan
   assert {s.kind for s in plan.segments} == {"interp"}
   (spec,) = plan.interps.values()
+  if text:
+    return spec, step.lower(params, batch).compile().as_text()
   return spec
 
 
 def test_vshape2_compact_flushes_once_per_period():
   kinds = ["embed", "head"]
-  spec = _compact(tj.placements.vshape(2), 8, M.chain_fn(kinds),
-                  M.make_params(M.num_layers(kinds)))
+  spec, text = _compact(tj.placements.vshape(2), 8, M.chain_fn(kinds),
+                        M.make_params(M.num_layers(kinds)), text=True)
   remote = [rd for rd in spec.sends if rd.remote]
   ticks = spec.branch_of.shape[0]
   flushes = np.any([rd.flush[:, 0] for rd in remote], axis=0).sum()
@@ -90,6 +106,14 @@ def test_vshape2_compact_flushes_once_per_period():
   for rd in remote:
     for p, d in zip(*np.nonzero(rd.hold == 0)):
       assert rd.flush[p:, 0].any()
+  # Each send sits in its own 0/1-trip loop inside the tick loop (XLA
+  # hoisted it into the tick loop's body, at every tick, when its payload
+  # did not depend on the trip counter).
+  comps, parent = _while_parents(text)
+  sends = [name for name, lines in comps.items()
+           if any(" collective-permute(" in l for l in lines)]
+  in_ticks = [c for c in sends if parent.get(parent.get(c)) is not None]
+  assert in_ticks, sends
 
 
 @pytest.mark.parametrize("graph", [tj.placements.vshape(4),
