@@ -80,6 +80,7 @@ from . import flushes as _flushes
 from . import fsdp as _fsdp
 from . import fsdp_tick as _fsdp_tick
 from . import gather as _gather
+from . import outbox as _outbox
 from . import outputs as _outputs
 from . import pack_local as _pack_local
 from . import predicated as _predicated
@@ -134,6 +135,8 @@ class _Ctx:
     1-D tables are indexed by device; 2-D (interp) tables by (tick, device).
     """
     values = np.asarray(values)
+    if values.ndim == 2 and isinstance(self.tau, (int, np.integer)):
+      values = values[int(self.tau)]
     if values.size and np.all(values == values.flat[0]):
       v = values.flat[0]
       return v.item() if hasattr(v, "item") else v
@@ -610,30 +613,38 @@ class Lowering:
 
   def _interp(self, ctx: _Ctx, seg: Any, state: tuple, pbuf: dict[str, Any],
               slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:
-    """A table-driven segment: fori_loop over its ticks (passes.interp)."""
+    """A table-driven segment: fori_loop over its ticks (passes.interp);
+    remote messages held in outboxes until a flush (passes.held)."""
     spec = self.plan.interps[seg.start]
     n = seg.period
     ports0 = tuple(jnp.zeros(a.shape, a.dtype) for a in spec.out_ports)
 
+    def boundary(c: _Ctx, ports: Sequence[Any], pools: list[Any],
+                 outbox: Sequence[Any], order: _stash_order.Order) -> Any:
+      self._sends(c, spec, ports, pools, 0, remote=False, order=order)
+      return _outbox.hold_and_flush(self, c, spec, ports, pools, outbox,
+                                    order, SCOPES["ppermute"])
+
     def body(tau, carry):
-      pools, accs, tacc, ports, token = carry
+      pools, accs, tacc, ports, outbox, token = carry
       pools = list(pools)
       c = ctx.at(tau)
       # The writes follow the previous tick's kernels (their stash reads);
       # the kernels' in-place loops follow this tick's sends (port reads).
       order = _stash_order.Order(c.dev)
       order.add(token)
-      self._sends(c, spec, ports, pools, 0, order=order)
+      outbox = boundary(c, ports, pools, outbox, order)
       order.after(pools)
+      order.after(outbox)
       accs, tacc, ports = self._compute_interp(c, spec, pools, accs, tacc,
                                                pbuf, slots, batch, ports,
                                                order)
-      return tuple(pools), accs, tacc, ports, order.token
+      return tuple(pools), accs, tacc, ports, outbox, order.token
 
-    pools, accs, tacc, ports, _ = lax.fori_loop(
-        0, n, body, state + (ports0, jnp.int32(0)))
+    pools, accs, tacc, ports, outbox, _ = lax.fori_loop(
+        0, n, body, state + (ports0, _outbox.empty(spec), jnp.int32(0)))
     pools = list(pools)
-    self._sends(ctx.at(n), spec, ports, pools, 0)
+    boundary(ctx.at(n), ports, pools, outbox, _stash_order.Order(ctx.dev))
     return tuple(pools), accs, tacc
 
   def _loop(self, ctx: _Ctx, seg: Any, state: tuple, pbuf: dict[str, Any],

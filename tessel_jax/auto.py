@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
-                              marker_blocks)
+from tessel_jax.plans import FrontierFunction, PricedPlan, ProgramFrontier
 
 #: Screened plans built in full before choosing (``FrontierFunction``);
 #: None: every plan is built in full. Screening runs both searches of each
@@ -106,10 +105,10 @@ def auto_build(step: Any, params: Any, batch: Any,
   if best is None:
     raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
   if best.candidate not in ff.steps:
-    # A classic schedule priced by replay: built now (and remembered by the
-    # per-process memo like every priced plan).
-    ff.price(best.candidate, params, batch,
-             marker_blocks(step.fn, params, batch, _schedule_options(step)))
+    # A classic schedule priced by replay, or a frontier read from the disk
+    # cache: built now (and remembered by the per-process memo like every
+    # priced plan).
+    ff.price(best.candidate, params, batch, ff.markers)
   chosen = ff.steps[best.candidate]
   built = chosen.build(params, batch)
   choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),

@@ -120,24 +120,24 @@ def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
   composes the repetend of its first probe from scratch, and keeps the
   shorter unrolling (here the start's is made longer: its ramps are left
   uncompacted)."""
-  from tessel_jax.search import modulo_model, repetend
+  from tessel_jax.search import budget, compose, cpsat
   # No wall-clock cut-offs: on a loaded machine they would change the
   # result (the budgets are deterministic).
-  monkeypatch.setattr(modulo_model, "_WALL_PER_DETERMINISTIC_S", 1e4)
-  budget_init = repetend._Budget.__init__
+  monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
+  budget_init = budget.Budget.__init__
 
   def no_wall_cap(self, total):
     budget_init(self, total)
     self.wall_deadline += 1e6
 
-  monkeypatch.setattr(repetend._Budget, "__init__", no_wall_cap)
+  monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)
   graph = placements.get("xshape", 4)
   fastest = search_repetend(graph, None, complete=False,
                             list_alternative=False, time_limit_s=5).period
   limit, _, witness = smallest_memory_repetend(graph, fastest,
                                                time_limit_s=5)
   built = []
-  real = repetend._finished
+  real = compose.finished
 
   def spy(solve, found, proven_low, polish, period_seconds, complete):
     if not built:  # the start's schedule: no ramps compacted
@@ -146,7 +146,7 @@ def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
                       complete))
     return built[-1]
 
-  monkeypatch.setattr(repetend, "_finished", spy)
+  monkeypatch.setattr(compose, "finished", spy)
   schedule = search_repetend(graph, limit, time_limit_s=5, start=witness,
                              list_alternative=False)
   assert len(built) == 2  # the start's repetend and the first probe's
@@ -155,7 +155,7 @@ def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
   spans = [ramps.makespan(s, n) for s in built]
   assert spans[1] < spans[0]
   assert ramps.makespan(schedule, n) == spans[1]
-  monkeypatch.setattr(repetend, "_finished", real)
+  monkeypatch.setattr(compose, "finished", real)
   scratch = search_repetend(graph, limit, time_limit_s=5,
                             list_alternative=False)
   assert ramps.makespan(schedule, n) <= ramps.makespan(scratch, n)
