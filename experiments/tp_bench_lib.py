@@ -22,7 +22,8 @@ from tessel_jax.verify import rel_err
 
 # name -> (mesh axes and sizes, pipelined?, data_axes, weights split?);
 # split ``"fsdp"``: the Megatron specs with ``model`` read as ``data``
-# (ZeRO-3: every weight split over the data axis, gathered per step).
+# (every weight split over the data axis: gathered per step, or per block
+# in the ``PER_BLOCK`` configs).
 CONFIGS: dict[str, tuple[dict[str, int], bool, tuple[str, ...],
                          bool | str]] = {
     "pipe4": ({"pipe": 4}, True, (), False),
