@@ -23,7 +23,8 @@ from tessel_jax.plans import FrontierFunction, PricedPlan, ProgramFrontier
 #: every kernel measured and the caller's budget.
 REFINE = 1
 #: Screened plans priced below ``1 + REFINE_MARGIN`` times the fastest full
-#: build are built in full too. README GPT, 4 devices: screened prices
+#: build (a screened price first scaled by ``plans.full_scale``, the median
+#: full / screened price of the plans built both ways) are built in full too. README GPT, 4 devices: screened prices
 #: were 0.97-1.46x the full ones (estimated kernels, 1 s budget); with 0.1
 #: the 6 MiB choice missed mllm pipe2 x dp2 (screened 73.5 ms, full 60.2 ms
 #: against 64.3 ms for the plan chosen).

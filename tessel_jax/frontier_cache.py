@@ -10,7 +10,9 @@ the full input shapes, the mesh (axis names, shape, device ids and kind),
 the pricing options (placements, micro-batch counts, memory limit,
 screening, ``tj.schedule`` options but the cache directory), the cost
 source and ``XLA_FLAGS``, and the JAX version. It lives in the measurement
-cache's directory as ``frontier-<sha256>.json``. A record that does not
+cache's directory as ``frontier-<sha256>.json``; the key also holds a
+digest of tessel_jax's sources, so prices stored by other code are not
+read back. A record that does not
 read back is dropped and the frontier priced again.
 
 Frontiers priced with uniform costs are not stored: they measure nothing,
@@ -19,6 +21,7 @@ so pricing them again is cheap, and their steps are in schedule steps.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Mapping
@@ -45,6 +48,28 @@ def program_digest(traced: Any) -> str:
     h.update(np.ascontiguousarray(arr).tobytes())
   h.update(repr((traced.param_tree, traced.batch_tree,
                  traced.out_tree)).encode("utf-8"))
+  return h.hexdigest()
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+  """SHA-256 of tessel_jax's own sources (and of its ``passes``): a price
+  stored by other code (another cost model, other pricing rules) is not
+  read back."""
+  try:  # installed: passes/ is tessel_jax.passes
+    from tessel_jax import passes as _passes  # type: ignore  # pylint: disable=import-outside-toplevel
+  except ImportError:  # run from the repository root
+    import passes as _passes  # type: ignore  # pylint: disable=import-outside-toplevel
+  h = hashlib.sha256()
+  for root in (os.path.dirname(os.path.abspath(__file__)),
+               os.path.dirname(os.path.abspath(_passes.__file__))):
+    for folder, dirs, files in sorted(os.walk(root)):
+      dirs.sort()
+      for name in sorted(f for f in files if f.endswith(".py")):
+        path = os.path.join(folder, name)
+        h.update(os.path.relpath(path, root).encode("utf-8"))
+        with open(path, "rb") as f:
+          h.update(f.read())
   return h.hexdigest()
 
 
@@ -77,7 +102,7 @@ def frontier_key(digest: str, params: Any, batch: Any, mesh: Any,
       "options": {k: repr(v) for k, v in sorted(options.items())},
       "cost_env": os.environ.get(COST_ENV, ""),
       "xla_flags": os.environ.get("XLA_FLAGS", ""),
-      "jax": jax.__version__})
+      "jax": jax.__version__, "code": code_digest()})
 
 
 class FrontierCache:

@@ -123,3 +123,12 @@ def test_key_depends_on_options_and_mesh():
   assert key != FC.frontier_key("d", x, x, mesh2, {"refine": 2})
   assert key != FC.frontier_key("d", x, x, mesh2b, {"refine": 1})
   assert key != FC.frontier_key("e", x, x, mesh2, {"refine": 1})
+
+
+def test_prices_stored_by_other_code_are_not_read(tmp_path, priced,
+                                                  monkeypatch):
+  params, batch = M.make_params(M.num_layers(KINDS)), M.make_batch(8)
+  _ff(tmp_path)(params, batch)
+  monkeypatch.setattr(FC, "code_digest", lambda: "another version")
+  _ff(tmp_path)(params, batch)
+  assert len(priced) == 2
