@@ -12,7 +12,9 @@ seconds, on its placements of ``examples/simulator/cases_tessel.py`` (4
 devices, training). ``nmicros`` is how many micro-batches its repetend
 spans (its ``search_ablation_memory.sh`` uses 6). Each schedule is unrolled
 with Tessel's own ``SchedPlan.unroll`` to ``--microbatches`` and its step
-count is the makespan. Beside it: our search of the same case
+count is the makespan; the same schedule is also checked by this
+project's validator and simulator on ``tessel_cases``'s graph of the case
+(``our_valid``, ``our_makespan``). Beside it: our search of the same case
 (``search_cases_tessel_lib.run_case``, written from Tessel's description in
 ``tessel_cases``). No Tessel code is copied into this project.
 """
@@ -31,8 +33,10 @@ from typing import Any
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, tessel_cases
 from experiments.search_cases_tessel_lib import run_case as search_ours
+from tessel_jax import validate
+from tessel_jax.schedule import Action, UnrolledSchedule
 
 flags.DEFINE_string("tessel_repo", None, "A checkout of Tessel's repository.")
 flags.DEFINE_list("cases", ["nnshape:3", "nnshape:4", "nnshape:5",
@@ -69,7 +73,26 @@ def tessel_search(repo: str, name: str, memory: int, nmicros: int,
   return dict(row, warmup=start, period=end - start,
               cooldown=sched.nsteps - end, makespan=unrolled.nsteps,
               peak=max(unrolled.peak_memory(d) for d in range(4)),
-              valid=bool(unrolled.validate()))
+              valid=bool(unrolled.validate()),
+              actions=sorted([unrolled.step(b), b.gid, b.mid]
+                             for b in unrolled.all_blocks()))
+
+
+def our_check(name: str, memory: int, n: int,
+              actions: list[list[int]]) -> dict[str, Any]:
+  """Tessel's unrolled schedule (``[step, block, micro-batch]`` each, its
+  blocks numbered in chain order as ``tessel_cases`` numbers them) read by
+  this project's validator under the same limit, and its makespan and
+  peak by this project's ``simulate``."""
+  graph = tessel_cases.get(name, 4, train=True)
+  sched = UnrolledSchedule(
+      graph=graph, num_microbatches=n, memory_limit=memory,
+      actions=tuple(sorted(Action(s, b, m) for s, b, m in actions)),
+      source="tessel-z3")
+  problems = validate.check(sched)
+  return {"our_valid": not problems,
+          "our_problem": problems[0].message if problems else None,
+          "our_makespan": sched.makespan, "our_peak": max(sched.peak_memory)}
 
 
 def run_tessel(repo: str, name: str, memory: int, nmicros: int, n: int,
@@ -87,7 +110,10 @@ def run_tessel(repo: str, name: str, memory: int, nmicros: int, n: int,
   if proc.returncode != 0 or not lines:
     return dict(row, result=f"none within {cpu_limit} CPU s"
                 f" (exit {proc.returncode})")
-  return dict(row, **json.loads(lines[-1]))
+  row.update(json.loads(lines[-1]))
+  if "actions" in row:
+    row.update(our_check(name, memory, n, row.pop("actions")))
+  return row
 
 
 def run_case(repo: str, name: str, memory: int, nmicros: list[int], n: int,

@@ -184,3 +184,55 @@ def test_completion_too_large_for_the_memory_rule_pulls_the_modulo_in(
   validate.assert_valid(unrolled)
   with pytest.raises(completion.CompletionError, match="too large"):
     completion.complete_all(graph, schedule.repetend, n, 1)
+
+
+class _ScratchProber:
+  """A stand-in for the period search's solves (``prober.Prober``) on
+  nnshape, 4 devices, no limit: the first probe at the smallest period
+  finds nothing; every later solve at or above it finds a repetend, at the
+  smallest period only from ``found_low_after`` on (None: never)."""
+
+  def __init__(self, found_low_after):
+    from tessel_jax.search.budget import Budget  # pylint: disable=import-outside-toplevel
+    from tessel_jax.search.period_bounds import period_lower_bound  # pylint: disable=import-outside-toplevel
+    self.graph = placements.get("nnshape", 4)
+    self.memory_limit, self.solve_kw, self.tried = None, {}, set()
+    self.budget = Budget(30.0)
+    self.low = period_lower_bound(self.graph)
+    self.asked = []
+    self.found_low_after = found_low_after
+
+  def __call__(self, period, share=1.0, descending=False, seconds=None,
+               **kw):
+    from tessel_jax.search.modulo_solution import ModuloSolution  # pylint: disable=import-outside-toplevel
+    self.asked.append(period)
+    self.tried.add(period)
+    self.budget.spend(0.01)
+    n = self.graph.num_blocks
+    low_ok = (self.found_low_after is not None
+              and len(self.asked) > self.found_low_after)
+    if period > self.low or low_ok:
+      return ModuloSolution("FEASIBLE", offsets=(0,) * n, phases=(0,) * n,
+                            work=0.01)
+    return ModuloSolution("UNKNOWN", work=0.01)
+
+  def shorten(self, found):
+    return found
+
+  def hint_at(self, found, period):
+    return None
+
+
+def test_a_start_also_gets_the_rest_of_the_search_from_scratch():
+  """Beside a ``start`` repetend at the smallest period, the period search
+  from scratch goes on past a first probe that finds nothing (galloping up,
+  descending) and its repetend at that period is offered for composing;
+  where it ends above that period, nothing is."""
+  from tessel_jax.search import compose  # pylint: disable=import-outside-toplevel
+  solve = _ScratchProber(found_low_after=1)
+  found = compose._scratch_at_low(solve)
+  assert found is not None and found[0] == solve.low
+  assert solve.asked[0] == solve.low and len(solve.asked) > 2
+  never = _ScratchProber(found_low_after=None)
+  assert compose._scratch_at_low(never) is None
+  assert never.asked.count(never.low) >= 2  # the first and decisive probes

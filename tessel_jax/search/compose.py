@@ -1,7 +1,7 @@
 """The schedule of a repetend found (steps 4-5 of ``repetend``'s
 procedure): its latency polished, its warmup and cooldown compacted, and,
-from a ``start`` repetend, the shorter of it and the first probe from
-scratch."""
+from a ``start`` repetend, the shorter of it and the repetend the search
+from scratch finds at that period."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import time
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search import completion, ramps
 from tessel_jax.search.budget import Budget
+from tessel_jax.search.errors import SearchTimeoutError
 from tessel_jax.search.modulo_moves import one_at_a_time
 from tessel_jax.search.modulo_solution import normalise
-from tessel_jax.search.period_search import first_probe
+from tessel_jax.search.period_search import after_first_probe, first_probe
 from tessel_jax.search.polish import polish_budget, polished
 from tessel_jax.search.prober import Prober
 from tessel_jax.simulate import lower_bound_makespan_shared
@@ -48,7 +49,7 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
 
 def shorter_of_scratch(solve: Prober, schedule: Schedule) -> Schedule:
   """``schedule`` (found from a ``start`` repetend at the smallest period)
-  or the one the search finds from scratch at its first probe, whichever
+  or the one the search from scratch finds at that period, whichever
   unrolls shorter (ties keep ``schedule``).
 
   From a given repetend the search makes no period probe, so it is fast and
@@ -56,14 +57,17 @@ def shorter_of_scratch(solve: Prober, schedule: Schedule) -> Schedule:
   another objective (the memory search's), and ended up to 0.7% longer at
   N = 128 than a search from scratch (zbv, 8 devices, limit 22: 1344
   against 1335; nnshape_eager, 8 devices, limit 20: 2366 against 2362).
-  So the first probe of the search from scratch (the same solve, hint and
-  share of the budget) also runs; where it finds a repetend at that period,
-  that repetend gets the polish and ramps the search from scratch would
-  give it, and the shorter of the two unrollings is kept: never longer
-  than the search from scratch wherever its first probe decides the
-  period. (Where it does not, the search from scratch goes on to galloping
-  and descending, which a given repetend at the smallest period makes
-  moot.) Nothing runs where ``schedule`` already meets the lower bound
+  So the period search from scratch also runs (the same solves, hints and
+  shares of the budget): its first probe, and where that finds nothing,
+  the rest of it (``period_search.after_first_probe``: galloping up from
+  one micro-batch at a time and descending). Where it reaches the start's
+  period, its repetend gets the polish and ramps the search from scratch
+  would give it, and the shorter of the two unrollings is kept: never
+  longer than the search from scratch wherever that finds the period in
+  the budget the start leaves. The repetends differ, and so do their
+  ramps: nnshape, 4 devices, limit 14 (P = 16), from the start 2072 at
+  N = 128, from the first probe nothing, from the rest of the search
+  2066. Nothing runs where ``schedule`` already meets the lower bound
   (``simulate.lower_bound_makespan_shared``) at its reference ``N``
   (``ramps.reference_microbatches``): no schedule is shorter there.
   """
@@ -72,17 +76,35 @@ def shorter_of_scratch(solve: Prober, schedule: Schedule) -> Schedule:
       solve.graph, n):
     return schedule
   budget, t0, used = solve.budget, time.perf_counter(), solve.budget.used
-  first = first_probe(solve, None, one_at_a_time(solve.graph))
-  if not first.found or budget.past_wall_cap():
+  found = _scratch_at_low(solve)
+  if found is None or budget.past_wall_cap():
     return schedule
   polish = polish_budget(solve.graph, budget, budget.used - used,
                          time.perf_counter() - t0, given=False)
-  other = finished(solve, (solve.low, first), solve.low, polish,
+  other = finished(solve, found, solve.low, polish,
                    schedule.period_seconds, complete=True)
   n = max(n, ramps.reference_microbatches(other.repetend))
   if ramps.makespan(other, n) < ramps.makespan(schedule, n):
     return other
   return schedule
+
+
+def _scratch_at_low(solve: Prober) -> tuple | None:
+  """The repetend the period search from scratch finds at ``solve.low``
+  (``(period, solution)``), None if it ends above it or finds nothing in
+  the budget left."""
+  sequential = one_at_a_time(solve.graph)
+  first = first_probe(solve, None, sequential)
+  if first.found:
+    return solve.low, first
+  if solve.budget.spent():
+    return None
+  try:
+    found, _ = after_first_probe(solve, None, sequential, first,
+                                 solve.budget.total)
+  except SearchTimeoutError:
+    return None
+  return found if found[0] == solve.low else None
 
 
 def composed(schedule: Schedule, polish: float, budget: Budget,

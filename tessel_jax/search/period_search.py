@@ -46,15 +46,26 @@ def search_period(solve: Prober, given: tuple | None,
   Raises:
     InfeasibleScheduleError, SearchTimeoutError: see ``start_from_above``.
   """
-  graph, memory_limit, budget, low = (solve.graph, solve.memory_limit,
-                                      solve.budget, solve.low)
+  low = solve.low
   if given is not None and given[0] == low:
     # A known repetend at the smallest period: no solve.
     return given, low
-  sequential = one_at_a_time(graph)
+  sequential = one_at_a_time(solve.graph)
   first = first_probe(solve, given, sequential)
   if first.found:
     return (low, first), low
+  return after_first_probe(solve, given, sequential, first, time_limit_s)
+
+
+def after_first_probe(solve: Prober, given: tuple | None, sequential: tuple,
+                      first: ModuloSolution, time_limit_s: float
+                      ) -> tuple[tuple, int]:
+  """``search_period`` once its first probe (``first``) found nothing: a
+  repetend from above (``given`` or ``start_from_above``), then galloping
+  up, bisecting and descending (arguments and result as
+  ``search_period``; ``sequential`` is ``one_at_a_time``'s repetend)."""
+  graph, memory_limit, budget, low = (solve.graph, solve.memory_limit,
+                                      solve.budget, solve.low)
   proven_low = low + 1 if first.status == "INFEASIBLE" else low
   found = solve.shorten(given or start_from_above(
       graph, memory_limit, sequential, solve, budget, solve.solve_kw,

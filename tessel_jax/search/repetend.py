@@ -36,10 +36,12 @@ Procedure (modulo model in ``modulo_model``; the steps are the modules
    ``Schedule.unroll``, which keeps it when it is strictly shorter.
 
 A ``start`` repetend at the smallest period replaces steps 1-3 (no solve);
-the first probe of step 1 still runs, and the repetend it finds gets steps
-4-5 too: the shorter of the two compositions is kept
+unless its composition meets the lower bound, steps 1-3 from scratch still
+run after it, and the repetend they find at that period gets steps 4-5
+too: the shorter of the two compositions is kept
 (``compose.shorter_of_scratch``), so a start never makes the schedule
-longer than that search from scratch.
+longer than that search from scratch (where it reaches the period in the
+budget left).
 """
 
 
@@ -93,9 +95,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       (e.g. from ``smallest_memory_repetend``): the search starts from it
       instead of from one micro-batch at a time, and where its period is
       the smallest one the bounds allow, it is proven optimal without a
-      solve; the first probe of the search from scratch still runs there,
-      and the shorter of the two compositions is kept (never longer than
-      that search where its first probe finds the period).
+      solve; the period search from scratch still runs there, and the
+      shorter of the two compositions is kept (never longer than that
+      search where it finds the period in the budget left).
 
   Returns:
     A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
