@@ -74,7 +74,7 @@ def _schedule_options(step: Any) -> dict[str, Any]:
   names = ("solver_time_limit_s", "recompute", "seed", "max_loop_period",
            "param_layout", "interpret_ramps", "param_sharding", "cost",
            "time_resolution", "reprofile", "link", "cache_dir",
-           "optimizer_slots", "cut", "has_aux", "data_axes")
+           "optimizer_slots", "cut", "has_aux", "data_axes", "fsdp")
   return {n: getattr(step, n) for n in names}
 
 

@@ -27,7 +27,7 @@ from ortools.sat.python import cp_model
 from tessel_jax import simulate
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Action, Repetend, compact_in_order
-from tessel_jax.search.modulo_model import make_solver
+from tessel_jax.search.cpsat import make_solver
 
 _NO_FLOOR = -(10**12)
 
