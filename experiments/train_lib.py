@@ -52,9 +52,11 @@ class TrainArgs(NamedTuple):
 # tick in one table-driven loop, each kernel compiled once). Measured on the
 # main job (README GPT, mshape(4), 16 micro-batches, cold caches, quiet
 # 2-core machine, 2026-11-25): compile 11.5 s -> 4.1 s, first step at
-# 23.1 s -> 14.8 s, steady step ~106 ms -> ~145 ms; the 7.3 s saved pays
-# for ~190 slower steps, so short runs and demos take the compact program.
-COMPACT_BELOW_STEPS = 150
+# 23.1 s -> 14.8 s. Since remote messages wait in outboxes until due
+# (``passes.held``) the compact step is 1.084x the default's (was ~1.37x;
+# ``experiments.compact_bench --model=gpt``, paired, 2026-11-26), so the
+# 7.4 s saved pays for ~800 steps.
+COMPACT_BELOW_STEPS = 800
 
 
 def interpret_ramps_for(steps: int, given: int | None) -> int | None:

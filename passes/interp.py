@@ -19,8 +19,11 @@ tick ``t - 1``), so the lowering runs it with the same code as a pruned tick.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
+from . import held as _held
 from .plan_ir import Dyn, ReadPort, Round, Target, TermAcc, Tick
 from .tick_tables import (Env, assign_inputs, assign_outputs, ctx_offset,
                           grad_ports, read_port, rows_of, term_counts,
@@ -82,38 +85,7 @@ def build_interp(env: Env, ticks: Sequence[Tick], start: int,
     for lane, srcs in by_lane.items():
       lanes[lane] = max(lanes.get(lane, 0), max(len(v) for v in srcs.values()))
     per_tick.append(by_lane)
-  sends = []
-  for lane in sorted(lanes, key=lambda l: (l[1] == 0, l[0].shape, l[0].dtype,
-                                           l[1])):
-    payload, shift = lane
-    for r in range(lanes[lane]):
-      chosen = [[] for _ in range(T + 1)]   # row tau+1: messages of tick tau
-      for tau, by_lane in enumerate(per_tick):
-        for src, ms in by_lane.get(lane, {}).items():
-          if r < len(ms):
-            chosen[tau + 1].append(ms[r])
-      cands = tuple(sorted({m.port for row_ in chosen for m in row_}))
-      cand = np.zeros((T + 1, D), np.int64)
-      src_row = np.zeros((T + 1, D), np.int64)
-      pools = sorted({m.store.pool for row_ in chosen for m in row_})
-      slot = {p: np.full((T + 1, D), env.pools[p].slots, np.int64)
-              for p in pools}
-      dst_row = {p: np.zeros((T + 1, D), np.int64) for p in pools}
-      rowed = False
-      for tau, row_ in enumerate(chosen):
-        for m in row_:
-          cand[tau, m.src] = cands.index(m.port)
-          src_row[tau, m.src] = m.src_row
-          s = m.store
-          slot[s.pool][tau, s.device] = s.base + m.mb % s.slots
-          dst_row[s.pool][tau, s.device] = m.dst_row
-          rowed = rowed or m.rowed
-      perm = (tuple((d, (d + shift) % D) for d in range(D)) if shift else ())
-      sends.append(Round(
-          remote=bool(shift), payload=payload, rowed=rowed, candidates=cands,
-          cand=cand, src_row=src_row, perm=perm,
-          targets=tuple(Target(p, _static(slot[p]), dst_row[p])
-                        for p in pools)))
+  sends = _rounds(env, per_tick, lanes, start)
 
   # Gradient accumulators: those of every kernel of the segment.
   grads, grad_map = grad_ports(env, kids)
@@ -148,6 +120,80 @@ def build_interp(env: Env, ticks: Sequence[Tick], start: int,
               in_map=in_map, out_ports=tuple(out_ports), out_map=out_map,
               sends=tuple(sends), grads=tuple(grads), grad_map=grad_map,
               terms=tuple(terms), row_offset=row_offset)
+
+
+def _rounds(env: Env, per_tick: Sequence[dict[tuple, dict[int, list]]],
+            lanes: dict[tuple, int], start: int) -> list[Round]:
+  """One round per lane and index: local rounds written at the boundary
+  after their tick, remote ones held until a flush (``passes.held``)."""
+  D, T = env.D, len(per_tick)
+  order = sorted(lanes, key=lambda l: (l[1] == 0, l[0].shape, l[0].dtype,
+                                       l[1]))
+  chosen_of = {}
+  for lane in order:
+    for r in range(lanes[lane]):
+      chosen = [[] for _ in range(T + 1)]   # row tau+1: messages of tick tau
+      for tau, by_lane in enumerate(per_tick):
+        for src, ms in by_lane.get(lane, {}).items():
+          if r < len(ms):
+            chosen[tau + 1].append(ms[r])
+      chosen_of[(lane, r)] = chosen
+  points = _flush_points(env, chosen_of, T, start)
+  return [_round(env, lane[0], lane[1], chosen_of[(lane, r)], points)
+          for lane in order for r in range(lanes[lane])]
+
+
+def _flush_points(env: Env, chosen_of: dict, T: int, start: int
+                  ) -> np.ndarray:
+  """Boundaries at which the held remote rounds are sent (all at once)."""
+  intervals = []
+  for (lane, _), chosen in chosen_of.items():
+    if not lane[1]:
+      continue
+    held = {}   # src -> boundaries at which it holds a message
+    for p, row in enumerate(chosen):
+      for m in row:
+        held.setdefault(m.src, []).append((p, m))
+    for src, items in held.items():
+      for i, (p, m) in enumerate(items):
+        nxt = items[i + 1][0] if i + 1 < len(items) else None
+        due = env.first_read.get((m.store.key, m.store.device, m.mb), -1)
+        intervals.append((p, _held.latest_send(p, due - start, nxt, T)))
+  return _held.flush_points(intervals, T + 1)
+
+
+def _round(env: Env, payload: Any, shift: int, chosen: list[list],
+           points: np.ndarray) -> Round:
+  """One round's tables: sender rows by production boundary, receiver rows
+  by the boundary the message is written at (a remote one's flush)."""
+  D, T = env.D, len(chosen) - 1
+  cands = tuple(sorted({m.port for row_ in chosen for m in row_}))
+  cand = np.zeros((T + 1, D), np.int64)
+  src_row = np.zeros((T + 1, D), np.int64)
+  hold = np.ones((T + 1, D), np.int64)
+  flush = np.zeros((T + 1, D), np.int64)
+  pools = sorted({m.store.pool for row_ in chosen for m in row_})
+  slot = {p: np.full((T + 1, D), env.pools[p].slots, np.int64)
+          for p in pools}
+  dst_row = {p: np.zeros((T + 1, D), np.int64) for p in pools}
+  rowed = False
+  for p, row_ in enumerate(chosen):
+    for m in row_:
+      cand[p, m.src] = cands.index(m.port)
+      src_row[p, m.src] = m.src_row
+      hold[p, m.src] = 0
+      f = _held.send_boundary(points, p) if shift else p
+      flush[f] = 1
+      s = m.store
+      slot[s.pool][f, s.device] = s.base + m.mb % s.slots
+      dst_row[s.pool][f, s.device] = m.dst_row
+      rowed = rowed or m.rowed
+  perm = (tuple((d, (d + shift) % D) for d in range(D)) if shift else ())
+  return Round(
+      remote=bool(shift), payload=payload, rowed=rowed, candidates=cands,
+      cand=cand, src_row=src_row, perm=perm,
+      targets=tuple(Target(p, _static(slot[p]), dst_row[p]) for p in pools),
+      hold=hold if shift else None, flush=flush if shift else None)
 
 
 def num_ticks(tick: Tick) -> int:

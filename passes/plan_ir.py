@@ -123,6 +123,10 @@ class Round:
     due: Index of the earliest tick reading one of the round's messages:
       the round may be written at any tick boundary up to that tick
       (``passes.flushes``); -1: at the next tick.
+    hold: Interp remote rounds only (``passes.held``): per boundary and
+      device, the outbox slot the payload is copied to (0: held, 1: sink).
+    flush: Interp remote rounds only: per boundary (equal over devices), 1
+      where the held messages are sent (``targets`` rows: by that boundary).
   """
 
   remote: bool
@@ -134,6 +138,8 @@ class Round:
   perm: tuple[tuple[int, int], ...]
   targets: tuple[Target, ...]
   due: int = -1
+  hold: np.ndarray | None = None
+  flush: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

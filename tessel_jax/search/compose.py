@@ -145,12 +145,9 @@ def with_templates(schedule: Schedule, templates: completion.Templates,
   graph, rep, limit = schedule.graph, schedule.repetend, schedule.memory_limit
   complete_kw = {k: v for k, v in solve_kw.items() if k != "allow_wrap"}
 
-  @functools.lru_cache(maxsize=16)
-  def completer(n: int):
-    return completion.complete_all(graph, rep, n, limit,
-                                   time_limit_s=completion_time_s,
-                                   **complete_kw)
-
+  completer = functools.lru_cache(maxsize=16)(functools.partial(
+      completion.complete_all, graph, rep, memory_limit=limit,
+      time_limit_s=completion_time_s, **complete_kw))
   return dataclasses.replace(
       schedule, warmup=templates.warmup, steady_start=templates.steady_start,
       cooldown=templates.cooldown, completer=completer)

@@ -1,0 +1,47 @@
+"""The compact lowering against the default one, paired in one process.
+
+  python -m experiments.compact_bench                  # peer_bench's MLP
+  python -m experiments.compact_bench --model=gpt      # the README's GPT
+
+Builds the same searched schedule three ways and times them interleaved
+(shuffled order per round, median wall and process CPU per call): the
+default lowering (``interpret_ramps=8``: ramps interpreted, steady state a
+loop over the repetend), the compact one (``interpret_ramps=0``: every tick
+in one table-driven loop, remote messages held until a flush,
+``passes.held``) and the compact one with every remote message sent at the
+boundary right after its tick (``held.flush_points`` replaced: one
+rendezvous per boundary that carries a message, as before the outboxes).
+Every program is checked against ``jax.value_and_grad`` first. Prints and
+writes compile seconds, HLO size, flush boundaries, wall and CPU ms.
+"""
+
+import os
+import sys
+
+from absl import app, flags
+
+from experiments import cli
+from experiments import compact_bench_args
+
+# --help lists the flags of compact_bench_args (defined there, read by this binary).
+flags.adopt_module_key_flags(compact_bench_args)
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  args = compact_bench_args.from_flags()
+  # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
+  extra = (["--xla_force_host_platform_device_count=2",
+            "--xla_cpu_multi_thread_eigen=false",
+            "intra_op_parallelism_threads=1"] if args.model == "mlp" else
+           ["--xla_force_host_platform_device_count=4"])
+  os.environ["XLA_FLAGS"] = " ".join(
+      x for x in [os.environ.get("XLA_FLAGS", "")] + extra if x)
+  os.environ["JAX_PLATFORMS"] = "cpu"
+  from experiments import compact_bench_lib  # pylint: disable=import-outside-toplevel
+  sys.exit(compact_bench_lib.main(args))
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,86 @@
+"""Held remote rounds of an interp segment, at run time (``passes.held``).
+
+At each boundary of an interp segment every remote round copies this
+device's payload into the round's outbox (slot 0 when the device holds a
+message produced at the tick before, slot 1, a sink, otherwise); at the
+round's flush boundaries (equal over the devices) one ``ppermute`` sends
+every device's held message and the receivers write it into the stash. The
+send runs in a while loop of 1 trip at a flush boundary and 0 elsewhere
+(the trip count is the same on every device, so every device enters the
+collective or none does; a while loop, not a ``cond``, so the stash is
+updated in place; the payload is read at the trip counter, so XLA cannot
+hoist the ``ppermute`` out of the loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from .stash_order import Order
+
+
+def empty(tick: Any) -> tuple[Any, ...]:
+  """Zeroed outboxes ``(2, *payload)``, one per remote round of ``tick``."""
+  return tuple(jnp.zeros((2,) + tuple(rd.payload.shape), rd.payload.dtype)
+               for rd in tick.sends if rd.remote)
+
+
+def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
+                   pools: list[Any], outbox: Sequence[Any], order: Order,
+                   scope: str) -> tuple[Any, ...]:
+  """One boundary of the remote rounds of interp tick ``tick``.
+
+  Args:
+    lowering: The ``passes.lower.Lowering`` (payloads, stash writes).
+    ctx: Its context at this boundary.
+    tick: The interp tick.
+    ports: Out ports of the tick before the boundary.
+    pools: The stash (written in place, list updated).
+    outbox: The rounds' outboxes.
+    order: Token the stash writes follow; the sends' trip counters are
+      added to it.
+    scope: Name scope of the ``ppermute``.
+
+  Returns:
+    The outboxes after the boundary.
+  """
+  boxes = list(outbox)
+  remote = [rd for rd in tick.sends if rd.remote]
+  for i, rd in enumerate(remote):
+    where = ctx.table(rd.hold)
+    if not (isinstance(where, int) and where == 1):
+      payload = lowering._payload(ctx, rd, ports)
+      boxes[i] = lax.dynamic_update_index_in_dim(boxes[i], payload, where, 0)
+    trips = ctx.table(rd.flush)
+    if isinstance(trips, int) and not trips:
+      continue
+
+    def send(carry: tuple, rd: Any = rd) -> tuple:
+      k, box, stash = carry
+      stash = list(stash)
+      # Slot ``k`` (0 on the one trip): the payload depends on the trip
+      # counter, or XLA hoists the ppermute out of the loop as
+      # loop-invariant code and runs it at every boundary.
+      with jax.named_scope(scope):
+        got = lax.ppermute(lax.dynamic_index_in_dim(box, k, 0, False),
+                           lowering.pipe, perm=list(rd.perm))
+      lowering._write_targets(ctx, rd, got, stash, 0, order)
+      return k + 1, box, tuple(stash)
+
+    init = (jnp.int32(0), boxes[i], tuple(pools))
+    if isinstance(trips, int):
+      done, boxes[i], new = send(init)
+    else:
+      done, boxes[i], new = lax.while_loop(lambda c, n=trips: c[0] < n, send,
+                                           init)
+      order.add(done)
+    pools[:] = list(new)
+  return tuple(boxes)
+
+
+__all__ = ["empty", "hold_and_flush"]
