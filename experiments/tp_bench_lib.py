@@ -227,6 +227,7 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
     rec["predicted_step_ms"] = r.predicted_step_ms
     rec["predicted_block_ms"] = r.block_ms
     rec["predicted_tick_overhead_ms"] = r.tick_overhead_ms
+    rec["predicted_fsdp_collective_ms"] = r.fsdp_collective_ms
     rec["ticks"] = r.ticks
     rec["plan"] = step.built.plan.loop_summary()
   return rec, lambda: compiled(placed, placed_batch)
