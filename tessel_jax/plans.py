@@ -175,11 +175,12 @@ class FrontierFunction:
   def _disk_key(self, traced: Any, params: Any, batch: Any
                 ) -> tuple[FrontierCache, str] | None:
     """``(cache, key)`` of this frontier on disk; None when it is not
-    cached there (``disk_cache=False``, uniform costs, or the program did
-    not trace)."""
+    cached there (``disk_cache=False``, ``reprofile=True``, uniform costs,
+    or the program did not trace)."""
     cost = self.schedule_kw.get("cost") or os.environ.get(
         _frontier_cache.COST_ENV, "measured")
-    if not self.disk_cache or traced is None or cost == "uniform":
+    if (not self.disk_cache or traced is None or cost == "uniform" or
+        self.schedule_kw.get("reprofile")):
       return None
     options = {k: v for k, v in self.schedule_kw.items() if k != "cache_dir"}
     options.update(

@@ -100,6 +100,7 @@ def test_uniform_costs_and_bad_records_are_not_used(tmp_path, priced):
     _ff(tmp_path, cost="uniform")(params, batch)
   assert len(priced) == 2   # uniform prices are cheap: never stored
   _ff(tmp_path, disk_cache=False)(params, batch)
+  _ff(tmp_path, reprofile=True)(params, batch)   # measures again: prices too
   assert not os.listdir(tmp_path)
   _ff(tmp_path)(params, batch)
   (path,) = [os.path.join(tmp_path, f) for f in os.listdir(tmp_path)]
@@ -109,9 +110,9 @@ def test_uniform_costs_and_bad_records_are_not_used(tmp_path, priced):
   with open(path, "w", encoding="utf-8") as f:
     json.dump(record, f)
   _ff(tmp_path)(params, batch)
-  assert len(priced) == 5   # the bad record dropped, priced and stored
+  assert len(priced) == 6   # the bad record dropped, priced and stored
   _ff(tmp_path)(params, batch)
-  assert len(priced) == 5
+  assert len(priced) == 6
 
 
 def test_key_depends_on_options_and_mesh():
