@@ -42,6 +42,10 @@ flags.DEFINE_string("cache_dir", None,
                     "Measurement and schedule cache (default: a fresh"
                     " temporary directory, so the first choice is cold).")
 flags.DEFINE_string("output", _D.output, "JSON results ('': none).")
+flags.DEFINE_string("record_searches", None,
+                    "Also write the schedule searches of the cold choice"
+                    " here (JSON; input of experiments.auto_plan_unroll"
+                    " --searches).")
 
 
 def from_flags() -> AutoPlanArgs:
@@ -53,6 +57,8 @@ def from_flags() -> AutoPlanArgs:
   f = flags.FLAGS
   cli.check_created(f.cache_dir, "--cache_dir", folder=True)
   cli.check_created(f.output, "--output", suffixes=(".json",))
+  cli.check_created(f.record_searches, "--record_searches",
+                    suffixes=(".json",))
   for name in ("devices", "microbatches", "microbatch_size", "layers",
                "d_model", "heads", "seq", "blocks", "repeats"):
     if getattr(f, name) < 1:
@@ -70,4 +76,5 @@ def from_flags() -> AutoPlanArgs:
       memory_limits=tuple(f.memory_limits),
       placements=tuple(f.placements) if f.placements else None,
       measure_top=f.measure_top, repeats=f.repeats, time_limit=f.time_limit,
-      cache_dir=f.cache_dir or None, output=f.output or None, model=f.model)
+      cache_dir=f.cache_dir or None, output=f.output or None, model=f.model,
+      record_searches=f.record_searches or None)

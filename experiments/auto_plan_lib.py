@@ -14,6 +14,7 @@ fastest measured candidate that fits the limit.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -21,7 +22,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 import jax
@@ -54,6 +55,7 @@ class AutoPlanArgs(NamedTuple):
   cache_dir: str | None = None
   output: str | None = "out/auto_plan.json"
   model: str = "readme_gpt"
+  record_searches: str | None = None
 
 
 def parse_limit(text: str) -> int | None:
@@ -236,6 +238,31 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
   return rows
 
 
+@contextlib.contextmanager
+def record_searches(args: AutoPlanArgs) -> Iterator[list[dict[str, Any]]]:
+  """With ``args.record_searches``: every schedule search run inside, as
+  ``{graph, limit, time_limit_s, microbatches}`` (the input of
+  ``experiments.auto_plan_unroll --searches``)."""
+  out: list[dict[str, Any]] = []
+  if not args.record_searches:
+    yield out
+    return
+  from tessel_jax import step_schedule  # pylint: disable=import-outside-toplevel
+  search = step_schedule._search  # pylint: disable=protected-access
+
+  def recorded(step: Any, graph: Any, limit: Any, unit: int) -> Any:
+    out.append({"graph": graph.to_dict(), "limit": limit,
+                "time_limit_s": step.solver_time_limit_s,
+                "microbatches": args.microbatches * graph.num_devices
+                                // args.devices})
+    return search(step, graph, limit, unit)
+  step_schedule._search = recorded  # pylint: disable=protected-access
+  try:
+    yield out
+  finally:
+    step_schedule._search = search  # pylint: disable=protected-access
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
   """Chosen against the fastest measured candidate (all fit the limit)."""
   ok = [r for r in rows if "measured_ms" in r]
@@ -278,8 +305,11 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   cache = args.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cache_")
   record: dict[str, Any] = {"runner": RUNNER, "args": args._asdict(),
                             "jax": jax.__version__, "cases": []}
-  cold_step, cold, cold_split = time_choice_phases(
-      fn, mesh, params, batch, args, cache, None, has_aux)
+  with record_searches(args) as searches:
+    cold_step, cold, cold_split = time_choice_phases(
+        fn, mesh, params, batch, args, cache, None, has_aux)
+  if args.record_searches:
+    write(searches, args.record_searches)  # experiments.auto_plan_unroll
   step, warm, warm_split = time_choice_phases(fn, mesh, params, batch, args,
                                               cache, None, has_aux)
   record.update(choose_seconds_cold=round(cold, 2),

@@ -22,7 +22,8 @@ flags.DEFINE_bool("profile", False, "Only the profile part: a step of each"
                   " XLA's trace (experiments.step_profile).")
 flags.DEFINE_list("profile_models", ["mlp", "gpt", "wide"],
                   "Models of the profile: mlp (4x1024, 256 rows), gpt (the"
-                  " README's), wide (4x1664, 11.1M parameters, 32 rows).")
+                  " README's), wide (4x1664, 11.1M parameters, 32 rows),"
+                  " resnet18 (experiments.resnet, 11.7M parameters).")
 flags.DEFINE_list("profile_plans", ["searched", "gpipe", "1f1b"],
                   "Plans of the profile (searched: the default search).")
 flags.DEFINE_integer("profile_n", 8, "Micro-batches of the profile.")
@@ -82,7 +83,8 @@ def from_flags() -> BenchArgs:
   if bad:
     raise app.UsageError(f"unknown --placed_models {bad}; choose from wide,"
                          f" resnet18, resnet18_flat")
-  bad = [m for m in f.profile_models if m not in ("mlp", "gpt", "wide")]
+  bad = [m for m in f.profile_models
+         if m not in ("mlp", "gpt", "wide", "resnet18")]
   bad += [p for p in f.profile_plans if p not in ("searched", "gpipe", "1f1b")]
   if bad:
     raise app.UsageError(f"unknown --profile_models/--profile_plans {bad}")

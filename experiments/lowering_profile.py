@@ -5,8 +5,10 @@ builds each (model, plan) on ``vshape(2)``, then profiles its step with
 ``experiments.step_profile`` (XLA's trace, split by the lowering's name
 scopes). Models: the issue's MLP (4 layers of width 1024, 256 rows per
 micro-batch), the README's GPT (embedding, 4 layers of width 64, tied
-head; cut automatically into 2 blocks) and a parameter-heavy MLP (4 layers
-of width 1664, 11.1M parameters, 32 rows per micro-batch).
+head; cut automatically into 2 blocks), a parameter-heavy MLP (4 layers
+of width 1664, 11.1M parameters, 32 rows per micro-batch) and ResNet18
+(``experiments.resnet``, 11.7M parameters, 4 images of 16 x 16 per
+micro-batch, cut after stage 3 as in the placed part).
 """
 
 from __future__ import annotations
@@ -24,11 +26,12 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import lowering_bench_lib as lb
+from experiments import resnet
 from experiments import step_profile
 from experiments import train_lib
 from tessel_jax import placements
 
-MODELS = ("mlp", "gpt", "wide")
+MODELS = ("mlp", "gpt", "wide", "resnet18")
 PLANS = ("searched", "gpipe", "1f1b")
 
 
@@ -48,6 +51,10 @@ def model(name: str, n: int) -> tuple[Callable, Any, Any, str]:
     batch = {"tokens": jax.numpy.asarray(tokens[:, :-1], jax.numpy.int32),
              "labels": jax.numpy.asarray(tokens[:, 1:], jax.numpy.int32)}
     return fn, params, batch, "auto"
+  if name == "resnet18":
+    fn = resnet.make_loss(tj.boundary, cut_after=(5,))
+    return (fn, resnet.init(jax.random.PRNGKey(0)),
+            resnet.batch(n * 4, image=16), "markers")
   raise ValueError(f"unknown profile model {name!r}; choose from {MODELS}")
 
 

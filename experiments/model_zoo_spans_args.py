@@ -23,6 +23,15 @@ flags.DEFINE_integer("rounds", 7, "Timing rounds (both candidates once per"
 flags.DEFINE_bool("realtime", True, "Time at real-time priority (every"
                   " thread SCHED_RR while timing; needs root or"
                   " CAP_SYS_NICE, else normal priority).")
+flags.DEFINE_enum("cost", "calibrated", ["measured", "calibrated"],
+                  "tj.schedule's cost: 'measured' (the default there: the"
+                  " per-port cost measured once per machine, see"
+                  " --reference) or 'calibrated' (each plan's stand-in).")
+flags.DEFINE_string("reference", "nnx_bn_cnn", "With --cost=measured: the"
+                    " model whose first plan's stand-in measures the"
+                    " machine's per-port cost (tessel_jax.cost.ports) before"
+                    " the table's models are built, so none of them is its"
+                    " own reference; '' leaves it to the first model.")
 flags.DEFINE_integer("seed", 0, "CP-SAT and round-order seed.")
 flags.DEFINE_string("output", "results/model_zoo/spans.json",
                     "JSON results (a .md table beside it); '': print only.")
@@ -46,9 +55,13 @@ def from_flags():
   for key in ("microbatches", "rows", "rounds"):
     if getattr(f, key) < 1:
       raise app.UsageError(f"--{key} must be >= 1, got {getattr(f, key)}")
+  if f.reference and f.reference not in BUILDERS:
+    raise app.UsageError(f"--reference {f.reference!r}: choose from"
+                         f" {sorted(BUILDERS)} or ''")
   return SpansArgs(models=tuple(f.models), microbatches=f.microbatches,
                    rows=f.rows, rounds=f.rounds, realtime=f.realtime,
-                   seed=f.seed, output=f.output or None)
+                   seed=f.seed, output=f.output or None, cost=f.cost,
+                   reference=f.reference or None)
 
 
 def check_output() -> None:

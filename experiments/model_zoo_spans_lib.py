@@ -34,6 +34,7 @@ from experiments import realtime
 from experiments.runs import write_record
 from experiments.model_zoo_models import BUILDERS  # noqa: F401 (args)
 from tessel_jax import api as _api
+from tessel_jax.cost import ports as _ports
 
 CANDIDATES = ("measured", "uniform")
 DEFAULT_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer",
@@ -50,6 +51,8 @@ class SpansArgs(NamedTuple):
   realtime: bool = True
   seed: int = 0
   output: str | None = "results/model_zoo/spans.json"
+  cost: str = "calibrated"
+  reference: str | None = "nnx_bn_cnn"
 
 
 @contextlib.contextmanager
@@ -92,7 +95,7 @@ def build_model(name: str, args: SpansArgs, mesh: Any
       step = tj.schedule(model.fn, mesh=mesh,
                          placement=tj.placements.vshape(2),
                          num_microbatches=args.microbatches,
-                         has_aux=model.has_aux, cut="auto", cost="calibrated",
+                         has_aux=model.has_aux, cut="auto", cost=args.cost,
                          seed=args.seed)
       built = step.build(model.params, model.batch)
     rep = built.report
@@ -168,11 +171,36 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
   return "\n".join(lines)
 
 
+def calibrate_machine(args: SpansArgs, mesh: Any) -> dict[str, Any] | None:
+  """With ``cost="measured"``: builds ``args.reference`` first, so its
+  plan's stand-in measures the machine's per-port cost (``cost.ports``,
+  unless already cached); returns the record in use."""
+  if args.cost != "measured" or not args.reference:
+    return None
+  model = BUILDERS[args.reference](args.rows * args.microbatches)
+  step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
+                     num_microbatches=args.microbatches,
+                     has_aux=model.has_aux, cut="auto", cost="measured",
+                     seed=args.seed)
+  step.build(model.params, model.batch)
+  fields = step._costs._mesh_fields(mesh, "pipe")  # pylint: disable=protected-access
+  rec = step._costs.cache.get("ports", _ports.port_key(fields))  # pylint: disable=protected-access
+  return {"reference": args.reference, **(rec or {})}
+
+
 def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
   """Runs every model in this process (2 devices); writes the JSON."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
   load_start = list(os.getloadavg())
   rows = []
+  if args.realtime:
+    realtime.realtime_threads()
+  try:
+    machine = calibrate_machine(args, mesh)
+  finally:
+    realtime.normal_priority()
+  if machine is not None:
+    log(json.dumps({"machine": machine}))
   for name in args.models:
     try:
       # At real-time priority from the build on: the kernels and the
@@ -196,6 +224,7 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
   table = markdown(rows)
   log(table)
   record = {"args": args._asdict(), "rows": rows, "table": table,
+            "machine": machine,
             "load_average_start": load_start,
             "load_average_end": list(os.getloadavg())}
   if args.output:

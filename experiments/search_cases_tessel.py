@@ -10,22 +10,19 @@ within the limit), its makespan against ``simulate``'s shared lower bound
 search's wall and process CPU seconds. Where the makespan equals the bound
 the search is at least as good as Tessel's at equal memory; elsewhere the
 gap bounds how much shorter Tessel's could be. Tessel's own makespans are
-not public (see ``tessel_cases``), and its solver needs ``z3-solver``,
-which this project does not install, so it is not run here.
+not public (see ``tessel_cases``); ``tessel_reference`` runs its search
+beside ours where the bound does not decide.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import time
-from typing import Any
 
 from absl import app, flags
 
 from experiments import cli, tessel_cases
-from tessel_jax import simulate, validate
-from tessel_jax.search import InfeasibleScheduleError, search_repetend
+from experiments.search_cases_tessel_lib import markdown, run_case
 
 flags.DEFINE_integer("microbatches", 128, "Micro-batches N to unroll.")
 flags.DEFINE_float("time_limit", 10.0, "CP-SAT budget per search (seconds).")
@@ -37,48 +34,6 @@ flags.DEFINE_list("scripts", None, "Only the cases of these Tessel scripts"
                   " simu_lazy_scale); default: all.")
 flags.DEFINE_string("output", "results/search_cases_tessel.json",
                     "Results JSON.")
-
-
-def run_case(name: str, devices: int, train: bool, memory: int, n: int,
-             time_limit: float, allow_wrap: bool) -> dict[str, Any]:
-  """Searches one case; returns its figures."""
-  graph = tessel_cases.get(name, devices, train)
-  row: dict[str, Any] = {"placement": name, "devices": devices,
-                         "mode": "train" if train else "infer",
-                         "memory_limit": memory}
-  w, c = time.perf_counter(), time.process_time()
-  try:
-    sched = search_repetend(graph, memory, time_limit_s=time_limit,
-                            allow_wrap=allow_wrap)
-  except InfeasibleScheduleError as e:
-    row["error"] = str(e)
-    return row
-  unrolled = sched.unroll(n)
-  row.update(wall_s=round(time.perf_counter() - w, 2),
-             cpu_s=round(time.process_time() - c, 2))
-  validate.assert_valid(unrolled, memory_limit=memory)
-  bound = simulate.lower_bound_makespan_shared(graph, n)
-  row.update(period=sched.period, status=sched.status,
-             makespan=unrolled.makespan, source=unrolled.source,
-             peak=max(unrolled.peak_memory), bound=bound,
-             gap_pct=round(100 * (unrolled.makespan - bound) / bound, 3))
-  return row
-
-
-def markdown(rows: list[dict[str, Any]]) -> str:
-  """The results as a markdown table."""
-  lines = ["| script | placement | D | mode | limit | P, status | makespan |"
-           " bound | gap | wall / CPU s |", "|---" * 10 + "|"]
-  for r in rows:
-    head = (f"| {r['script']} | {r['placement']} | {r['devices']} |"
-            f" {r['mode']} | {r['memory_limit']} |")
-    if "error" in r:
-      lines.append(f"{head} {r['error'][:60]} | | | | |")
-      continue
-    lines.append(f"{head} {r['period']}, {r['status']} | {r['makespan']} |"
-                 f" {r['bound']} | {r['gap_pct']}% |"
-                 f" {r['wall_s']} / {r['cpu_s']} |")
-  return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str]) -> None:

@@ -16,7 +16,11 @@ flags.DEFINE_list("configs", list(CONFIGS),
                   " whole weights), pipe2_data2, pipe2_data2_fsdp (every"
                   " weight split over data, ZeRO-3), pipe2_data2_model2 (8"
                   " devices, Megatron weights), pipe2_model2_unrolled and"
-                  " pipe2_data2_model2_unrolled (every ramp unrolled), model4"
+                  " pipe2_data2_model2_unrolled (every ramp unrolled),"
+                  " pipe2_data2_fsdp_block (ZeRO-3 per block),"
+                  " pipe2_data2_fsdp_il and pipe2_data2_fsdp_il_block (FSDP"
+                  " per step / per block on the interleaved placement, one"
+                  " layer per block), model4"
                   " and data4 (plain"
                   " jax.jit of value_and_grad, no pipeline).")
 flags.DEFINE_integer("hidden", 256, "Model width (MLP inner width 4x).")

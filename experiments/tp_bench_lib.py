@@ -22,7 +22,8 @@ from tessel_jax.verify import rel_err
 
 # name -> (mesh axes and sizes, pipelined?, data_axes, weights split?);
 # split ``"fsdp"``: the Megatron specs with ``model`` read as ``data``
-# (ZeRO-3: every weight split over the data axis, gathered per step).
+# (every weight split over the data axis: gathered per step, or per block
+# in the ``PER_BLOCK`` configs).
 CONFIGS: dict[str, tuple[dict[str, int], bool, tuple[str, ...],
                          bool | str]] = {
     "pipe4": ({"pipe": 4}, True, (), False),
@@ -38,7 +39,18 @@ CONFIGS: dict[str, tuple[dict[str, int], bool, tuple[str, ...],
     "pipe2_data2_model2_unrolled": ({"pipe": 2, "data": 2, "model": 2}, True,
                                     ("data",), True),
     "data4": ({"data": 4}, False, ("data",), False),
+    # ZeRO-3 per block (``fsdp="per_block"``), and both FSDP modes on the
+    # interleaved placement with ``layers // 2`` chunks (one layer per
+    # block, several blocks per device).
+    "pipe2_data2_fsdp_block": ({"pipe": 2, "data": 2}, True, ("data",),
+                               "fsdp"),
+    "pipe2_data2_fsdp_il": ({"pipe": 2, "data": 2}, True, ("data",), "fsdp"),
+    "pipe2_data2_fsdp_il_block": ({"pipe": 2, "data": 2}, True, ("data",),
+                                  "fsdp"),
 }
+# Configs gathering FSDP weights per block, and on the interleaved placement.
+PER_BLOCK = ("pipe2_data2_fsdp_block", "pipe2_data2_fsdp_il_block")
+INTERLEAVED = ("pipe2_data2_fsdp_il", "pipe2_data2_fsdp_il_block")
 
 
 class BenchArgs(NamedTuple):
@@ -155,12 +167,16 @@ def _program(name: str, args: BenchArgs, params: Any, specs: Any,
   placed = _place(params, use, mesh)
   if piped:
     d = shape["pipe"]
-    step = tj.schedule(make_fn(d), mesh=mesh,
-                       placement=placements.vshape(d, mode="train"),
-                       num_microbatches=args.microbatches, plan="1f1b",
+    chunks = args.layers // d if name in INTERLEAVED else 1
+    graph = (placements.interleaved(d, mode="train", chunks=chunks)
+             if chunks > 1 else placements.vshape(d, mode="train"))
+    step = tj.schedule(make_fn(d * chunks), mesh=mesh, placement=graph,
+                       num_microbatches=args.microbatches,
+                       plan="interleaved" if chunks > 1 else "1f1b",
                        data_axes=data, cost=args.cost,
                        interpret_ramps=(None if name.endswith("_unrolled")
-                                        else args.interpret_ramps))
+                                        else args.interpret_ramps),
+                       fsdp="per_block" if name in PER_BLOCK else "per_step")
     return step, placed, batch, step
   fn = make_fn(1)
   batch_spec = P(data) if data else P()
@@ -216,12 +232,17 @@ def _prediction(step: Any, args: BenchArgs) -> dict[str, Any]:
   batch), the outputs (gradients as placed, the loss), the packed
   parameters, their gradient accumulators and the packed gradients leaving
   the map (3 x ``Layout.bytes_per_device``; FSDP slots: their shard in and
-  out, the gathered buffer and its accumulator, 2 x shard + 2 x gathered),
-  and the stash's peak (``step.report``)."""
+  out, the gathered buffers and their gradients, per step 2 x shard + 2 x
+  every slot gathered, per block 3 x shard (with the shard accumulator) +
+  2 x the largest block gathered), and the stash's peak
+  (``step.report``)."""
   built = step.built
-  fsdp = sum(c.count * (c.device_nbytes + c.gathered_nbytes)
-             for c in built.layout.classes if c.fsdp)
-  packed = 3 * max(built.layout.bytes_per_device()) - fsdp
+  layout = built.layout
+  shards = sum(c.count * c.device_nbytes for c in layout.classes if c.fsdp)
+  d = int(np.argmax(layout.bytes_per_device()))
+  live = layout.fsdp_live_bytes(d)
+  packed = (3 * layout.bytes_per_device()[d] - live -
+            (0 if layout.fsdp_per_block else shards))
   stash = max(step.report.stash_peak_bytes)
   placed = _placed_param_bytes(step)
   batch = 2 * args.rows * args.seq * 4

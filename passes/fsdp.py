@@ -2,7 +2,9 @@
 
 A slot class whose leaves' spec names data axes (``packing.SlotClass.fsdp``)
 comes into the program's ``shard_map`` split over those axes: each data
-replica stores its shard. Before the first tick the program gathers it
+replica stores its shard. Gathered per step (``Layout.fsdp_mode``; per
+block: ``passes.fsdp_tick``, with the same ``gather`` and ``scatter``),
+before the first tick the program gathers it
 (``gather``: one ``all_gather`` per split dimension) and after the last it
 reduces the accumulated gradient back to the shard (``scatter``: a
 ``psum`` over data axes the spec does not name, then one ``psum_scatter``

@@ -58,7 +58,11 @@ gathered with one ``all_gather`` over its data axes before the first tick
 branch), the kernels read and accumulate the gathered slot as any other,
 and after the last tick the accumulated gradient is reduced with one
 ``psum_scatter`` over the data axes (instead of the ``psum`` of a
-replicated leaf), so it leaves the map as the device's shard.
+replicated leaf), so it leaves the map as the device's shard. That is
+``Layout.fsdp_mode == "per_step"``; per block (ZeRO-3) the slots stay split
+and each tick gathers what its kernels read and reduce-scatters their
+gradients (``passes.fsdp_tick``: hooks in ``_compute``,
+``_compute_interp``, ``_straight``, ``_params`` and ``_accumulate``).
 """
 
 from __future__ import annotations
@@ -74,6 +78,7 @@ from jax.sharding import PartitionSpec as P
 
 from . import flushes as _flushes
 from . import fsdp as _fsdp
+from . import fsdp_tick as _fsdp_tick
 from . import gather as _gather
 from . import kernel_sends as _kernel_sends
 from . import local_writes as _local_writes
@@ -298,7 +303,10 @@ class Lowering:
     by_leaf: dict[int, Any] = {}
     for l in kernel.params:
       where = self.layout.slot_of.get((l, kernel.devices[0]))
-      if where is not None and not self._reads_gathered(kernel, l):
+      v = _fsdp_tick.param(self.layout, kernel, l, pbuf)  # ZeRO-3 per block
+      if v is not None:
+        by_leaf[l] = v
+      elif where is not None and not self._reads_gathered(kernel, l):
         c, j = where
         if any(self.layout.slot_of[(l, d)] != where for d in kernel.devices):
           raise AssertionError("a shared block's leaf sits in different slots")
@@ -364,7 +372,8 @@ class Lowering:
     for leaf, g in by_leaf.items():
       where = self.layout.slot_of.get((leaf, kernel.devices[0]))
       if where is not None:
-        key = ("slot",) + tuple(where)
+        key = (_fsdp_tick.grad_key(self.layout, kernel, leaf) or
+               ("slot",) + tuple(where))
         accs[key] = accs[key] + g.astype(accs[key].dtype)
     for dt in self.layout.dtypes:
       region = self.layout.regions[dt].get(kernel.fwd)
@@ -447,11 +456,18 @@ class Lowering:
           f" could hang)")
     vals = {"pools": tuple(pools), "batch": tuple(batch),
             "index": self._read_index(ctx, tick, 0)}
+    gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
+    pbuf = _fsdp_tick.before_tick(self, ctx, tick, 0, slots, gacc, sacc,
+                                  pbuf)
+    accs = (gacc, tuple(tuple(g) for g in sacc))
     accs, ports = _predicated.run_kernels(
         self, ctx, tick,
         lambda kid, acc, salt: self._run_kernel(ctx, tick, kid, vals, acc,
                                                 pbuf, slots, salt),
         ports, accs, order)
+    gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
+    _fsdp_tick.after_tick(self, ctx, tick, gacc, sacc, pbuf)
+    accs = (gacc, tuple(tuple(g) for g in sacc))
     tacc = self._terminals(ctx, tick, ports, list(tacc), 0)
     return accs, tuple(tacc), tuple(ports)
 
@@ -469,9 +485,12 @@ class Lowering:
     # run; in an interp tick, of all the segment's read ports).
     vals = {"pools": tuple(pools), "batch": tuple(batch),
             "index": self._read_index(ctx, tick, it)}
-    keys = self._acc_keys(tick)
+    pbuf = _fsdp_tick.before_tick(self, ctx, tick, it, slots, gacc, sacc,
+                                  pbuf)
+    keys = _fsdp_tick.tick_keys(self.layout, self.plan.kernels, tick,
+                                self._acc_keys(tick))
     acc_in = tuple(gacc[k[1]] if k[0] == "flat" else
-                   gacc[k] if k[0] == "gathered" else sacc[k[1]][k[2]]
+                   sacc[k[1]][k[2]] if k[0] == "slot" else gacc[k]
                    for k in keys)
     branches = [self._branch(ctx, tick, kid, pbuf, slots, keys)
                 for kid in tick.branches]
@@ -488,10 +507,11 @@ class Lowering:
     for k, v in zip(keys, acc_out):
       if k[0] == "flat":
         gacc[k[1]] = v
-      elif k[0] == "gathered":
-        gacc[k] = v
-      else:
+      elif k[0] == "slot":
         sacc[k[1]][k[2]] = v
+      else:
+        gacc[k] = v
+    _fsdp_tick.after_tick(self, ctx, tick, gacc, sacc, pbuf)
     sacc = tuple(tuple(g) for g in sacc)
     tacc = self._terminals(ctx, tick, out_ports, tacc, it)
     return (gacc, sacc), tuple(tacc), tuple(out_ports)
@@ -539,6 +559,7 @@ class Lowering:
     pools, accs, tacc = state
     pools = list(pools)
     run = list(ticks)
+    pbuf = _fsdp_tick.run_scope(self.layout, pbuf, pools)  # gathers per run
     flushes = _flushes.remote_flushes(self.plan.ticks, run)
     held: dict[int, Sequence[Any]] = {}
     # Only a loop body needs the writes ordered after the reads (its
@@ -560,6 +581,7 @@ class Lowering:
       self._sends(ctx, self.plan.ticks[run[-1]], held[len(run) - 1], pools,
                   it, remote=False, order=order)
       self._flush(ctx, run, flushes[-1], held, pools, it, order)
+    accs = _fsdp_tick.end_run(self, ctx, pbuf, accs)  # pending scatters
     return tuple(pools), accs, tacc
 
   def _flush(self, ctx: _Ctx, run: Sequence[int], positions: Sequence[int],
@@ -687,7 +709,9 @@ class Lowering:
     ctx = _Ctx(lax.axis_index(self.pipe))
     pbuf: dict[Any, Any] = ({_INPLACE: leaves} if leaves is not None else
                             {dt: packed[dt][0] for dt in self.layout.dtypes})
-    slots = self._gather_fsdp(slots)
+    zero3 = _fsdp_tick.per_block(self.layout)
+    if not zero3:
+      slots = self._gather_fsdp(slots)
     for l, shard in zip(self.gathered, shards):
       pbuf[("gathered", l)] = _gather.gather(
           shard, self.layout.shards[l][0], self.layout.gathered[l].owners,
@@ -700,9 +724,11 @@ class Lowering:
       for l in self.gathered:
         g = self.layout.gathered[l]
         gacc[("gathered", l)] = jnp.zeros(g.shape, g.dtype)
-    sacc = (tuple(tuple(_pin(jnp.zeros(c.shape, c.dtype), c.inner_spec)
-                        for _ in range(c.count))
-                  for c in self.layout.classes) if self.train else ())
+    sacc = (tuple((_fsdp_tick.init_accumulator(c, s[0]),) if c.fsdp and zero3
+                  else tuple(_pin(jnp.zeros(c.shape, c.dtype), c.inner_spec)
+                             for _ in range(c.count))
+                  for c, s in zip(self.layout.classes, slots))
+            if self.train else ())
     n = plan.num_microbatches
     tacc = tuple(
         jnp.zeros(((n + 1,) if j in self.per_mb else ()) + tuple(a.shape),
@@ -721,7 +747,7 @@ class Lowering:
     _, (gacc, sacc), tacc = state
     if self.train:
       grads = {dt: gacc[dt][None] for dt in self.layout.dtypes}
-      sgrads = self._slot_grads(sacc)
+      sgrads = self._slot_grads(sacc, zero3)
       hgrads = tuple(_gather.scatter(
           gacc[("gathered", l)], self.layout.shards[l][0],
           self.layout.gathered[l].owners, self.num_devices, self.pipe,
@@ -730,7 +756,7 @@ class Lowering:
                     for j, t in enumerate(tacc))
       if self.data_axes:
         grads = {dt: lax.psum(g, self.data_axes) for dt, g in grads.items()}
-        sgrads = tuple(self._reduce_slot_grads(g, c)
+        sgrads = tuple(g if c.fsdp and zero3 else self._reduce_slot_grads(g, c)
                        for g, c in zip(sgrads, self.layout.classes))
         hgrads = tuple(lax.psum(g, self.data_axes) for g in hgrads)
         terms = tuple(t if j in self.per_mb else lax.psum(t, self.data_axes)
@@ -742,9 +768,15 @@ class Lowering:
   # map one array per slot, not stacked per class (no stack, no slices).
   per_slot_grads = False
 
-  def _slot_grads(self, sacc: Sequence[Sequence[Any]]) -> tuple:
+  def _slot_grads(self, sacc: Sequence[Sequence[Any]], zero3: bool = False
+                  ) -> tuple:
     """Per class, the slot gradient accumulators stacked ``(1, S,
-    *shape)`` (``per_slot_grads``: a tuple of ``(1, *shape)`` per slot)."""
+    *shape)`` (``per_slot_grads``: a tuple of ``(1, *shape)`` per slot;
+    ``zero3``: FSDP classes' shard accumulators, reduced)."""
+    if zero3:
+      return tuple(_fsdp_tick.slot_grads(c, s[0], self.data_axes) if c.fsdp
+                   else _pin(jnp.stack(s)[None], (None, None) + c.inner_spec)
+                   for s, c in zip(sacc, self.layout.classes))
     if self.per_slot_grads:
       return tuple(tuple(_pin(g[None], (None,) + c.inner_spec) for g in s)
                    for s, c in zip(sacc, self.layout.classes))

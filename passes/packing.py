@@ -32,11 +32,15 @@ the slot arrays carry the spec after the pipe axis, so each device holds
 ``1 / parts`` of every such slot (``SlotClass.device_nbytes``).
 
 An *FSDP* leaf is a split leaf whose spec also names data axes (ZeRO-3,
-``SlotClass.fsdp``): each data replica stores its shard; the program gathers
-the slot over the data axes before the first tick into a buffer of the leaf
-over the GSPMD axes only (``SlotClass.gathered_nbytes``), accumulates a
-gradient of that size and reduce-scatters it after the last tick
-(``passes.lower``). Byte counts include the gathered buffer.
+``SlotClass.fsdp``): each data replica stores its shard; per step
+(``Layout.fsdp_mode``) the program gathers the slot over the data axes
+before the first tick into a buffer of the leaf over the GSPMD axes only
+(``SlotClass.gathered_nbytes``), accumulates a gradient of that size and
+reduce-scatters it after the last tick (``passes.lower``); per block it
+gathers at the ticks of the blocks reading it and accumulates shard-sized
+gradients (``passes.fsdp_tick``), holding gathered only the largest block's
+slots (``Layout.fsdp_block_bytes``). Byte counts include the gathered
+buffers.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 
 LAYOUTS = ("auto", "slots", "flat")
+FSDP_MODES = ("per_block", "per_step")
 MAX_EMPTY_SLOTS = 0.25
 # Leaves of at least this many bytes go to slots with up to
 # ``MAX_EMPTY_LARGE`` of their slots empty (one device of two holding a
@@ -185,6 +190,13 @@ class Layout:
     gathered: Sharded leaves read by blocks on a strict subset of the pipe
       axis: leaf -> :class:`Gathered`. Those blocks read the full leaf
       gathered at the start of the step, not a slot or region.
+    fsdp_mode: When FSDP slots are gathered: ``"per_block"`` (at the tick of
+      each kernel reading them, gradients reduce-scattered after it;
+      ``passes.fsdp_tick``) or ``"per_step"`` (once before the first tick,
+      gradients reduce-scattered after the last).
+    fsdp_block_bytes: Per device, the largest forward block's FSDP
+      parameters gathered over the data axes (what ``"per_block"`` holds
+      gathered at a tick, and again as its gradients).
   """
 
   dtypes: tuple[str, ...]
@@ -197,19 +209,34 @@ class Layout:
   shards: Mapping[int, tuple[int, int]] = dataclasses.field(
       default_factory=dict)
   gathered: Mapping[int, Gathered] = dataclasses.field(default_factory=dict)
+  fsdp_mode: str = "per_step"
+  fsdp_block_bytes: tuple[int, ...] = ()
+
+  @property
+  def fsdp_per_block(self) -> bool:
+    """FSDP slots are gathered per block (``fsdp_mode``) and there are
+    some."""
+    return self.fsdp_mode == "per_block" and any(c.fsdp for c in self.classes)
+
+  def fsdp_live_bytes(self, d: int) -> int:
+    """Gathered FSDP bytes live on device ``d`` at once: every gathered
+    slot (per step) or the largest block's (per block)."""
+    if self.fsdp_per_block:
+      return self.fsdp_block_bytes[d] if self.fsdp_block_bytes else 0
+    return sum(c.count * c.gathered_nbytes for c in self.classes)
 
   def bytes_per_device(self) -> tuple[int, ...]:
     """Parameter bytes each device holds (flat used + every slot array, a
-    split leaf's slot at its shard's size, an FSDP slot's shard plus its
-    buffer gathered over the data axes + gathered leaves: the full leaf, a
-    buffer every device of the SPMD program has, plus its shard)."""
-    slots = sum(c.count * (c.device_nbytes + c.gathered_nbytes)
-                for c in self.classes)
+    split leaf's slot at its shard's size, FSDP slots' shards plus their
+    buffers gathered over the data axes (all of them per step; per block,
+    the largest block's) + gathered leaves: the full leaf, a buffer every
+    device of the SPMD program has, plus its shard)."""
+    slots = sum(c.count * c.device_nbytes for c in self.classes)
     gathered = sum(g.nbytes + g.nbytes // self.shards[l][1]
                    for l, g in self.gathered.items())
     return tuple(
-        slots + gathered + sum(self.used[dt][d] * np.dtype(dt).itemsize
-                               for dt in self.dtypes)
+        slots + gathered + self.fsdp_live_bytes(d) +
+        sum(self.used[dt][d] * np.dtype(dt).itemsize for dt in self.dtypes)
         for d in range(self.num_devices))
 
   def fixed_bytes_per_device(self, optimizer_slots: int) -> tuple[int, ...]:
@@ -217,12 +244,17 @@ class Layout:
     parameter-sized optimiser arrays per device: ``(2 + optimizer_slots)``
     times ``bytes_per_device``, except that an FSDP slot holds its shard
     (and the optimiser's slots of the shard) plus the gathered buffer and a
-    gradient accumulator of the gathered size."""
+    gradient accumulator of the gathered size; per block, the shards'
+    accumulators are shard-sized and only the largest block's parameters
+    and gradients are held gathered."""
     k = 2 + int(optimizer_slots)
-    over = sum(c.count * (c.device_nbytes + optimizer_slots *
-                          c.gathered_nbytes)
-               for c in self.classes if c.fsdp)
-    return tuple(k * b - over for b in self.bytes_per_device())
+    shards = sum(c.count * c.device_nbytes for c in self.classes if c.fsdp)
+    # k x (shards + live) counts k shards and k live buffers; FSDP needs
+    # (1 + slots) shards (+ 1 accumulator per block) and 2 live buffers.
+    extra = 1 if self.fsdp_per_block else 0
+    return tuple(k * b - (1 - extra) * shards -
+                 optimizer_slots * self.fsdp_live_bytes(d)
+                 for d, b in enumerate(self.bytes_per_device()))
 
   def useful_bytes_per_device(self) -> tuple[int, ...]:
     """Bytes of leaves each device actually uses."""
@@ -253,7 +285,8 @@ def make_layout(param_avals: Sequence[Any],
                 shards: Mapping[int, tuple[int, int]] | None = None,
                 split: Mapping[int, tuple[tuple[Any, ...], int]] | None = None,
                 gathered: Mapping[int, Sequence[int]] | None = None,
-                data_sizes: Mapping[str, int] | None = None) -> Layout:
+                data_sizes: Mapping[str, int] | None = None,
+                fsdp_mode: str = "per_step") -> Layout:
   """Lays out each forward block's parameters on its devices.
 
   Args:
@@ -272,12 +305,16 @@ def make_layout(param_avals: Sequence[Any],
       ``block_params`` for those blocks).
     data_sizes: Data axes -> devices along them; split leaves whose spec
       names one are FSDP slots (see the module docstring).
+    fsdp_mode: ``"per_block"`` or ``"per_step"`` (``Layout.fsdp_mode``).
 
   Raises:
-    ValueError: for an unknown ``mode`` or a shard that does not divide.
+    ValueError: for an unknown ``mode`` or ``fsdp_mode`` or a shard that does
+      not divide.
   """
   if mode not in LAYOUTS:
     raise ValueError(f"param layout {mode!r}; use one of {LAYOUTS}")
+  if fsdp_mode not in FSDP_MODES:
+    raise ValueError(f"fsdp={fsdp_mode!r}; use one of {FSDP_MODES}")
   shards = dict(shards or {})
   split = dict(split or {})
   full_gathered = {
@@ -367,7 +404,26 @@ def make_layout(param_avals: Sequence[Any],
   return Layout(dtypes=tuple(dtypes), size=size, regions=regions,
                 used={dt: tuple(v) for dt, v in used.items()},
                 classes=tuple(classes), slot_of=slot_of, num_devices=D,
-                shards=shards, gathered=full_gathered)
+                shards=shards, gathered=full_gathered,
+                fsdp_mode=fsdp_mode,
+                fsdp_block_bytes=_fsdp_block_bytes(
+                    classes, slot_of, block_params, block_devices, D))
+
+
+def _fsdp_block_bytes(classes: Sequence[SlotClass],
+                      slot_of: Mapping[tuple[int, int], tuple[int, int]],
+                      block_params: Mapping[int, Sequence[int]],
+                      block_devices: Mapping[int, Sequence[int]],
+                      num_devices: int) -> tuple[int, ...]:
+  """Per device, the largest forward block's FSDP slots gathered over the
+  data axes (``Layout.fsdp_block_bytes``)."""
+  out = [0] * num_devices
+  for i, leaves in block_params.items():
+    for d in block_devices[i]:
+      n = sum(classes[slot_of[(l, d)][0]].gathered_nbytes
+              for l in set(leaves) if (l, d) in slot_of)
+      out[d] = max(out[d], n)
+  return tuple(out)
 
 
 def _slots_pay(used: int, total: int, shape: Sequence[int], dtype: str

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from .fsdp import pin
+from .fsdp_tick import grad_key
 from .stash_order import Order
 
 
@@ -55,7 +56,7 @@ def owned_keys(lowering: Any, kernel: Any) -> tuple[tuple, ...]:
       continue
     where = layout.slot_of.get((l, kernel.devices[0]))
     if where is not None:
-      keys.append(("slot",) + tuple(where))
+      keys.append(grad_key(layout, kernel, l) or ("slot",) + tuple(where))
   for dt in layout.dtypes:
     region = layout.regions[dt].get(kernel.fwd)
     if region is not None and region.leaves:
@@ -66,7 +67,7 @@ def owned_keys(lowering: Any, kernel: Any) -> tuple[tuple, ...]:
 def _pinned(lowering: Any, key: tuple, value: Any) -> Any:
   """A slot accumulator pinned to its GSPMD spec (a loop's carry loses
   the sharding its init had: XLA gathered the weight-shaped gradient)."""
-  if key[0] != "slot":
+  if key[0] in ("flat", "gathered"):
     return value
   return pin(value, lowering.layout.classes[key[1]].inner_spec)
 
@@ -74,18 +75,18 @@ def _pinned(lowering: Any, key: tuple, value: Any) -> Any:
 def _get(gacc: dict, sacc: list, key: tuple) -> Any:
   if key[0] == "flat":
     return gacc[key[1]]
-  if key[0] == "gathered":
-    return gacc[key]
-  return sacc[key[1]][key[2]]
+  if key[0] == "slot":
+    return sacc[key[1]][key[2]]
+  return gacc[key]
 
 
 def _set(gacc: dict, sacc: list, key: tuple, value: Any) -> None:
   if key[0] == "flat":
     gacc[key[1]] = value
-  elif key[0] == "gathered":
-    gacc[key] = value
-  else:
+  elif key[0] == "slot":
     sacc[key[1]][key[2]] = value
+  else:
+    gacc[key] = value
 
 
 def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,

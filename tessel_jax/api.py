@@ -67,7 +67,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              link: Any = None, cache_dir: str | None = None,
              optimizer_slots: int = 0, cut: str | None = None,
              has_aux: bool = False, verbose: bool = False,
-             data_axes: Any = None) -> Any:
+             data_axes: Any = None, fsdp: str = "auto") -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
   Args:
@@ -121,8 +121,8 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       sharded over a data axis (``P("data", None)``, or
       ``P(("data", "model"), None)`` with tensor parallelism) is FSDP
       (ZeRO-3): each data replica stores its shard, the program gathers it
-      once per step before the first tick and reduce-scatters its gradient
-      after the last. None (default): the axes no
+      (once per step, or per block: ``fsdp``) and reduce-scatters its
+      gradient. None (default): the axes no
       parameter sharding names split the batch and the others are left to
       GSPMD, with a warning when the mesh has axes besides ``pipe_axis``.
     solver_time_limit_s: CP-SAT time budget.
@@ -214,6 +214,16 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       with its time (trace, cut, kernels, profile, search, lower, compile).
       They are INFO records of the ``"tessel_jax"`` logger either way, so an
       application logging at INFO shows them without this.
+    fsdp: When FSDP parameters (sharded over a data axis) are gathered:
+      ``"per_block"`` (ZeRO-3): at the ticks of the blocks reading them,
+      outside every branch (reused over a run of ticks moving the same
+      slots), gradients reduce-scattered into shard-sized accumulators, so
+      a device holds its shards and only the running block's gathered
+      weights and gradients; ``"per_step"``: once before the first tick,
+      kept for the step, gradients reduce-scattered after the last tick;
+      ``"auto"`` (default): per block, unless the plan interprets ticks
+      (``interpret_ramps``) of blocks reading FSDP parameters, where every
+      tick would gather (1.7x the step on CPU; BENCHMARKS.md).
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).
@@ -228,7 +238,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
                 cost=cost, time_resolution=time_resolution,
                 reprofile=reprofile, link=link, cache_dir=cache_dir,
                 optimizer_slots=optimizer_slots, cut=cut, has_aux=has_aux,
-                verbose=verbose, data_axes=data_axes)
+                verbose=verbose, data_axes=data_axes, fsdp=fsdp)
   if fn is None:
     return lambda f: ScheduledFunction(f, **kwargs)
   return ScheduledFunction(fn, **kwargs)

@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
-                              marker_blocks)
+from tessel_jax.plans import FrontierFunction, PricedPlan, ProgramFrontier
 
 #: Screened plans built in full before choosing (``FrontierFunction``);
 #: None: every plan is built in full. Screening runs both searches of each
@@ -24,7 +23,8 @@ from tessel_jax.plans import (FrontierFunction, PricedPlan, ProgramFrontier,
 #: every kernel measured and the caller's budget.
 REFINE = 1
 #: Screened plans priced below ``1 + REFINE_MARGIN`` times the fastest full
-#: build are built in full too. README GPT, 4 devices: screened prices
+#: build (a screened price first scaled by ``plans.full_scale``, the median
+#: full / screened price of the plans built both ways) are built in full too. README GPT, 4 devices: screened prices
 #: were 0.97-1.46x the full ones (estimated kernels, 1 s budget); with 0.1
 #: the 6 MiB choice missed mllm pipe2 x dp2 (screened 73.5 ms, full 60.2 ms
 #: against 64.3 ms for the plan chosen).
@@ -74,7 +74,7 @@ def _schedule_options(step: Any) -> dict[str, Any]:
   names = ("solver_time_limit_s", "recompute", "seed", "max_loop_period",
            "param_layout", "interpret_ramps", "param_sharding", "cost",
            "time_resolution", "reprofile", "link", "cache_dir",
-           "optimizer_slots", "cut", "has_aux", "data_axes")
+           "optimizer_slots", "cut", "has_aux", "data_axes", "fsdp")
   return {n: getattr(step, n) for n in names}
 
 
@@ -106,10 +106,10 @@ def auto_build(step: Any, params: Any, batch: Any,
   if best is None:
     raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
   if best.candidate not in ff.steps:
-    # A classic schedule priced by replay: built now (and remembered by the
-    # per-process memo like every priced plan).
-    ff.price(best.candidate, params, batch,
-             marker_blocks(step.fn, params, batch, _schedule_options(step)))
+    # A classic schedule priced by replay, or a frontier read from the disk
+    # cache: built now (and remembered by the per-process memo like every
+    # priced plan).
+    ff.price(best.candidate, params, batch, ff.markers)
   chosen = ff.steps[best.candidate]
   built = chosen.build(params, batch)
   choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),

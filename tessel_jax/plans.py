@@ -23,284 +23,32 @@ process).
 from __future__ import annotations
 
 import collections
-import dataclasses
+import os
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import numpy as np
 
+from tessel_jax import frontier_cache as _frontier_cache
 from tessel_jax import placements as _placements
-from tessel_jax import validate
 from tessel_jax.cost import estimate as _estimate
-from tessel_jax.cost import predict as _predict
-from tessel_jax.graph import PlacementError
-from tessel_jax.search import baselines as _baselines
-from tessel_jax.search import frontier as _frontier
+from tessel_jax.frontier_cache import FrontierCache
+# The pieces, re-exported: tessel_jax.plans stays the one import for users.
+from tessel_jax.frontier_result import (Candidate, PricedPlan,  # noqa: F401
+                                        ProgramFrontier, choose_index,
+                                        pareto, shape_of)
+from tessel_jax.plan_candidates import (base_of, candidates,  # noqa: F401
+                                        frozen, microbatch_counts, submesh,
+                                        widths, with_limit)
+from tessel_jax.plan_pricing import (Pruned, baseline_price,  # noqa: F401
+                                     count_blocks, marker_blocks, replay,
+                                     step_lower_bound, trace_markers)
 
 #: Placements tried by default (every named one; those that do not fit a
 #: pipeline width are skipped with the reason).
 DEFAULT_PLACEMENTS = tuple(_placements.PLACEMENTS)
-
-
-@dataclasses.dataclass(frozen=True)
-class Candidate:
-  """One plan before pricing.
-
-  Attributes:
-    placement: Placement name.
-    pipe: Devices per pipeline.
-    dp: Data-parallel replicas.
-    microbatches: Micro-batches per step in all (``dp`` replicas).
-    plan: None (searched) or a classic baseline's name.
-    memory_limit: Bytes per device the search ran under (None: none).
-  """
-
-  placement: str
-  pipe: int
-  dp: int
-  microbatches: int
-  plan: str | None = None
-  memory_limit: int | None = None
-
-  @property
-  def label(self) -> str:
-    how = self.plan or "searched"
-    limit = ("" if self.memory_limit is None else
-             f"@{_frontier.size_label(self.memory_limit)}")
-    return (f"{self.placement} pipe{self.pipe} dp{self.dp}"
-            f" N{self.microbatches} {how}{limit}")
-
-
-@dataclasses.dataclass(frozen=True)
-class PricedPlan:
-  """A priced plan.
-
-  Attributes:
-    candidate: What was built.
-    step: Predicted step time in ms (measured costs) or the makespan in
-      steps (``cost="uniform"``); see ``unit``.
-    unit: ``"ms"`` or ``"steps"``.
-    peak_bytes_per_device: Per device of the pipe axis (parameters,
-      gradients, optimiser state, peak stash, workspace).
-    source: Who made the schedule (``tessel``, ``tessel-list``, ``1f1b``...).
-    blocks: Forward blocks of the placement.
-    build_seconds: Seconds the pricing took.
-    screened: Priced by the screening build only (the schedule searched on
-      measured spans; a full build also tries the one searched on uniform
-      spans and lowers the faster, so its step is at most this).
-  """
-
-  candidate: Candidate
-  step: float
-  unit: str
-  peak_bytes_per_device: tuple[int, ...]
-  source: str
-  blocks: int
-  build_seconds: float
-  screened: bool = False
-
-  @property
-  def peak_bytes(self) -> int:
-    return max(self.peak_bytes_per_device)
-
-  @property
-  def label(self) -> str:
-    return self.candidate.label
-
-  def to_dict(self) -> dict[str, Any]:
-    out = dataclasses.asdict(self)
-    out["label"] = self.label
-    out["peak_bytes"] = self.peak_bytes
-    return out
-
-
-@dataclasses.dataclass(frozen=True)
-class ProgramFrontier:
-  """Every priced plan of a program and its Pareto set.
-
-  Attributes:
-    fn_name: The program.
-    plans: Every priced plan.
-    pareto: Indices of the plans no other beats in both step and peak.
-    skipped: ``(what, why)`` of candidates that gave no plan.
-    seconds: Wall seconds of the pricing.
-  """
-
-  fn_name: str
-  plans: tuple[PricedPlan, ...]
-  pareto: tuple[int, ...]
-  skipped: tuple[tuple[str, str], ...] = ()
-  seconds: float = 0.0
-
-  def choose(self, memory_limit: int | None = None) -> PricedPlan | None:
-    """The fastest plan whose peak fits ``memory_limit`` bytes per device
-    (ties: the smaller peak, then the earlier plan); None if none fits."""
-    i = _choose_index(self.plans, memory_limit)
-    return None if i is None else self.plans[i]
-
-  def runner_up(self, memory_limit: int | None = None) -> PricedPlan | None:
-    """The next fastest fitting plan of another placement, width or N."""
-    best = self.choose(memory_limit)
-    if best is None:
-      return None
-    key = _shape(best.candidate)
-    rest = [p for p in self.plans if _shape(p.candidate) != key]
-    i = _choose_index(rest, memory_limit)
-    return None if i is None else rest[i]
-
-  def smallest_peak(self) -> PricedPlan | None:
-    return min(self.plans, key=lambda p: (p.peak_bytes, p.step),
-               default=None)
-
-  def plot(self, path: str, memory_limit: int | None = None) -> str:
-    """Step against peak memory, the Pareto set joined and the plan chosen
-    for ``memory_limit`` circled (as ``experiments.frontier_plot`` draws a
-    sweep); returns ``path``."""
-    from tessel_jax import plot as _plot  # pylint: disable=import-outside-toplevel
-    return _plot.frontier_scatter(
-        [(p.peak_bytes, p.step, p.candidate.placement,
-          p.candidate.plan is not None) for p in self.plans],
-        self.pareto, path, title=f"plans of {self.fn_name!r}",
-        step_unit=self.plans[0].unit if self.plans else "ms",
-        chosen=_choose_index(self.plans, memory_limit),
-        memory_limit=memory_limit)
-
-  def to_dict(self) -> dict[str, Any]:
-    return {"fn": self.fn_name, "plans": [p.to_dict() for p in self.plans],
-            "pareto": list(self.pareto), "skipped": [list(s) for s in
-                                                     self.skipped],
-            "seconds": round(self.seconds, 3)}
-
-  def __str__(self) -> str:
-    lines = [f"{len(self.plans)} plans of {self.fn_name!r}"
-             f" ({self.seconds:.1f} s; * = Pareto set)"]
-    for j in sorted(range(len(self.plans)), key=lambda k: self.plans[k].step):
-      q = self.plans[j]
-      mark = "*" if j in self.pareto else " "
-      lines.append(f" {mark} {q.label:<40} step {q.step:10.3f} {q.unit}"
-                   f"  peak {q.peak_bytes / 2**20:9.3f} MiB  ({q.source})")
-    return "\n".join(lines)
-
-
-def _shape(c: Candidate) -> tuple[str, int, int, int]:
-  return (c.placement, c.pipe, c.dp, c.microbatches)
-
-
-def _choose_index(plans: Sequence[PricedPlan],
-                  memory_limit: int | None) -> int | None:
-  fits = [i for i, p in enumerate(plans)
-          if memory_limit is None or p.peak_bytes <= memory_limit]
-  if not fits:
-    return None
-  return min(fits, key=lambda i: (plans[i].step, plans[i].peak_bytes, i))
-
-
-def pareto(plans: Sequence[PricedPlan]) -> tuple[int, ...]:
-  """Indices of the Pareto set of ``plans`` (step, peak bytes)."""
-  return _frontier.pareto_indices([(p.step, p.peak_bytes) for p in plans])
-
-
-# --- enumeration ---------------------------------------------------------------
-
-
-def widths(mesh: Any, pipe_axis: str) -> list[tuple[int, int]]:
-  """``(pipe, dp)`` pairs: the mesh's own when it has data axes, else every
-  factorisation of the 1-D pipe axis with at least 2 devices per pipeline
-  (a single device is no pipeline)."""
-  shape = dict(mesh.shape)
-  d = int(shape[pipe_axis])
-  if len(shape) > 1:
-    return [(d, int(np.prod([v for k, v in shape.items() if k != pipe_axis])))]
-  return [(p, d // p) for p in range(d, 1, -1) if d % p == 0]
-
-
-def submesh(mesh: Any, pipe: int, dp: int, pipe_axis: str) -> Any:
-  """The mesh of a ``pipe x dp`` plan on ``mesh``'s devices."""
-  if dp == 1 and len(mesh.axis_names) == 1:
-    return mesh
-  if len(mesh.axis_names) > 1:
-    return mesh
-  devs = np.asarray(mesh.devices).reshape(dp, pipe)
-  return jax.sharding.Mesh(devs, ("data", pipe_axis))
-
-
-def microbatch_counts(rows: int, pipe: int, dp: int,
-                      given: Sequence[int] | None) -> list[int]:
-  """``N`` candidates: the given ones that fit, else every divisor of the
-  batch rows with ``pipe <= N / dp <= 4 pipe`` (enough micro-batches to fill
-  the pipeline, few enough to keep micro-batches large)."""
-  if given is not None:
-    return [n for n in given if rows % n == 0 and n % dp == 0]
-  return [n for n in range(dp, rows + 1, dp)
-          if rows % n == 0 and pipe <= n // dp <= 4 * pipe]
-
-
-def frozen(graph: Any) -> bool:
-  """Whether a training placement has forward blocks without a backward."""
-  owners = set(_placements.backward_of(graph).values())
-  return any(b.kind == "F" and b.id not in owners for b in graph.blocks)
-
-
-def candidates(mesh: Any, pipe_axis: str, rows: int, mode: str,
-               names: Sequence[str], microbatches: Sequence[int] | None,
-               with_baselines: bool,
-               skip: Callable[[str, str], None]) -> list[Candidate]:
-  """Every candidate plan on ``mesh`` (placements that do not fit a width
-  are reported to ``skip``)."""
-  out = []
-  for pipe, dp in widths(mesh, pipe_axis):
-    counts = microbatch_counts(rows, pipe, dp, microbatches)
-    if not counts:
-      skip(f"pipe{pipe} dp{dp}", f"no micro-batch count divides the"
-           f" {rows} batch rows over {dp} replicas")
-      continue
-    for name in names:
-      try:
-        graph = _placements.get(name, pipe, mode=mode)
-      except PlacementError as err:
-        skip(f"{name} pipe{pipe}", str(err))
-        continue
-      if mode == "train" and frozen(graph):
-        skip(f"{name} pipe{pipe}", "it freezes forward blocks (no backward),"
-             " so its gradients would differ from jax.value_and_grad")
-        continue
-      plans = [None] + (_baselines.for_placement(graph)
-                        if with_baselines and mode == "train" else [])
-      for n in counts:
-        out.extend(Candidate(name, pipe, dp, n, plan) for plan in plans)
-  return out
-
-
-# --- pricing -----------------------------------------------------------------
-
-
-class Pruned(Exception):
-  """A plan whose lower bound cannot beat the fastest plan priced so far."""
-
-
-def step_lower_bound(costs: Any, n_local: int) -> float:
-  """Seconds below which no schedule of a measured search graph can run.
-
-  Every device runs its blocks one after the other (``n_local`` of each),
-  at most one core each; on the CPU backend the pipeline's devices also
-  share ``costs.shared_cores`` cores. So the step is at least
-  ``n_local * max(busiest device's block seconds, all block core-seconds /
-  shared cores)`` (``predict.predict_shared`` / ``predict.predict`` add
-  waits, ticks and transfers on top).
-  """
-  graph = costs.graph
-  per = costs.work if costs.work is not None else dict(
-      costs.quantized.seconds)
-  load = [0.0] * graph.num_devices
-  for b in graph.blocks:
-    for d in b.devices:
-      load[d] += float(per.get(b.id, 0.0))
-  bound = max(load, default=0.0)
-  if costs.shared_cores:
-    bound = max(bound, sum(load) / costs.shared_cores)
-  return n_local * bound
 
 
 #: Priced plans of this process: ``(program key, candidate, screened)`` ->
@@ -311,6 +59,17 @@ def step_lower_bound(costs: Any, n_local: int) -> float:
 _MEMO: collections.OrderedDict[Any, tuple[PricedPlan, Any]] = (
     collections.OrderedDict())
 MEMO_SIZE = 512
+
+
+def full_scale(pairs: Sequence[tuple[float, float]]) -> float:
+  """Median full / screened price over plans priced both ways (1 with
+  none). Screened prices and full ones are on different scales: a full
+  build with ``cost="calibrated"`` also times a stand-in of the program,
+  which screening skips (README GPT, 4 devices, at load 14: vshape pipe2 x
+  dp2 screened at 114.9 ms, 45.7 ms in full), so a screened price is
+  compared with full ones only after this factor."""
+  ratios = [f / s for s, f in pairs if s > 0 and f > 0]
+  return statistics.median(ratios) if ratios else 1.0
 
 
 def clear_memo() -> None:
@@ -357,8 +116,9 @@ class FrontierFunction:
                refine: int | None = None, prune: bool = False,
                screen_time_limit_s: float | None = None,
                screen_estimate: bool = False, refine_margin: float = 0.0,
-               **schedule_kw: Any):
+               disk_cache: bool = True, **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
+    self.disk_cache = disk_cache
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
     self.microbatches = (None if microbatches is None else
                          tuple(int(n) for n in microbatches))
@@ -374,16 +134,33 @@ class FrontierFunction:
     self.costs: Any = None  # the CostModel shared by every candidate
     self.steps: dict[Candidate, Any] = {}  # priced ScheduledFunctions
     self.memo_hits = 0
+    self.disk_hits = 0  # frontiers read back from the disk cache
+    self.markers: int | None = None  # blocks of fn's markers (last call)
     self.pruned = 0  # plans not searched: lower bound >= best so far
     self._best_ms: float | None = None
     self._key: Any = None
 
   def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
     t0 = time.perf_counter()
+    traced = trace_markers(self.fn, params, batch, self.schedule_kw)
+    markers = self.markers = count_blocks(traced)
+    self._key = self.program_key(params, batch)
+    disk = self._disk_key(traced, params, batch)
+    if disk is not None:
+      stored = disk[0].load(disk[1])
+      if stored is not None:
+        self.disk_hits += 1
+        return stored
+    fr = self._price_frontier(params, batch, markers, t0)
+    if disk is not None:
+      disk[0].store(disk[1], fr)
+    return fr
+
+  def _price_frontier(self, params: Any, batch: Any, markers: int | None,
+                      t0: float) -> ProgramFrontier:
+    """Prices every candidate (screened, then refined, when asked)."""
     skipped: list[tuple[str, str]] = []
     rows = int(jax.tree_util.tree_leaves(batch)[0].shape[0])
-    markers = marker_blocks(self.fn, params, batch, self.schedule_kw)
-    self._key = self.program_key(params, batch)
     todo = candidates(self.mesh, self.pipe_axis, rows, self.mode, self.names,
                       self.microbatches, self.baselines,
                       lambda w, y: skipped.append((w, y)))
@@ -394,6 +171,29 @@ class FrontierFunction:
     return ProgramFrontier(fn_name=name, plans=tuple(priced),
                            pareto=pareto(priced), skipped=tuple(skipped),
                            seconds=time.perf_counter() - t0)
+
+  def _disk_key(self, traced: Any, params: Any, batch: Any
+                ) -> tuple[FrontierCache, str] | None:
+    """``(cache, key)`` of this frontier on disk; None when it is not
+    cached there (``disk_cache=False``, ``reprofile=True``, uniform costs,
+    or the program did not trace)."""
+    cost = self.schedule_kw.get("cost") or os.environ.get(
+        _frontier_cache.COST_ENV, "measured")
+    if (not self.disk_cache or traced is None or cost == "uniform" or
+        self.schedule_kw.get("reprofile")):
+      return None
+    options = {k: v for k, v in self.schedule_kw.items() if k != "cache_dir"}
+    options.update(
+        placements=self.names, microbatches=self.microbatches,
+        memory_limit=self.memory_limit, baselines=self.baselines,
+        pipe_axis=self.pipe_axis, mode=self.mode, refine=self.refine,
+        prune=self.prune, screen_time_limit_s=self.screen_time_limit_s,
+        screen_estimate=self.screen_estimate,
+        refine_margin=self.refine_margin)
+    key = _frontier_cache.frontier_key(
+        _frontier_cache.program_digest(traced), params, batch, self.mesh,
+        options)
+    return FrontierCache(self.schedule_kw.get("cache_dir")), key
 
   def program_key(self, params: Any, batch: Any) -> Any:
     """What decides every price: the function, input shapes, mesh and
@@ -424,11 +224,11 @@ class FrontierFunction:
       # a good plan priced early prunes more of the rest.
       todo = sorted(todo, key=lambda c: c.pipe)
     for cand in todo:
-      for c in _with_limit(cand, self.memory_limit):
-        why = failed.get(_shape(c))
+      for c in with_limit(cand, self.memory_limit):
+        why = failed.get(shape_of(c))
         if why is None:
           try:
-            base = searched.get(_shape(c))
+            base = searched.get(shape_of(c))
             if c.plan is not None and base is not None:
               priced.append(self.price_baseline(c, base))
               self._note_best(priced[-1])
@@ -436,14 +236,14 @@ class FrontierFunction:
             priced.append(self.price(c, params, batch, markers, screen))
             self._note_best(priced[-1])
             if c.plan is None and c.memory_limit is None:
-              searched[_shape(c)] = priced[-1]
+              searched[shape_of(c)] = priced[-1]
             continue
           except Exception as err:  # pylint: disable=broad-except
             # One plan that cannot be built (the program does not fit the
             # placement, or the planner refuses it) is skipped, not fatal.
             why = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
             if c.plan is None and c.memory_limit is None:
-              failed[_shape(c)] = why  # the program does not fit the shape
+              failed[shape_of(c)] = why  # the program does not fit the shape
         skipped.append((c.label, why))
     return priced
 
@@ -468,48 +268,58 @@ class FrontierFunction:
               skipped: list[tuple[str, str]] | None = None) -> None:
     """Builds in full (in place) the ``refine`` fastest fitting screened
     plans, then the fastest fitting plan until it is a full build, and
-    every fitting screened plan within ``refine_margin`` of the fastest
-    fitting full build. A plan
-    whose full build is pruned by its lower bound (it cannot beat a plan
-    built in full) is dropped with its classic baselines."""
+    every fitting screened plan priced within ``refine_margin`` of the
+    fastest fitting full build, its screened price first put on the full
+    builds' scale (:func:`full_scale`). A plan whose full build is pruned
+    by its lower bound (it cannot beat a plan built in full) is dropped
+    with its classic baselines."""
     tried: set[Candidate] = set()
-    done = 0
+    pairs: list[tuple[float, float]] = []   # (screened, full) of one plan
     while True:
-      fits = sorted((i for i, p in enumerate(priced)
-                     if self.memory_limit is None or
-                     p.peak_bytes <= self.memory_limit),
-                    key=lambda i: (priced[i].step, priced[i].peak_bytes, i))
-      want = [i for i in fits if priced[i].screened and
-              _base(priced[i].candidate) not in tried]
-      done_full = [i for i in fits if not priced[i].screened]
-      if done < self.refine and want:
-        i = want[0]
-      elif fits and fits[0] in want:
-        i = fits[0]
-      elif want and done_full and priced[want[0]].step < (
-          1 + self.refine_margin) * priced[done_full[0]].step:
-        i = want[0]
-      else:
+      i = self._next_refine(priced, tried, full_scale(pairs))
+      if i is None:
         return
-      base = _base(priced[i].candidate)
+      base = base_of(priced[i].candidate)
       tried.add(base)
-      done += 1
+      screened = next((q.step for q in priced if q.candidate == base), None)
       try:
         full = self.price(base, params, batch, markers, screen=False)
       except Pruned as err:
-        gone = [q for q in priced if _base(q.candidate) == base]
-        priced[:] = [q for q in priced if _base(q.candidate) != base]
+        gone = [q for q in priced if base_of(q.candidate) == base]
+        priced[:] = [q for q in priced if base_of(q.candidate) != base]
         if skipped is not None:
           skipped.extend((q.label, f"Pruned: {err}") for q in gone)
         continue
       except Exception:  # pylint: disable=broad-except
         continue  # the screened price stands
+      if screened is not None and full.unit == "ms":
+        pairs.append((screened, full.step))
       self._note_best(full)  # prunes the refines that cannot beat it
       for j, q in enumerate(priced):
-        if _base(q.candidate) != base:
+        if base_of(q.candidate) != base:
           continue
         priced[j] = (full if q.candidate == base else
                      self.price_baseline(q.candidate, full))
+
+  def _next_refine(self, priced: Sequence[PricedPlan], tried: set[Candidate],
+                   scale: float) -> int | None:
+    """Index of the next plan :meth:`_refine` builds in full (None: done)."""
+    fits = sorted((i for i, p in enumerate(priced)
+                   if self.memory_limit is None or
+                   p.peak_bytes <= self.memory_limit),
+                  key=lambda i: (priced[i].step, priced[i].peak_bytes, i))
+    want = [i for i in fits if priced[i].screened and
+            base_of(priced[i].candidate) not in tried]
+    done_full = [i for i in fits if not priced[i].screened]
+    if want and len(tried) < self.refine:
+      return want[0]
+    if fits and fits[0] in want:
+      return fits[0]   # the fastest fitting plan is always a full build
+    if not want or not done_full:
+      return None
+    i = min(want, key=lambda k: priced[k].step)
+    limit = (1 + self.refine_margin) * priced[done_full[0]].step
+    return i if priced[i].step * scale < limit else None
 
   def step_for(self, c: Candidate, markers: int | None = None,
                screen: bool = False) -> Any:
@@ -628,73 +438,8 @@ class FrontierFunction:
 
   def price_baseline(self, c: Candidate, base: PricedPlan) -> PricedPlan:
     """A classic schedule priced on the searched plan ``base`` of the same
-    placement, width and N (same kernels, measurements and memory unit):
-    its order is replayed with the measured block times and delays, and
-    the step scales ``base``'s full prediction (lowering overheads
-    included) by the ratio of the two replays; its peak is ``base``'s with
-    the stash swapped."""
-    t0 = time.perf_counter()
-    built = self.steps[base.candidate].built
-    run = _baselines.run(c.plan, built.graph, c.microbatches // c.dp)
-    validate.assert_valid(run)
-    unit = built.memory_unit
-    peaks = tuple(int(p - a * unit + b * unit) for p, a, b in zip(
-        base.peak_bytes_per_device, built.unrolled.peak_memory,
-        run.peak_memory))
-    if base.unit == "steps":
-      step = float(run.makespan)
-    else:
-      step = base.step * _replay(built, run) / _replay(built, built.unrolled)
-    return dataclasses.replace(base, candidate=c, step=step,
-                               peak_bytes_per_device=peaks, source=run.source,
-                               build_seconds=time.perf_counter() - t0)
-
-
-def _replay(built: Any, run: Any) -> float:
-  """Seconds of ``run`` replayed with the build's measured block times."""
-  rep = built.report
-  ids = {b.label: b.id for b in built.graph.blocks}
-  seconds = {ids[l]: ms / 1e3 for l, ms in rep.block_ms.items() if l in ids}
-  delays = {}
-  for key, ms in rep.edge_delay_ms.items():
-    src, dst = key.split("->")
-    delays[(ids[src], ids[dst])] = ms / 1e3
-  return max(_predict.makespan_seconds(run, seconds, delays), 1e-12)
-
-
-def _base(c: Candidate) -> Candidate:
-  """The searched plan a baseline is priced on (``c`` itself if searched)."""
-  if c.plan is None:
-    return c
-  return dataclasses.replace(c, plan=None, memory_limit=None)
-
-
-def _with_limit(c: Candidate, limit: int | None) -> list[Candidate]:
-  """A searched candidate is priced with no limit and, when a limit is
-  given, under it too (it may then keep less in flight)."""
-  if c.plan is not None or limit is None:
-    return [c]
-  return [c, dataclasses.replace(c, memory_limit=int(limit))]
-
-
-def marker_blocks(fn: Callable[..., Any], params: Any, batch: Any,
-                   kw: dict[str, Any]) -> int | None:
-  """Blocks the ``tj.boundary`` markers of ``fn`` make (None: no marker)."""
-  from tessel_jax.passes import partition as _partition  # pylint: disable=import-outside-toplevel
-  leaves = jax.tree_util.tree_leaves(batch)
-  rows = int(leaves[0].shape[0])
-  one = jax.tree_util.tree_map(
-      lambda x: jax.ShapeDtypeStruct((1,) + tuple(x.shape[1:]), x.dtype)
-      if rows else x, batch)
-  p_avals = jax.tree_util.tree_map(
-      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
-  name = getattr(fn, "__name__", "fn")
-  try:
-    traced = _partition.trace(fn, name, p_avals, one,
-                              has_aux=bool(kw.get("has_aux", False)))
-  except Exception:  # pylint: disable=broad-except
-    return None  # the builds will report the problem
-  return traced.num_blocks if traced.num_blocks > 1 else None
+    placement, width and N (``plan_pricing.baseline_price``)."""
+    return baseline_price(self.steps[base.candidate].built, c, base)
 
 
 def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
@@ -741,3 +486,13 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
                             refine_margin=refine_margin, **schedule_kw)
   return make if fn is None else make(fn)
 
+
+
+__all__ = [
+    "Candidate", "DEFAULT_PLACEMENTS", "FrontierFunction", "PricedPlan",
+    "ProgramFrontier", "Pruned", "base_of", "baseline_price", "candidates",
+    "choose_index", "clear_memo", "frontier", "frozen", "full_scale",
+    "marker_blocks",
+    "microbatch_counts", "pareto", "replay", "shape_of", "step_lower_bound",
+    "submesh", "widths", "with_limit",
+]

@@ -23,7 +23,7 @@ import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from tessel_jax import checks
+from tessel_jax import checks, simulate
 from tessel_jax.graph import BlockGraph
 
 
@@ -174,7 +174,9 @@ class Schedule:
     SPLIT_MICROBATCHES`` it is also never longer than ``unroll(a)``
     followed by ``unroll(N - a)`` (compacted): where that is strictly
     shorter it is returned, with ``period`` None and ``source`` ending in
-    ``-split``. Results are memoised per ``N``.
+    ``-split`` (the splits are not tried when the unrolling already
+    reaches ``simulate.lower_bound_makespan_shared``: none can be
+    shorter). Results are memoised per ``N``.
 
     Raises:
       ScheduleError: if ``num_microbatches`` is not an integer >= 1 or is
@@ -185,7 +187,8 @@ class Schedule:
                             where="Schedule.unroll", error=ScheduleError)
     if n not in self._unrolled:
       best = self._unroll_once(n)
-      if n <= SPLIT_MICROBATCHES:
+      if n <= SPLIT_MICROBATCHES and best.makespan > (
+          simulate.lower_bound_makespan_shared(self.graph, n)):
         best = min([best] + [concatenate(self.unroll(a), self.unroll(n - a))
                              for a in range(1, n // 2 + 1)],
                    key=lambda u: u.makespan)

@@ -61,9 +61,11 @@ class ScheduledFunction:
                reprofile: bool = False, link: Any = None,
                cache_dir: str | None = None, optimizer_slots: int = 0,
                cut: str | None = None, has_aux: bool = False,
-               verbose: bool = False, data_axes: Any = None):
+               verbose: bool = False, data_axes: Any = None,
+               fsdp: str = "auto"):
     self.fn = fn
     self.data_axes = data_axes
+    self.fsdp = fsdp
     self.auto = isinstance(placement, str) and placement == "auto"
     self.choice: Any = None  # tessel_jax.plans.AutoChoice of the last build
     self.has_aux = has_aux

@@ -30,12 +30,14 @@ from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import forward_reach
 
 try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import fsdp_tick as _fsdp_tick  # type: ignore
   from tessel_jax.passes import kernels as _kernels  # type: ignore
   from tessel_jax.passes import lower as _lower  # type: ignore
   from tessel_jax.passes import packing as _packing  # type: ignore
   from tessel_jax.passes import plan as _plan  # type: ignore
   from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
 except ImportError:  # run from the repository root
+  from passes import fsdp_tick as _fsdp_tick  # type: ignore
   from passes import kernels as _kernels  # type: ignore
   from passes import lower as _lower  # type: ignore
   from passes import packing as _packing  # type: ignore
@@ -79,28 +81,32 @@ def build(step: Any, params: Any, batch: Any,
     _shared_aux.check(part, ks, local_parts)
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
                                 layout, shards)
-  # With cost="calibrated", predictions calibrate the tick model on each
-  # plan's own program (not in a screening build, tessel_jax.plans: it
-  # compiles the stand-in, one more compile per candidate plan).
+  # Measured predictions may time a plan's program (not in a screening
+  # build, tessel_jax.plans): "calibrated" each plan's stand-in, "measured"
+  # the first plan on a machine for its per-port cost (cost.ports).
   screened = (getattr(step, "screening", False) or
               getattr(step, "cheap_screening", False))
   calibrate = (costs is not None and not screened and
-               step._costs.calibrated)  # pylint: disable=protected-access
+               step._costs.measured)  # pylint: disable=protected-access
   step._costs.time_program = (  # pylint: disable=protected-access
       _calibrate.program_timer(
           functools.partial(_program_of, step, part, layout, data_axes,
                             train, n_total, traced), params, batch)
       if calibrate else None)
-  plan, chosen, other_ms, picked = _choose_plan(
-      step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
-      clock)
-  if picked is not None:
-    sgraph, schedule, unrolled = picked
-  lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
-                                    train, n_total, traced)
-  report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                   other_ms)
-  step._costs.time_program = None  # pylint: disable=protected-access
+  try:
+    plan, chosen, other_ms, picked = _choose_plan(
+        step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
+        clock)
+    if picked is not None:
+      sgraph, schedule, unrolled = picked
+    layout = _fsdp_tick.resolve(step.fsdp, layout, plan)  # fsdp="auto"
+    lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
+                                      train, n_total, traced)
+    report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
+                     other_ms)
+  finally:
+    # The timer holds the traced program: never keep it past this build.
+    step._costs.time_program = None  # pylint: disable=protected-access
   clock.lap("lower", f"plan {plan.loop_summary()}")
   clock.total("built (compiles at the first call)")
   return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
@@ -249,7 +255,8 @@ def _layout(step: Any, ks: Any, traced: Any, shards: Mapping[int, int],
       {i: ks.kernels[ks.forward_ids[i]].devices for i in ks.forward_ids},
       num_devices, mode=step.param_layout,
       shards={l: (ax, num_devices) for l, ax in shards.items()},
-      split=split, gathered=gathered, data_sizes=data_sizes)
+      split=split, gathered=gathered, data_sizes=data_sizes,
+      fsdp_mode="per_block" if step.fsdp == "per_block" else "per_step")
 
 
 def _search_graph(step: Any, graph: BlockGraph, ks: Any, traced: Any,

@@ -46,6 +46,11 @@ def check_options(step: Any) -> None:
                f" any tj.boundary), 'markers' (cut at the"
                f" tj.boundary calls) or None (markers when there are"
                f" any, else auto)")
+  if step.fsdp not in ("auto", "per_block", "per_step"):
+    raise fail(f"fsdp={step.fsdp!r}; use 'per_block' (FSDP parameters"
+               f" gathered at each block's tick, ZeRO-3), 'per_step'"
+               f" (gathered once per step) or 'auto' (per block unless the"
+               f" plan interprets ticks of FSDP blocks)")
 
 
 def check_numbers(step: Any) -> None:

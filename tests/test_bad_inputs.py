@@ -22,7 +22,7 @@ from tessel_jax import checks, make_graph, placements
 from tessel_jax.cost import cache as cost_cache
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.schedule import ScheduleError
-from tessel_jax.search import repetend, search_repetend
+from tessel_jax.search import prober, search_repetend
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,7 +36,7 @@ def no_solver(monkeypatch):
 
   monkeypatch.setattr(cp_model.CpSolver, "Solve", trap)
   monkeypatch.setattr(cp_model.CpSolver, "solve", trap, raising=False)
-  monkeypatch.setattr(repetend, "solve_modulo", trap)
+  monkeypatch.setattr(prober, "solve_modulo", trap)
 
 
 def test_checks_accept_integers_and_whole_floats_only():

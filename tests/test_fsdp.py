@@ -1,9 +1,10 @@
 """FSDP (ZeRO-3) within a stage: parameters sharded over the data axes.
 
 Megatron MLP layers pipelined over ``pipe`` with weights split over
-``data`` (and ``model``): each data replica stores its shard, the program
-gathers it once before the first tick and reduce-scatters its gradient after
-the last. Checked: loss and gradients equal ``jax.value_and_grad``, the
+``data`` (and ``model``): each data replica stores its shard, with
+``fsdp="per_step"`` the program gathers it once before the first tick and
+reduce-scatters its gradient after the last (per block:
+``test_fsdp_per_block.py``). Checked: loss and gradients equal ``jax.value_and_grad``, the
 gradients carry the parameters' shardings, the HLO reduce-scatters the FSDP
 gradients over the data axes and neither all-reduces them nor gathers them
 over ``model``, and the layout counts shard plus gathered buffer.
@@ -25,7 +26,6 @@ import tessel_jax as tj
 from test_lowering_models import max_rel_err, reference, reference_infer
 from test_tensor_parallel import (H, LAYERS, TOL, _batch, _mesh, _mlp,
                                   _mlp_params, _put, _spec_of, mlp_model)
-from test_tensor_parallel import _run as _run_model
 
 F = 64
 DATA_ONLY = {"up": P("data", None), "down": P(None, "data"), "b": P("data")}
@@ -59,8 +59,16 @@ def _run(mesh_shape: dict[str, int], layer: dict[str, Any],
   checks it against ``jax.value_and_grad`` and the gradients' shardings;
   returns the step, the compiled HLO text and the gradients."""
   params, _, fn = mlp_model()
-  step, text, grads = _run_model(lambda: (params, _specs(layer), fn), False,
-                                 mesh_shape, data_axes, n)
+  mesh = _mesh(mesh_shape)
+  sharded = _put(params, _specs(layer), mesh)
+  batch = _batch(4 * n, False)
+  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
+      2, mode="train"), num_microbatches=n, plan="1f1b", data_axes=data_axes,
+                     fsdp="per_step")
+  compiled = step.lower(sharded, batch).compile()
+  loss, grads = compiled(sharded, batch)
+  assert max_rel_err((loss, grads), reference(fn, params, batch, n)) <= TOL
+  text = compiled.as_text()
   flat_specs = jax.tree_util.tree_leaves(
       _specs(layer), is_leaf=lambda x: isinstance(x, P))
   for g, s in zip(jax.tree_util.tree_leaves(grads), flat_specs):
@@ -159,7 +167,8 @@ def test_fixed_bytes_count_shard_and_gathered_buffers() -> None:
   for name, specs in (("fsdp", _specs(DATA_ONLY)), ("replicated", None)):
     step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
         2, mode="train"), num_microbatches=2, plan="1f1b",
-                       data_axes=("data",), param_sharding=specs)
+                       data_axes=("data",), param_sharding=specs,
+                       fsdp="per_step")
     built[name] = step.build(params, batch).layout
   layer = (2 * H * F + H) * 4
   assert max(built["replicated"].fixed_bytes_per_device(2)) == 4 * layer

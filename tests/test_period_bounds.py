@@ -11,9 +11,11 @@ from tessel_jax import placements, validate
 from tessel_jax.graph import Block, BlockGraph, Edge
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search import search_repetend
-from tessel_jax.search.modulo_model import normalise, solve_modulo
-from tessel_jax.search.repetend import (_least_area, memory_period_bound,
-                                        period_lower_bound, period_upper_bound)
+from tessel_jax.search.modulo_model import solve_modulo
+from tessel_jax.search.modulo_solution import normalise
+from tessel_jax.search.period_bounds import (_least_area, memory_period_bound,
+                                             period_lower_bound,
+                                             period_upper_bound)
 from tessel_jax.search.window_bound import window_period_bound
 
 from test_search import random_placements

@@ -144,3 +144,32 @@ def test_refine_builds_the_fastest_screened_plans_in_full(monkeypatch):
   assert built == [("a", False)]
   assert [p.step for p in priced] == [5.0, 6.0, 12.0, 2.0]
   assert not priced[0].screened and priced[2].screened
+
+
+def test_refine_margin_compares_screened_prices_on_the_full_scale(
+    monkeypatch):
+  """Full builds (cost="calibrated": stand-in timed) price 2.5x below the
+  screened ones here; a screened plan is compared with the fastest full
+  build only after that factor, so "b" is built in full and wins (before:
+  12 >= 1.25 x 4, never built)."""
+  full = {"a": 4.0, "b": 3.5}
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1,
+                          refine_margin=0.25)
+  built = []
+
+  def price(self, c, params, batch, markers=None, screen=False):
+    built.append(c.placement)
+    return P.PricedPlan(candidate=c, step=full[c.placement], unit="ms",
+                        peak_bytes_per_device=(50,), source="tessel",
+                        blocks=2, build_seconds=0.0)
+  monkeypatch.setattr(P.FrontierFunction, "price", price)
+  priced = [P.PricedPlan(candidate=P.Candidate(n, 2, 1, 4), step=s,
+                         unit="ms", peak_bytes_per_device=(50,),
+                         source="tessel", blocks=2, build_seconds=0.0,
+                         screened=True)
+            for n, s in (("a", 10.0), ("b", 12.0), ("c", 40.0))]
+  ff._refine(priced, None, None, None)
+  assert built == ["a", "b"]
+  assert [p.step for p in priced] == [4.0, 3.5, 40.0]
+  assert P.full_scale([(10.0, 4.0)]) == pytest.approx(0.4)
+  assert P.full_scale([]) == 1.0

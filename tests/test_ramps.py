@@ -120,24 +120,24 @@ def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
   composes the repetend of its first probe from scratch, and keeps the
   shorter unrolling (here the start's is made longer: its ramps are left
   uncompacted)."""
-  from tessel_jax.search import modulo_model, repetend
+  from tessel_jax.search import budget, compose, cpsat
   # No wall-clock cut-offs: on a loaded machine they would change the
   # result (the budgets are deterministic).
-  monkeypatch.setattr(modulo_model, "_WALL_PER_DETERMINISTIC_S", 1e4)
-  budget_init = repetend._Budget.__init__
+  monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
+  budget_init = budget.Budget.__init__
 
   def no_wall_cap(self, total):
     budget_init(self, total)
     self.wall_deadline += 1e6
 
-  monkeypatch.setattr(repetend._Budget, "__init__", no_wall_cap)
+  monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)
   graph = placements.get("xshape", 4)
   fastest = search_repetend(graph, None, complete=False,
                             list_alternative=False, time_limit_s=5).period
   limit, _, witness = smallest_memory_repetend(graph, fastest,
                                                time_limit_s=5)
   built = []
-  real = repetend._finished
+  real = compose.finished
 
   def spy(solve, found, proven_low, polish, period_seconds, complete):
     if not built:  # the start's schedule: no ramps compacted
@@ -146,7 +146,7 @@ def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
                       complete))
     return built[-1]
 
-  monkeypatch.setattr(repetend, "_finished", spy)
+  monkeypatch.setattr(compose, "finished", spy)
   schedule = search_repetend(graph, limit, time_limit_s=5, start=witness,
                              list_alternative=False)
   assert len(built) == 2  # the start's repetend and the first probe's
@@ -155,7 +155,7 @@ def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
   spans = [ramps.makespan(s, n) for s in built]
   assert spans[1] < spans[0]
   assert ramps.makespan(schedule, n) == spans[1]
-  monkeypatch.setattr(repetend, "_finished", real)
+  monkeypatch.setattr(compose, "finished", real)
   scratch = search_repetend(graph, limit, time_limit_s=5,
                             list_alternative=False)
   assert ramps.makespan(schedule, n) <= ramps.makespan(scratch, n)
@@ -184,3 +184,55 @@ def test_completion_too_large_for_the_memory_rule_pulls_the_modulo_in(
   validate.assert_valid(unrolled)
   with pytest.raises(completion.CompletionError, match="too large"):
     completion.complete_all(graph, schedule.repetend, n, 1)
+
+
+class _ScratchProber:
+  """A stand-in for the period search's solves (``prober.Prober``) on
+  nnshape, 4 devices, no limit: the first probe at the smallest period
+  finds nothing; every later solve at or above it finds a repetend, at the
+  smallest period only from ``found_low_after`` on (None: never)."""
+
+  def __init__(self, found_low_after):
+    from tessel_jax.search.budget import Budget  # pylint: disable=import-outside-toplevel
+    from tessel_jax.search.period_bounds import period_lower_bound  # pylint: disable=import-outside-toplevel
+    self.graph = placements.get("nnshape", 4)
+    self.memory_limit, self.solve_kw, self.tried = None, {}, set()
+    self.budget = Budget(30.0)
+    self.low = period_lower_bound(self.graph)
+    self.asked = []
+    self.found_low_after = found_low_after
+
+  def __call__(self, period, share=1.0, descending=False, seconds=None,
+               **kw):
+    from tessel_jax.search.modulo_solution import ModuloSolution  # pylint: disable=import-outside-toplevel
+    self.asked.append(period)
+    self.tried.add(period)
+    self.budget.spend(0.01)
+    n = self.graph.num_blocks
+    low_ok = (self.found_low_after is not None
+              and len(self.asked) > self.found_low_after)
+    if period > self.low or low_ok:
+      return ModuloSolution("FEASIBLE", offsets=(0,) * n, phases=(0,) * n,
+                            work=0.01)
+    return ModuloSolution("UNKNOWN", work=0.01)
+
+  def shorten(self, found):
+    return found
+
+  def hint_at(self, found, period):
+    return None
+
+
+def test_a_start_also_gets_the_rest_of_the_search_from_scratch():
+  """Beside a ``start`` repetend at the smallest period, the period search
+  from scratch goes on past a first probe that finds nothing (galloping up,
+  descending) and its repetend at that period is offered for composing;
+  where it ends above that period, nothing is."""
+  from tessel_jax.search import compose  # pylint: disable=import-outside-toplevel
+  solve = _ScratchProber(found_low_after=1)
+  found = compose._scratch_at_low(solve)
+  assert found is not None and found[0] == solve.low
+  assert solve.asked[0] == solve.low and len(solve.asked) > 2
+  never = _ScratchProber(found_low_after=None)
+  assert compose._scratch_at_low(never) is None
+  assert never.asked.count(never.low) >= 2  # the first and decisive probes

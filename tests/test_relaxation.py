@@ -9,11 +9,11 @@ from hypothesis import strategies as st
 
 from tessel_jax import placements
 from tessel_jax.search import search_repetend
-from tessel_jax.search.modulo_model import (ModuloSolution, solve_modulo,
-                                            steady_peak)
+from tessel_jax.search.modulo_model import solve_modulo
+from tessel_jax.search.modulo_solution import ModuloSolution, steady_peak
 from tessel_jax.search.relaxation import (Relaxation, device_subgraph,
                                          relaxations)
-from tessel_jax.search.repetend import period_lower_bound
+from tessel_jax.search.period_bounds import period_lower_bound
 from tessel_jax.schedule import Repetend
 
 from test_search import random_placements

@@ -11,12 +11,14 @@ from tessel_jax import placements, validate
 from tessel_jax.search import (InfeasibleScheduleError, min_memory_limit,
                                period_lower_bound, search_repetend)
 from tessel_jax.schedule import Repetend, Schedule
-from tessel_jax.search.modulo_model import (ModuloSolution, _decide_by_memory,
-                                            drop_idle_steps, moved_to_period,
-                                            normalise, one_at_a_time,
-                                            pull_in, solve_modulo,
-                                            steady_peak)
-from tessel_jax.search.repetend import _Budget, _descend, _shortest_latency
+from tessel_jax.search.budget import Budget
+from tessel_jax.search.modulo_model import _decide_by_memory, solve_modulo
+from tessel_jax.search.modulo_moves import (drop_idle_steps, moved_to_period,
+                                            one_at_a_time)
+from tessel_jax.search.modulo_solution import (ModuloSolution, normalise,
+                                               pull_in, steady_peak)
+from tessel_jax.search.period_search import descend
+from tessel_jax.search.polish import shortest_latency
 from tessel_jax.simulate import critical_path
 
 
@@ -318,7 +320,7 @@ def test_latency_rounds_double_while_they_improve():
     works.append(work)
     return answers[len(works) - 1]
 
-  best = _shortest_latency(solve, lambda sol: sol, graph, 8, rep(2, "OPTIMAL"),
+  best = shortest_latency(solve, lambda sol: sol, graph, 8, rep(2, "OPTIMAL"),
                            polish=8.0)
   assert best.offsets == (0, 0, 0, 0) and best.status == "FEASIBLE"
   assert works == [1.0, 2.0, 4.0]
@@ -327,7 +329,7 @@ def test_latency_rounds_double_while_they_improve():
   # solve's status).
   works.clear()
   answers = [rep(2)]
-  best = _shortest_latency(solve, lambda sol: sol, graph, 8, rep(1, "OPTIMAL"),
+  best = shortest_latency(solve, lambda sol: sol, graph, 8, rep(1, "OPTIMAL"),
                            polish=8.0)
   assert best.offsets == (0, 0, 0, 1) and best.status == "FEASIBLE"
   assert works == [1.0]
@@ -338,20 +340,20 @@ def test_latency_solves_get_their_round_work_not_the_budget_floor(
   # nnshape, 4 devices, limit 4: the period search is cheap, so the first
   # latency round is the least polish (0.02 deterministic s for 20 blocks),
   # below the period budget's 0.05 s floor, and its solve gets exactly that.
-  from tessel_jax.search import repetend
+  from tessel_jax.search import polish, prober
   limits = []
-  real = repetend.solve_modulo
+  real = prober.solve_modulo
 
   def spy(graph, period, memory_limit, **kw):
     if kw.get("objective") == "latency":
       limits.append(kw["time_limit_s"])
     return real(graph, period, memory_limit, **kw)
 
-  monkeypatch.setattr(repetend, "solve_modulo", spy)
+  monkeypatch.setattr(prober, "solve_modulo", spy)
   graph = placements.get("nnshape", 4)
   search_repetend(graph, memory_limit=4, complete=False,
                   list_alternative=False)
-  least = repetend._LEAST_POLISH_PER_BLOCK * graph.num_blocks
+  least = polish._LEAST_POLISH_PER_BLOCK * graph.num_blocks
   assert least < 0.05
   assert limits and limits[0] == pytest.approx(least)
 
@@ -392,7 +394,7 @@ def test_latency_already_on_the_critical_path_is_not_polished():
     raise AssertionError("a latency solve ran")
 
   start = ModuloSolution("OPTIMAL", offsets=(0, 0, 0, 0), phases=(0, 1, 2, 5))
-  best = _shortest_latency(solve, lambda sol: sol, graph, 8, start,
+  best = shortest_latency(solve, lambda sol: sol, graph, 8, start,
                            polish=8.0)
   assert best.offsets == start.offsets
   assert best.status == "OPTIMAL" and best.bound == critical_path(graph) == 8
@@ -409,9 +411,9 @@ def test_descent_probes_a_missed_period_again_only_as_the_decisive_one():
     status = "FEASIBLE" if period >= 95 else "UNKNOWN"
     return ModuloSolution(status, offsets=(0,), phases=(0,), work=0.01)
 
-  found, proven_low = _descend(solve, _Budget(30.0), (100, ModuloSolution(
+  found, proven_low = descend(solve, Budget(30.0), (100, ModuloSolution(
       "FEASIBLE", offsets=(0,), phases=(0,))), 90, lambda f: f,
-                               lambda f, p: None, 10, 0.01)
+                              lambda f, p: None, 10, 0.01)
   assert found[0] == 95 and proven_low == 90
   quick = [p for p, decisive in asked if not decisive]
   assert len(quick) == len(set(quick)), asked
@@ -420,27 +422,27 @@ def test_descent_probes_a_missed_period_again_only_as_the_decisive_one():
 
 def test_near_or_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
     monkeypatch):
-  from tessel_jax.search import repetend
+  from tessel_jax.search import budget, polish
   polishes = []
-  real = repetend._shortest_latency
+  real = polish.shortest_latency
 
   def spy(solve, pull, graph, period, start, polish):
     polishes.append(polish)
     return real(solve, pull, graph, period, start, polish)
 
-  monkeypatch.setattr(repetend, "_shortest_latency", spy)
+  monkeypatch.setattr(polish, "shortest_latency", spy)
   graph = placements.get("nnshape", 4)  # its search costs more than the floor
   search_repetend(graph, memory_limit=4, complete=False,
                   list_alternative=False)
   # Near the cap: the polish fits in the wall time left (here next to none).
   with monkeypatch.context() as near:
-    near.setattr(repetend._Budget, "wall_left", lambda self: 1e-4)
+    near.setattr(budget.Budget, "wall_left", lambda self: 1e-4)
     search_repetend(graph, memory_limit=4, complete=False,
                     list_alternative=False)
-  monkeypatch.setattr(repetend._Budget, "past_wall_cap", lambda self: True)
+  monkeypatch.setattr(budget.Budget, "past_wall_cap", lambda self: True)
   late = search_repetend(graph, memory_limit=4, list_alternative=False)
   assert polishes[1] == polishes[2] == pytest.approx(
-      repetend._LEAST_POLISH_PER_BLOCK * graph.num_blocks)
+      polish._LEAST_POLISH_PER_BLOCK * graph.num_blocks)
   assert polishes[0] > polishes[1]
   # No warmup/cooldown compaction then: unroll compacts the modulo schedule.
   assert not late.warmup and late.completer is None

@@ -92,6 +92,8 @@ SCHEMAS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "link": {"latency_s": _seconds0, "bandwidth_bytes_per_s": _rate},
     "group": {"seconds": _seconds0},   # passes.autocut_cost timings
     "standin": {"standin_s": _seconds},
+    "ports": {"per_port_s": _seconds0, "standin_s": _seconds},
+    "portsplan": {"per_port_s": _seconds0, "standin_s": _seconds},
 }
 
 

@@ -22,43 +22,14 @@ Estimates are never stored: neither in the measurement memo nor on disk.
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-#: Flops charged per transcendental (exp, tanh, ...), as the autocut's
-#: roofline does.
-TRANSCENDENTAL_FLOPS = 4
 #: Measured kernels (with flops) needed before anything is estimated.
 MIN_SAMPLES = 4
 #: Measured kernels of one kind needed to use that kind's own rate.
 MIN_KIND_SAMPLES = 2
-
-
-def analysed_flops(lowered: Any) -> float | None:
-  """Flops of a lowered program from XLA's cost analysis (transcendentals
-  counted :data:`TRANSCENDENTAL_FLOPS` each); None when the backend gives
-  none."""
-  try:
-    ca = lowered.cost_analysis()
-  except Exception:  # pylint: disable=broad-except  (backend without it)
-    return None
-  if isinstance(ca, (list, tuple)):
-    ca = ca[0] if ca else None
-  if not isinstance(ca, Mapping):
-    return None
-  flops = (float(ca.get("flops", 0.0)) +
-           TRANSCENDENTAL_FLOPS * float(ca.get("transcendentals", 0.0)))
-  return flops if math.isfinite(flops) and flops > 0 else None
-
-
-def kernel_flops(kernel: Any, param_avals: Sequence[Any]) -> float | None:
-  """Flops of ``kernel`` alone (lowered, not compiled)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from tessel_jax.cost import measure  # pylint: disable=import-outside-toplevel
-  p, d = measure.kernel_avals(kernel, param_avals)
-  return analysed_flops(jax.jit(measure.kernel_callable(kernel)).lower(p, d))
 
 
 class KernelEstimator:
@@ -73,9 +44,21 @@ class KernelEstimator:
     estimated: Kernels estimated so far.
   """
 
-  def __init__(self) -> None:
+  def __init__(self, flops_of: Callable[[Any, Sequence[Any]], float | None]
+               | None = None) -> None:
+    """``flops_of(kernel, param_avals)``: a kernel's flops (default
+    ``cost.measure.kernel_flops``: lowered, not compiled)."""
     self.estimated = 0
+    self._flops_of = flops_of
     self._flops: dict[str, float | None] = {}  # by kernel cache key
+
+  def _kernel_flops(self, kernel: Any, param_avals: Sequence[Any]
+                    ) -> float | None:
+    if self._flops_of is None:
+      # Function level: ``cost.measure`` imports jax.
+      from tessel_jax.cost import measure  # pylint: disable=import-outside-toplevel
+      self._flops_of = measure.kernel_flops
+    return self._flops_of(kernel, param_avals)
 
   @staticmethod
   def rates(records: Iterable[Mapping[str, Any]]) -> dict[str, list[float]]:
@@ -108,7 +91,7 @@ class KernelEstimator:
     if key is not None and key in self._flops:
       flops = self._flops[key]
     else:
-      flops = kernel_flops(kernel, param_avals)
+      flops = self._kernel_flops(kernel, param_avals)
       if key is not None:
         self._flops[key] = flops
     if flops is None:

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
-from tessel_jax.cost import estimate as _estimate
+from tessel_jax.cost.flops import analysed_flops
 from tessel_jax.cost.cache import ProfileCache, make_key
 
 # A timed sample lasts at least this long (short kernels run several times).
@@ -162,6 +162,13 @@ def kernel_avals(kernel: Any, param_avals: Sequence[Any]
        for l in kernel.params]
   d = [jax.ShapeDtypeStruct(tuple(a.shape), a.dtype) for a in kernel.in_avals]
   return p, d
+
+
+def kernel_flops(kernel: Any, param_avals: Sequence[Any]) -> float | None:
+  """Flops of ``kernel`` alone (lowered, not compiled; XLA's cost
+  analysis, ``cost.flops``)."""
+  p, d = kernel_avals(kernel, param_avals)
+  return analysed_flops(jax.jit(kernel_callable(kernel)).lower(p, d))
 
 
 def cpu_cores() -> int:
@@ -400,7 +407,7 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
   t0 = time.perf_counter()
   lowered = jax.jit(fn).lower(pv, dv)
-  flops = _estimate.analysed_flops(lowered) if stage is None else None
+  flops = analysed_flops(lowered) if stage is None else None
   compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
   temp = 0

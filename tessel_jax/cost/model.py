@@ -26,6 +26,7 @@ from tessel_jax.cost import cache as _cache
 from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import measure as _measure
+from tessel_jax.cost import ports as _ports
 from tessel_jax.cost import predict as _predict
 from tessel_jax.cost import quantize as _quantize
 from tessel_jax.cost import ticks as _ticks
@@ -171,6 +172,7 @@ class CostModel:
     # program (``calibrate``). None: the microbenchmark alone.
     self.time_program: Callable[[Any], float] | None = None
     self._standin: dict[str, float | None] = {}
+    self._per_port: float | None = None   # cost.ports
     self._spent = 0.0
     self._measured = 0
     self._hit = True
@@ -325,6 +327,64 @@ class CostModel:
       self._standin[memo_key] = agree([sec])[0]
     return self._standin[memo_key]
 
+  def port_seconds(self, costs: SearchCosts, unrolled: Any, plan: Any,
+                   mesh: Any, pipe_axis: str,
+                   tick_costs: _ticks.TickCosts) -> float:
+    """Seconds per port operation of lowered programs on this machine
+    (``cost.ports``): from the disk cache, else measured on ``plan``'s
+    stand-in program (one compile, once per machine) where
+    :attr:`time_program` is set; 0 where neither (screening builds,
+    multi-process runs)."""
+    if self._per_port is not None:
+      return self._per_port
+    rendezvous = mesh.devices.flat[0].platform in _ticks.RENDEZVOUS_BACKENDS
+
+    def idle(per_port: float) -> float:
+      model = _ticks.tick_model(
+          plan, costs.link, dataclasses.replace(tick_costs,
+                                                per_port_s=per_port),
+          rendezvous=rendezvous)
+      return self._replay(costs, unrolled, model, idle=True).step_seconds
+
+    def measure() -> dict[str, Any]:
+      standin_s = agree([self.time_program(
+          _calibrate.standin_plan(plan))])[0]
+      return {"per_port_s": _ports.solve(standin_s, idle, 0.0, 1e-6),
+              "standin_s": standin_s, "plan": plan.loop_summary(),
+              "ports": sum(_ticks.tick_ports(t) for t in plan.ticks),
+              "idle_before_s": idle(0.0)}
+
+    can = (self.time_program is not None and _single_process() and
+           _ports.is_reference(plan))
+    fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
+    plan_key = _cache.make_key({"what": "portsplan", **fields,
+                                "plan": _calibrate.plan_signature(plan)})
+    t0 = time.perf_counter()
+    try:
+      rec, hit = _ports.cached_terms(self.cache, fields,
+                                     measure if can else None, plan_key)
+    except Exception as err:  # pylint: disable=broad-except
+      # The prediction stays usable without it; say why, once.
+      _LOG.warning("tessel_jax: the stand-in program of plan %s could not"
+                   " be timed (%s: %s); the prediction prices no per-port"
+                   " cost", plan.loop_summary(), type(err).__name__, err)
+      rec, hit = {"per_port_s": 0.0}, True
+    if rec is None:
+      # Not measured here, or this plan is no per-port reference: priced 0
+      # for this build; a later plan may measure the machine.
+      if can:  # tried: not again in this build
+        self._spent += time.perf_counter() - t0
+        self._per_port = 0.0
+      return 0.0
+    if not hit:
+      self._spent += time.perf_counter() - t0
+      self._hit = False
+      _LOG.info("tessel_jax: lowered programs on this machine pay %.3g us"
+                " per port operation (measured on the stand-in of plan %s,"
+                " cached)", rec["per_port_s"] * 1e6, plan.loop_summary())
+    self._per_port = float(rec["per_port_s"])
+    return self._per_port
+
   def _replay(self, costs: SearchCosts, unrolled: Any,
               tick_model: _ticks.TickModel, idle: bool = False
               ) -> _predict.Prediction:
@@ -354,12 +414,17 @@ class CostModel:
     collectives on some processes only.
     """
     device = mesh.devices.flat[0]
-    tick_model = _ticks.tick_model(
-        plan, costs.link, self.tick_costs(mesh, pipe_axis),
-        rendezvous=device.platform in _ticks.RENDEZVOUS_BACKENDS)
+    rendezvous = device.platform in _ticks.RENDEZVOUS_BACKENDS
+    tick_costs = self.tick_costs(mesh, pipe_axis)
+    if not self.calibrated:  # else the plan's own stand-in prices ticks
+      tick_costs = dataclasses.replace(tick_costs, per_port_s=(
+          self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
+                            tick_costs)))
+    tick_model = _ticks.tick_model(plan, costs.link, tick_costs,
+                                   rendezvous=rendezvous)
     standin = (self._standin_seconds(plan, mesh, pipe_axis)
-               if self.time_program is not None and _single_process()
-               else None)
+               if self.calibrated and self.time_program is not None
+               and _single_process() else None)
     if standin is not None:
       extra = _calibrate.extra_tick_seconds(
           standin, lambda x: self._replay(costs, unrolled,

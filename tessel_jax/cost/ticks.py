@@ -33,9 +33,12 @@ microbenchmark on the mesh, cached on disk) rather than assumed:
   ties only its two devices: it is the delay of its graph edge.
 
 The microbenchmark's toy tick misses most of what a real program pays per
-tick (1.5 µs against 33-150 µs on the model zoo); ``cost.calibrate``
-measures the plan's own program with stand-in kernels and adds the
-difference to every tick (:meth:`TickModel.plus`).
+tick (1.5 µs against 33-150 µs on the model zoo), in proportion to the
+tick's port operations (:func:`tick_ports`), not its bytes:
+``cost.ports`` measures the seconds per port operation once per machine
+on a stand-in program (``TickCosts.per_port_s``), and ``cost="calibrated"``
+measures each plan's own stand-in program and adds the difference to every
+tick (:meth:`TickModel.plus`).
 """
 
 from __future__ import annotations
@@ -56,14 +59,19 @@ class TickCosts:
       read, loop step).
     per_byte_s: Seconds per byte of the tick's traffic (``tick_traffic``).
     source: ``"measured"``, ``"none"`` or ``"user"``.
+    per_port_s: Seconds per port operation of the tick (``tick_ports``:
+      read, out, gradient and message ports), what a real program pays
+      per port beyond the microbenchmark's toy tick (0: not known; see
+      ``cost.model.CostModel.port_seconds``).
   """
 
   fixed_s: float = 0.0
   per_byte_s: float = 0.0
   source: str = "none"
+  per_port_s: float = 0.0
 
-  def seconds(self, traffic: int) -> float:
-    return self.fixed_s + self.per_byte_s * traffic
+  def seconds(self, traffic: int, ports: int = 0) -> float:
+    return self.fixed_s + self.per_byte_s * traffic + self.per_port_s * ports
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
@@ -122,6 +130,14 @@ RENDEZVOUS_BACKENDS = ("cpu",)
 COPY = 2          # dynamic slice / index, update, ppermute: read + write
 MATERIALISE = 1   # a switch output (kernel result or idle zeros): write
 ACCUMULATE = 3    # acc + g: read both, write acc
+
+
+def tick_ports(tick: Any) -> int:
+  """Port operations of a tick on every device: its read ports, out ports,
+  gradient ports and message rounds (each one or more small operations
+  in the lowered program, whatever its bytes)."""
+  return (len(tick.reads) + len(tick.out_ports) + len(tick.grads) +
+          len(tick.sends))
 
 
 def tick_traffic(tick: Any, layout: Any = None) -> int:
@@ -229,7 +245,8 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
   tick_costs: dict[int, float] = {}
   for t, tick in enumerate(ticks):
     shape = spec_of.get(t, tick)
-    tick_costs[tick.step] = costs.seconds(tick_traffic(shape))
+    tick_costs[tick.step] = costs.seconds(tick_traffic(shape),
+                                          tick_ports(shape))
   if not rendezvous:
     return TickModel(barriers={}, tick_costs=tick_costs, edge_delays=True)
   ends, interp = _iteration_ends(plan)

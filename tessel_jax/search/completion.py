@@ -24,9 +24,10 @@ from collections.abc import Sequence
 
 from ortools.sat.python import cp_model
 
+from tessel_jax import simulate
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Action, Repetend, compact_in_order
-from tessel_jax.search.modulo_model import make_solver
+from tessel_jax.search.cpsat import make_solver
 
 _NO_FLOOR = -(10**12)
 
@@ -119,6 +120,15 @@ class _ActionModel:
           changes.append(block.memory)
       if changes:
         self.model.AddReservoirConstraint(times, changes, _NO_FLOOR, limit)
+
+  def compacted_hint(self, limit: int | None) -> tuple[Action, ...] | None:
+    """The modulo hint pulled in (same device orders, so the same memory
+    levels); None when those levels exceed ``limit``."""
+    if not self._fits(self.hint, limit, {}):
+      return None
+    return compact_in_order(self.graph, [
+        Action(start, self.graph.blocks[t.index].id, t.mb)
+        for start, t in zip(self.hint, self.tasks)])
 
   def hint_modulo(self, rep: Repetend) -> None:
     """Hints every action at its plain modulo time ``(k_b + j) P + r_b``."""
@@ -332,10 +342,17 @@ def _reservoir_pairs(graph: BlockGraph, num_microbatches: int) -> int:
 
 def complete_all(graph: BlockGraph, rep: Repetend, num_microbatches: int,
                  memory_limit: int | None, *, time_limit_s: float = 10.0,
-                 seed: int = 0, num_workers: int = 1) -> tuple[Action, ...]:
+                 seed: int = 0, num_workers: int = 1,
+                 use_bound: bool = True) -> tuple[Action, ...]:
   """Times all ``N`` micro-batches at once (for ``N`` below the templates).
 
-  Minimises the makespan, hinted with the modulo schedule.
+  Minimises the makespan, hinted with the modulo schedule. With
+  ``use_bound`` the makespan is known to be at least
+  ``simulate.lower_bound_makespan_shared``: when the compacted modulo
+  schedule fits the limit and reaches that bound it is returned without a
+  solve, and CP-SAT is told the bound, so it stops as soon as it reaches it
+  instead of spending its whole budget failing to prove it (README GPT, 4
+  devices: most small-N completions end at the bound).
 
   Raises:
     CompletionError: if CP-SAT finds no schedule under the limit in time.
@@ -345,27 +362,34 @@ def complete_all(graph: BlockGraph, rep: Repetend, num_microbatches: int,
   horizon = (rep.max_offset + num_microbatches + 1) * rep.period + sum(
       b.span for b in graph.blocks) + sum(e.delay for e in graph.edges)
   am = _ActionModel(graph, tasks, 0, horizon)
-  if memory_limit is not None and _reservoir_pairs(
-      graph, num_microbatches) > MAX_RESERVOIR_PAIRS:
-    # Too large for CP-SAT's memory rule: the modulo schedule, pulled in.
-    am.hint_modulo(rep)
-    if not am._fits(am.hint, memory_limit, {}):
+  am.hint_modulo(rep)
+  too_large = memory_limit is not None and _reservoir_pairs(
+      graph, num_microbatches) > MAX_RESERVOIR_PAIRS
+  bound = (simulate.lower_bound_makespan_shared(graph, num_microbatches)
+           if use_bound else None)
+  if too_large or bound is not None:
+    modulo = am.compacted_hint(memory_limit)
+    if modulo is not None and (too_large or _makespan(graph, modulo) <= bound):
+      return modulo  # at the lower bound: nothing to solve
+    if too_large:  # too large for CP-SAT's memory rule
       raise CompletionError(
           f"no schedule of {num_microbatches} micro-batches fits under"
           f" memory limit {memory_limit} for placement {graph.name!r} (too"
           " large to solve); raise the limit or unroll more micro-batches")
-    return compact_in_order(graph, [
-        Action(start, graph.blocks[t.index].id, t.mb)
-        for start, t in zip(am.hint, tasks)])
   am.add_edges_between_free()
   am.add_microbatch_order()
   am.add_no_overlap()
   am.add_memory(memory_limit, {}, 0)
-  am.hint_modulo(rep)
-  last = am.model.NewIntVar(0, horizon + rep.period, "makespan")
+  last = am.model.NewIntVar(bound or 0, max(bound or 0, horizon + rep.period),
+                            "makespan")
   am.model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
   am.model.Minimize(last)
   solver, code = am.solve(time_limit_s, seed, num_workers)
+  if code == cp_model.INFEASIBLE and bound:
+    # Only if the bound were wrong: solve as without it.
+    return complete_all(graph, rep, num_microbatches, memory_limit,
+                        time_limit_s=time_limit_s, seed=seed,
+                        num_workers=num_workers, use_bound=False)
   starts, status = am.starts(solver, code,
                              f"schedule of {num_microbatches} micro-batches",
                              memory_limit)
@@ -373,3 +397,8 @@ def complete_all(graph: BlockGraph, rep: Repetend, num_microbatches: int,
            for start, t in zip(starts, tasks)]
   return compact_in_order(graph, timed) if status == "MODULO" else tuple(
       sorted(timed))
+
+
+def _makespan(graph: BlockGraph, actions: Sequence[Action]) -> int:
+  span = {b.id: b.span for b in graph.blocks}
+  return max((a.start + span[a.block] for a in actions), default=0)

@@ -56,9 +56,10 @@ from tessel_jax.search.model_costs import (PRESETS, GPTConfig, LayerCost,
                                            ModelCosts, gpt_costs)
 from tessel_jax.search.plan_graph import (DEFAULT_LINK, SUPPORTED, PlanGraph,
                                           plan_graph)
-from tessel_jax.search.repetend import (InfeasibleScheduleError,
-                                        SearchTimeoutError, search_repetend,
-                                        smallest_memory)
+from tessel_jax.search.errors import (InfeasibleScheduleError,
+                                      SearchTimeoutError)
+from tessel_jax.search.min_memory import smallest_memory
+from tessel_jax.search.repetend import search_repetend
 
 #: Placements of the default sweep.
 DEFAULT_PLACEMENTS = ("vshape", "interleaved", "mshape", "kshape", "xshape",

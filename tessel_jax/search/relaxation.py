@@ -40,8 +40,9 @@ from __future__ import annotations
 import dataclasses
 
 from tessel_jax.graph import BlockGraph, Edge
-from tessel_jax.search.modulo_model import (ModuloSolution, latency_horizon,
-                                            solve_modulo)
+from tessel_jax.search.modulo_constraints import latency_horizon
+from tessel_jax.search.modulo_model import solve_modulo
+from tessel_jax.search.modulo_solution import ModuloSolution
 
 
 def end_devices(graph: BlockGraph) -> tuple[int, ...]:

@@ -1,0 +1,114 @@
+"""Pricing helpers of ``tj.frontier``: the lower bound that prunes a plan
+before its search, classic schedules priced by replay on a searched
+plan's build, and the block count of the ``tj.boundary`` markers."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from tessel_jax import validate
+from tessel_jax.cost import predict as _predict
+from tessel_jax.frontier_result import Candidate, PricedPlan
+from tessel_jax.search import baselines as _baselines
+
+
+class Pruned(Exception):
+  """A plan whose lower bound cannot beat the fastest plan priced so far."""
+
+
+def step_lower_bound(costs: Any, n_local: int) -> float:
+  """Seconds below which no schedule of a measured search graph can run.
+
+  Every device runs its blocks one after the other (``n_local`` of each),
+  at most one core each; on the CPU backend the pipeline's devices also
+  share ``costs.shared_cores`` cores. So the step is at least
+  ``n_local * max(busiest device's block seconds, all block core-seconds /
+  shared cores)`` (``predict.predict_shared`` / ``predict.predict`` add
+  waits, ticks and transfers on top).
+  """
+  graph = costs.graph
+  per = costs.work if costs.work is not None else dict(
+      costs.quantized.seconds)
+  load = [0.0] * graph.num_devices
+  for b in graph.blocks:
+    for d in b.devices:
+      load[d] += float(per.get(b.id, 0.0))
+  bound = max(load, default=0.0)
+  if costs.shared_cores:
+    bound = max(bound, sum(load) / costs.shared_cores)
+  return n_local * bound
+
+
+def baseline_price(built: Any, c: Candidate, base: PricedPlan) -> PricedPlan:
+  """Classic schedule ``c`` priced on ``built``, the build of the searched
+  plan ``base`` of the same placement, width and N (same kernels,
+  measurements and memory unit): its order is replayed with the measured
+  block times and delays, and the step scales ``base``'s full prediction
+  (lowering overheads included) by the ratio of the two replays; its peak
+  is ``base``'s with the stash swapped."""
+  t0 = time.perf_counter()
+  run = _baselines.run(c.plan, built.graph, c.microbatches // c.dp)
+  validate.assert_valid(run)
+  unit = built.memory_unit
+  peaks = tuple(int(p - a * unit + b * unit) for p, a, b in zip(
+      base.peak_bytes_per_device, built.unrolled.peak_memory,
+      run.peak_memory))
+  if base.unit == "steps":
+    step = float(run.makespan)
+  else:
+    step = base.step * replay(built, run) / replay(built, built.unrolled)
+  return dataclasses.replace(base, candidate=c, step=step,
+                             peak_bytes_per_device=peaks, source=run.source,
+                             build_seconds=time.perf_counter() - t0)
+
+
+def replay(built: Any, run: Any) -> float:
+  """Seconds of ``run`` replayed with the build's measured block times."""
+  rep = built.report
+  ids = {b.label: b.id for b in built.graph.blocks}
+  seconds = {ids[l]: ms / 1e3 for l, ms in rep.block_ms.items() if l in ids}
+  delays = {}
+  for key, ms in rep.edge_delay_ms.items():
+    src, dst = key.split("->")
+    delays[(ids[src], ids[dst])] = ms / 1e3
+  return max(_predict.makespan_seconds(run, seconds, delays), 1e-12)
+
+
+def trace_markers(fn: Callable[..., Any], params: Any, batch: Any,
+                  kw: dict[str, Any]) -> Any | None:
+  """``fn`` traced on one row of ``batch`` (``passes.partition.Traced``:
+  its jaxpr and the blocks its ``tj.boundary`` markers make); None when it
+  does not trace (the builds will report the problem)."""
+  from tessel_jax.passes import partition as _partition  # pylint: disable=import-outside-toplevel
+  leaves = jax.tree_util.tree_leaves(batch)
+  rows = int(leaves[0].shape[0])
+  one = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct((1,) + tuple(x.shape[1:]), x.dtype)
+      if rows else x, batch)
+  p_avals = jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
+  name = getattr(fn, "__name__", "fn")
+  try:
+    return _partition.trace(fn, name, p_avals, one,
+                            has_aux=bool(kw.get("has_aux", False)))
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def marker_blocks(fn: Callable[..., Any], params: Any, batch: Any,
+                  kw: dict[str, Any]) -> int | None:
+  """Blocks the ``tj.boundary`` markers of ``fn`` make (None: no marker)."""
+  traced = trace_markers(fn, params, batch, kw)
+  return count_blocks(traced)
+
+
+def count_blocks(traced: Any | None) -> int | None:
+  """Blocks of a :func:`trace_markers` result (None: no marker)."""
+  if traced is None or traced.num_blocks <= 1:
+    return None
+  return traced.num_blocks

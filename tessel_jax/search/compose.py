@@ -1,0 +1,153 @@
+"""The schedule of a repetend found (steps 4-5 of ``repetend``'s
+procedure): its latency polished, its warmup and cooldown compacted, and,
+from a ``start`` repetend, the shorter of it and the repetend the search
+from scratch finds at that period."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+
+from tessel_jax.schedule import Repetend, Schedule
+from tessel_jax.search import completion, ramps
+from tessel_jax.search.budget import Budget
+from tessel_jax.search.errors import SearchTimeoutError
+from tessel_jax.search.modulo_moves import one_at_a_time
+from tessel_jax.search.modulo_solution import normalise
+from tessel_jax.search.period_search import after_first_probe, first_probe
+from tessel_jax.search.polish import polish_budget, polished
+from tessel_jax.search.prober import Prober
+from tessel_jax.simulate import lower_bound_makespan_shared
+
+
+# Least number of cuts of the period whose ramps are compacted
+# (``ramps.best_rotation``); the search's own cut is the first.
+_LEAST_CUTS = 4
+
+
+def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
+             period_seconds: float, complete: bool) -> Schedule:
+  """The schedule of the repetend ``found`` (``(period, solution)``): its
+  latency polished with ``polish`` deterministic seconds (``polished``)
+  and, with ``complete`` (and time left), its ramps compacted
+  (``composed``)."""
+  period = found[0]
+  best = polished(solve, found, polish)
+  rep = Repetend(period=period, offsets=normalise(best.offsets),
+                 phases=best.phases)
+  schedule = Schedule(
+      graph=solve.graph, repetend=rep, memory_limit=solve.memory_limit,
+      status="OPTIMAL" if proven_low >= period else "FEASIBLE",
+      period_lower_bound=min(proven_low, period),
+      latency_status=best.status, latency_lower_bound=best.bound or 0,
+      period_seconds=period_seconds, source="tessel")
+  if complete and not solve.budget.past_wall_cap():
+    schedule = composed(schedule, polish, solve.budget, solve.solve_kw)
+  return schedule
+
+
+def shorter_of_scratch(solve: Prober, schedule: Schedule) -> Schedule:
+  """``schedule`` (found from a ``start`` repetend at the smallest period)
+  or the one the search from scratch finds at that period, whichever
+  unrolls shorter (ties keep ``schedule``).
+
+  From a given repetend the search makes no period probe, so it is fast and
+  proven, but its latency polish and ramps start from a repetend found for
+  another objective (the memory search's), and ended up to 0.7% longer at
+  N = 128 than a search from scratch (zbv, 8 devices, limit 22: 1344
+  against 1335; nnshape_eager, 8 devices, limit 20: 2366 against 2362).
+  So the period search from scratch also runs (the same solves, hints and
+  shares of the budget): its first probe, and where that finds nothing,
+  the rest of it (``period_search.after_first_probe``: galloping up from
+  one micro-batch at a time and descending). Where it reaches the start's
+  period, its repetend gets the polish and ramps the search from scratch
+  would give it, and the shorter of the two unrollings is kept: never
+  longer than the search from scratch wherever that finds the period in
+  the budget the start leaves. The repetends differ, and so do their
+  ramps: nnshape, 4 devices, limit 14 (P = 16), from the start 2072 at
+  N = 128, from the first probe nothing, from the rest of the search
+  2066. Nothing runs where ``schedule`` already meets the lower bound
+  (``simulate.lower_bound_makespan_shared``) at its reference ``N``
+  (``ramps.reference_microbatches``): no schedule is shorter there.
+  """
+  n = ramps.reference_microbatches(schedule.repetend)
+  if ramps.makespan(schedule, n) <= lower_bound_makespan_shared(
+      solve.graph, n):
+    return schedule
+  budget, t0, used = solve.budget, time.perf_counter(), solve.budget.used
+  found = _scratch_at_low(solve)
+  if found is None or budget.past_wall_cap():
+    return schedule
+  polish = polish_budget(solve.graph, budget, budget.used - used,
+                         time.perf_counter() - t0, given=False)
+  other = finished(solve, found, solve.low, polish,
+                   schedule.period_seconds, complete=True)
+  n = max(n, ramps.reference_microbatches(other.repetend))
+  if ramps.makespan(other, n) < ramps.makespan(schedule, n):
+    return other
+  return schedule
+
+
+def _scratch_at_low(solve: Prober) -> tuple | None:
+  """The repetend the period search from scratch finds at ``solve.low``
+  (``(period, solution)``), None if it ends above it or finds nothing in
+  the budget left."""
+  sequential = one_at_a_time(solve.graph)
+  first = first_probe(solve, None, sequential)
+  if first.found:
+    return solve.low, first
+  if solve.budget.spent():
+    return None
+  try:
+    found, _ = after_first_probe(solve, None, sequential, first,
+                                 solve.budget.total)
+  except SearchTimeoutError:
+    return None
+  return found if found[0] == solve.low else None
+
+
+def composed(schedule: Schedule, polish: float, budget: Budget,
+             solve_kw: dict) -> Schedule:
+  """``schedule`` with its warmup and cooldown compacted at the best of
+  several cuts of the period (``ramps.best_rotation``).
+
+  Warmup and cooldown start from the modulo schedule (a valid hint). A
+  quarter of the polish budget per cut: with all of it, the N = 128
+  makespans of zbv (16 devices, limit 44), interleaved (16, 25), nnshape
+  (8, 30), mshape (8, 23), xshape (16, 1), zbv (8, 4) and kshape (16, 12)
+  were the same and nnshape_eager's (8, 20) 2404 instead of 2362, for up
+  to 6.6 s instead of 1.9 s of wall time. At most 0.0025 s per block: the
+  makespans of those and of alphafold (16, 16), zbv (8, 22), interleaved
+  (8, 13), mllm (16, 48), nnshape_eager (16, 45) and xshape (16, 14) were
+  again the same (nnshape_eager, 8 devices: 0.34 s of compaction instead
+  of 2.5 s). As many cuts as the polish budget pays for, at least
+  ``_LEAST_CUTS``. (Past the search's wall cap the caller skips this and
+  ``unroll`` compacts the modulo schedule in its own order: the warmup
+  model of a repetend that spans many periods has thousands of actions and
+  CP-SAT loads it for longer than its time limit; nnshape, 32 devices,
+  limit 143, 67 periods: 24 s at 0.05 s.)
+  """
+  per_cut = max(0.05, min(polish / 4, 0.0025 * schedule.graph.num_blocks))
+  rep, templates = ramps.best_rotation(
+      schedule, per_cut_s=per_cut,
+      max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
+      wall_deadline=budget.wall_deadline, seed=solve_kw["seed"],
+      num_workers=solve_kw["num_workers"])
+  return with_templates(dataclasses.replace(schedule, repetend=rep),
+                        templates, solve_kw,
+                        completion_time_s=max(1.0, polish))
+
+
+def with_templates(schedule: Schedule, templates: completion.Templates,
+                   solve_kw: dict, completion_time_s: float) -> Schedule:
+  """Adds the templates and a completer for N too small for them."""
+  graph, rep, limit = schedule.graph, schedule.repetend, schedule.memory_limit
+  complete_kw = {k: v for k, v in solve_kw.items() if k != "allow_wrap"}
+
+  completer = functools.lru_cache(maxsize=16)(functools.partial(
+      completion.complete_all, graph, rep, memory_limit=limit,
+      time_limit_s=completion_time_s, **complete_kw))
+  return dataclasses.replace(
+      schedule, warmup=templates.warmup, steady_start=templates.steady_start,
+      cooldown=templates.cooldown, completer=completer)

@@ -1,0 +1,121 @@
+"""Per-port cost of the lowered program (``cost.ports``, ``ticks.tick_ports``).
+
+The seconds per port operation are measured once per machine on a stand-in
+program (``tests/test_calibrate.py`` checks that wiring with a fixed
+timer); here: the tick model prices every port, the solve inverts the
+replay, and the cached record is checked like every other kind.
+"""
+
+from __future__ import annotations
+
+import jax
+import pytest
+
+import tessel_jax as tj
+from tessel_jax import placements
+from tessel_jax.cost import cache as cost_cache
+from tessel_jax.cost import link as cost_link
+from tessel_jax.cost import ports, ticks
+
+from test_cost import _tiny
+
+
+def _plan():
+  fn, params, batch = _tiny(kinds=("embed", "head"))
+  step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=placements.vshape(2), num_microbatches=4)
+  return step.build(params, batch).plan
+
+
+def test_tick_model_prices_every_port_operation():
+  plan = _plan()
+  link = cost_link.LinkModel(1e-3, 1e9)
+  base = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9)
+  priced = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6)
+  without = ticks.tick_model(plan, link, base).tick_costs
+  with_ports = ticks.tick_model(plan, link, priced).tick_costs
+  counts = set()
+  for t in plan.ticks:
+    n = ticks.tick_ports(t)
+    assert n == len(t.reads) + len(t.out_ports) + len(t.grads) + len(t.sends)
+    assert n > 0
+    counts.add(n)
+    assert with_ports[t.step] == pytest.approx(without[t.step] + 2e-6 * n)
+  # Ticks differ in their ports (ramps against the steady state), so the
+  # per-port term is not a constant per tick.
+  assert len(counts) > 1
+
+
+@pytest.mark.parametrize("bend", [0.0, 0.3])
+def test_solve_inverts_the_replay(bend):
+  # 500 port operations on the critical path over 2 ms of kernels; a bend
+  # (the shared-core replay) is corrected by the second step.
+  replay = lambda x: 0.002 + 500 * x + bend * (500 * x) ** 2
+  x = ports.solve(0.004, replay, 0.0, 1e-6)
+  assert replay(x) == pytest.approx(0.004, rel=0.01)
+  # A program no slower than its prediction prices nothing more.
+  assert ports.solve(0.001, replay, 0.0, 1e-6) == 0.0
+  assert ports.solve(0.5, lambda x: 0.1, 0.0, 1e-6) == 0.0
+
+
+def test_records_are_cached_per_machine_and_checked(tmp_path):
+  cache = cost_cache.ProfileCache(str(tmp_path))
+  fields = {"backend": "cpu", "pipe": 2}
+  calls = []
+
+  def measure():
+    calls.append(1)
+    return {"per_port_s": 1e-6, "standin_s": 0.01}
+
+  assert ports.cached_terms(cache, fields, None) == (None, False)
+  rec, hit = ports.cached_terms(cache, fields, measure)
+  assert rec["per_port_s"] == 1e-6 and not hit
+  rec, hit = ports.cached_terms(cache, fields, measure)
+  assert rec["per_port_s"] == 1e-6 and hit and len(calls) == 1
+  # Another machine (mesh size) has its own record.
+  assert ports.cached_terms(cache, {**fields, "pipe": 4}, None)[0] is None
+  # A negative per-port figure is never stored.
+  bad = {"backend": "cpu", "pipe": 8}
+  ports.cached_terms(cache, bad, lambda: {"per_port_s": -1.0,
+                                          "standin_s": 0.01})
+  assert ports.cached_terms(cache, bad, None)[0] is None
+
+
+def test_a_plan_whose_time_is_not_in_its_ports_is_no_reference(tmp_path):
+  # ResNet18's stand-in gave 103 us per port operation (its ticks move
+  # parameter-sized gradients) and the README GPT's 0 (bytes over-priced):
+  # neither becomes the machine's figure, neither plan is timed again, and
+  # the next plan may measure the machine.
+  cache = cost_cache.ProfileCache(str(tmp_path))
+  fields = {"backend": "cpu", "pipe": 2}
+  calls = []
+
+  def measure(sec):
+    def run():
+      calls.append(sec)
+      return {"per_port_s": sec, "standin_s": 0.3}
+    return run
+
+  for plan_key, sec in (("resnet", 1.03e-4), ("gpt", 0.0)):
+    assert ports.cached_terms(cache, fields, measure(sec), plan_key) == (
+        None, False)
+    assert ports.cached_terms(cache, fields, measure(sec), plan_key) == (
+        None, False)
+  assert calls == [1.03e-4, 0.0]
+  rec, hit = ports.cached_terms(cache, fields, measure(8e-7), "zoo")
+  assert rec["per_port_s"] == 8e-7 and not hit
+  assert ports.cached_terms(cache, fields, None, "resnet")[0][
+      "per_port_s"] == 8e-7
+  assert ports.MAX_PER_PORT_S < 1.03e-4
+
+
+def test_only_a_plan_of_small_ports_is_a_reference(monkeypatch):
+  plan = _plan()
+  n = sum(ticks.tick_ports(t) for t in plan.ticks)
+  traffic = sum(ticks.tick_traffic(t) for t in plan.ticks)
+  assert ports.is_reference(plan) == (
+      traffic <= ports.MAX_REFERENCE_BYTES_PER_PORT * n)
+  assert ports.is_reference(plan)   # tiny ports
+  monkeypatch.setattr(ports, "MAX_REFERENCE_BYTES_PER_PORT",
+                      traffic // n - 1)
+  assert not ports.is_reference(plan)
