@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, xla_env
 from experiments import autocut_bench_args
 
 # --help lists the flags of autocut_bench_args (defined there, read by this binary).
@@ -31,10 +31,8 @@ def main(argv: list[str]) -> None:
   if args.single_thread:
     # One intra-op thread: timings then barely move when other processes
     # take the other core (XLA reads XLA_FLAGS at its first device use).
-    flags = ["--xla_cpu_multi_thread_eigen=false",
-             "intra_op_parallelism_threads=1"]
-    os.environ["XLA_FLAGS"] = " ".join(
-        x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
+    xla_env.add_xla_flags(xla_env.cpu_flags(single_thread=True),
+                          platform=None)
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   from experiments import autocut_bench_lib  # pylint: disable=import-outside-toplevel
   sys.exit(autocut_bench_lib.main(args))

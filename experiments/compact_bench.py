@@ -15,12 +15,11 @@ Every program is checked against ``jax.value_and_grad`` first. Prints and
 writes compile seconds, HLO size, flush boundaries, wall and CPU ms.
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, xla_env
 from experiments import compact_bench_args
 
 # --help lists the flags of compact_bench_args (defined there, read by this binary).
@@ -32,13 +31,9 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   args = compact_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
-  extra = (["--xla_force_host_platform_device_count=2",
-            "--xla_cpu_multi_thread_eigen=false",
-            "intra_op_parallelism_threads=1"] if args.model == "mlp" else
-           ["--xla_force_host_platform_device_count=4"])
-  os.environ["XLA_FLAGS"] = " ".join(
-      x for x in [os.environ.get("XLA_FLAGS", "")] + extra if x)
-  os.environ["JAX_PLATFORMS"] = "cpu"
+  xla_env.add_xla_flags(
+      xla_env.cpu_flags(2, single_thread=True) if args.model == "mlp"
+      else xla_env.cpu_flags(4), force_platform=True)
   from experiments import compact_bench_lib  # pylint: disable=import-outside-toplevel
   sys.exit(compact_bench_lib.main(args))
 

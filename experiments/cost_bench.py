@@ -14,12 +14,11 @@ Parts (JSON to --output, a markdown table on stdout):
   layer) with a cold cache and with the cache filled (targets: <= 20 s, ~0).
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, xla_env
 from experiments import cost_bench_args
 
 # --help lists the flags of cost_bench_args (defined there, read by this binary).
@@ -32,14 +31,9 @@ def main(argv: list[str]) -> None:
   args = cost_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
   if args.worker is not None:
-    flags = ["--xla_force_host_platform_device_count=2",
-             "--xla_cpu_multi_thread_eigen=false",
-             "intra_op_parallelism_threads=1"]
+    xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True))
   else:
-    flags = [f"--xla_force_host_platform_device_count={max(args.gpt_devices, 8)}"]
-  os.environ["XLA_FLAGS"] = " ".join(
-      x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    xla_env.add_xla_flags(xla_env.cpu_flags(max(args.gpt_devices, 8)))
   from experiments import cost_bench_lib  # pylint: disable=import-outside-toplevel
   sys.exit(cost_bench_lib.main(args))
 

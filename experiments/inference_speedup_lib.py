@@ -43,14 +43,13 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import gpt_profile, realtime, runs, step_profile, workers
+from experiments import (gpt_profile, realtime, runs, step_profile, workers,
+                         xla_env)
 from tessel_jax import placements as _placements
 from tessel_jax.search import plan_graph
 
 PLAIN = ("plain_1core", "plain_2core")
 PLACEMENTS = ("vshape", "mllm", "xshape")
-SINGLE_THREAD = ("--xla_cpu_multi_thread_eigen=false",
-                 "intra_op_parallelism_threads=1")
 
 
 class SpeedupArgs(NamedTuple):
@@ -84,9 +83,8 @@ def xla_flags(worker: str) -> str:
   """The worker's XLA_FLAGS (set before jax starts)."""
   if worker == "plain_2core":
     return "--xla_force_host_platform_device_count=1"
-  devices = 2 if worker == "pipe" else 1
-  return " ".join((f"--xla_force_host_platform_device_count={devices}",)
-                  + SINGLE_THREAD)
+  return " ".join(xla_env.cpu_flags(2 if worker == "pipe" else 1,
+                                   single_thread=True))
 
 
 def _inputs(args: SpeedupArgs) -> tuple[Any, Any]:

@@ -28,12 +28,11 @@ Parts (JSON to --output):
   overhead and idle time from XLA's trace (``experiments.step_profile``).
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, xla_env
 from experiments import lowering_bench_args
 
 # --help lists the flags of lowering_bench_args (defined there, read by this binary).
@@ -46,17 +45,13 @@ def main(argv: list[str]) -> None:
   args = lowering_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
   if args.worker == "plain2":  # plain jit, default Eigen threading
-    flags = ["--xla_force_host_platform_device_count=1"]
+    flags = xla_env.cpu_flags(1)
   elif args.worker is not None:
-    devices = 1 if args.worker in ("plain", "plain1") else 2
-    flags = [f"--xla_force_host_platform_device_count={devices}",
-             "--xla_cpu_multi_thread_eigen=false",
-             "intra_op_parallelism_threads=1"]
+    flags = xla_env.cpu_flags(1 if args.worker in ("plain", "plain1") else 2,
+                              single_thread=True)
   else:
-    flags = [f"--xla_force_host_platform_device_count={max(args.devices, 8)}"]
-  os.environ["XLA_FLAGS"] = " ".join(
-      x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
-  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    flags = xla_env.cpu_flags(max(args.devices, 8))
+  xla_env.add_xla_flags(flags)
   from experiments import lowering_bench_lib  # pylint: disable=import-outside-toplevel
   sys.exit(lowering_bench_lib.main(args))
 

@@ -17,7 +17,7 @@ import sys
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, xla_env
 from experiments import model_zoo_spans_args
 
 flags.adopt_module_key_flags(model_zoo_spans_args)
@@ -29,12 +29,8 @@ def main(argv: list[str]) -> None:
   model_zoo_spans_args.check_output()
   # XLA reads XLA_FLAGS when jax creates its CPU client: 2 single-threaded
   # devices, this process on 2 cores.
-  os.environ["XLA_FLAGS"] = " ".join(
-      x for x in (os.environ.get("XLA_FLAGS", ""),
-                  "--xla_force_host_platform_device_count=2",
-                  "--xla_cpu_multi_thread_eigen=false",
-                  "intra_op_parallelism_threads=1") if x)
-  os.environ["JAX_PLATFORMS"] = "cpu"
+  xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True),
+                        force_platform=True)
   if hasattr(os, "sched_setaffinity"):
     os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
   # pylint: disable-next=import-outside-toplevel

@@ -35,12 +35,11 @@ used under ``--quiet_cores`` cores throughout (if none is, all rounds are
 used and the JSON says so). JSON to ``--output``, a Markdown table beside it.
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, xla_env
 from experiments import peer_bench_args
 
 # --help lists the flags of peer_bench_args (defined there, read by this binary).
@@ -54,12 +53,8 @@ def main(argv: list[str]) -> None:
   if args.worker is not None:
     # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
     devices = args.stages if args.worker == "pipe" else 1
-    flags = [f"--xla_force_host_platform_device_count={devices}",
-             "--xla_cpu_multi_thread_eigen=false",
-             "intra_op_parallelism_threads=1"]
-    os.environ["XLA_FLAGS"] = " ".join(
-        x for x in [os.environ.get("XLA_FLAGS", "")] + flags if x)
-    os.environ["JAX_PLATFORMS"] = "cpu"
+    xla_env.add_xla_flags(xla_env.cpu_flags(devices, single_thread=True),
+                          force_platform=True)
   from experiments import peer_bench_lib  # pylint: disable=import-outside-toplevel
   sys.exit(peer_bench_lib.main(args))
 

@@ -20,6 +20,11 @@ from experiments import hlo_count
 from tessel_jax import placements
 from tessel_jax.verify import rel_err
 
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import program_bytes  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import program_bytes  # type: ignore
+
 # name -> (mesh axes and sizes, pipelined?, data_axes, weights split?);
 # split ``"fsdp"``: the Megatron specs with ``model`` read as ``data``
 # (every weight split over the data axis: gathered per step, or per block
@@ -222,49 +227,25 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
     rec["predicted_step_ms"] = r.predicted_step_ms
     rec["predicted_block_ms"] = r.block_ms
     rec["predicted_tick_overhead_ms"] = r.tick_overhead_ms
+    rec["predicted_fsdp_collective_ms"] = r.fsdp_collective_ms
     rec["ticks"] = r.ticks
     rec["plan"] = step.built.plan.loop_summary()
   return rec, lambda: compiled(placed, placed_batch)
 
 
 def _prediction(step: Any, args: BenchArgs) -> dict[str, Any]:
-  """Predicted bytes per device: the arguments (parameters as placed, the
-  batch), the outputs (gradients as placed, the loss), the packed
-  parameters, their gradient accumulators and the packed gradients leaving
-  the map (3 x ``Layout.bytes_per_device``; FSDP slots: their shard in and
-  out, the gathered buffers and their gradients, per step 2 x shard + 2 x
-  every slot gathered, per block 3 x shard (with the shard accumulator) +
-  2 x the largest block gathered), and the stash's peak
-  (``step.report``)."""
+  """Predicted bytes per device (``passes.program_bytes``): the arguments
+  and outputs (parameters and gradients as placed, the batch) plus the
+  larger of the loop (packed parameters, accumulators, stash) and the
+  unpack (packed gradients gathered over the pipe axis)."""
   built = step.built
-  layout = built.layout
-  shards = sum(c.count * c.device_nbytes for c in layout.classes if c.fsdp)
-  d = int(np.argmax(layout.bytes_per_device()))
-  live = layout.fsdp_live_bytes(d)
-  packed = (3 * layout.bytes_per_device()[d] - live -
-            (0 if layout.fsdp_per_block else shards))
-  stash = max(step.report.stash_peak_bytes)
-  placed = _placed_param_bytes(step)
-  batch = 2 * args.rows * args.seq * 4
-  predicted = 2 * placed + batch + packed + stash
-  return {"predicted_bytes_per_device": int(predicted),
-          "predicted_parts": {"params_and_grads_as_placed": 2 * placed,
-                              "batch": batch,
-                              "packed_params_accumulators_and_grads":
-                                  packed,
-                              "stash_peak": int(stash)},
+  pred = program_bytes.predict(
+      built.layout, built.plan, built.partition.traced.param_avals,
+      batch_bytes=2 * args.rows * args.seq * 4,
+      stash_peak_bytes=max(step.report.stash_peak_bytes))
+  return {"predicted_bytes_per_device": pred.total,
+          "predicted_parts": pred.to_dict(),
           "schedule_makespan": built.unrolled.makespan}
-
-
-def _placed_param_bytes(step: Any) -> int:
-  """Bytes of one device's share of the parameters as the user placed
-  them (shards of split leaves, whole replicated leaves)."""
-  layout = step.built.layout
-  parts = {l: c.parts for c in layout.classes for row in c.assign
-           for l in row if l >= 0}
-  avals = step.built.partition.traced.param_avals
-  return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
-             // parts.get(l, 1) for l, a in enumerate(avals))
 
 
 def _max_rel_err(got: Any, want: Any) -> float:

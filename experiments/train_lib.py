@@ -48,32 +48,34 @@ class TrainArgs(NamedTuple):
   interpret_ramps: int | None = 8
 
 
-# Below this many steps the runner lowers with ``interpret_ramps=0`` (every
+# The runner lowers with ``interpret_ramps=0`` unless told otherwise (every
 # tick in one table-driven loop, each kernel compiled once). Measured on the
 # main job (README GPT, mshape(4), 16 micro-batches, cold caches, quiet
 # 2-core machine, 2026-11-25): compile 11.5 s -> 4.1 s, first step at
-# 23.1 s -> 14.8 s. Since remote messages wait in outboxes until due
-# (``passes.held``) the compact step is 1.084x the default's (was ~1.37x;
-# ``experiments.compact_bench --model=gpt``, paired, 2026-11-26), so the
-# 7.4 s saved pays for ~800 steps.
-COMPACT_BELOW_STEPS = 800
+# 23.1 s -> 14.8 s. Since remote messages wait in outboxes until due and
+# each device writes only the messages its kernel made (``passes.held``,
+# ``passes.local_writes``) the compact step costs what the default's does:
+# 1.004-1.008x its wall time at 0.96-0.98x its CPU
+# (``experiments.compact_bench --model=gpt``, paired, 2026-11-26; it was
+# ~1.37x, when the rule was "below 150 steps").
 
 
 def interpret_ramps_for(steps: int, given: int | None) -> int | None:
   """``tj.schedule``'s ``interpret_ramps`` for a run of ``steps`` steps.
 
   Args:
-    steps: Training steps the run makes.
+    steps: Training steps the run makes (the rule no longer depends on it).
     given: The ``--interpret_ramps`` flag (None: not given; negative:
       unroll every ramp).
 
   Returns:
-    ``given`` when given (None for a negative one), else 0 below
-    ``COMPACT_BELOW_STEPS`` steps and 8 (the library's default) above.
+    ``given`` when given (None for a negative one), else 0 (the compact
+    lowering).
   """
+  del steps
   if given is not None:
     return None if given < 0 else given
-  return 0 if steps < COMPACT_BELOW_STEPS else 8
+  return 0
 
 
 # --- data -----------------------------------------------------------------

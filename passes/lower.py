@@ -80,6 +80,8 @@ from . import flushes as _flushes
 from . import fsdp as _fsdp
 from . import fsdp_tick as _fsdp_tick
 from . import gather as _gather
+from . import kernel_sends as _kernel_sends
+from . import local_writes as _local_writes
 from . import outbox as _outbox
 from . import outputs as _outputs
 from . import pack_local as _pack_local
@@ -618,10 +620,18 @@ class Lowering:
     spec = self.plan.interps[seg.start]
     n = seg.period
     ports0 = tuple(jnp.zeros(a.shape, a.dtype) for a in spec.out_ports)
+    sinks = [p.slots for p in self.plan.pools]
+    sends = None
+    if _kernel_sends.writes_in_kernels(spec, sinks):
+      sends = {kid: _kernel_sends.kernel_sends(spec, kid, b, sinks)
+               for b, kid in enumerate(spec.branches) if kid is not None}
 
     def boundary(c: _Ctx, ports: Sequence[Any], pools: list[Any],
                  outbox: Sequence[Any], order: _stash_order.Order) -> Any:
-      self._sends(c, spec, ports, pools, 0, remote=False, order=order)
+      if sends is None:
+        self._sends(c, spec, ports, pools, 0, remote=False, order=order)
+      else:
+        _local_writes.write_locals(self, c, spec, ports, pools, order, sends)
       return _outbox.hold_and_flush(self, c, spec, ports, pools, outbox,
                                     order, SCOPES["ppermute"])
 

@@ -133,3 +133,42 @@ def test_compact_with_held_rounds_matches_value_and_grad(graph):
   flushes = np.any([rd.flush[:, 0] for rd in spec.sends if rd.remote],
                    axis=0).sum()
   assert flushes < ticks
+
+
+def test_each_message_is_written_by_the_kernel_that_made_it():
+  """``passes.kernel_sends``: at every boundary a device writes only the
+  rounds its kernel of the tick before made, each real message once."""
+  from passes import kernel_sends  # pylint: disable=import-outside-toplevel
+  kinds = ["embed", "head"]
+  graph = tj.placements.vshape(2)
+  fn, params = M.chain_fn(kinds), M.make_params(M.num_layers(kinds))
+  batch = M.make_batch(8 * 4)
+  mesh = jax.make_mesh((2,), ("pipe",))
+  step = tj.schedule(fn, mesh=mesh, placement=graph, num_microbatches=8,
+                     interpret_ramps=0, solver_time_limit_s=20.0)
+  plan = step.build(params, batch).plan
+  (spec,) = plan.interps.values()
+  sinks = [p.slots for p in plan.pools]
+  assert kernel_sends.writes_in_kernels(spec, sinks)
+  written = {}
+  for b, kid in enumerate(spec.branches):
+    if kid is None:
+      continue
+    ran = np.zeros((spec.branch_of.shape[0] + 1, 2), bool)
+    ran[1:] = spec.branch_of == b
+    for ks in kernel_sends.kernel_sends(spec, kid, b, sinks):
+      rd = spec.sends[ks.round]
+      assert set(ks.ports) <= set(spec.out_map[kid])
+      for p, d in zip(*np.nonzero(ran)):
+        real = (rd.hold[p, d] == 0 if rd.remote else
+                any(tg.slot.base[p, d] != sinks[tg.pool]
+                    for tg in rd.targets))
+        if real:
+          assert (ks.round, p, d) not in written
+          written[(ks.round, p, d)] = kid
+  for i, rd in enumerate(spec.sends):
+    for p, d in np.ndindex(rd.cand.shape):
+      real = (rd.hold[p, d] == 0 if rd.remote else
+              any(tg.slot.base[p, d] != sinks[tg.pool] for tg in rd.targets))
+      assert real == ((i, p, d) in written)
+  assert {spec.sends[i].remote for i, _, _ in written} == {True, False}

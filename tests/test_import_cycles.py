@@ -72,7 +72,7 @@ def _targets(stmt: ast.stmt, package: str) -> list[str]:
     anchor = package.split(".")[:len(package.split(".")) - stmt.level + 1]
     base = ".".join(anchor + ([base] if base else []))
   base = _canonical(base)
-  return [f"{base}.{a.name}" for a in stmt.names] + [base]
+  return [_canonical(f"{base}.{a.name}") for a in stmt.names] + [base]
 
 
 def import_graph(files: Mapping[str, pathlib.Path],

@@ -46,11 +46,10 @@ ENTRY %main () -> f32[] {
   assert jax.devices()  # conftest's fake devices are in use
 
 
-def test_train_runner_picks_the_compact_lowering_for_short_runs():
+def test_train_runner_picks_the_compact_lowering_unless_told():
   from experiments import train_lib  # pylint: disable=import-outside-toplevel
-  short, long_ = train_lib.COMPACT_BELOW_STEPS - 1, train_lib.COMPACT_BELOW_STEPS
-  assert train_lib.interpret_ramps_for(short, None) == 0
-  assert train_lib.interpret_ramps_for(long_, None) == 8
-  assert train_lib.interpret_ramps_for(short, 8) == 8     # the flag wins
-  assert train_lib.interpret_ramps_for(long_, 0) == 0
-  assert train_lib.interpret_ramps_for(short, -1) is None  # unroll all
+  for steps in (1, 30, 10_000):
+    assert train_lib.interpret_ramps_for(steps, None) == 0
+    assert train_lib.interpret_ramps_for(steps, 8) == 8     # the flag wins
+    assert train_lib.interpret_ramps_for(steps, 0) == 0
+    assert train_lib.interpret_ramps_for(steps, -1) is None  # unroll all

@@ -33,6 +33,11 @@ from tessel_jax.cost import ticks as _ticks
 from tessel_jax.cost.report import CostReport
 from tessel_jax.graph import BlockGraph
 
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import fsdp_comm as _fsdp_comm  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import fsdp_comm as _fsdp_comm  # type: ignore
+
 COSTS = ("measured", "calibrated", "uniform")
 _LOG = logging.getLogger("tessel_jax.cost")
 
@@ -462,7 +467,9 @@ class CostModel:
           ticks=len(plan.ticks), backend=device.platform)
     q = costs.quantized
     seconds = dict(q.seconds)
-    step_s = pred.step_seconds
+    # FSDP gathers and reduce-scatters, serial with the ticks.
+    fsdp_s = _fsdp_comm.seconds(layout, plan, costs.link)
+    step_s = pred.step_seconds + fsdp_s
     searched_here = schedule_costs in (None, "measured")
     qerr = None
     if searched_here:
@@ -485,6 +492,7 @@ class CostModel:
                        for (s, d), t in q.delay_seconds.items() if t > 0},
         tick_overhead_ms=tick_model.mean_tick_seconds * 1e3,
         barrier_ms=tick_model.barrier_seconds * 1e3,
+        fsdp_collective_ms=fsdp_s * 1e3,
         ticks=len(plan.ticks), link=costs.link.to_dict(),
         backend=device.platform, schedule_costs=schedule_costs or "measured",
         alternative_ms=alternative_ms)

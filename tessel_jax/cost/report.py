@@ -40,6 +40,9 @@ class CostReport:
       microbenchmark's, plus what the plan's stand-in program pays beyond
       it (``cost.calibrate``; measured, cached by plan shape).
     barrier_ms: Total all-device synchronisation time in the prediction.
+    fsdp_collective_ms: The FSDP all-gathers and reduce-scatters of one
+      step (``passes.fsdp_comm``), each priced by ``link``; part of
+      ``predicted_step_ms``.
     ticks: Ticks of the lowered program.
     link: The communication model (``LinkModel.to_dict()``).
     backend: Backend the kernels were measured on.
@@ -72,6 +75,7 @@ class CostReport:
   edge_delay_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
   tick_overhead_ms: float = 0.0
   barrier_ms: float = 0.0
+  fsdp_collective_ms: float = 0.0
   ticks: int = 0
   link: Mapping[str, Any] | None = None
   backend: str = ""

@@ -1,0 +1,78 @@
+"""The cost of a row split to a weight gradient: 4 x 64 rows against 256.
+
+Usage (pin to one core)::
+
+  taskset -c 0 python -m experiments.rowsplit_dw --rounds=30
+
+A block whose rows are split over 4 devices (``mshape(4)``'s first block)
+computes each layer's weight gradient ``x.T @ dy`` on 64 rows per device and
+adds it into that device's accumulator: per micro-batch 4 contractions of
+depth 64 and 4 adds of the full weight, where one device owning the block
+does one contraction of depth 256 and one add. Times both (with and without
+the accumulation), shuffled per round, and prints median wall and process
+CPU ms per 256 rows of one 1024 x 1024 layer.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import resource
+import sys
+import time
+from collections.abc import Callable
+
+import jax
+import numpy as np
+
+
+def _cpu_s() -> float:
+  r = resource.getrusage(resource.RUSAGE_SELF)
+  return r.ru_utime + r.ru_stime
+
+
+def variants(width: int = 1024) -> dict[str, Callable[[], None]]:
+  """Name -> one layer's weight gradient over 256 rows, split or not."""
+  key = jax.random.PRNGKey(0)
+  xs = {r: (jax.random.normal(key, (r, width)),
+            jax.random.normal(jax.random.fold_in(key, 1), (r, width)))
+        for r in (64, 256)}
+  acc = [jax.numpy.zeros((width, width))]
+  add = jax.jit(lambda a, x, dy: a + x.T @ dy, donate_argnums=0)
+  dw = jax.jit(lambda x, dy: x.T @ dy)
+
+  def split(accumulate: bool, rows: int) -> Callable[[], None]:
+    def run() -> None:
+      for _ in range(256 // rows):
+        if accumulate:
+          acc[0] = add(acc[0], *xs[rows])
+          out = acc[0]
+        else:
+          out = dw(*xs[rows])
+      out.block_until_ready()
+    return run
+  return {"64x4 + acc": split(True, 64), "256x1 + acc": split(True, 256),
+          "64x4": split(False, 64), "256x1": split(False, 256)}
+
+
+def main(rounds: int = 30, reps: int = 5) -> None:
+  fs = variants()
+  for f in fs.values():
+    f()
+  res: dict[str, list[tuple[float, float]]] = {n: [] for n in fs}
+  for _ in range(rounds):
+    for n in random.sample(list(fs), len(fs)):
+      c, t = _cpu_s(), time.perf_counter()
+      for _ in range(reps):
+        fs[n]()
+      res[n].append(((time.perf_counter() - t) / reps * 1e3,
+                     (_cpu_s() - c) / reps * 1e3))
+  for n, v in res.items():
+    w, c = np.median(np.array(v), 0)
+    print(f"{n:12s} wall {w:.2f} ms  CPU {c:.2f} ms")
+  print("load average", [round(x, 1) for x in os.getloadavg()])
+
+
+if __name__ == "__main__":
+  kw = dict(a.lstrip("-").split("=") for a in sys.argv[1:])
+  main(int(kw.get("rounds", 30)))

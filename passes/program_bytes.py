@@ -1,0 +1,117 @@
+"""Predicted bytes per device of a lowered training step.
+
+What the compiled step holds per device (``compiled.memory_analysis()``:
+argument + output + temp), modelled as the arguments and outputs (the
+parameters and their gradients as the user placed them, the batch) plus
+the larger of two phases, which XLA's buffer assignment does not hold at
+once:
+
+- **the loop**: the packed parameters and their gradient accumulators
+  (``2 x Layout.bytes_per_device``; the accumulators leave the map as the
+  packed gradients, no third copy), the stash's peak, and, where every
+  FSDP slot is gathered at once, every gathered slot and gradient, and
+  (per step) the largest slot class's gathered gradients, the contiguous
+  input of its reduce-scatter;
+- **the unpack**: each replicated leaf's gradient is read from the one
+  pipe device holding it, so the packed gradients are gathered over the
+  pipe axis: up to ``D x`` one device's packed bytes (FSDP slots at their
+  shard size; the gathered buffers are dead by then).
+
+A per-block FSDP layout whose plan interprets ticks of FSDP blocks
+gathers every role at every tick (``fsdp_tick.resolve``), so it is
+counted with every slot gathered, as per step.
+
+Measured against the compiled program (``experiments.tp_bench``,
+BENCHMARKS.md "Program bytes"): 1.01-1.09x on the benchmark's rows, none
+below the compiled figure; the former sum of every term (three packed
+copies, gather and unpack together) was 0.96-1.26x.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import fsdp_tick
+from .packing import Layout
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramBytes:
+  """Predicted bytes per device of the busiest device.
+
+  Attributes:
+    placed: Parameters and their gradients as placed (arguments + outputs).
+    batch: The batch argument.
+    loop: Packed parameters, accumulators, stash, reduce-scatter input.
+    unpack: The packed gradients gathered over the pipe axis.
+    stash: The stash's peak (part of ``loop``).
+  """
+
+  placed: int
+  batch: int
+  loop: int
+  unpack: int
+  stash: int
+
+  @property
+  def total(self) -> int:
+    """Arguments and outputs plus the larger phase."""
+    return self.placed + self.batch + max(self.loop, self.unpack)
+
+  def to_dict(self) -> dict[str, int]:
+    """Every part and the total, for JSON."""
+    out = dataclasses.asdict(self)
+    out["total"] = self.total
+    return out
+
+
+def placed_param_bytes(layout: Layout, param_avals: Sequence[Any]) -> int:
+  """Bytes of one device's share of the parameters as the user placed
+  them (shards of split leaves, whole replicated leaves)."""
+  parts = {l: c.parts for c in layout.classes for row in c.assign
+           for l in row if l >= 0}
+  return sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize
+             // parts.get(l, 1) for l, a in enumerate(param_avals))
+
+
+def all_gathered(layout: Layout, plan: Any) -> bool:
+  """Every FSDP slot is gathered at once: per step, or per block where
+  the plan interprets ticks of FSDP blocks."""
+  if not any(c.fsdp for c in layout.classes):
+    return False
+  if not layout.fsdp_per_block:
+    return True
+  as_step = dataclasses.replace(layout, fsdp_mode="per_step")
+  return not fsdp_tick.resolve("auto", as_step, plan).fsdp_per_block
+
+
+def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],
+            batch_bytes: int, stash_peak_bytes: int) -> ProgramBytes:
+  """Predicted bytes per device of the step (module docstring).
+
+  Args:
+    layout: The lowered step's parameter layout.
+    plan: Its lowering plan (interpreted segments decide FSDP gathers).
+    param_avals: Flat parameter avals (as traced, unsharded shapes).
+    batch_bytes: Bytes of one device's batch argument.
+    stash_peak_bytes: The schedule's largest per-device stash peak.
+  """
+  per_step = any(c.fsdp for c in layout.classes) and not layout.fsdp_per_block
+  if all_gathered(layout, plan):
+    layout = dataclasses.replace(layout, fsdp_mode="per_step")
+  per_dev = layout.bytes_per_device()
+  d = int(np.argmax(per_dev))
+  # Per step, a class's gathered gradients are reduce-scattered as one
+  # array (per block: slot by slot at their tick).
+  fsdp = [c for c in layout.classes if c.fsdp]
+  scatter_in = max((c.count * c.gathered_nbytes for c in fsdp),
+                   default=0) if per_step else 0
+  loop = 2 * per_dev[d] + scatter_in + int(stash_peak_bytes)
+  unpack = layout.num_devices * (per_dev[d] - layout.fsdp_live_bytes(d))
+  placed = 2 * placed_param_bytes(layout, param_avals)
+  return ProgramBytes(placed=placed, batch=int(batch_bytes), loop=loop,
+                      unpack=unpack, stash=int(stash_peak_bytes))
