@@ -12,22 +12,16 @@ Prints one JSON line per variant and a markdown table.
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 
-os.environ.setdefault("XLA_FLAGS",
-                      "--xla_force_host_platform_device_count=4")
+from absl import app, flags
 
-import json  # noqa: E402
-import resource  # noqa: E402
-import sys  # noqa: E402
+from experiments import cli, xla_env
 
-import jax  # noqa: E402
-
-import tessel_jax as tj  # noqa: E402
-from experiments import lowering_bench_lib as lb  # noqa: E402
-from experiments import peer_bench_lib as pbl  # noqa: E402
-from experiments import peer_gpipe as pg  # noqa: E402
-from experiments import step_profile  # noqa: E402
+flags.DEFINE_integer("n", 8, "Micro-batches per step.")
+flags.DEFINE_integer("repeats", 3, "Profiled steps per variant.")
 
 
 def _cpu_s() -> float:
@@ -36,9 +30,17 @@ def _cpu_s() -> float:
   return r.ru_utime + r.ru_stime
 
 
-def main(n: int = 8, repeats: int = 3,
-         variants: tuple[str, ...] = ("tj_mshape", "tj_zbv")) -> None:
+def profile(n: int = 8, repeats: int = 3,
+            variants: tuple[str, ...] = ("tj_mshape", "tj_zbv")) -> None:
   """Profiles ``variants`` at ``n`` micro-batches; prints the table."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+
+  import tessel_jax as tj
+  from experiments import lowering_bench_lib as lb
+  from experiments import peer_bench_lib as pbl
+  from experiments import peer_gpipe as pg
+  from experiments import step_profile
   params = pg.mlp_params(8, 1024, 0)
   batch = lb.make_batch(n * 256, 1024, 1)
   mesh = jax.make_mesh((4,), ("pipe",),
@@ -66,6 +68,13 @@ def main(n: int = 8, repeats: int = 3,
   print("load", os.getloadavg())
 
 
+def main(argv: list[str]) -> None:
+  """The binary: 4 fake CPU devices, then :func:`main` on the flags."""
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  xla_env.add_xla_flags(xla_env.cpu_flags(4))
+  profile(flags.FLAGS.n, flags.FLAGS.repeats)
+
+
 if __name__ == "__main__":
-  kw = dict(a.lstrip("-").split("=") for a in sys.argv[1:])
-  main(int(kw.get("n", 8)), int(kw.get("repeats", 3)))
+  cli.run(main)

@@ -18,12 +18,16 @@ from __future__ import annotations
 import os
 import random
 import resource
-import sys
 import time
 from collections.abc import Callable
 
 import jax
 import numpy as np
+from absl import app, flags
+
+from experiments import cli
+
+flags.DEFINE_integer("rounds", 30, "Timed rounds (variants shuffled per round).")
 
 
 def _cpu_s() -> float:
@@ -55,7 +59,8 @@ def variants(width: int = 1024) -> dict[str, Callable[[], None]]:
           "64x4": split(False, 64), "256x1": split(False, 256)}
 
 
-def main(rounds: int = 30, reps: int = 5) -> None:
+def measure(rounds: int = 30, reps: int = 5) -> None:
+  """Times the variants ``rounds`` times; prints medians and the load."""
   fs = variants()
   for f in fs.values():
     f()
@@ -73,6 +78,11 @@ def main(rounds: int = 30, reps: int = 5) -> None:
   print("load average", [round(x, 1) for x in os.getloadavg()])
 
 
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  measure(flags.FLAGS.rounds)
+
+
 if __name__ == "__main__":
-  kw = dict(a.lstrip("-").split("=") for a in sys.argv[1:])
-  main(int(kw.get("rounds", 30)))
+  cli.run(main)

@@ -23,6 +23,7 @@ process).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import statistics
 import time
@@ -278,6 +279,10 @@ class FrontierFunction:
     while True:
       i = self._next_refine(priced, tried, full_scale(pairs))
       if i is None:
+        # The plans left screened are reported on the full builds' scale.
+        scale = full_scale(pairs)
+        priced[:] = [dataclasses.replace(q, step=q.step * scale)
+                     if q.screened and q.unit == "ms" else q for q in priced]
         return
       base = base_of(priced[i].candidate)
       tried.add(base)
@@ -304,10 +309,12 @@ class FrontierFunction:
   def _next_refine(self, priced: Sequence[PricedPlan], tried: set[Candidate],
                    scale: float) -> int | None:
     """Index of the next plan :meth:`_refine` builds in full (None: done)."""
+    def on_full_scale(i: int) -> float:
+      return priced[i].step * (scale if priced[i].screened else 1.0)
     fits = sorted((i for i, p in enumerate(priced)
                    if self.memory_limit is None or
                    p.peak_bytes <= self.memory_limit),
-                  key=lambda i: (priced[i].step, priced[i].peak_bytes, i))
+                  key=lambda i: (on_full_scale(i), priced[i].peak_bytes, i))
     want = [i for i in fits if priced[i].screened and
             base_of(priced[i].candidate) not in tried]
     done_full = [i for i in fits if not priced[i].screened]
@@ -317,9 +324,9 @@ class FrontierFunction:
       return fits[0]   # the fastest fitting plan is always a full build
     if not want or not done_full:
       return None
-    i = min(want, key=lambda k: priced[k].step)
+    i = min(want, key=on_full_scale)
     limit = (1 + self.refine_margin) * priced[done_full[0]].step
-    return i if priced[i].step * scale < limit else None
+    return i if on_full_scale(i) < limit else None
 
   def step_for(self, c: Candidate, markers: int | None = None,
                screen: bool = False) -> Any:

@@ -130,8 +130,9 @@ def test_refine_margin_builds_the_close_screened_plans(monkeypatch, margin,
     built.append(c.placement)
     return _plan(c.placement, full[c.placement], screened=False)
   monkeypatch.setattr(P.FrontierFunction, "price", price)
-  # Screened: a 9, b 12 (within 25% of a's full 10), c 14 (within 50%).
-  priced = [_plan("a", 9.0), _plan("b", 12.0), _plan("c", 14.0),
+  # Screened: a 8 (full 10: screened prices scale by 1.25), b 9.6 and
+  # c 11.2, so b at 12 is within 25% of a's full 10, c at 14 within 50%.
+  priced = [_plan("a", 8.0), _plan("b", 9.6), _plan("c", 11.2),
             _plan("d", 1.0, peak=500)]   # d does not fit
   ff._refine(priced, None, None, None)
   assert built == want

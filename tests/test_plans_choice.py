@@ -142,8 +142,36 @@ def test_refine_builds_the_fastest_screened_plans_in_full(monkeypatch):
   # "a" (fastest fitting screened, through its 1f1b baseline) built in
   # full; then the fastest fitting plan is a full build: stop.
   assert built == [("a", False)]
-  assert [p.step for p in priced] == [5.0, 6.0, 12.0, 2.0]
+  # The plans left screened are put on the full builds' scale (a: 10
+  # screened, 5 in full): b 12 -> 6, c 2 -> 1.
+  assert [p.step for p in priced] == [5.0, 6.0, 6.0, 1.0]
   assert not priced[0].screened and priced[2].screened
+
+
+def test_fastest_check_reads_screened_prices_on_the_full_scale(
+    monkeypatch):
+  """a (screened 4) is 8 in full; b screened at 5 is 10 on the full
+  scale, so the fastest fitting plan is a full build and b is not built
+  (before: b's raw 5 < 8 read as the fastest plan, built though it cannot
+  win)."""
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, refine=1,
+                          refine_margin=0.0)
+  built = []
+
+  def price(self, c, params, batch, markers=None, screen=False):
+    built.append(c.placement)
+    return P.PricedPlan(candidate=c, step={"a": 8.0, "b": 10.0}[c.placement],
+                        unit="ms", peak_bytes_per_device=(50,),
+                        source="tessel", blocks=2, build_seconds=0.0)
+  monkeypatch.setattr(P.FrontierFunction, "price", price)
+  priced = [P.PricedPlan(candidate=P.Candidate(n, 2, 1, 4), step=s,
+                         unit="ms", peak_bytes_per_device=(50,),
+                         source="tessel", blocks=2, build_seconds=0.0,
+                         screened=True)
+            for n, s in (("a", 4.0), ("b", 5.0))]
+  ff._refine(priced, None, None, None)
+  assert built == ["a"]
+  assert [p.step for p in priced] == pytest.approx([8.0, 10.0])
 
 
 def test_refine_margin_compares_screened_prices_on_the_full_scale(
@@ -170,6 +198,8 @@ def test_refine_margin_compares_screened_prices_on_the_full_scale(
             for n, s in (("a", 10.0), ("b", 12.0), ("c", 40.0))]
   ff._refine(priced, None, None, None)
   assert built == ["a", "b"]
-  assert [p.step for p in priced] == [4.0, 3.5, 40.0]
+  # c stays screened, reported on the full scale (median of 0.4, 0.29).
+  assert [p.step for p in priced] == pytest.approx(
+      [4.0, 3.5, 40.0 * (0.4 + 3.5 / 12) / 2])
   assert P.full_scale([(10.0, 4.0)]) == pytest.approx(0.4)
   assert P.full_scale([]) == 1.0
