@@ -147,7 +147,9 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       with the ramp length, each ramp tick runs a little slower. None:
       always unroll. 0: no loops either, every tick in one table-driven
       loop, so each kernel body is compiled once (measured: compile 32-46%
-      less CPU, steps 3-12% more CPU; see BENCHMARKS.md "compile").
+      less CPU; a step 0.98-1.01x the default's wall time paired, see
+      BENCHMARKS.md "compile" and "Compact lowering"). FSDP leaves are
+      gathered once per step on interpreted ticks (``fsdp="auto"``).
     param_sharding: Parameters to shard over the pipe axis: a pytree like
       ``params`` (or a prefix of it) of ``jax.sharding.PartitionSpec`` or
       None, e.g. ``{"wte": P("pipe", None), "layers": None}`` for a
