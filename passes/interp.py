@@ -126,7 +126,7 @@ def _rounds(env: Env, per_tick: Sequence[dict[tuple, dict[int, list]]],
             lanes: dict[tuple, int], start: int) -> list[Round]:
   """One round per lane and index: local rounds written at the boundary
   after their tick, remote ones held until a flush (``passes.held``)."""
-  D, T = env.D, len(per_tick)
+  T = len(per_tick)
   order = sorted(lanes, key=lambda l: (l[1] == 0, l[0].shape, l[0].dtype,
                                        l[1]))
   chosen_of = {}
