@@ -5,7 +5,7 @@ step they are all-gathered once before the first tick and their gradients
 reduce-scattered once after the last (one collective per slot class each
 way). Per block (``passes.fsdp_tick``) a tick all-gathers each role its
 kernels read (one collective per ``(class, role)``) and reduce-scatters
-each gradient role; a straight run of ticks reuses a role whose slots do
+each gradient role; a straight run of ticks reuses a role whose slots do not
 change (a gradient role: whose slots agree on the devices using it),
 while an interpreted tick (one loop body for every tick) and the first
 tick of a loop iteration gather again. This count follows those rules
