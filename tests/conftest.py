@@ -27,3 +27,21 @@ if "TESSEL_JAX_CACHE" not in os.environ:
   _CACHE = tempfile.mkdtemp(prefix="tessel_jax_test_cache_")
   os.environ["TESSEL_JAX_CACHE"] = _CACHE
   atexit.register(shutil.rmtree, _CACHE, True)
+
+
+import pytest  # noqa: E402  (after the environment above)
+
+
+@pytest.fixture
+def no_wall_caps(monkeypatch):
+  """Lifts the search's wall-clock safety nets, so a loaded machine cannot
+  cut a solve short: only the deterministic budgets decide the result."""
+  from tessel_jax.search import budget, cpsat  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
+  init = budget.Budget.__init__
+
+  def no_wall_cap(self, total):
+    init(self, total)
+    self.wall_deadline += 1e6
+
+  monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)

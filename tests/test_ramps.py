@@ -115,22 +115,13 @@ def test_start_over_the_limit_is_refused():
 
 
 def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
-    monkeypatch):
+    monkeypatch, no_wall_caps):
   """From a ``start`` at the smallest period the search also polishes and
   composes the repetend of its first probe from scratch, and keeps the
   shorter unrolling (here the start's is made longer: its ramps are left
-  uncompacted)."""
-  from tessel_jax.search import budget, compose, cpsat
-  # No wall-clock cut-offs: on a loaded machine they would change the
-  # result (the budgets are deterministic).
-  monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
-  budget_init = budget.Budget.__init__
-
-  def no_wall_cap(self, total):
-    budget_init(self, total)
-    self.wall_deadline += 1e6
-
-  monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)
+  uncompacted). No wall-clock cut-offs (``no_wall_caps``): on a loaded
+  machine they would change the result."""
+  from tessel_jax.search import compose
   graph = placements.get("xshape", 4)
   fastest = search_repetend(graph, None, complete=False,
                             list_alternative=False, time_limit_s=5).period

@@ -73,19 +73,10 @@ def _tessel_makespans():
 
 @pytest.mark.parametrize("name,memory,tessel", _tessel_makespans())
 def test_search_matches_tessels_own_makespans_at_its_tightest_limits(
-    name, memory, tessel, monkeypatch):
+    name, memory, tessel, no_wall_caps):
   """Tessel's own search, run on its five tightest cases (the ones the
   lower bound does not decide), against ours at N = 128 and equal memory:
   never longer (wall-clock nets lifted so load cannot cut a solve)."""
-  from tessel_jax.search import budget, cpsat  # pylint: disable=import-outside-toplevel
-  monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
-  init = budget.Budget.__init__
-
-  def no_wall_cap(self, total):
-    init(self, total)
-    self.wall_deadline += 1e6
-
-  monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)
   row = search_cases_tessel_lib.run_case(name, 4, True, memory, 128,
                                          time_limit=10, allow_wrap=True)
   assert row["peak"] <= memory
