@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import indexing as _indexing
 from .stash_order import Order
 
 
@@ -34,8 +35,8 @@ def _payload(ctx: Any, rd: Any, ks: Any, ports: Sequence[Any],
   if len(vals) > 1:
     v = lax.select_n(ctx.table(ks.pick) + salt, *vals)
   if rd.rowed and tuple(v.shape) != tuple(rd.payload.shape):
-    v = lax.dynamic_slice_in_dim(v, ctx.table(rd.src_row) + salt,
-                                 rd.payload.shape[0], axis=0)
+    v = _indexing.slice_in_dim(v, ctx.table(rd.src_row) + salt,
+                                rd.payload.shape[0], axis=0)
   return v
 
 

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import indexing as _indexing
 from .stash_order import Order
 
 
@@ -55,7 +56,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
     where = ctx.table(rd.hold)
     if not (isinstance(where, int) and where == 1):
       payload = lowering._payload(ctx, rd, ports)
-      boxes[i] = lax.dynamic_update_index_in_dim(boxes[i], payload, where, 0)
+      boxes[i] = _indexing.update_index(boxes[i], payload, where)
     trips = ctx.table(rd.flush)
     if isinstance(trips, int) and not trips:
       continue
@@ -67,7 +68,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
       # counter, or XLA hoists the ppermute out of the loop as
       # loop-invariant code and runs it at every boundary.
       with jax.named_scope(scope):
-        got = lax.ppermute(lax.dynamic_index_in_dim(box, k, 0, False),
+        got = lax.ppermute(_indexing.index(box, k),
                            lowering.pipe, perm=list(rd.perm))
       lowering._write_targets(ctx, rd, got, stash, 0, order)
       return k + 1, box, tuple(stash)

@@ -53,6 +53,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import indexing as _indexing
+
 LAYOUTS = ("auto", "slots", "flat")
 FSDP_MODES = ("per_block", "per_step")
 MAX_EMPTY_SLOTS = 0.25
@@ -580,7 +582,7 @@ def read_region(buf: Any, region: Region, param_avals: Sequence[Any],
   if isinstance(offset, (int, np.integer)):
     base, flat = int(offset), buf
   else:
-    flat = jax.lax.dynamic_slice_in_dim(buf, offset, max(region.length, 1))
+    flat = _indexing.slice_in_dim(buf, offset, max(region.length, 1))
     base = 0
   out = []
   pos = base
