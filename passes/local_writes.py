@@ -65,6 +65,10 @@ def write_locals(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
     if isinstance(trips, int) and not trips:
       continue
 
+    # In a loop the writes follow ``order`` through the trip count; only
+    # unlooped writes take it into their slots.
+    slot_order = order if isinstance(trips, int) else None
+
     def body(carry: tuple, mine: Sequence[Any] = mine) -> tuple:
       k, stash = carry
       stash = list(stash)
@@ -73,7 +77,7 @@ def write_locals(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
         # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
         # select out of the loop and run it on every device.
         v = _payload(ctx, rd, ks, ports, k)
-        lowering._write_targets(ctx, rd, v, stash, 0, order)
+        lowering._write_targets(ctx, rd, v, stash, 0, slot_order)
       return k + 1, tuple(stash)
 
     init = (jnp.int32(0), tuple(pools))

@@ -60,6 +60,10 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
     trips = ctx.table(rd.flush)
     if isinstance(trips, int) and not trips:
       continue
+    # In a loop the stash writes follow ``order`` through the trip count
+    # (equal on every device, as the collective needs); unlooped, through
+    # their slots.
+    slot_order = order if isinstance(trips, int) else None
 
     def send(carry: tuple, rd: Any = rd) -> tuple:
       k, box, stash = carry
@@ -70,15 +74,15 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
       with jax.named_scope(scope):
         got = lax.ppermute(_indexing.index(box, k),
                            lowering.pipe, perm=list(rd.perm))
-      lowering._write_targets(ctx, rd, got, stash, 0, order)
+      lowering._write_targets(ctx, rd, got, stash, 0, slot_order)
       return k + 1, box, tuple(stash)
 
     init = (jnp.int32(0), boxes[i], tuple(pools))
     if isinstance(trips, int):
       done, boxes[i], new = send(init)
     else:
-      done, boxes[i], new = lax.while_loop(lambda c, n=trips: c[0] < n, send,
-                                           init)
+      done, boxes[i], new = lax.while_loop(
+          lambda c, n=order.slot(trips): c[0] < n, send, init)
       order.add(done)
     pools[:] = list(new)
   return tuple(boxes)
