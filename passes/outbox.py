@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import tick_io
 from .stash_order import Order
 
 
@@ -36,7 +37,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
   """One boundary of the remote rounds of interp tick ``tick``.
 
   Args:
-    lowering: The ``passes.lower.Lowering`` (payloads, stash writes).
+    lowering: The ``passes.lower.Lowering`` (its pipe axis).
     ctx: Its context at this boundary.
     tick: The interp tick.
     ports: Out ports of the tick before the boundary.
@@ -54,7 +55,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
   for i, rd in enumerate(remote):
     where = ctx.table(rd.hold)
     if not (isinstance(where, int) and where == 1):
-      payload = lowering._payload(ctx, rd, ports)
+      payload = tick_io.payload(ctx, rd, ports)
       boxes[i] = lax.dynamic_update_index_in_dim(boxes[i], payload, where, 0)
     trips = ctx.table(rd.flush)
     if isinstance(trips, int) and not trips:
@@ -69,7 +70,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
       with jax.named_scope(scope):
         got = lax.ppermute(lax.dynamic_index_in_dim(box, k, 0, False),
                            lowering.pipe, perm=list(rd.perm))
-      lowering._write_targets(ctx, rd, got, stash, 0, order)
+      tick_io.write_targets(ctx, rd, got, stash, 0, order)
       return k + 1, box, tuple(stash)
 
     init = (jnp.int32(0), boxes[i], tuple(pools))
