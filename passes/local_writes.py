@@ -25,6 +25,7 @@ from jax import lax
 
 from . import indexing as _indexing
 from .stash_order import Order
+from .tick_io import write_targets
 
 
 def _payload(ctx: Any, rd: Any, ks: Any, ports: Sequence[Any],
@@ -40,14 +41,13 @@ def _payload(ctx: Any, rd: Any, ks: Any, ports: Sequence[Any],
   return v
 
 
-def write_locals(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
+def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
                  pools: list[Any], order: Order,
                  sends: Mapping[int, Sequence[Any]]) -> None:
   """Writes the local rounds of boundary ``ctx.tau`` (``pools`` updated).
 
   Args:
-    lowering: The ``passes.lower.Lowering`` (stash writes).
-    ctx: Its context at the boundary.
+    ctx: The lowering's context (``passes.tick_ctx.Ctx``) at the boundary.
     tick: The interp tick.
     ports: Out ports of the tick before the boundary.
     pools: The stash.
@@ -77,7 +77,7 @@ def write_locals(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
         # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
         # select out of the loop and run it on every device.
         v = _payload(ctx, rd, ks, ports, k)
-        lowering._write_targets(ctx, rd, v, stash, 0, slot_order)
+        write_targets(ctx, rd, v, stash, 0, slot_order)
       return k + 1, tuple(stash)
 
     init = (jnp.int32(0), tuple(pools))

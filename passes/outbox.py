@@ -22,6 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from . import indexing as _indexing
+from . import tick_io
 from .stash_order import Order
 
 
@@ -37,7 +38,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
   """One boundary of the remote rounds of interp tick ``tick``.
 
   Args:
-    lowering: The ``passes.lower.Lowering`` (payloads, stash writes).
+    lowering: The ``passes.lower.Lowering`` (its pipe axis).
     ctx: Its context at this boundary.
     tick: The interp tick.
     ports: Out ports of the tick before the boundary.
@@ -55,7 +56,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
   for i, rd in enumerate(remote):
     where = ctx.table(rd.hold)
     if not (isinstance(where, int) and where == 1):
-      payload = lowering._payload(ctx, rd, ports)
+      payload = tick_io.payload(ctx, rd, ports)
       boxes[i] = _indexing.update_index(boxes[i], payload, where)
     trips = ctx.table(rd.flush)
     if isinstance(trips, int) and not trips:
@@ -74,7 +75,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
       with jax.named_scope(scope):
         got = lax.ppermute(_indexing.index(box, k),
                            lowering.pipe, perm=list(rd.perm))
-      lowering._write_targets(ctx, rd, got, stash, 0, slot_order)
+      tick_io.write_targets(ctx, rd, got, stash, 0, slot_order)
       return k + 1, box, tuple(stash)
 
     init = (jnp.int32(0), boxes[i], tuple(pools))
