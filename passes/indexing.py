@@ -38,6 +38,13 @@ def slice_in_dim(x: Any, start: Any, size: int, axis: int = 0) -> Any:
                                   allow_negative_indices=False)
 
 
+def update_slice_in_dim(x: Any, value: Any, start: Any, axis: int = 0
+                        ) -> Any:
+  """``x`` with ``value`` written from ``start`` along ``axis``."""
+  return lax.dynamic_update_slice_in_dim(x, value, start, axis,
+                                         allow_negative_indices=False)
+
+
 def dynamic_slice(x: Any, starts: Any, sizes: Any) -> Any:
   """``lax.dynamic_slice`` without negative-index wrapping."""
   return lax.dynamic_slice(x, starts, sizes, allow_negative_indices=False)
@@ -65,4 +72,4 @@ def lookup(values: np.ndarray, at: tuple[Any, ...], dtype: Any = jnp.int32
 
 
 __all__ = ["dynamic_slice", "dynamic_update_slice", "index", "lookup",
-           "slice_in_dim", "update_index"]
+           "slice_in_dim", "update_index", "update_slice_in_dim"]

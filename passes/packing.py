@@ -515,8 +515,12 @@ def flat_pieces(layout: Layout) -> Iterator[tuple[str, int, int, int, int]]:
 def _replicated_classes(layout: Layout, slots: Sequence[Any],
                         mesh: Any) -> list[Any]:
   """Per class, its gradient buffer replicated on every device of ``mesh``
-  (one ``all-gather`` of the class), where the class is plain (no GSPMD or
-  FSDP spec, no pipe-sharded leaf); other classes as they are.
+  (one ``all-gather`` of the class), where that moves only what the
+  outputs need: a plain class (no GSPMD or FSDP spec, no pipe-sharded
+  leaf) whose every slot on every device holds a distinct leaf. Other
+  classes as they are (empty slots would be moved too: on mshape(4) most
+  devices hold few of a class's slots; a leaf held on several devices is
+  reduced in place).
 
   Without it each leaf ``buf[d, j]`` of a buffer split over the pipe axis
   became its own transfer: on ``peer_bench``'s MLP (2 devices, 2 classes
@@ -526,8 +530,10 @@ def _replicated_classes(layout: Layout, slots: Sequence[Any],
   """
   out = []
   for c, buf in zip(layout.classes, slots):
-    plain = (not c.spec and not c.fsdp and
-             not any(l in layout.shards for row in c.assign for l in row))
+    held = [l for row in c.assign for l in row]
+    plain = (not c.spec and not c.fsdp and min(held) >= 0 and
+             len(set(held)) == len(held) and
+             not any(l in layout.shards for l in held))
     out.append(jax.lax.with_sharding_constraint(
         buf, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
                if plain else buf)

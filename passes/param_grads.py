@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from . import fsdp_tick as _fsdp_tick
+from . import indexing as _indexing
 from .lower_context import LowerContext
 from .tick_ctx import Ctx, scoped
 
@@ -28,7 +29,7 @@ def region_offset(ctx: Ctx, kernel: Any, region: Any) -> Any:
   if len(kernel.devices) == 1 or np.all(offsets == offsets[0]):
     return int(offsets[0])
   table = np.array([max(o, 0) for o in region.offsets])
-  return jnp.asarray(table, jnp.int32)[ctx.dev]
+  return _indexing.lookup(table, (ctx.dev,))
 
 
 def acc_get(gacc: dict, sacc: Sequence[Sequence[Any]], key: tuple) -> Any:
@@ -101,5 +102,5 @@ def _accumulate_flat(low: LowerContext, ctx: Ctx, kernel: Any,
     g = jnp.concatenate(parts) if len(parts) > 1 else parts[0]
     off = region_offset(ctx, kernel, region)
     acc = accs[("flat", dt)]
-    cur = lax.dynamic_slice_in_dim(acc, off, region.length)
-    accs[("flat", dt)] = lax.dynamic_update_slice_in_dim(acc, cur + g, off, 0)
+    cur = _indexing.slice_in_dim(acc, off, region.length)
+    accs[("flat", dt)] = _indexing.update_slice_in_dim(acc, cur + g, off)

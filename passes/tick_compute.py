@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 
 from . import fsdp_tick as _fsdp_tick
+from . import indexing as _indexing
 from . import predicated as _predicated
 from . import stash_order as _stash_order
 from . import tick_io as _io
@@ -190,10 +191,10 @@ def _add_terminal(ctx: Ctx, ta: Any, acc: Any, v: Any, summed: bool,
   row = ctx.table(ta.row)
   if summed:
     if ta.rowed:
-      cur = lax.dynamic_slice_in_dim(acc, row, v.shape[0])
-      return lax.dynamic_update_slice_in_dim(acc, cur + v, row, 0)
+      cur = _indexing.slice_in_dim(acc, row, v.shape[0])
+      return _indexing.update_slice_in_dim(acc, cur + v, row)
     return acc + v
   mb = ctx.dyn(ta.mb, it)
   starts = (mb,) + ((row,) + (0,) * (v.ndim - 1) if v.ndim else ())
-  cur = lax.dynamic_slice(acc, starts, (1,) + v.shape)
-  return lax.dynamic_update_slice(acc, cur + v[None], starts)
+  cur = _indexing.dynamic_slice(acc, starts, (1,) + v.shape)
+  return _indexing.dynamic_update_slice(acc, cur + v[None], starts)

@@ -14,8 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
+from . import indexing as _indexing
 from .plan import Dyn
 
 NO_MOD = 1 << 30
@@ -75,8 +75,8 @@ class Ctx:
       v = values.flat[0]
       return v.item() if hasattr(v, "item") else v
     if values.ndim == 2:
-      return jnp.asarray(values, dtype)[self.tau, self.dev]
-    return jnp.asarray(values, dtype)[self.dev]
+      return _indexing.lookup(values, (self.tau, self.dev), dtype)
+    return _indexing.lookup(values, (self.dev,), dtype)
 
   def dyn(self, d: Dyn, it: Any) -> Any:
     """Evaluates a :class:`Dyn` for iteration ``it`` (int or traced)."""
@@ -96,20 +96,20 @@ def read_rows(x: Any, start: Any, rows: int) -> Any:
   """``rows`` rows of ``x`` from ``start`` (``x`` itself when that is all)."""
   if isinstance(start, int) and start == 0 and x.shape[0] == rows:
     return x
-  return lax.dynamic_slice_in_dim(x, start, rows, axis=0)
+  return _indexing.slice_in_dim(x, start, rows)
 
 
 def write(pool: Any, value: Any, slot: Any, row: Any) -> Any:
   """``pool`` with ``value`` written at ``slot`` (from ``row`` if rowed)."""
   if value.shape == pool.shape[1:]:
-    return lax.dynamic_update_index_in_dim(pool, value, slot, 0)
+    return _indexing.update_index(pool, value, slot)
   starts = (slot, row) + (0,) * (value.ndim - 1)
-  return lax.dynamic_update_slice(pool, value[None], starts)
+  return _indexing.dynamic_update_slice(pool, value[None], starts)
 
 
 def read(pool: Any, slot: Any, row: Any, shape: tuple[int, ...]) -> Any:
   """The value of ``shape`` at ``slot`` (from ``row``) of ``pool``."""
   if tuple(shape) == pool.shape[1:]:
-    return lax.dynamic_index_in_dim(pool, slot, 0, keepdims=False)
+    return _indexing.index(pool, slot)
   starts = (slot, row) + (0,) * (len(shape) - 1)
-  return lax.dynamic_slice(pool, starts, (1,) + tuple(shape))[0]
+  return _indexing.dynamic_slice(pool, starts, (1,) + tuple(shape))[0]
