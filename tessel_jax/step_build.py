@@ -21,6 +21,7 @@ from tessel_jax import compat
 from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
+from tessel_jax import ramps as _ramps
 from tessel_jax import step_cut
 from tessel_jax import step_schedule
 from tessel_jax.built import Built, block_modes
@@ -79,8 +80,9 @@ def build(step: Any, params: Any, batch: Any,
       data_sizes={a: int(mesh_shape[a]) for a in data_axes})
   if step.has_aux:
     _shared_aux.check(part, ks, local_parts)
+  ramps = _ramps.resolve(step.interpret_ramps, layout, step.fsdp)
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
-                                layout, shards)
+                                layout, shards, ramps.value)
   # Measured predictions may time a plan's program (not in a screening
   # build, tessel_jax.plans): "calibrated" each plan's stand-in, "measured"
   # the first plan on a machine for its per-port cost (cost.ports).
@@ -103,7 +105,7 @@ def build(step: Any, params: Any, batch: Any,
     lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
                                       train, n_total, traced)
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                     other_ms)
+                     other_ms, ramps.note)
   finally:
     # The timer holds the traced program: never keep it past this build.
     step._costs.time_program = None  # pylint: disable=protected-access
@@ -118,11 +120,13 @@ def build(step: Any, params: Any, batch: Any,
 
 
 def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
-               layout: Any, shards: Mapping[int, int], actions: Any) -> Any:
-  """The tick plan of ``actions`` (``passes.plan.build_plan``)."""
+               layout: Any, shards: Mapping[int, int],
+               interpret_ramps: int | None, actions: Any) -> Any:
+  """The tick plan of ``actions`` (``passes.plan.build_plan``);
+  ``interpret_ramps`` resolved (``tessel_jax.ramps``)."""
   return _plan.build_plan(ks, actions, n_local, num_devices, layout,
                           max_period=step.max_loop_period,
-                          interpret_ramps=step.interpret_ramps,
+                          interpret_ramps=interpret_ramps,
                           collective=frozenset(
                               kid for kid, k in ks.kernels.items()
                               if len(k.devices) == num_devices and
@@ -178,7 +182,7 @@ def _lower_program(step: Any, plan: Any, part: Any, layout: Any,
 
 def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
             unit: int, ks: Any, chosen: str | None,
-            other_ms: float | None) -> Any:
+            other_ms: float | None, lowering: str = "") -> Any:
   """The build's ``CostReport`` (None when the cost model gives none)."""
   model = step._costs  # pylint: disable=protected-access
   report = model.report(
@@ -186,7 +190,8 @@ def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
       step_schedule.memory_limit_bytes(step, layout, costs), step.mesh,
       step.pipe_axis, schedule_costs=chosen, alternative_ms=other_ms)
   if report is not None:
-    report = dataclasses.replace(report, block_modes=block_modes(ks))
+    report = dataclasses.replace(report, block_modes=block_modes(ks),
+                                 lowering=lowering)
   return report
 
 

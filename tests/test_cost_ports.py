@@ -20,10 +20,12 @@ from tessel_jax.cost import ports, ticks
 from test_cost import _tiny
 
 
-def _plan():
+def _plan(interpret_ramps=8):
+  """The loop lowering's plan (ticks of their own), or another's."""
   fn, params, batch = _tiny(kinds=("embed", "head"))
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
-                     placement=placements.vshape(2), num_microbatches=4)
+                     placement=placements.vshape(2), num_microbatches=4,
+                     interpret_ramps=interpret_ramps)
   return step.build(params, batch).plan
 
 
@@ -44,6 +46,22 @@ def test_tick_model_prices_every_port_operation():
   # Ticks differ in their ports (ramps against the steady state), so the
   # per-port term is not a constant per tick.
   assert len(counts) > 1
+
+
+def test_compact_ticks_are_priced_with_their_segments_ports():
+  """The compact lowering (the default) runs every tick through its interp
+  segment's switch: each tick pays the segment's ports."""
+  plan = _plan("auto")
+  assert [s.kind for s in plan.segments] == ["interp"]
+  n = ticks.tick_ports(plan.interps[0])
+  assert n > max(ticks.tick_ports(t) for t in plan.ticks)
+  link = cost_link.LinkModel(1e-3, 1e9)
+  base = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9)
+  priced = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6)
+  without = ticks.tick_model(plan, link, base).tick_costs
+  with_ports = ticks.tick_model(plan, link, priced).tick_costs
+  for t in plan.ticks:
+    assert with_ports[t.step] == pytest.approx(without[t.step] + 2e-6 * n)
 
 
 @pytest.mark.parametrize("bend", [0.0, 0.3])
