@@ -26,16 +26,16 @@ TRANSCENDENTAL_FLOPS = 4
 
 def jaxpr_flops(closed_jaxpr: Any) -> float | None:
   """Flops of a (closed) jaxpr, counted per equation as the automatic
-  cut's roofline counts them (``passes.autocut_cost.eqn_cost``: 2 per
+  cut's roofline counts them (``passes.eqn_cost``: 2 per
   multiply-add, one per output element, :data:`TRANSCENDENTAL_FLOPS` per
   transcendental element, nested jaxprs inside, a scan's body times its
   length); None when it counts none."""
   try:  # installed: passes/ is tessel_jax.passes
-    from tessel_jax.passes import autocut_cost  # type: ignore  # pylint: disable=import-outside-toplevel
+    from tessel_jax.passes import eqn_cost  # type: ignore  # pylint: disable=import-outside-toplevel
   except ImportError:  # run from the repository root
-    from passes import autocut_cost  # type: ignore  # pylint: disable=import-outside-toplevel
+    from passes import eqn_cost  # type: ignore  # pylint: disable=import-outside-toplevel
   jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
-  flops = sum(c.flops for c in autocut_cost.analytic_costs(jaxpr.eqns))
+  flops = sum(c.flops for c in eqn_cost.analytic_costs(jaxpr.eqns))
   return float(flops) if math.isfinite(flops) and flops > 0 else None
 
 
