@@ -89,6 +89,9 @@ class SearchCosts:
       other backends.
     work: CPU backend: block id -> core-seconds (``core_seconds``).
     parallelism: CPU backend: block id -> cores the block can use alone.
+    stage_devices: Devices of one stage (the GSPMD axes): a tick's
+      per-device core-seconds (``ticks.measure_tick_costs`` on the CPU
+      backend) count this many times per pipe device.
   """
 
   graph: BlockGraph
@@ -101,6 +104,7 @@ class SearchCosts:
   shared_cores: float | None = None
   work: Mapping[int, float] | None = None
   parallelism: Mapping[int, float] | None = None
+  stage_devices: int = 1
 
 
 def block_memory_bytes(graph: BlockGraph, ks: Any,
@@ -278,7 +282,9 @@ class CostModel:
                        profile=prof, link=link,
                        workspace_bytes=max(ws, default=0),
                        workspace_per_device=tuple(ws), shared_cores=shared,
-                       work=work, parallelism=par)
+                       work=work, parallelism=par,
+                       stage_devices=(stage.num_devices if stage is not None
+                                      else 1))
 
   # --- report -----------------------------------------------------------------
 
@@ -362,7 +368,8 @@ class CostModel:
     can = (self.time_program is not None and _single_process() and
            _ports.is_reference(plan))
     fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
-    plan_key = _cache.make_key({"what": "portsplan", **fields,
+    plan_key = _cache.make_key({"what": "portsplan",
+                                "version": _ports.PORTS_VERSION, **fields,
                                 "plan": _calibrate.plan_signature(plan)})
     t0 = time.perf_counter()
     try:
@@ -421,6 +428,13 @@ class CostModel:
     device = mesh.devices.flat[0]
     rendezvous = device.platform in _ticks.RENDEZVOUS_BACKENDS
     tick_costs = self.tick_costs(mesh, pipe_axis)
+    if costs.shared_cores is not None and costs.stage_devices > 1:
+      # CPU: the ticks' core-seconds are one device's; a pipe device of
+      # the replay is a stage of ``stage_devices`` devices, each paying them.
+      g = costs.stage_devices
+      tick_costs = dataclasses.replace(
+          tick_costs, fixed_s=g * tick_costs.fixed_s,
+          per_byte_s=g * tick_costs.per_byte_s)
     if not self.calibrated:  # else the plan's own stand-in prices ticks
       tick_costs = dataclasses.replace(tick_costs, per_port_s=(
           self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
