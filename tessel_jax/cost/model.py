@@ -452,6 +452,21 @@ class CostModel:
       tick_model = tick_model.plus(extra)
     return self._replay(costs, unrolled, tick_model), tick_model
 
+  def serial_seconds(self, costs: SearchCosts, plan: Any, layout: Any
+                     ) -> float:
+    """Seconds of the step run serially with its ticks: the FSDP
+    all-gathers and reduce-scatters of ``plan`` on ``layout``
+    (``passes.fsdp_comm``, priced by the link model)."""
+    return _fsdp_comm.seconds(layout, plan, costs.link)
+
+  def step_seconds(self, costs: SearchCosts, unrolled: Any, plan: Any,
+                   layout: Any, mesh: Any, pipe_axis: str) -> float:
+    """Predicted seconds of one step of ``plan`` (its replay plus
+    :meth:`serial_seconds`): what plans are compared on and what
+    :meth:`report` says."""
+    pred, _ = self.predict(costs, unrolled, plan, mesh, pipe_axis)
+    return pred.step_seconds + self.serial_seconds(costs, plan, layout)
+
   def report(self, costs: SearchCosts | None, unrolled: Any, plan: Any,
              layout: Any, unit: int, stash_limit_bytes: int | None,
              mesh: Any, pipe_axis: str, schedule_costs: str | None = None,
@@ -481,8 +496,9 @@ class CostModel:
           ticks=len(plan.ticks), backend=device.platform)
     q = costs.quantized
     seconds = dict(q.seconds)
-    # FSDP gathers and reduce-scatters, serial with the ticks.
-    fsdp_s = _fsdp_comm.seconds(layout, plan, costs.link)
+    # FSDP gathers and reduce-scatters, serial with the ticks (as
+    # step_seconds prices every plan compared).
+    fsdp_s = self.serial_seconds(costs, plan, layout)
     step_s = pred.step_seconds + fsdp_s
     searched_here = schedule_costs in (None, "measured")
     qerr = None
