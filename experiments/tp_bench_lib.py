@@ -231,6 +231,7 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
     rec["predicted_block_ms"] = r.block_ms
     rec["predicted_tick_overhead_ms"] = r.tick_overhead_ms
     rec["predicted_fsdp_collective_ms"] = r.fsdp_collective_ms
+    rec["predicted_outside_ms"] = r.outside_ms
     rec["ticks"] = r.ticks
     rec["plan"] = step.built.plan.loop_summary()
     if args.kernel_spans:

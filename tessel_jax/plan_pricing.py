@@ -49,7 +49,8 @@ def baseline_price(built: Any, c: Candidate, base: PricedPlan) -> PricedPlan:
   plan ``base`` of the same placement, width and N (same kernels,
   measurements and memory unit): its order is replayed with the measured
   block times and delays, and the step scales ``base``'s full prediction
-  (lowering overheads included, its FSDP collectives kept as they are) by
+  (lowering overheads included, its FSDP collectives, packing and
+  unpacking kept as they are) by
   the ratio of the two replays; its peak is ``base``'s with the stash
   swapped."""
   t0 = time.perf_counter()
@@ -62,8 +63,11 @@ def baseline_price(built: Any, c: Candidate, base: PricedPlan) -> PricedPlan:
   if base.unit == "steps":
     step = float(run.makespan)
   else:
-    # The FSDP collectives run serially with the ticks: not scaled.
-    serial = float(getattr(built.report, "fsdp_collective_ms", 0.0) or 0.0)
+    # The FSDP collectives, packing and unpacking run serially with the
+    # ticks: not scaled.
+    rep = built.report
+    serial = float(getattr(rep, "fsdp_collective_ms", 0.0) or 0.0) + float(
+        getattr(rep, "outside_ms", 0.0) or 0.0)
     step = serial + (base.step - serial) * (
         replay(built, run) / replay(built, built.unrolled))
   return dataclasses.replace(base, candidate=c, step=step,

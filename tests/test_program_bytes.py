@@ -154,7 +154,8 @@ def test_plans_compared_with_their_fsdp_collectives(monkeypatch) -> None:
 
   def spy(self, costs, unrolled, plan, layout, mesh, pipe_axis):
     got = real(self, costs, unrolled, plan, layout, mesh, pipe_axis)
-    seen.append((got, self.serial_seconds(costs, plan, layout)))
+    seen.append((got, self.serial_seconds(costs, plan, layout, mesh,
+                                          pipe_axis)[0]))
     return got
 
   monkeypatch.setattr(cost_model.CostModel, "step_seconds", spy)

@@ -26,6 +26,7 @@ from tessel_jax.cost import cache as _cache
 from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import measure as _measure
+from tessel_jax.cost import outside as _outside
 from tessel_jax.cost import ports as _ports
 from tessel_jax.cost import predict as _predict
 from tessel_jax.cost import quantize as _quantize
@@ -181,6 +182,10 @@ class CostModel:
     # program (``calibrate``). None: the microbenchmark alone.
     self.time_program: Callable[[Any], float] | None = None
     self._standin: dict[str, float | None] = {}
+    # Set by the build: ``layout -> (signature, measure)`` of the step's
+    # part outside its ticks (``cost.outside``), or None (not priced).
+    self.time_outside: Callable[[Any], Any] | None = None
+    self._outside: dict[str, float] = {}
     self._per_port: float | None = None   # cost.ports
     self._spent = 0.0
     self._measured = 0
@@ -452,12 +457,46 @@ class CostModel:
       tick_model = tick_model.plus(extra)
     return self._replay(costs, unrolled, tick_model), tick_model
 
-  def serial_seconds(self, costs: SearchCosts, plan: Any, layout: Any
-                     ) -> float:
-    """Seconds of the step run serially with its ticks: the FSDP
-    all-gathers and reduce-scatters of ``plan`` on ``layout``
-    (``passes.fsdp_comm``, priced by the link model)."""
-    return _fsdp_comm.seconds(layout, plan, costs.link)
+  def outside_seconds(self, layout: Any, mesh: Any, pipe_axis: str
+                      ) -> float:
+    """Seconds of the step's packing and unpacking around its ticks
+    (``cost.outside``: measured once per program shape and machine,
+    cached); 0 where the build gives no timer (screening builds,
+    multi-process runs)."""
+    if self.time_outside is None or not _single_process():
+      return 0.0
+    try:
+      got = self.time_outside(layout)
+      if got is None:
+        return 0.0
+      signature, measure = got
+      fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
+      memo_key = _cache.make_key({"program": signature, **fields})
+      if memo_key in self._outside:
+        return self._outside[memo_key]
+      t0 = time.perf_counter()
+      sec, hit = _outside.cached_outside_seconds(self.cache, fields,
+                                                 signature, measure)
+    except Exception as err:  # pylint: disable=broad-except
+      # The prediction stays usable without it; say why.
+      _LOG.warning("tessel_jax: the packing and unpacking around the ticks"
+                   " could not be timed (%s: %s); the prediction leaves"
+                   " them out", type(err).__name__, err)
+      return 0.0
+    if not hit:
+      self._spent += time.perf_counter() - t0
+      self._hit = False
+    self._outside[memo_key] = sec
+    return sec
+
+  def serial_seconds(self, costs: SearchCosts, plan: Any, layout: Any,
+                     mesh: Any, pipe_axis: str) -> tuple[float, float]:
+    """``(FSDP, outside)`` seconds of the step run serially with its
+    ticks: the FSDP all-gathers and reduce-scatters of ``plan`` on
+    ``layout`` (``passes.fsdp_comm``, priced by the link model), and the
+    packing and unpacking around the ticks (:meth:`outside_seconds`)."""
+    return (_fsdp_comm.seconds(layout, plan, costs.link),
+            self.outside_seconds(layout, mesh, pipe_axis))
 
   def step_seconds(self, costs: SearchCosts, unrolled: Any, plan: Any,
                    layout: Any, mesh: Any, pipe_axis: str) -> float:
@@ -465,7 +504,8 @@ class CostModel:
     :meth:`serial_seconds`): what plans are compared on and what
     :meth:`report` says."""
     pred, _ = self.predict(costs, unrolled, plan, mesh, pipe_axis)
-    return pred.step_seconds + self.serial_seconds(costs, plan, layout)
+    return pred.step_seconds + sum(self.serial_seconds(
+        costs, plan, layout, mesh, pipe_axis))
 
   def report(self, costs: SearchCosts | None, unrolled: Any, plan: Any,
              layout: Any, unit: int, stash_limit_bytes: int | None,
@@ -496,10 +536,11 @@ class CostModel:
           ticks=len(plan.ticks), backend=device.platform)
     q = costs.quantized
     seconds = dict(q.seconds)
-    # FSDP gathers and reduce-scatters, serial with the ticks (as
-    # step_seconds prices every plan compared).
-    fsdp_s = self.serial_seconds(costs, plan, layout)
-    step_s = pred.step_seconds + fsdp_s
+    # FSDP gathers and reduce-scatters, packing and unpacking, serial with
+    # the ticks (as step_seconds prices every plan compared).
+    fsdp_s, outside_s = self.serial_seconds(costs, plan, layout, mesh,
+                                            pipe_axis)
+    step_s = pred.step_seconds + fsdp_s + outside_s
     searched_here = schedule_costs in (None, "measured")
     qerr = None
     if searched_here:
@@ -522,7 +563,7 @@ class CostModel:
                        for (s, d), t in q.delay_seconds.items() if t > 0},
         tick_overhead_ms=tick_model.mean_tick_seconds * 1e3,
         barrier_ms=tick_model.barrier_seconds * 1e3,
-        fsdp_collective_ms=fsdp_s * 1e3,
+        fsdp_collective_ms=fsdp_s * 1e3, outside_ms=outside_s * 1e3,
         ticks=len(plan.ticks), link=costs.link.to_dict(),
         backend=device.platform, schedule_costs=schedule_costs or "measured",
         alternative_ms=alternative_ms)
