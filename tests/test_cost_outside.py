@@ -63,3 +63,20 @@ def test_outside_seconds_measured_cached_and_in_the_step(tmp_path):
   assert warm.report.outside_ms == cold.outside_ms
   # A build that gives no timer prices nothing (uniform: no prediction).
   assert _step(tmp_path, cost="uniform")[0].report.outside_ms == 0.0
+
+
+def test_gather_link_measured_over_the_data_axes():
+  from jax.sharding import AxisType  # pylint: disable=import-outside-toplevel
+  from tessel_jax.cost import link  # pylint: disable=import-outside-toplevel
+  mesh = jax.make_mesh((2, 2), ("pipe", "data"),
+                       axis_types=(AxisType.Auto,) * 2,
+                       devices=jax.devices()[:4])
+  model = link.measure_gather_link(mesh, "pipe", ("data",),
+                                   sizes=(1 << 12, 1 << 18), hops=2,
+                                   repeats=2)
+  assert model.source == "measured" and model.bandwidth_bytes_per_s > 0
+  one = jax.make_mesh((2, 1), ("pipe", "data"),
+                      axis_types=(AxisType.Auto,) * 2,
+                      devices=jax.devices()[:2])
+  with np.testing.assert_raises(ValueError):
+    link.measure_gather_link(one, "pipe", ("data",))

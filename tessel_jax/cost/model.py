@@ -186,6 +186,7 @@ class CostModel:
     # part outside its ticks (``cost.outside``), or None (not priced).
     self.time_outside: Callable[[Any], Any] | None = None
     self._outside: dict[str, float] = {}
+    self._gather_links: dict[str, _link.LinkModel] = {}
     self._per_port: float | None = None   # cost.ports
     self._spent = 0.0
     self._measured = 0
@@ -489,13 +490,51 @@ class CostModel:
     self._outside[memo_key] = sec
     return sec
 
+  def fsdp_link(self, costs: SearchCosts, layout: Any, mesh: Any,
+                pipe_axis: str) -> _link.LinkModel:
+    """The link pricing ``layout``'s FSDP collectives: measured over its
+    data axes (``link.measure_gather_link``, cached per machine) in a
+    measured single-process build with a timer, else the search's link
+    model."""
+    axes = tuple(sorted({a for c in layout.classes if c.fsdp
+                         for t in c.fsdp for a in t}))
+    if (not axes or self.time_outside is None or not _single_process()
+        or isinstance(self.link_option, _link.LinkModel)):
+      return costs.link
+    fields = self._mesh_fields(mesh, pipe_axis)
+    key = _cache.make_key({"what": "gatherlink", "data_axes": list(axes),
+                           **fields,
+                           "mesh": {str(a): int(n) for a, n in
+                                    dict(mesh.shape).items()}})
+    if key not in self._gather_links:
+      rec = self.cache.get("link", key)
+      if rec is None:
+        t0 = time.perf_counter()
+        try:
+          model = _link.measure_gather_link(mesh, pipe_axis, axes)
+        except Exception as err:  # pylint: disable=broad-except
+          _LOG.warning("tessel_jax: FSDP collectives could not be timed"
+                       " (%s: %s); priced by the link model",
+                       type(err).__name__, err)
+          model = costs.link
+        else:
+          self.cache.put("link", key, model.to_dict())
+          self._spent += time.perf_counter() - t0
+          self._hit = False
+      else:
+        model = _link.LinkModel(rec["latency_s"],
+                                rec["bandwidth_bytes_per_s"], "measured")
+      self._gather_links[key] = model
+    return self._gather_links[key]
+
   def serial_seconds(self, costs: SearchCosts, plan: Any, layout: Any,
                      mesh: Any, pipe_axis: str) -> tuple[float, float]:
     """``(FSDP, outside)`` seconds of the step run serially with its
     ticks: the FSDP all-gathers and reduce-scatters of ``plan`` on
-    ``layout`` (``passes.fsdp_comm``, priced by the link model), and the
-    packing and unpacking around the ticks (:meth:`outside_seconds`)."""
-    return (_fsdp_comm.seconds(layout, plan, costs.link),
+    ``layout`` (``passes.fsdp_comm``, priced by :meth:`fsdp_link`), and
+    the packing and unpacking around the ticks (:meth:`outside_seconds`)."""
+    link = self.fsdp_link(costs, layout, mesh, pipe_axis)
+    return (_fsdp_comm.seconds(layout, plan, link),
             self.outside_seconds(layout, mesh, pipe_axis))
 
   def step_seconds(self, costs: SearchCosts, unrolled: Any, plan: Any,
