@@ -26,6 +26,7 @@ from tessel_jax import step_cut
 from tessel_jax import step_schedule
 from tessel_jax.built import Built, block_modes
 from tessel_jax.cost import calibrate as _calibrate
+from tessel_jax.cost import outside as _outside
 from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import forward_reach
@@ -90,6 +91,9 @@ def build(step: Any, params: Any, batch: Any,
           functools.partial(_program_of, step, part, layout, data_axes,
                             train, n_total, traced), params, batch)
       if calibrate else None)
+  step._costs.time_outside = (  # pylint: disable=protected-access
+      _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
+                            params) if calibrate and train else None)
   try:
     plan, chosen, other_ms, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
@@ -104,6 +108,7 @@ def build(step: Any, params: Any, batch: Any,
   finally:
     # The timer holds the traced program: never keep it past this build.
     step._costs.time_program = None  # pylint: disable=protected-access
+    step._costs.time_outside = None  # pylint: disable=protected-access
   clock.lap("lower", f"plan {plan.loop_summary()}")
   clock.total("built (compiles at the first call)")
   return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,

@@ -319,7 +319,8 @@ def test_cache_hit_and_invalidation(tmp_path):
   assert not cold.cache_hit and cold.kernels_measured >= 1
   files = sorted(p.name for p in tmp_path.iterdir())
   assert any(f.startswith("kernel-") for f in files)
-  assert all(f.split("-")[0] in ("kernel", "ticks", "schedule", "standin")
+  assert all(f.split("-")[0] in ("kernel", "ticks", "schedule", "standin",
+                                 "outside")
              for f in files)
   assert any(f.startswith("standin-") for f in files)  # calibrate.py
   warm = build(batch)                                   # a new function

@@ -95,6 +95,7 @@ SCHEMAS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "standin": {"standin_s": _seconds},
     "ports": {"per_port_s": _seconds0, "standin_s": _seconds},
     "portsplan": {"per_port_s": _seconds0, "standin_s": _seconds},
+    "outside": {"outside_s": _seconds0},   # cost.outside
 }
 
 

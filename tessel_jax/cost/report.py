@@ -43,6 +43,9 @@ class CostReport:
     fsdp_collective_ms: The FSDP all-gathers and reduce-scatters of one
       step (``passes.fsdp_comm``), each priced by ``link``; part of
       ``predicted_step_ms``.
+    outside_ms: Packing the parameters before the ticks and unpacking the
+      gradients after them (``cost.outside``, measured); part of
+      ``predicted_step_ms``.
     ticks: Ticks of the lowered program.
     link: The communication model (``LinkModel.to_dict()``).
     backend: Backend the kernels were measured on.
@@ -79,6 +82,7 @@ class CostReport:
   tick_overhead_ms: float = 0.0
   barrier_ms: float = 0.0
   fsdp_collective_ms: float = 0.0
+  outside_ms: float = 0.0
   ticks: int = 0
   link: Mapping[str, Any] | None = None
   backend: str = ""
