@@ -119,3 +119,29 @@ def test_only_a_plan_of_small_ports_is_a_reference(monkeypatch):
   monkeypatch.setattr(ports, "MAX_REFERENCE_BYTES_PER_PORT",
                       traffic // n - 1)
   assert not ports.is_reference(plan)
+
+
+def test_interp_ticks_are_priced_by_their_own_ports():
+  # Every tick an interp segment (interpret_ramps=2: the ramps are
+  # interpreted); each kernel of it runs in a 0/1-trip loop entered by its
+  # own devices only, so a tick costs its own ports, not the segment's.
+  fn, params, batch = _tiny(kinds=("embed", "head"))
+  step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=placements.vshape(2), num_microbatches=4,
+                     interpret_ramps=2)
+  plan = step.build(params, batch).plan
+  interp = [(seg, plan.interps[seg.start]) for seg in plan.segments
+            if seg.kind == "interp"]
+  assert interp, plan.loop_summary()
+  costs = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6)
+  priced = ticks.tick_model(plan, cost_link.LinkModel(1e-3, 1e9),
+                            costs).tick_costs
+  cheaper = 0
+  for seg, spec in interp:
+    for t in range(seg.start, seg.end):
+      tick = plan.ticks[t]
+      own = costs.seconds(ticks.tick_traffic(tick), ticks.tick_ports(tick))
+      assert priced[tick.step] == pytest.approx(own)
+      whole = costs.seconds(ticks.tick_traffic(spec), ticks.tick_ports(spec))
+      cheaper += own < whole
+  assert cheaper > 0   # the segment's table holds more ports than a tick
