@@ -8,6 +8,8 @@ replay, and the cached record is checked like every other kind.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import pytest
 
@@ -121,10 +123,12 @@ def test_only_a_plan_of_small_ports_is_a_reference(monkeypatch):
   assert not ports.is_reference(plan)
 
 
-def test_interp_ticks_are_priced_by_their_own_ports():
+def test_interp_ticks_are_priced_by_their_own_ports_and_held_rounds():
   # Every tick an interp segment (interpret_ramps=2: the ramps are
   # interpreted); each kernel of it runs in a 0/1-trip loop entered by its
-  # own devices only, so a tick costs its own ports, not the segment's.
+  # own devices only, so a tick costs its own read, out and gradient
+  # ports, not the segment's, plus every round of the segment (held in
+  # its outbox at every tick).
   fn, params, batch = _tiny(kinds=("embed", "head"))
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
                      placement=placements.vshape(2), num_microbatches=4,
@@ -140,8 +144,11 @@ def test_interp_ticks_are_priced_by_their_own_ports():
   for seg, spec in interp:
     for t in range(seg.start, seg.end):
       tick = plan.ticks[t]
-      own = costs.seconds(ticks.tick_traffic(tick), ticks.tick_ports(tick))
-      assert priced[tick.step] == pytest.approx(own)
+      ports = (len(tick.reads) + len(tick.out_ports) + len(tick.grads) +
+               len(spec.sends))
+      got = (priced[tick.step] - 1e-4 - 2e-6 * ports) / 1e-9
+      held = dataclasses.replace(tick, sends=spec.sends)
+      assert got == pytest.approx(ticks.tick_traffic(held), rel=1e-6)
       whole = costs.seconds(ticks.tick_traffic(spec), ticks.tick_ports(spec))
-      cheaper += own < whole
+      cheaper += priced[tick.step] < whole
   assert cheaper > 0   # the segment's table holds more ports than a tick
