@@ -20,10 +20,12 @@ from tessel_jax.cost import ports, ticks
 from test_cost import _tiny
 
 
-def _plan():
+def _plan(interpret_ramps=8):
+  """The loop lowering's plan (ticks of their own), or another's."""
   fn, params, batch = _tiny(kinds=("embed", "head"))
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
-                     placement=placements.vshape(2), num_microbatches=4)
+                     placement=placements.vshape(2), num_microbatches=4,
+                     interpret_ramps=interpret_ramps)
   return step.build(params, batch).plan
 
 
@@ -44,6 +46,29 @@ def test_tick_model_prices_every_port_operation():
   # Ticks differ in their ports (ramps against the steady state), so the
   # per-port term is not a constant per tick.
   assert len(counts) > 1
+
+
+def test_compact_ticks_are_priced_with_their_own_ports_and_rounds():
+  """The compact lowering (the default) runs every tick in its interp
+  segment: a device pays the ports of the kernel it runs and every round of
+  the segment, never the whole segment's table."""
+  plan = _plan("auto")
+  assert [s.kind for s in plan.segments] == ["interp"]
+  spec = plan.interps[0]
+  link = cost_link.LinkModel(1e-3, 1e9)
+  base = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9)
+  priced = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6)
+  without = ticks.tick_model(plan, link, base).tick_costs
+  with_ports = ticks.tick_model(plan, link, priced).tick_costs
+  for t in plan.ticks:
+    per = [len(spec.sends) + (0 if kid is None else
+                              len(spec.in_map.get(kid, ())) +
+                              len(spec.out_map.get(kid, ())) +
+                              len(spec.grad_map.get(kid, {})))
+           for kid in t.kernels]
+    assert max(per) < ticks.tick_ports(spec)
+    assert with_ports[t.step] == pytest.approx(
+        without[t.step] + 2e-6 * sum(per) / len(per))
 
 
 @pytest.mark.parametrize("bend", [0.0, 0.3])
@@ -119,3 +144,38 @@ def test_only_a_plan_of_small_ports_is_a_reference(monkeypatch):
   monkeypatch.setattr(ports, "MAX_REFERENCE_BYTES_PER_PORT",
                       traffic // n - 1)
   assert not ports.is_reference(plan)
+
+
+def test_interp_ticks_are_priced_by_their_own_ports_and_held_rounds():
+  # Every tick an interp segment (interpret_ramps=2: the ramps are
+  # interpreted); each kernel of it runs in a 0/1-trip loop entered by its
+  # own devices only, so a tick costs its own read, out and gradient
+  # ports, not the segment's, plus every round of the segment (held in
+  # its outbox at every tick).
+  fn, params, batch = _tiny(kinds=("embed", "head"))
+  step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=placements.vshape(2), num_microbatches=4,
+                     interpret_ramps=2)
+  plan = step.build(params, batch).plan
+  interp = [(seg, plan.interps[seg.start]) for seg in plan.segments
+            if seg.kind == "interp"]
+  assert interp, plan.loop_summary()
+  costs = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6)
+  priced = ticks.tick_model(plan, cost_link.LinkModel(1e-3, 1e9),
+                            costs).tick_costs
+  cheaper = 0
+  for seg, spec in interp:
+    for t in range(seg.start, seg.end):
+      tick = plan.ticks[t]
+      traffic = ticks.interp_device_traffic(spec, tick, plan)
+      ports = ticks.interp_device_ports(spec, tick)
+      for kid, p in zip(tick.kernels, ports):
+        own = 0 if kid is None else (len(spec.in_map.get(kid, ())) +
+                                     len(spec.out_map.get(kid, ())) +
+                                     len(spec.grad_map.get(kid, {})))
+        assert p == own + len(spec.sends)
+      assert priced[tick.step] == pytest.approx(sum(
+          costs.seconds(n, p) for n, p in zip(traffic, ports)) / len(ports))
+      whole = costs.seconds(ticks.tick_traffic(spec), ticks.tick_ports(spec))
+      cheaper += priced[tick.step] < whole
+  assert cheaper > 0   # the segment's table holds more ports than a tick

@@ -1,0 +1,255 @@
+"""Kernels inside the lowered program against their profiles (no flags here).
+
+See ``experiments.model_zoo_kernels``. ``cost="measured"`` prices a step
+as the kernels' profiled seconds (each kernel jitted alone,
+``cost.measure``) plus what the program pays around them (``cost.ports``:
+per port operation, fitted once per machine on a *stand-in* program whose
+kernels are replaced by near-free values). Where the zoo's programs run
+longer than predicted, either the kernels run slower inside the program
+than alone, or the program around them costs more than its stand-in. This
+runner tells the two apart, per model, in one process of 2 fake
+single-threaded CPU devices:
+
+* each kernel's time inside the program: the self time of the XLA thunks
+  under its name scope (``passes.lower``: ``tj_kernel/k<id>``) in XLA's
+  trace, per run (:func:`kernel_split`), beside its profiled seconds;
+* the program's time outside its kernels (real step minus the busier
+  device's in-program kernel time) beside the stand-in program's step;
+* thunks per device and step, kernel thunks apart.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import glob
+import gzip
+import json
+import os
+import re
+import statistics
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+import tessel_jax as tj
+from experiments import realtime, step_profile
+from experiments.model_zoo_models import BUILDERS
+from experiments.runs import write_record
+from tessel_jax import step_build as _step_build
+from tessel_jax.cost import calibrate as _calibrate
+
+REST = "rest"
+_KERNEL = re.compile(r"tj_kernel/k(\d+)")
+
+
+class KernelsArgs(NamedTuple):
+  """Everything the runner needs; see the flags."""
+
+  models: tuple[str, ...] = ("eqx_mlp", "eqx_transformer", "nnx_transformer",
+                             "penzai_llama", "hf_gpt2")
+  microbatches: int = 8
+  rows: int = 4
+  traces: int = 3
+  realtime: bool = True
+  output: str | None = "results/model_zoo/kernels.json"
+
+
+def instruction_kernels(hlo_text: str) -> dict[str, str]:
+  """HLO instruction name -> ``"k<id>"`` (under a kernel's scope) or
+  :data:`REST`."""
+  out = {}
+  for line in hlo_text.splitlines():
+    m = step_profile._INSTR.match(line)  # pylint: disable=protected-access
+    if not m:
+      continue
+    op = step_profile._OP_NAME.search(line)  # pylint: disable=protected-access
+    k = _KERNEL.search(op.group(1)) if op else None
+    out[m.group(1)] = f"k{k.group(1)}" if k else REST
+  return out
+
+
+def kernel_split(events: Sequence[Mapping[str, Any]],
+                 where: Mapping[str, str]
+                 ) -> tuple[dict[str, float], dict[str, int], list[int]]:
+  """``(self seconds per key, thunks per key, thunks per thread)`` of one
+  traced step: every complete event (``ph == "X"``) named after an HLO
+  instruction of ``where`` counts its duration minus its children's on
+  the same thread (a ``conditional`` or ``while`` contains the thunks it
+  runs)."""
+  by_tid: dict[Any, list] = collections.defaultdict(list)
+  for e in events:
+    if e.get("ph") == "X" and e.get("name") in where:
+      by_tid[e.get("tid")].append(
+          (float(e["ts"]), float(e.get("dur", 0.0)), where[e["name"]]))
+  own: dict[str, float] = collections.defaultdict(float)
+  count: collections.Counter = collections.Counter()
+  per_thread = []
+  for evs in by_tid.values():
+    evs.sort(key=lambda x: (x[0], -x[1]))
+    stack: list[list] = []          # [end, key, self_us]
+    for ts, dur, key in evs:
+      while stack and stack[-1][0] <= ts:
+        _, k, s = stack.pop()
+        own[k] += s
+      if stack:
+        stack[-1][2] -= dur
+      stack.append([ts + dur, key, dur])
+      count[key] += 1
+    for _, k, s in stack:
+      own[k] += s
+    per_thread.append(len(evs))
+  return ({k: v * 1e-6 for k, v in own.items()}, dict(count),
+          sorted(per_thread, reverse=True))
+
+
+def traced_split(run: Callable[[], Any], where: Mapping[str, str],
+                 traces: int) -> tuple[dict[str, float], dict[str, int],
+                                        list[int]]:
+  """:func:`kernel_split` of the traced step of median wall time."""
+  rows = []
+  for _ in range(max(1, traces)):
+    with tempfile.TemporaryDirectory() as tmp:
+      jax.profiler.start_trace(tmp)
+      t0 = _now()
+      jax.block_until_ready(run())
+      wall = _now() - t0
+      jax.profiler.stop_trace()
+      path = sorted(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True))
+      with gzip.open(path[-1]) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    rows.append((wall, kernel_split(events, where)))
+  rows.sort(key=lambda r: r[0])
+  return rows[len(rows) // 2][1]
+
+
+def _now() -> float:
+  import time  # pylint: disable=import-outside-toplevel
+  return time.perf_counter()
+
+
+@contextlib.contextmanager
+def captured_timer(timers: list[Callable[[Any], float]]) -> Iterator[None]:
+  """Keeps every ``plan -> seconds`` program timer a build makes
+  (``cost.calibrate.program_timer``) in ``timers``."""
+  orig = _step_build._calibrate.program_timer  # pylint: disable=protected-access
+
+  def keep(*a: Any, **kw: Any) -> Callable[[Any], float]:
+    timer = orig(*a, **kw)
+    timers.append(timer)
+    return timer
+
+  _step_build._calibrate.program_timer = keep  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    _step_build._calibrate.program_timer = orig  # pylint: disable=protected-access
+
+
+def busier(per_kernel_ms: Mapping[str, float], kernels: Mapping[int, Any],
+           n: int) -> float:
+  """Milliseconds per step of the device whose kernels take longest
+  (``per_kernel_ms``: by label, one run; ``n`` runs each)."""
+  load: dict[int, float] = collections.defaultdict(float)
+  for k in kernels.values():
+    for d in k.devices:
+      load[d] += n * per_kernel_ms.get(k.label, 0.0)
+  return max(load.values(), default=0.0)
+
+
+def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
+  """One model: kernels profiled and in the program, real and stand-in
+  steps (ms)."""
+  model = BUILDERS[name](args.rows * args.microbatches)
+  step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
+                     num_microbatches=args.microbatches,
+                     has_aux=model.has_aux, cut="auto", cost="measured")
+  timers: list[Callable[[Any], float]] = []
+  with captured_timer(timers):
+    built = step.build(model.params, model.batch)
+  rep, plan, n = built.report, built.plan, args.microbatches
+  compiled = built.jitted.lower(model.params, model.batch).compile()
+  run = lambda: compiled(model.params, model.batch)
+  if args.realtime:
+    realtime.realtime_threads()
+  jax.block_until_ready(run())
+  real = _calibrate.time_step(run)
+  standin = timers[-1](_calibrate.standin_plan(plan)) if timers else None
+  own, count, threads = traced_split(run, instruction_kernels(
+      compiled.as_text()), args.traces)
+  kernels = {}
+  for kid, k in sorted(plan.kernels.items()):
+    kernels[k.label] = {
+        "devices": list(k.devices),
+        "profiled_ms": round(rep.block_ms.get(k.label, 0.0), 4),
+        "in_program_ms": round(1e3 * own.get(f"k{kid}", 0.0) / n, 4),
+        "thunks_per_run": count.get(f"k{kid}", 0) / n}
+  prof = busier({l: v["profiled_ms"] for l, v in kernels.items()},
+                plan.kernels, n)
+  inprog = busier({l: v["in_program_ms"] for l, v in kernels.items()},
+                  plan.kernels, n)
+  kernel_thunks = sum(count.get(f"k{kid}", 0) for kid in plan.kernels)
+  return {
+      "model": name, "lowered_as": plan.loop_summary(),
+      "predicted_ms": round(rep.predicted_step_ms, 3),
+      "real_ms": round(1e3 * real, 3),
+      "standin_ms": None if standin is None else round(1e3 * standin, 3),
+      "kernels_profiled_ms": round(prof, 3),
+      "kernels_in_program_ms": round(inprog, 3),
+      "outside_kernels_ms": round(1e3 * real - inprog, 3),
+      "thunks_per_device": round(sum(threads[:2]) / 2, 1),
+      "kernel_thunks_per_device": kernel_thunks / 2,
+      "kernels": kernels}
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+  """One line per model (ms per step; busier device for the kernels)."""
+  head = ["model", "lowered as", "predicted", "real", "kernels profiled",
+          "kernels in program", "in program / profiled",
+          "real - kernels in program", "stand-in", "thunks / device (kernels)"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    if "error" in r:
+      lines.append(f"| {r['model']} | error: {r['error'][:100]} |")
+      continue
+    ratio = r["kernels_in_program_ms"] / max(r["kernels_profiled_ms"], 1e-9)
+    cells = [r["model"], f"`{r['lowered_as']}`", f"{r['predicted_ms']:.2f}",
+             f"{r['real_ms']:.2f}", f"{r['kernels_profiled_ms']:.2f}",
+             f"{r['kernels_in_program_ms']:.2f}", f"{ratio:.2f}",
+             f"{r['outside_kernels_ms']:.2f}",
+             "-" if r["standin_ms"] is None else f"{r['standin_ms']:.2f}",
+             f"{r['thunks_per_device']:.0f} ({r['kernel_thunks_per_device']:.0f})"]
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def main(args: KernelsArgs, log: Callable[[str], None] = print) -> int:
+  """Every model in this process (2 devices); writes the JSON."""
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
+  load_start = list(os.getloadavg())
+  rows = []
+  for name in args.models:
+    try:
+      row = model_row(name, args, mesh)
+    except Exception as err:  # pylint: disable=broad-except
+      row = {"model": name, "error": f"{type(err).__name__}: {err}"}
+    finally:
+      realtime.normal_priority()
+    log(json.dumps(row))
+    rows.append(row)
+  table = markdown(rows)
+  log(table)
+  record = {"args": args._asdict(), "rows": rows, "table": table,
+            "load_average_start": load_start,
+            "load_average_end": list(os.getloadavg()),
+            "median_in_program_over_profiled": statistics.median(
+                [r["kernels_in_program_ms"] / r["kernels_profiled_ms"]
+                 for r in rows if "error" not in r
+                 and r["kernels_profiled_ms"] > 0] or [float("nan")])}
+  if args.output:
+    write_record(args.output, record, table)
+  return 0

@@ -1,0 +1,50 @@
+"""experiments.model_zoo_kernels_lib: kernel scopes and per-kernel self time."""
+
+from __future__ import annotations
+
+from experiments import model_zoo_kernels_lib as lib
+
+_HLO = """
+ENTRY %main {
+  %dot.2 = f32[4,4]{1,0} dot(%a, %b), metadata={op_name="jit(run)/shard_map/tj_seg_loop/tj_kernel/k3/dot_general"}
+  %fusion.7 = f32[4]{0} fusion(%a), kind=kLoop, metadata={op_name="jit(run)/shard_map/tj_kernel/k12/tanh"}
+  %conditional.30 = (f32[4]{0}) conditional(%i, %t), branch_computations={%r1, %r2}
+  %ppermute.21 = f32[4]{0} collective-permute(%x), channel_id=1, metadata={op_name="jit(run)/shard_map/tj_ppermute/ppermute"}
+}
+"""
+
+
+def test_instructions_map_to_their_kernel_or_rest():
+  where = lib.instruction_kernels(_HLO)
+  assert where == {"dot.2": "k3", "fusion.7": "k12",
+                   "conditional.30": lib.REST, "ppermute.21": lib.REST}
+
+
+def test_kernel_split_counts_self_time_and_thunks_per_thread():
+  where = {"conditional.30": lib.REST, "dot.2": "k3", "fusion.7": "k12"}
+  ev = [
+      {"ph": "X", "name": "conditional.30", "ts": 0, "dur": 100, "tid": 1},
+      {"ph": "X", "name": "dot.2", "ts": 10, "dur": 70, "tid": 1},
+      {"ph": "X", "name": "fusion.7", "ts": 0, "dur": 20, "tid": 2},
+      {"ph": "X", "name": "dot.2", "ts": 30, "dur": 5, "tid": 2},
+      {"ph": "X", "name": "unknown.1", "ts": 0, "dur": 999, "tid": 2},
+      {"ph": "i", "name": "dot.2", "ts": 0, "tid": 1},
+  ]
+  own, count, threads = lib.kernel_split(ev, where)
+  assert abs(own[lib.REST] - 30e-6) < 1e-12   # 100 - the nested dot
+  assert abs(own["k3"] - 75e-6) < 1e-12
+  assert abs(own["k12"] - 20e-6) < 1e-12
+  assert count == {lib.REST: 1, "k3": 2, "k12": 1}
+  assert threads == [2, 2]
+
+
+class _K:
+  def __init__(self, label, devices):
+    self.label, self.devices = label, devices
+
+
+def test_busier_device_sums_its_kernels_runs():
+  kernels = {0: _K("F0", (0,)), 1: _K("F1", (1,)), 2: _K("B1", (1,)),
+             3: _K("B0", (0,))}
+  ms = {"F0": 1.0, "F1": 2.0, "B1": 2.5, "B0": 1.5}
+  assert lib.busier(ms, kernels, 8) == 8 * 4.5
