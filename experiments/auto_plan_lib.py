@@ -93,11 +93,14 @@ def program(args: AutoPlanArgs) -> tuple[Callable[..., Any], Any, Any, bool]:
 
 
 def interleaved_steps(compiled: dict[int, Callable[..., Any]], params: Any,
-                      batch: Any, repeats: int, seed: int = 0
-                      ) -> dict[int, tuple[float, float]]:
+                      batch: Any, repeats: int, seed: int = 0,
+                      rounds: dict[int, list[tuple[float, float]]] | None
+                      = None) -> dict[int, tuple[float, float]]:
   """Median ``(wall, process CPU)`` seconds per step of each program, timed
   in ``repeats`` rounds that run every program once in a shuffled order
-  (a busy neighbour slows a round, not one program)."""
+  (a busy neighbour slows a round, not one program); ``rounds`` (when
+  given) gets each program's ``(wall, CPU)`` per round, for paired
+  ratios."""
   rng = random.Random(seed)
   for run in compiled.values():
     jax.block_until_ready(run(params, batch))   # warm-up
@@ -111,6 +114,8 @@ def interleaved_steps(compiled: dict[int, Callable[..., Any]], params: Any,
       jax.block_until_ready(compiled[i](params, batch))
       wall[i].append(time.perf_counter() - t0)
       cpu[i].append(time.process_time() - c0)
+  if rounds is not None:
+    rounds.update({i: list(zip(wall[i], cpu[i])) for i in compiled})
   return {i: (statistics.median(wall[i]), statistics.median(cpu[i]))
           for i in compiled}
 
@@ -220,8 +225,10 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
     new_rows.append(row)
+  per_round: dict[int, list[tuple[float, float]]] = {}
   try:
-    times = interleaved_steps(compiled, params, batch, args.repeats)
+    times = interleaved_steps(compiled, params, batch, args.repeats,
+                              rounds=per_round)
   except Exception as err:  # pylint: disable=broad-except
     times = {}
     for row in new_rows:
@@ -229,6 +236,8 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
   for i, (wall, cpu) in times.items():
     new_rows[i]["measured_ms"] = round(1e3 * wall, 4)
     new_rows[i]["measured_cpu_ms"] = round(1e3 * cpu, 4)
+    new_rows[i]["rounds_ms"] = [[round(1e3 * w, 3), round(1e3 * c, 3)]
+                                for w, c in per_round.get(i, [])]
   for p, row in zip(order, new_rows):
     rows.append(row)
     log(f"  {'*' if row['chosen'] else ' '} {p.label:<42} predicted"
@@ -276,7 +285,32 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "fastest_measured": fastest["label"],
           "fastest_measured_ms": fastest["measured_ms"],
           "chosen_over_fastest": round(ratio, 4),
-          "within_target": ratio <= TARGET, **_cpu_ratio(ok, chosen)}
+          "within_target": ratio <= TARGET, **_cpu_ratio(ok, chosen),
+          **paired_ratios(ok, chosen)}
+
+
+def paired_ratios(ok: list[dict[str, Any]], chosen: dict[str, Any]
+                  ) -> dict[str, Any]:
+  """Chosen over each other measured candidate, per round (both timed in
+  the same round) then the median over rounds, wall and CPU; and the
+  largest of them (``chosen_over_best_paired``: above 1 when some
+  candidate ran faster in most rounds). Empty without per-round times."""
+  mine = chosen.get("rounds_ms")
+  if not mine:
+    return {}
+  out: dict[str, list[float]] = {}
+  for r in ok:
+    theirs = r.get("rounds_ms")
+    if r is chosen or not theirs or len(theirs) != len(mine):
+      continue
+    out[r["label"]] = [
+        round(statistics.median(a[k] / b[k] for a, b in zip(mine, theirs)),
+              4) for k in (0, 1)]
+  if not out:
+    return {}
+  return {"paired_wall_cpu": out,
+          "chosen_over_best_paired": max(v[0] for v in out.values()),
+          "chosen_over_best_paired_cpu": max(v[1] for v in out.values())}
 
 
 def _cpu_ratio(ok: list[dict[str, Any]], chosen: dict[str, Any]
@@ -349,6 +383,11 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
       save(record)  # a run cut short keeps what it measured
     measure_candidates(step, fn, mesh, params, batch, args, cache, progress,
                        case["candidates"], has_aux)
+    got = summarise(case["candidates"])
+    log(f"  chosen / fastest: {got.get('chosen_over_fastest')} wall,"
+        f" {got.get('chosen_over_fastest_cpu')} CPU (medians); paired per"
+        f" round (wall, CPU): {got.get('paired_wall_cpu')}; load"
+        f" {os.getloadavg()[0]:.1f}")
   return record
 
 

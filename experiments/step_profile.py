@@ -52,6 +52,7 @@ _SCOPE_PART = (("tj_ppermute", "ppermute/rendezvous"),
                ("tj_kernel", "kernels"), ("tj_params", "kernels"))
 _INSTR = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = [^=]*?\b([a-z][\w\-]*)\(')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_KERNEL = re.compile(r"tj_kernel/k(\d+)")
 _COLLECTIVES = ("collective-permute", "all-reduce", "all-gather",
                 "all-to-all", "reduce-scatter")
 
@@ -80,9 +81,40 @@ def instruction_parts(hlo_text: str) -> dict[str, str]:
   return out
 
 
+def kernel_instructions(hlo_text: str) -> dict[str, str]:
+  """HLO instruction name -> ``"k<id>"``: the instructions of each kernel's
+  own code (``passes.lower`` scope ``tj_kernel/k<id>``)."""
+  out = {}
+  for line in hlo_text.splitlines():
+    m = _INSTR.match(line)
+    op = _OP_NAME.search(line) if m else None
+    k = _KERNEL.search(op.group(1)) if op else None
+    if k:
+      out[m.group(1)] = f"k{k.group(1)}"
+  return out
+
+
+def kernel_seconds(events: list[Mapping[str, Any]], hlo_text: str
+                   ) -> dict[int, float]:
+  """Kernel id -> seconds its own instructions ran in the traced step
+  (self times, summed over every device thread)."""
+  labels = kernel_instructions(hlo_text)
+  got = label_times(events, labels)
+  return {int(k[1:]): v for k, v in got.items()}
+
+
 def self_times(events: list[Mapping[str, Any]], parts: Mapping[str, str]
                ) -> dict[str, float]:
   """Seconds per part: self time of every instruction event, all threads."""
+  got = label_times(events, parts)
+  return {p: got.get(p, 0.0) for p in PARTS}
+
+
+def label_times(events: list[Mapping[str, Any]], labels: Mapping[str, str]
+                ) -> dict[str, float]:
+  """Seconds per label (``labels``: instruction name -> label): self time
+  of every instruction event, all threads."""
+  parts = labels
   by_tid: dict[Any, list] = collections.defaultdict(list)
   for e in events:
     if e.get("ph") == "X" and e.get("name") in parts:
@@ -101,7 +133,21 @@ def self_times(events: list[Mapping[str, Any]], parts: Mapping[str, str]
       stack.append([ts + dur, part, dur])
     for _, p, own in stack:
       total[p] += own
-  return {p: total.get(p, 0.0) * 1e-6 for p in PARTS}
+  return {p: v * 1e-6 for p, v in total.items()}
+
+
+def trace_events(run: Callable[[], Any]) -> tuple[list[Any], float]:
+  """``(trace events, wall seconds)`` of one traced call of ``run``."""
+  with tempfile.TemporaryDirectory() as tmp:
+    jax.profiler.start_trace(tmp, create_perfetto_trace=True)
+    t0 = time.perf_counter()
+    jax.block_until_ready(run())
+    wall = time.perf_counter() - t0
+    jax.profiler.stop_trace()
+    path = sorted(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True))
+    with gzip.open(path[-1]) as f:
+      trace = json.load(f)
+  return (trace["traceEvents"] if isinstance(trace, dict) else trace), wall
 
 
 def profile_step(run: Callable[[], Any], hlo_text: str, num_devices: int,
@@ -115,16 +161,7 @@ def profile_step(run: Callable[[], Any], hlo_text: str, num_devices: int,
   jax.block_until_ready(run())
   rows = []
   for _ in range(repeats):
-    with tempfile.TemporaryDirectory() as tmp:
-      jax.profiler.start_trace(tmp, create_perfetto_trace=True)
-      t0 = time.perf_counter()
-      jax.block_until_ready(run())
-      wall = time.perf_counter() - t0
-      jax.profiler.stop_trace()
-      path = sorted(glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True))
-      with gzip.open(path[-1]) as f:
-        trace = json.load(f)
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    events, wall = trace_events(run)
     secs = self_times(events, parts)
     row = {"wall_ms": 1e3 * wall}
     row.update({p: 1e3 * s / num_devices for p, s in secs.items()})

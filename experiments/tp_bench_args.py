@@ -32,11 +32,21 @@ flags.DEFINE_integer("microbatches", 4, "Micro-batches per step.")
 flags.DEFINE_integer("repeats", 7, "Timing rounds: every round runs each"
                      " config once, in a shuffled order (median kept).")
 flags.DEFINE_integer("interpret_ramps", 8, "tj.schedule's interpret_ramps"
-                     " for the pipelines (0: unroll every ramp).")
+                     " for the pipelines (0: compact, every tick in one"
+                     " table-driven loop; -1: unroll every ramp).")
+flags.DEFINE_bool("realtime", False, "Run at real-time (round-robin)"
+                  " priority (experiments.realtime): profiles and timed"
+                  " steps undisturbed by other jobs on a shared machine"
+                  " (needs root or CAP_SYS_NICE; the JSON says whether it"
+                  " held).")
 flags.DEFINE_enum("cost", "measured", ["measured", "uniform"],
                   "tj.schedule's cost= for the pipelines: 'measured' profiles"
                   " every kernel on one stage's devices (sharded) and"
                   " predicts the step time.")
+flags.DEFINE_bool("kernel_spans", False, "Also trace a few steps of each"
+                  " pipeline and compare every kernel's profiled"
+                  " core-milliseconds with its own instructions' time in"
+                  " the program (experiments.step_profile).")
 flags.DEFINE_string("output", "out/tp_bench.json",
                     "Where to write the JSON results ('': stdout only).")
 
@@ -61,5 +71,7 @@ def from_flags() -> BenchArgs:
   return BenchArgs(configs=tuple(f.configs), hidden=f.hidden,
                    layers=f.layers, vocab=f.vocab, rows=f.rows, seq=f.seq,
                    microbatches=f.microbatches, repeats=f.repeats,
-                   interpret_ramps=f.interpret_ramps or None, cost=f.cost,
-                   output=f.output or None)
+                   interpret_ramps=(None if f.interpret_ramps < 0
+                                    else f.interpret_ramps), cost=f.cost,
+                   output=f.output or None, realtime=f.realtime,
+                   kernel_spans=f.kernel_spans)

@@ -16,7 +16,8 @@ from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
-from experiments import hlo_count
+from experiments import hlo_count, step_profile
+from experiments import realtime as realtime_
 from tessel_jax import placements
 from tessel_jax.verify import rel_err
 
@@ -72,6 +73,8 @@ class BenchArgs(NamedTuple):
   interpret_ramps: int | None = 8
   cost: str = "measured"
   output: str | None = "out/tp_bench.json"
+  realtime: bool = False
+  kernel_spans: bool = False
 
 
 # --- the model: the README's GPT with Megatron MLP layers --------------------
@@ -228,9 +231,43 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
     rec["predicted_block_ms"] = r.block_ms
     rec["predicted_tick_overhead_ms"] = r.tick_overhead_ms
     rec["predicted_fsdp_collective_ms"] = r.fsdp_collective_ms
+    rec["predicted_outside_ms"] = r.outside_ms
     rec["ticks"] = r.ticks
     rec["plan"] = step.built.plan.loop_summary()
+    if args.kernel_spans:
+      shape, _, data, _ = CONFIGS[name]
+      replicas = int(np.prod([shape[a] for a in data]))
+      rec["kernel_spans"] = kernel_spans(
+          step, lambda: compiled(placed, placed_batch), compiled.as_text(),
+          replicas)
   return rec, lambda: compiled(placed, placed_batch)
+
+
+def kernel_spans(step: Any, run: Callable[[], Any], hlo_text: str,
+                 replicas: int, repeats: int = 3) -> dict[str, Any]:
+  """Each kernel's profiled core-milliseconds per run against what its own
+  instructions took in the program (XLA's trace split by the lowering's
+  ``tj_kernel/k<id>`` scopes, all device threads, median of ``repeats``
+  traced steps, over its runs: micro-batches x data ``replicas``)."""
+  prof = step.built.profile
+  runs: dict[int, int] = {}
+  for a in step.built.unrolled.actions:
+    runs[a.block] = runs.get(a.block, 0) + replicas
+  jax.block_until_ready(run())
+  got: dict[int, list[float]] = {b: [] for b in prof.kernels}
+  for _ in range(repeats):
+    secs = step_profile.kernel_seconds(step_profile.trace_events(run)[0],
+                                       hlo_text)
+    for b in got:
+      got[b].append(secs.get(b, 0.0))
+  out = {}
+  for b, k in sorted(prof.kernels.items()):
+    program = 1e3 * float(np.median(got[b])) / max(1, runs.get(b, 1))
+    out[k.label] = {"profile_ms": 1e3 * k.core_seconds,
+                    "program_ms": program,
+                    "program_over_profile": program / max(
+                        1e-12, 1e3 * k.core_seconds)}
+  return out
 
 
 def _prediction(step: Any, args: BenchArgs) -> dict[str, Any]:
@@ -255,10 +292,13 @@ def _max_rel_err(got: Any, want: Any) -> float:
 
 
 def main(args: BenchArgs) -> int:
+  if args.realtime:  # before jax starts its threads: they inherit it
+    realtime_.realtime_process()
   model = gpt(args)
   batch = make_batch(args)
   reference = jax.jit(jax.value_and_grad(model[2](1)))(model[0], batch)
   record: dict[str, Any] = {"jax": jax.__version__, "args": args._asdict(),
+                            "realtime": realtime_.realtime_now(),
                             "configs": {}}
   runs = {}
   for name in args.configs:
@@ -276,6 +316,11 @@ def main(args: BenchArgs) -> int:
     if pms is not None:
       rec["predicted_over_measured_step"] = pms / rec["step_ms"]
     pred = rec.get("predicted_bytes_per_device")
+    spans = rec.get("kernel_spans")
+    if spans:
+      print(f"{name}: kernel ms per run, profiled -> in the program: "
+            + ", ".join(f"{l} {v['profile_ms']:.2f}->{v['program_ms']:.2f}"
+                        for l, v in spans.items()))
     print(f"{name:27s} step {rec['step_ms']:7.2f} ms (min"
           f" {rec['step_ms_min']:6.2f}, CPU {rec['cpu_ms_per_step']:6.1f})"
           + (f" predicted {pms:6.2f} ({pms / rec['step_ms']:.2f}x)"
@@ -286,7 +331,8 @@ def main(args: BenchArgs) -> int:
           + f"  err {rec['max_rel_err_vs_value_and_grad']:.1e}", flush=True)
   print(f"load average {record['load_average'][0]:.1f} before timing,"
         f" {record['load_average'][1]:.1f} after; {args.repeats} interleaved"
-        f" rounds")
+        f" rounds" + (" at real-time priority" if record["realtime"]
+                      else ""))
   configs = record["configs"]
   if {"pipe2_model2", "pipe2_model2_replicated"} <= set(configs):
     ratio = (configs["pipe2_model2"]["total_bytes_per_device"] /

@@ -45,7 +45,7 @@ class TrainArgs(NamedTuple):
   grid_steps: int = 48
   cost: str | None = None      # None: $TESSEL_JAX_COST, else "measured"
   reprofile: bool = False
-  interpret_ramps: int | None = 8
+  interpret_ramps: int | str | None = "auto"  # tj.schedule's default
 
 
 # The runner lowers with ``interpret_ramps=0`` unless told otherwise (every

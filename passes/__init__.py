@@ -24,7 +24,13 @@ Modules, in pipeline order (``tessel_jax.api`` drives them):
 * ``interp``    -- table-driven ramps (warmup/cooldown as one loop);
 * ``lower``     -- the ``jax.jit(jax.shard_map(...))`` program (``gather``:
   sharded parameters read by blocks on a strict subset of the pipe axis,
-  gathered before the first tick, gradient scattered back after the last);
+  gathered before the first tick, gradient scattered back after the last),
+  in parts: ``tick_ctx`` (per-device tables, name scopes), ``lower_context``
+  (the lowering's inputs), ``tick_io`` (a tick's message writes, port and
+  parameter reads), ``param_grads`` (gradient accumulation),
+  ``tick_compute`` (a tick's kernels and terminals), ``tick_runs`` (straight
+  runs, flushes, loops, interpreted segments), ``lower_program`` (the map's
+  body and ``fn(params, batch)``);
 * ``outputs``   -- the function's outputs (loss, aux stacked per
   micro-batch, inference outputs) from the accumulated terminals;
 * ``shared_aux`` -- refuses aux values a row-split block would compute

@@ -58,26 +58,39 @@ def _reuse_from_previous(plan: Any) -> list[bool]:
   return ok
 
 
+def _shapes(plan: Any) -> list[Any]:
+  """Per tick, the tick the lowering runs: an interpreted tick is its
+  segment's table-driven tick (every role of every kernel of the segment,
+  gathered at every tick, ``fsdp_tick.resolve``)."""
+  shapes = list(plan.ticks)
+  for seg in plan.segments:
+    if seg.kind == "interp":
+      for t in range(seg.start, seg.end):
+        shapes[t] = plan.interps[seg.start]
+  return shapes
+
+
 def _per_block(layout: Any, plan: Any) -> list[Collective]:
   """As ``fsdp_tick.gather_tick`` (a run's last gather per role, reused
   where it moves the same slots) and ``before_tick`` (a run's pending
-  gradient roles merged while their slots agree, one reduce-scatter each)."""
+  gradient roles merged while their slots agree, one reduce-scatter each);
+  an interpreted tick gathers and scatters every role of its segment."""
   out: list[Collective] = []
   reuse = _reuse_from_previous(plan)
   gathered: dict = {}
   pending: dict = {}
-  for t, tick in enumerate(plan.ticks):
+  for t, (tick, shape) in enumerate(zip(plan.ticks, _shapes(plan))):
     if not reuse[t]:
       gathered, pending = {}, {}
     for key, (table, used) in fsdp_tick._roles_used(
-        layout, plan.kernels, tick, False).items():
+        layout, plan.kernels, shape, False).items():
       hit = gathered.get(key)
       if hit is None or not np.array_equal(hit[used], table[used]):
         out.append(Collective(tick.step, "gather",
                               _received(layout.classes[key[0]])))
         gathered[key] = table
     for key, (table, used) in fsdp_tick._roles_used(
-        layout, plan.kernels, tick, True).items():
+        layout, plan.kernels, shape, True).items():
       if key in pending:
         old, was = pending[key]
         both = used & was

@@ -32,7 +32,9 @@ class KernelSend:
   Attributes:
     round: Index into the tick's ``sends``.
     outbox: Index among the tick's remote rounds (-1: a local round).
-    ports: The kernel's out ports among the round's candidates.
+    ports: The out ports the kernel sends this round from (one unless
+      the kernel sends it from different ports at different ticks or on
+      different devices).
     pick: Per production boundary and device: position in ``ports``.
   """
 
@@ -70,16 +72,21 @@ def kernel_sends(tick: Any, kid: int, branch: int, sinks: Sequence[int]
   out, remote = [], -1
   for i, rd in enumerate(tick.sends):
     remote += bool(rd.remote)
-    ports = tuple(p for p in rd.candidates if p in mine)
     produces = _produces(rd, runs, sinks)
-    if not ports or not produces.any():
+    if not produces.any() or not mine.intersection(rd.candidates):
       continue
-    pick = np.zeros((ticks + 1, devices), np.int64)
-    for p, d in zip(*np.nonzero(produces)):
-      port = rd.candidates[rd.cand[p, d]]
-      if port not in ports:
+    made = [(p, d, rd.candidates[rd.cand[p, d]])
+            for p, d in zip(*np.nonzero(produces))]
+    for p, d, port in made:
+      if port not in mine:
         raise AssertionError(f"round {i} at boundary {p} on device {d} is"
                              f" not made by kernel {kid}")
+    # Only the ports this kernel writes the round from: a candidate of the
+    # round that is another kernel's port (or this kernel's, never sent in
+    # this round) would put a select over whole payloads into the write.
+    ports = tuple(sorted({port for _, _, port in made}))
+    pick = np.zeros((ticks + 1, devices), np.int64)
+    for p, d, port in made:
       pick[p, d] = ports.index(port)
     out.append(KernelSend(i, remote if rd.remote else -1, ports, pick))
   return tuple(out)

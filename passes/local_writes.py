@@ -23,7 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import indexing as _indexing
 from .stash_order import Order
+from .tick_io import write_targets
 
 
 def _payload(ctx: Any, rd: Any, ks: Any, ports: Sequence[Any],
@@ -34,19 +36,18 @@ def _payload(ctx: Any, rd: Any, ks: Any, ports: Sequence[Any],
   if len(vals) > 1:
     v = lax.select_n(ctx.table(ks.pick) + salt, *vals)
   if rd.rowed and tuple(v.shape) != tuple(rd.payload.shape):
-    v = lax.dynamic_slice_in_dim(v, ctx.table(rd.src_row) + salt,
-                                 rd.payload.shape[0], axis=0)
+    v = _indexing.slice_in_dim(v, ctx.table(rd.src_row) + salt,
+                                rd.payload.shape[0], axis=0)
   return v
 
 
-def write_locals(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
+def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
                  pools: list[Any], order: Order,
                  sends: Mapping[int, Sequence[Any]]) -> None:
   """Writes the local rounds of boundary ``ctx.tau`` (``pools`` updated).
 
   Args:
-    lowering: The ``passes.lower.Lowering`` (stash writes).
-    ctx: Its context at the boundary.
+    ctx: The lowering's context (``passes.tick_ctx.Ctx``) at the boundary.
     tick: The interp tick.
     ports: Out ports of the tick before the boundary.
     pools: The stash.
@@ -64,6 +65,10 @@ def write_locals(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
     if isinstance(trips, int) and not trips:
       continue
 
+    # In a loop the writes follow ``order`` through the trip count; only
+    # unlooped writes take it into their slots.
+    slot_order = order if isinstance(trips, int) else None
+
     def body(carry: tuple, mine: Sequence[Any] = mine) -> tuple:
       k, stash = carry
       stash = list(stash)
@@ -72,7 +77,7 @@ def write_locals(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
         # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
         # select out of the loop and run it on every device.
         v = _payload(ctx, rd, ks, ports, k)
-        lowering._write_targets(ctx, rd, v, stash, 0, order)
+        write_targets(ctx, rd, v, stash, 0, slot_order)
       return k + 1, tuple(stash)
 
     init = (jnp.int32(0), tuple(pools))

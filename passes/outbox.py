@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from . import indexing as _indexing
+from . import tick_io
 from .stash_order import Order
 
 
@@ -36,7 +38,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
   """One boundary of the remote rounds of interp tick ``tick``.
 
   Args:
-    lowering: The ``passes.lower.Lowering`` (payloads, stash writes).
+    lowering: The ``passes.lower.Lowering`` (its pipe axis).
     ctx: Its context at this boundary.
     tick: The interp tick.
     ports: Out ports of the tick before the boundary.
@@ -54,11 +56,15 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
   for i, rd in enumerate(remote):
     where = ctx.table(rd.hold)
     if not (isinstance(where, int) and where == 1):
-      payload = lowering._payload(ctx, rd, ports)
-      boxes[i] = lax.dynamic_update_index_in_dim(boxes[i], payload, where, 0)
+      payload = tick_io.payload(ctx, rd, ports)
+      boxes[i] = _indexing.update_index(boxes[i], payload, where)
     trips = ctx.table(rd.flush)
     if isinstance(trips, int) and not trips:
       continue
+    # In a loop the stash writes follow ``order`` through the trip count
+    # (equal on every device, as the collective needs); unlooped, through
+    # their slots.
+    slot_order = order if isinstance(trips, int) else None
 
     def send(carry: tuple, rd: Any = rd) -> tuple:
       k, box, stash = carry
@@ -67,17 +73,17 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
       # counter, or XLA hoists the ppermute out of the loop as
       # loop-invariant code and runs it at every boundary.
       with jax.named_scope(scope):
-        got = lax.ppermute(lax.dynamic_index_in_dim(box, k, 0, False),
+        got = lax.ppermute(_indexing.index(box, k),
                            lowering.pipe, perm=list(rd.perm))
-      lowering._write_targets(ctx, rd, got, stash, 0, order)
+      tick_io.write_targets(ctx, rd, got, stash, 0, slot_order)
       return k + 1, box, tuple(stash)
 
     init = (jnp.int32(0), boxes[i], tuple(pools))
     if isinstance(trips, int):
       done, boxes[i], new = send(init)
     else:
-      done, boxes[i], new = lax.while_loop(lambda c, n=trips: c[0] < n, send,
-                                           init)
+      done, boxes[i], new = lax.while_loop(
+          lambda c, n=order.slot(trips): c[0] < n, send, init)
       order.add(done)
     pools[:] = list(new)
   return tuple(boxes)

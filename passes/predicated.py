@@ -41,17 +41,19 @@ from jax import lax
 
 from .fsdp import pin
 from .fsdp_tick import grad_key
+from .param_grads import acc_get as _get
+from .param_grads import acc_set as _set
 from .stash_order import Order
 
 
 def owned_keys(lowering: Any, kernel: Any) -> tuple[tuple, ...]:
-  """Accumulator keys ``Lowering._accumulate`` writes for ``kernel``."""
+  """Accumulator keys ``param_grads.accumulate`` writes for ``kernel``."""
   if not kernel.grads:
     return ()
   layout = lowering.layout
   keys: list[tuple] = []
   for l in kernel.grads:
-    if lowering._reads_gathered(kernel, l):
+    if lowering.reads_gathered(kernel, l):
       keys.append(("gathered", l))
       continue
     where = layout.slot_of.get((l, kernel.devices[0]))
@@ -70,23 +72,6 @@ def _pinned(lowering: Any, key: tuple, value: Any) -> Any:
   if key[0] in ("flat", "gathered"):
     return value
   return pin(value, lowering.layout.classes[key[1]].inner_spec)
-
-
-def _get(gacc: dict, sacc: list, key: tuple) -> Any:
-  if key[0] == "flat":
-    return gacc[key[1]]
-  if key[0] == "slot":
-    return sacc[key[1]][key[2]]
-  return gacc[key]
-
-
-def _set(gacc: dict, sacc: list, key: tuple, value: Any) -> None:
-  if key[0] == "flat":
-    gacc[key[1]] = value
-  elif key[0] == "slot":
-    sacc[key[1]][key[2]] = value
-  else:
-    gacc[key] = value
 
 
 def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,

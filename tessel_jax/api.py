@@ -61,7 +61,7 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              solver_time_limit_s: float = 30.0, plan: Any = None,
              recompute: Any = None, seed: int = 0,
              max_loop_period: int = 64, param_layout: str = "auto",
-             interpret_ramps: int | None = 8,
+             interpret_ramps: int | str | None = "auto",
              param_sharding: Any = None, cost: str | None = None,
              time_resolution: float | None = None, reprofile: bool = False,
              link: Any = None, cache_dir: str | None = None,
@@ -141,15 +141,20 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       balanced over the devices, and for leaves of 64 KiB or more with at
       most half of their slot rows empty; a flat buffer for the rest),
       ``"slots"`` or ``"flat"``; see ``passes.packing``.
-    interpret_ramps: Straight-line stretches (warmup, cooldown) of at least
-      this many ticks run as one table-driven loop over a switch of all their
-      kernels instead of unrolled pruned ticks: compile time stops growing
-      with the ramp length, each ramp tick runs a little slower. None:
-      always unroll. 0: no loops either, every tick in one table-driven
-      loop, so each kernel body is compiled once (measured: compile 32-46%
-      less CPU; a step 0.98-1.01x the default's wall time paired, see
-      BENCHMARKS.md "compile" and "Compact lowering"). FSDP leaves are
-      gathered once per step on interpreted ticks (``fsdp="auto"``).
+    interpret_ramps: Which ticks run as one table-driven loop over a switch
+      of their kernels (``passes.interp``). ``"auto"`` (default): 0, the
+      compact lowering, unless the layout has FSDP parameters and ``fsdp``
+      is not ``"per_step"``, then 8; ``step.report.lowering`` says which
+      and why. 0 (compact): every tick in that one loop, remote messages
+      held in outboxes until due, so each kernel body is compiled once: the
+      smallest program and first call (quiet, 2 stages: step 0.87/0.93x a
+      hand-written shard_map GPipe at N = 8/32, first call 1.24-1.43x it;
+      BENCHMARKS.md "Compact lowering"). k > 0 (loops): the repetend runs
+      as a ``fori_loop`` unrolling one period, straight-line stretches
+      (warmup, cooldown) of at least k ticks are interpreted, shorter ones
+      unrolled pruned ticks; pass 8 for FSDP parameters gathered per block
+      (``fsdp``: interpreted ticks gather them once per step) or to compare
+      with the loop lowering. None: loops, every ramp unrolled.
     param_sharding: Parameters to shard over the pipe axis: a pytree like
       ``params`` (or a prefix of it) of ``jax.sharding.PartitionSpec`` or
       None, e.g. ``{"wte": P("pipe", None), "layers": None}`` for a
@@ -225,7 +230,9 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       kept for the step, gradients reduce-scattered after the last tick;
       ``"auto"`` (default): per block, unless the plan interprets ticks
       (``interpret_ramps``) of blocks reading FSDP parameters, where every
-      tick would gather (1.7x the step on CPU; BENCHMARKS.md).
+      tick would gather (1.7x the step on CPU; BENCHMARKS.md); the default
+      ``interpret_ramps="auto"`` lowers loops for FSDP layouts, so their
+      steady state gathers per block.
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).

@@ -118,15 +118,9 @@ class FrontierCache:
 
   def load(self, key: str) -> ProgramFrontier | None:
     """The stored frontier, or None (absent or unreadable: dropped)."""
-    record = self._store.get(KIND, key)
-    if record is None:
-      return None
-    try:
-      return ProgramFrontier.from_dict(record["frontier"])
-    except (KeyError, TypeError, ValueError) as err:
-      self._store.discard(self._store.path(KIND, key),
-                          f"malformed frontier record ({err})")
-      return None
+    return self._store.decoded(
+        KIND, key, lambda record: ProgramFrontier.from_dict(
+            record["frontier"]), "frontier")
 
   def store(self, key: str, frontier: ProgramFrontier) -> None:
     """Writes the record (best effort, atomically); frontiers priced in

@@ -49,8 +49,10 @@ def baseline_price(built: Any, c: Candidate, base: PricedPlan) -> PricedPlan:
   plan ``base`` of the same placement, width and N (same kernels,
   measurements and memory unit): its order is replayed with the measured
   block times and delays, and the step scales ``base``'s full prediction
-  (lowering overheads included) by the ratio of the two replays; its peak
-  is ``base``'s with the stash swapped."""
+  (lowering overheads included, its FSDP collectives, packing and
+  unpacking kept as they are) by
+  the ratio of the two replays; its peak is ``base``'s with the stash
+  swapped."""
   t0 = time.perf_counter()
   run = _baselines.run(c.plan, built.graph, c.microbatches // c.dp)
   validate.assert_valid(run)
@@ -61,7 +63,13 @@ def baseline_price(built: Any, c: Candidate, base: PricedPlan) -> PricedPlan:
   if base.unit == "steps":
     step = float(run.makespan)
   else:
-    step = base.step * replay(built, run) / replay(built, built.unrolled)
+    # The FSDP collectives, packing and unpacking run serially with the
+    # ticks: not scaled.
+    rep = built.report
+    serial = float(getattr(rep, "fsdp_collective_ms", 0.0) or 0.0) + float(
+        getattr(rep, "outside_ms", 0.0) or 0.0)
+    step = serial + (base.step - serial) * (
+        replay(built, run) / replay(built, built.unrolled))
   return dataclasses.replace(base, candidate=c, step=step,
                              peak_bytes_per_device=peaks, source=run.source,
                              build_seconds=time.perf_counter() - t0)

@@ -140,6 +140,7 @@ class FrontierFunction:
     self.pruned = 0  # plans not searched: lower bound >= best so far
     self._best_ms: float | None = None
     self._key: Any = None
+    self._fronts: dict[Any, dict[Any, Any]] = {}  # see step_for
 
   def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
     t0 = time.perf_counter()
@@ -351,6 +352,12 @@ class FrontierFunction:
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
     step.screening = screen and not cheap  # skips the uniform-span search
+    if self._key is not None:
+      # One trace, cut and kernel set per placement, width and N: shared by
+      # the screening build, the full one, those under a memory limit and
+      # the classic schedules (tessel_jax.step_build.shared).
+      step.shared_front = self._fronts.setdefault(
+          (self._key, c.placement, c.pipe, c.dp, c.microbatches), {})
     # A cheap screening build runs both searches but does not calibrate
     # the tick model on a compiled stand-in program (tessel_jax.step_build).
     step.cheap_screening = cheap

@@ -113,23 +113,19 @@ class ScheduleCache:
            memory_limit: int | None
            ) -> tuple[Schedule, UnrolledSchedule] | None:
     """The cached ``(schedule, unrolled)`` when valid for these inputs."""
-    record = self._store.get(KIND, key)
-    if record is None:
-      return None
-    path = self._store.path(KIND, key)
-    try:
+
+    def decode(record: dict[str, Any]
+               ) -> tuple[Schedule, UnrolledSchedule] | None:
       sched = schedule_from_dict(record["schedule"], graph)
       unrolled = UnrolledSchedule.from_dict(record["unrolled"], graph)
-    except (KeyError, TypeError, ValueError) as err:
-      self._store.discard(path, f"malformed schedule record ({err})")
-      return None
-    if (unrolled.num_microbatches != num_microbatches or
-        sched.memory_limit != memory_limit):
-      return None
-    if validate.check(unrolled, memory_limit):
-      self._store.discard(path, "the stored schedule breaks a rule")
-      return None
-    return sched, unrolled
+      if (unrolled.num_microbatches != num_microbatches or
+          sched.memory_limit != memory_limit):
+        return None
+      if validate.check(unrolled, memory_limit):
+        raise ValueError("the stored schedule breaks a rule")
+      return sched, unrolled
+
+    return self._store.decoded(KIND, key, decode, "schedule")
 
   def store(self, key: str, sched: Schedule,
             unrolled: UnrolledSchedule) -> None:

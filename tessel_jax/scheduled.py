@@ -55,7 +55,7 @@ class ScheduledFunction:
                num_microbatches: int, mode: str, memory_limit: int | None,
                pipe_axis: str, solver_time_limit_s: float, plan: Any,
                recompute: Any, seed: int, max_loop_period: int,
-               param_layout: str, interpret_ramps: int | None,
+               param_layout: str, interpret_ramps: int | str | None,
                param_sharding: Any = None, cost: str | None = None,
                time_resolution: float | None = None,
                reprofile: bool = False, link: Any = None,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -21,10 +21,12 @@ from tessel_jax import compat
 from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
+from tessel_jax import ramps as _ramps
 from tessel_jax import step_cut
 from tessel_jax import step_schedule
 from tessel_jax.built import Built, block_modes
 from tessel_jax.cost import calibrate as _calibrate
+from tessel_jax.cost import outside as _outside
 from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import forward_reach
@@ -57,19 +59,14 @@ def build(step: Any, params: Any, batch: Any,
   clock = _progress.Clock(step.fn_name)
   data_axes, _, specs = axes if axes is not None else step._axes(params)  # pylint: disable=protected-access
   num_devices, n_total, n_local = step_cut.counts(step, data_axes)
-  traced, rows, microbatch, p_avals = step_cut.trace(step, params, batch,
-                                                     n_total)
-  clock.lap("trace")
   train = step.mode == "train"
   # Leaves sharded by the user are stored whole (a scanned stack is not
   # cut into per-block slices), so their specs keep naming the same leaves.
-  graph, part, traced = step_cut.partition_graph(
-      step, traced, num_devices, train, split_leaves=not (shards or specs))
-  forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
-  local_parts = step_cut.local_parts(
-      step, graph, rows, microbatch, p_avals, part, traced,
-      forward_reach(graph, forward_of), num_devices)
-  clock.lap("cut", f"{len(part.blocks)} forward blocks")
+  split_leaves = not (shards or specs)
+  traced, rows, graph, part, forward_of, local_parts = shared(
+      step, ("cut", num_devices, n_total, train, split_leaves),
+      lambda: _cut(step, params, batch, n_total, num_devices, train,
+                   split_leaves, clock))
   mesh_shape = dict(step.mesh.shape)
   ks, layout, costs, sgraph, unit, schedule, unrolled = search_kernels(
       step, graph, part, traced, local_parts, forward_of, shards, rows,
@@ -79,8 +76,9 @@ def build(step: Any, params: Any, batch: Any,
       data_sizes={a: int(mesh_shape[a]) for a in data_axes})
   if step.has_aux:
     _shared_aux.check(part, ks, local_parts)
+  ramps = _ramps.resolve(step.interpret_ramps, layout, step.fsdp)
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
-                                layout, shards)
+                                layout, shards, ramps.value)
   # Measured predictions may time a plan's program (not in a screening
   # build, tessel_jax.plans): "calibrated" each plan's stand-in, "measured"
   # the first plan on a machine for its per-port cost (cost.ports).
@@ -93,6 +91,9 @@ def build(step: Any, params: Any, batch: Any,
           functools.partial(_program_of, step, part, layout, data_axes,
                             train, n_total, traced), params, batch)
       if calibrate else None)
+  step._costs.time_outside = (  # pylint: disable=protected-access
+      _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
+                            params) if calibrate and train else None)
   try:
     plan, chosen, other_ms, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
@@ -103,10 +104,11 @@ def build(step: Any, params: Any, batch: Any,
     lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
                                       train, n_total, traced)
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                     other_ms)
+                     other_ms, ramps.note)
   finally:
     # The timer holds the traced program: never keep it past this build.
     step._costs.time_program = None  # pylint: disable=protected-access
+    step._costs.time_outside = None  # pylint: disable=protected-access
   clock.lap("lower", f"plan {plan.loop_summary()}")
   clock.total("built (compiles at the first call)")
   return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
@@ -117,12 +119,44 @@ def build(step: Any, params: Any, batch: Any,
                lowering=lowering)
 
 
+def shared(step: Any, key: tuple, make: Callable[[], Any]) -> Any:
+  """``make()``, or what it gave for ``key`` in an earlier build sharing
+  ``step.shared_front`` (``tessel_jax.plans`` gives one dict to every build
+  of one placement, width and N: the screening build, the full one and
+  those under a memory limit trace, cut and build the same kernels)."""
+  memo = getattr(step, "shared_front", None)
+  if memo is None:
+    return make()
+  if key not in memo:
+    memo[key] = make()
+  return memo[key]
+
+
+def _cut(step: Any, params: Any, batch: Any, n_total: int, num_devices: int,
+         train: bool, split_leaves: bool, clock: Any) -> tuple:
+  """``(traced, rows, graph, part, forward_of, local_parts)``: ``step.fn``
+  traced on one micro-batch and cut into the placement's blocks."""
+  traced, rows, microbatch, p_avals = step_cut.trace(step, params, batch,
+                                                     n_total)
+  clock.lap("trace")
+  graph, part, traced = step_cut.partition_graph(
+      step, traced, num_devices, train, split_leaves=split_leaves)
+  forward_of = {b.id: _placements.forward_index(b) for b in graph.blocks}
+  local_parts = step_cut.local_parts(
+      step, graph, rows, microbatch, p_avals, part, traced,
+      forward_reach(graph, forward_of), num_devices)
+  clock.lap("cut", f"{len(part.blocks)} forward blocks")
+  return traced, rows, graph, part, forward_of, local_parts
+
+
 def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
-               layout: Any, shards: Mapping[int, int], actions: Any) -> Any:
-  """The tick plan of ``actions`` (``passes.plan.build_plan``)."""
+               layout: Any, shards: Mapping[int, int],
+               interpret_ramps: int | None, actions: Any) -> Any:
+  """The tick plan of ``actions`` (``passes.plan.build_plan``);
+  ``interpret_ramps`` resolved (``tessel_jax.ramps``)."""
   return _plan.build_plan(ks, actions, n_local, num_devices, layout,
                           max_period=step.max_loop_period,
-                          interpret_ramps=step.interpret_ramps,
+                          interpret_ramps=interpret_ramps,
                           collective=frozenset(
                               kid for kid, k in ks.kernels.items()
                               if len(k.devices) == num_devices and
@@ -143,11 +177,29 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
     return plan, None, None, None
   alt = step_schedule.uniform_candidate(step, graph, ks, unit, layout,
                                         n_local, costs)
+  if alt is not None and same_order(alt[2].actions, unrolled.actions):
+    # The same tick plan, so the same prediction: not planned twice.
+    ms = 1e3 * step._costs.predict(  # pylint: disable=protected-access
+        costs, unrolled, plan, step.mesh, step.pipe_axis)[0].step_seconds
+    clock.lap("search on uniform spans", "the same order as on measured"
+              " spans")
+    return plan, "measured", ms, None
   plan, chosen, other_ms, picked = step._pick_schedule(  # pylint: disable=protected-access
       costs, unrolled, plan, alt, make_plan)
   clock.lap("search on uniform spans", f"lowering the schedule searched"
             f" on {chosen} spans, predicted faster")
   return plan, chosen, other_ms, picked
+
+
+def same_order(a: Sequence[Any], b: Sequence[Any]) -> bool:
+  """Whether two unrolled schedules start the same blocks together in the
+  same order (their start steps may be in other units): then they make
+  the same tick plan (``passes.plan.build_plan`` numbers the distinct
+  start steps), so they are predicted the same."""
+  def order(actions: Sequence[Any]) -> list[tuple[int, int, int]]:
+    rank = {s: t for t, s in enumerate(sorted({x.start for x in actions}))}
+    return sorted((rank[x.start], x.block, x.microbatch) for x in actions)
+  return len(a) == len(b) and order(a) == order(b)
 
 
 def _program_of(step: Any, part: Any, layout: Any, data_axes: Sequence[str],
@@ -178,7 +230,7 @@ def _lower_program(step: Any, plan: Any, part: Any, layout: Any,
 
 def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
             unit: int, ks: Any, chosen: str | None,
-            other_ms: float | None) -> Any:
+            other_ms: float | None, lowering: str = "") -> Any:
   """The build's ``CostReport`` (None when the cost model gives none)."""
   model = step._costs  # pylint: disable=protected-access
   report = model.report(
@@ -186,7 +238,8 @@ def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
       step_schedule.memory_limit_bytes(step, layout, costs), step.mesh,
       step.pipe_axis, schedule_costs=chosen, alternative_ms=other_ms)
   if report is not None:
-    report = dataclasses.replace(report, block_modes=block_modes(ks))
+    report = dataclasses.replace(report, block_modes=block_modes(ks),
+                                 lowering=lowering)
   return report
 
 
@@ -208,10 +261,11 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
   seeds = _kernels.loss_seeds(part, n_total) if train else None
   keep = step_schedule.initial_keep(step, len(part.blocks))
   while True:
-    ks = _kernels.build_kernels(part, graph, train=train,
-                                microbatch_rows=rows, keep=keep,
-                                seeds=seeds, forward_of=forward_of,
-                                local_parts=local_parts)
+    ks = shared(step, ("kernels", id(part), tuple(sorted(keep.items()))),
+                lambda keep=dict(keep): _kernels.build_kernels(
+                    part, graph, train=train, microbatch_rows=rows,
+                    keep=keep, seeds=seeds, forward_of=forward_of,
+                    local_parts=local_parts))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)
     clock.lap("kernels", f"{len(ks.kernels)} kernels")

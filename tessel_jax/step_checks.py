@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from tessel_jax import checks as _checks
+from tessel_jax import ramps as _ramps
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import autocut as _autocut  # type: ignore
@@ -46,6 +47,9 @@ def check_options(step: Any) -> None:
                f" any tj.boundary), 'markers' (cut at the"
                f" tj.boundary calls) or None (markers when there are"
                f" any, else auto)")
+  ramps_error = _ramps.check(step.interpret_ramps)
+  if ramps_error:
+    raise fail(ramps_error)
   if step.fsdp not in ("auto", "per_block", "per_step"):
     raise fail(f"fsdp={step.fsdp!r}; use 'per_block' (FSDP parameters"
                f" gathered at each block's tick, ZeRO-3), 'per_step'"

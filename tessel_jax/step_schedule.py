@@ -23,8 +23,10 @@ from tessel_jax.schedule import Schedule, UnrolledSchedule
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import errors as _errors  # type: ignore
+  from tessel_jax.passes import fsdp_tick as _fsdp_tick  # type: ignore
 except ImportError:  # run from the repository root
   from passes import errors as _errors  # type: ignore
+  from passes import fsdp_tick as _fsdp_tick  # type: ignore
 
 MEMORY_UNITS = 16  # the largest block's stash is this many memory units
 
@@ -199,11 +201,15 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
     return plan, "measured", None, None
   alt_plan = make_plan(alt[2].actions)
   model = step._costs  # pylint: disable=protected-access
-  mine, theirs = _cost_model.agree([
-      model.predict(costs, unrolled, plan, step.mesh,
-                    step.pipe_axis)[0].step_seconds,
-      model.predict(costs, alt[2], alt_plan, step.mesh,
-                    step.pipe_axis)[0].step_seconds])
+
+  def price(run: UnrolledSchedule, p: Any) -> float:
+    # The FSDP collectives included, as the build will gather them.
+    layout = _fsdp_tick.resolve(step.fsdp, p.layout, p)
+    return model.step_seconds(costs, run, p, layout, step.mesh,
+                              step.pipe_axis)
+
+  mine, theirs = _cost_model.agree([price(unrolled, plan),
+                                    price(alt[2], alt_plan)])
   # every process lowers the same schedule
   if theirs < mine:
     return alt_plan, "uniform", mine * 1e3, alt

@@ -223,8 +223,10 @@ def test_predict_shared_waits_for_inputs_and_barriers():
 def test_tick_model_prices_ticks_and_rendezvous():
   mesh = jax.make_mesh((2,), ("pipe",))
   fn, params, batch = _tiny(kinds=("embed", "head"))
+  # The loop lowering (straight runs and loop iterations; the compact one:
+  # test_tick_model_prices_held_rounds_at_their_flushes).
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                     num_microbatches=4)
+                     num_microbatches=4, interpret_ramps=8)
   plan = step.build(params, batch).plan
   link = cost_link.LinkModel(1e-3, 1e9)
   costs = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9)
@@ -258,6 +260,41 @@ def test_tick_model_prices_ticks_and_rendezvous():
   assert expected <= every
 
 
+def test_tick_model_prices_held_rounds_at_their_flushes():
+  mesh = jax.make_mesh((2,), ("pipe",))
+  fn, params, batch = _tiny(kinds=("embed", "head"))
+  # The default lowering (no FSDP parameters): compact, interpret_ramps=0.
+  step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                     num_microbatches=4)
+  built = step.build(params, batch)
+  plan = built.plan
+  assert [seg.kind for seg in plan.segments] == ["interp"]
+  assert built.report.lowering == ("lowering compact (interpret_ramps=0,"
+                                   " auto: no FSDP parameters)")
+  assert built.report.lowering in built.report.summary()
+  link = cost_link.LinkModel(1e-3, 1e9)
+  rv = ticks.tick_model(plan, link, ticks.TickCosts(), rendezvous=True)
+  # The compact lowering holds remote messages in outboxes (passes.held):
+  # one ppermute per remote round at each boundary its flush table marks,
+  # none before the first tick, not one per tick that made a message.
+  spec = plan.interps[0]
+  expected, after = 0.0, {}
+  for rd in spec.sends:
+    if rd.remote:
+      for f in np.flatnonzero(np.asarray(rd.flush).any(axis=-1)):
+        assert f > 0
+        expected += link.seconds(rd.payload.nbytes)
+        step_of = plan.ticks[int(f) - 1].step
+        after[step_of] = after.get(step_of, 0) + link.seconds(
+            rd.payload.nbytes)
+  every = sum(link.seconds(rd.payload.nbytes) for t in plan.ticks
+              for rd in t.sends if rd.remote)
+  assert not rv.barriers
+  assert rv.barriers_after == pytest.approx(after)
+  assert 0 < rv.barrier_seconds == pytest.approx(expected)
+  assert expected < every
+
+
 # --- measurement and cache (jax) ----------------------------------------------
 
 
@@ -282,7 +319,8 @@ def test_cache_hit_and_invalidation(tmp_path):
   assert not cold.cache_hit and cold.kernels_measured >= 1
   files = sorted(p.name for p in tmp_path.iterdir())
   assert any(f.startswith("kernel-") for f in files)
-  assert all(f.split("-")[0] in ("kernel", "ticks", "schedule", "standin")
+  assert all(f.split("-")[0] in ("kernel", "ticks", "schedule", "standin",
+                                 "outside")
              for f in files)
   assert any(f.startswith("standin-") for f in files)  # calibrate.py
   warm = build(batch)                                   # a new function

@@ -8,8 +8,6 @@ replay, and the cached record is checked like every other kind.
 
 from __future__ import annotations
 
-import dataclasses
-
 import jax
 import pytest
 
@@ -22,10 +20,12 @@ from tessel_jax.cost import ports, ticks
 from test_cost import _tiny
 
 
-def _plan():
+def _plan(interpret_ramps=8):
+  """The loop lowering's plan (ticks of their own), or another's."""
   fn, params, batch = _tiny(kinds=("embed", "head"))
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
-                     placement=placements.vshape(2), num_microbatches=4)
+                     placement=placements.vshape(2), num_microbatches=4,
+                     interpret_ramps=interpret_ramps)
   return step.build(params, batch).plan
 
 
@@ -46,6 +46,29 @@ def test_tick_model_prices_every_port_operation():
   # Ticks differ in their ports (ramps against the steady state), so the
   # per-port term is not a constant per tick.
   assert len(counts) > 1
+
+
+def test_compact_ticks_are_priced_with_their_own_ports_and_rounds():
+  """The compact lowering (the default) runs every tick in its interp
+  segment: a device pays the ports of the kernel it runs and every round of
+  the segment, never the whole segment's table."""
+  plan = _plan("auto")
+  assert [s.kind for s in plan.segments] == ["interp"]
+  spec = plan.interps[0]
+  link = cost_link.LinkModel(1e-3, 1e9)
+  base = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9)
+  priced = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6)
+  without = ticks.tick_model(plan, link, base).tick_costs
+  with_ports = ticks.tick_model(plan, link, priced).tick_costs
+  for t in plan.ticks:
+    per = [len(spec.sends) + (0 if kid is None else
+                              len(spec.in_map.get(kid, ())) +
+                              len(spec.out_map.get(kid, ())) +
+                              len(spec.grad_map.get(kid, {})))
+           for kid in t.kernels]
+    assert max(per) < ticks.tick_ports(spec)
+    assert with_ports[t.step] == pytest.approx(
+        without[t.step] + 2e-6 * sum(per) / len(per))
 
 
 @pytest.mark.parametrize("bend", [0.0, 0.3])
@@ -144,11 +167,15 @@ def test_interp_ticks_are_priced_by_their_own_ports_and_held_rounds():
   for seg, spec in interp:
     for t in range(seg.start, seg.end):
       tick = plan.ticks[t]
-      ports = (len(tick.reads) + len(tick.out_ports) + len(tick.grads) +
-               len(spec.sends))
-      got = (priced[tick.step] - 1e-4 - 2e-6 * ports) / 1e-9
-      held = dataclasses.replace(tick, sends=spec.sends)
-      assert got == pytest.approx(ticks.tick_traffic(held), rel=1e-6)
+      traffic = ticks.interp_device_traffic(spec, tick, plan)
+      ports = ticks.interp_device_ports(spec, tick)
+      for kid, p in zip(tick.kernels, ports):
+        own = 0 if kid is None else (len(spec.in_map.get(kid, ())) +
+                                     len(spec.out_map.get(kid, ())) +
+                                     len(spec.grad_map.get(kid, {})))
+        assert p == own + len(spec.sends)
+      assert priced[tick.step] == pytest.approx(sum(
+          costs.seconds(n, p) for n, p in zip(traffic, ports)) / len(ports))
       whole = costs.seconds(ticks.tick_traffic(spec), ticks.tick_ports(spec))
       cheaper += priced[tick.step] < whole
   assert cheaper > 0   # the segment's table holds more ports than a tick

@@ -72,7 +72,8 @@ def test_1f1b_loop_body_has_one_rendezvous():
   fn, params = lb.chain_model(2, 16, 1)
   batch = lb.make_batch(8 * 4, 16)
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                     num_microbatches=8, plan="1f1b", cost="uniform")
+                     num_microbatches=8, plan="1f1b", cost="uniform",
+                     interpret_ramps=8)  # the loop lowering
   assert "loop(" in step.build(params, batch).plan.loop_summary()
   text = step.lower(params, batch).compile().as_text()
   comps = lb._computations(text)  # pylint: disable=protected-access

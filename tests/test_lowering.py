@@ -91,7 +91,8 @@ def test_list_schedule_matches_value_and_grad():
 
 @pytest.mark.parametrize("baseline", ["gpipe", "1f1b"])
 def test_baselines_match_value_and_grad(baseline):
-  step = _check_train(tj.placements.vshape(4), n=8, plan=baseline)
+  step = _check_train(tj.placements.vshape(4), n=8, plan=baseline,
+                      interpret_ramps=8)  # the loop lowering
   assert step.schedule is None
   assert step.unrolled.source == baseline
   # GPipe runs a forward loop and a backward loop; 1F1B one steady loop.
@@ -206,7 +207,8 @@ def test_loop_keeps_compile_size_flat_in_n():
     fn, params = _model(graph)
     batch = M.make_batch(n * 2)
     mesh = jax.make_mesh((2,), ("pipe",))
-    step = tj.schedule(fn, mesh=mesh, placement=graph, num_microbatches=n)
+    step = tj.schedule(fn, mesh=mesh, placement=graph, num_microbatches=n,
+                       interpret_ramps=8)  # the loop lowering
     text = step.lower(params, batch).as_text()
     sizes.append(len(text))
     loops = [s for s in step.built.plan.segments if s.is_loop]

@@ -112,3 +112,11 @@ def test_auto_plan_runner_summary_and_limits():
   rows[0]["measured_cpu_ms"], rows[1]["measured_cpu_ms"] = 6.0, 5.0
   got = A.summarise(rows)
   assert got["chosen_over_fastest_cpu"] == 1.2 and got["fastest_cpu"] == "b"
+  assert "paired_wall_cpu" not in got  # no per-round times
+  # Paired: per round chosen / other, then the median over rounds.
+  rows[0]["rounds_ms"] = [[10.0, 5.0], [30.0, 6.0], [11.0, 6.0]]
+  rows[1]["rounds_ms"] = [[10.0, 5.0], [20.0, 4.0], [10.0, 5.0]]
+  got = A.summarise(rows)
+  assert got["paired_wall_cpu"] == {"b": [1.1, 1.2]}
+  assert got["chosen_over_best_paired"] == 1.1
+  assert got["chosen_over_best_paired_cpu"] == 1.2

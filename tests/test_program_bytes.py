@@ -21,6 +21,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
+from tessel_jax.cost import model as cost_model
 
 from test_lowering_models import max_rel_err, reference
 from test_tensor_parallel import _mesh, _put
@@ -108,17 +109,63 @@ def test_all_gathered_follows_the_fsdp_mode() -> None:
   assert modes == {"per_step": True, "per_block": False}
 
 
-def _fsdp_step(mode: str, cost: str = "uniform") -> Any:
+def _fsdp_step(mode: str, cost: str = "uniform", plan: str | None = "1f1b",
+               interpret_ramps: int | None = None) -> Any:
   params, fn = _model()
   mesh = _mesh({"pipe": 2, "data": 2})
   sharded = _put(params, {"layers": [FSDP] * LAYERS}, mesh)
   batch = {k: jnp.zeros((2 * N, H), jnp.float32) for k in ("x", "y")}
   step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=N, plan="1f1b",
+      2, mode="train"), num_microbatches=N, plan=plan,
                      data_axes=("data",), fsdp=mode, cost=cost,
-                     interpret_ramps=None)  # straight runs: reuse
+                     interpret_ramps=interpret_ramps)  # None: reuse
   step.build(sharded, batch)
   return step
+
+
+def test_interpreted_ticks_gather_every_role_of_their_segment() -> None:
+  # Compact (every tick interpreted), per block: each tick gathers and
+  # reduce-scatters every role of every kernel of the segment (one loop
+  # body for all ticks, no reuse), not only the roles of its own kernels:
+  # a tick running forwards only scatters too.
+  step = _fsdp_step("per_block", interpret_ramps=0)
+  layout, plan = step.built.layout, step.built.plan
+  assert [s.kind for s in plan.segments] == ["interp"]
+  spec = plan.interps[0]
+  got = fsdp_comm.collectives(layout, plan)
+  for kind, grads in (("gather", False), ("scatter", True)):
+    roles = fsdp_comm.fsdp_tick._roles_used(layout, plan.kernels, spec,
+                                            grads)
+    own = sum(len(fsdp_comm.fsdp_tick._roles_used(layout, plan.kernels, t,
+                                                  grads))
+              for t in plan.ticks)
+    n = sum(c.kind == kind for c in got)
+    assert n == len(plan.ticks) * len(roles) >= own
+    if grads:
+      assert n > own
+
+
+def test_plans_compared_with_their_fsdp_collectives(monkeypatch) -> None:
+  # The schedules searched on measured and on uniform spans are compared
+  # on CostModel.step_seconds (replay + FSDP collectives), the function the
+  # report's predicted step comes from.
+  seen = []
+  real = cost_model.CostModel.step_seconds
+
+  def spy(self, costs, unrolled, plan, layout, mesh, pipe_axis):
+    got = real(self, costs, unrolled, plan, layout, mesh, pipe_axis)
+    seen.append((got, self.serial_seconds(costs, plan, layout, mesh,
+                                          pipe_axis)[0]))
+    return got
+
+  monkeypatch.setattr(cost_model.CostModel, "step_seconds", spy)
+  step = _fsdp_step("per_block", cost="measured", plan=None)
+  report = step.built.report
+  assert report.alternative_ms is not None and len(seen) == 2
+  assert all(serial > 0 for _, serial in seen)
+  prices = sorted(1e3 * s for s, _ in seen)
+  assert sorted([report.predicted_step_ms, report.alternative_ms]) == (
+      pytest.approx(prices))
 
 
 def test_fsdp_collectives_priced_in_the_step() -> None:

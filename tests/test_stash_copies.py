@@ -32,7 +32,8 @@ def test_loops_do_not_copy_the_stash(plan):
   batch = lowering_bench_lib.make_batch(N * ROWS, HIDDEN)
   mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                     num_microbatches=N, plan=plan, cut="markers")
+                     num_microbatches=N, plan=plan, cut="markers",
+                     interpret_ramps=8)  # the loop lowering
   loss, grads = step(params, batch)
   ref_loss, ref_grads = M.reference(fn, params, batch, N)
   assert M.max_rel_err(loss, ref_loss) <= 1e-5

@@ -35,7 +35,7 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 ENV_DIR = "TESSEL_JAX_CACHE"
 FORMAT = 4  # bump when the stored records change meaning
@@ -49,6 +49,7 @@ def default_dir() -> str:
   return os.path.join(os.path.expanduser("~"), ".cache", "tessel_jax")
 
 
+T = TypeVar("T")
 _LOG = logging.getLogger("tessel_jax.cost")
 
 #: Largest seconds a cached timing may hold (a kernel or tick slower than
@@ -94,6 +95,7 @@ SCHEMAS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "standin": {"standin_s": _seconds},
     "ports": {"per_port_s": _seconds0, "standin_s": _seconds},
     "portsplan": {"per_port_s": _seconds0, "standin_s": _seconds},
+    "outside": {"outside_s": _seconds0},   # cost.outside
 }
 
 
@@ -171,6 +173,30 @@ class ProfileCache:
       return None
     self.hits += 1
     return record
+
+  def decoded(self, kind: str, key: str, decode: Callable[[dict[str, Any]], T],
+              what: str) -> T | None:
+    """``decode(record)`` of the record stored for ``key``, or None.
+
+    For stores of derived results (schedules, frontiers) on this cache:
+    a record ``decode`` refuses (``KeyError``, ``TypeError`` or
+    ``ValueError``) is logged as a malformed ``what`` record and removed.
+
+    Args:
+      kind: The record kind (the file name's prefix).
+      key: The record's key.
+      decode: Builds the result from the record; may return None for a
+        record that is sound but does not answer (kept on disk).
+      what: Names the record in the log line ("schedule", "frontier").
+    """
+    record = self.get(kind, key)
+    if record is None:
+      return None
+    try:
+      return decode(record)
+    except (KeyError, TypeError, ValueError) as err:
+      self.discard(self.path(kind, key), f"malformed {what} record ({err})")
+      return None
 
   def discard(self, path: str, problem: str) -> None:
     """Logs and removes a bad record (another process may have already)."""

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
-from tessel_jax.cost.flops import analysed_flops
+from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost.cache import ProfileCache, make_key
 
 # A timed sample lasts at least this long (short kernels run several times).
@@ -165,10 +165,11 @@ def kernel_avals(kernel: Any, param_avals: Sequence[Any]
 
 
 def kernel_flops(kernel: Any, param_avals: Sequence[Any]) -> float | None:
-  """Flops of ``kernel`` alone (lowered, not compiled; XLA's cost
-  analysis, ``cost.flops``)."""
+  """Flops of ``kernel`` alone, counted on its jaxpr (traced, neither
+  lowered nor compiled; ``cost.flops.jaxpr_flops``, within 1% of XLA's
+  cost analysis that the measured records carry)."""
   p, d = kernel_avals(kernel, param_avals)
-  return analysed_flops(jax.jit(kernel_callable(kernel)).lower(p, d))
+  return jaxpr_flops(jax.make_jaxpr(kernel_callable(kernel))(p, d))
 
 
 def cpu_cores() -> int:
@@ -322,8 +323,7 @@ def dispatch_seconds(device: Any, repeats: int = 7,
         stage.mesh, jax.sharding.PartitionSpec())
     x = jax.device_put(np.zeros((), np.float32), where)
     f = jax.jit(lambda v: v + 1).lower(x).compile()
-    sec, _ = _time_calls(lambda: f(x), repeats, 3,
-                         cpu_clock=cores == 1 and stage is None)
+    sec, _ = _time_calls(lambda: f(x), repeats, 3, cpu_clock=cores == 1)
     _DISPATCH[key] = sec
   return _DISPATCH[key]
 
@@ -333,11 +333,14 @@ def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
            stage: Any = None) -> tuple[float, float]:
   """(compute seconds, raw seconds per call) on ``cores`` cores (None: all)."""
   with restricted_cores(cores):
-    # Process CPU time stands for one core's wall time only when one device
-    # thread runs the kernel (a stage profile runs several).
-    one_thread = cores == 1 and stage is None
+    # On one core the process's CPU time is the call's own work, also for a
+    # stage's several device threads (all on that core, a waiting thread
+    # blocks). By the wall, pipe2_model2's B0 (tp_bench, a 2-device stage)
+    # took 23.1 ms at load 12; by the CPU clock 3.1 ms (2.0 ms at
+    # real-time priority).
+    one_core = cores == 1
     raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup,
-                         cpu_clock=one_thread)
+                         cpu_clock=one_core)
     over = dispatch_seconds(device, cores=cores, stage=stage)
   return max(raw - over, 0.05 * raw), raw
 

@@ -26,6 +26,7 @@ from tessel_jax.cost import cache as _cache
 from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import measure as _measure
+from tessel_jax.cost import outside as _outside
 from tessel_jax.cost import ports as _ports
 from tessel_jax.cost import predict as _predict
 from tessel_jax.cost import quantize as _quantize
@@ -89,6 +90,9 @@ class SearchCosts:
       other backends.
     work: CPU backend: block id -> core-seconds (``core_seconds``).
     parallelism: CPU backend: block id -> cores the block can use alone.
+    stage_devices: Devices of one stage (the GSPMD axes): a tick's
+      per-device core-seconds (``ticks.measure_tick_costs`` on the CPU
+      backend) count this many times per pipe device.
   """
 
   graph: BlockGraph
@@ -101,6 +105,7 @@ class SearchCosts:
   shared_cores: float | None = None
   work: Mapping[int, float] | None = None
   parallelism: Mapping[int, float] | None = None
+  stage_devices: int = 1
 
 
 def block_memory_bytes(graph: BlockGraph, ks: Any,
@@ -177,6 +182,11 @@ class CostModel:
     # program (``calibrate``). None: the microbenchmark alone.
     self.time_program: Callable[[Any], float] | None = None
     self._standin: dict[str, float | None] = {}
+    # Set by the build: ``layout -> (signature, measure)`` of the step's
+    # part outside its ticks (``cost.outside``), or None (not priced).
+    self.time_outside: Callable[[Any], Any] | None = None
+    self._outside: dict[str, float] = {}
+    self._gather_links: dict[str, _link.LinkModel] = {}
     self._per_port: float | None = None   # cost.ports
     self._spent = 0.0
     self._measured = 0
@@ -278,7 +288,9 @@ class CostModel:
                        profile=prof, link=link,
                        workspace_bytes=max(ws, default=0),
                        workspace_per_device=tuple(ws), shared_cores=shared,
-                       work=work, parallelism=par)
+                       work=work, parallelism=par,
+                       stage_devices=(stage.num_devices if stage is not None
+                                      else 1))
 
   # --- report -----------------------------------------------------------------
 
@@ -362,7 +374,8 @@ class CostModel:
     can = (self.time_program is not None and _single_process() and
            _ports.is_reference(plan))
     fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
-    plan_key = _cache.make_key({"what": "portsplan", **fields,
+    plan_key = _cache.make_key({"what": "portsplan",
+                                "version": _ports.PORTS_VERSION, **fields,
                                 "plan": _calibrate.plan_signature(plan)})
     t0 = time.perf_counter()
     try:
@@ -421,6 +434,13 @@ class CostModel:
     device = mesh.devices.flat[0]
     rendezvous = device.platform in _ticks.RENDEZVOUS_BACKENDS
     tick_costs = self.tick_costs(mesh, pipe_axis)
+    if costs.shared_cores is not None and costs.stage_devices > 1:
+      # CPU: the ticks' core-seconds are one device's; a pipe device of
+      # the replay is a stage of ``stage_devices`` devices, each paying them.
+      g = costs.stage_devices
+      tick_costs = dataclasses.replace(
+          tick_costs, fixed_s=g * tick_costs.fixed_s,
+          per_byte_s=g * tick_costs.per_byte_s)
     if not self.calibrated:  # else the plan's own stand-in prices ticks
       tick_costs = dataclasses.replace(tick_costs, per_port_s=(
           self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
@@ -437,6 +457,94 @@ class CostModel:
                                           idle=True).step_seconds)
       tick_model = tick_model.plus(extra)
     return self._replay(costs, unrolled, tick_model), tick_model
+
+  def outside_seconds(self, layout: Any, mesh: Any, pipe_axis: str
+                      ) -> float:
+    """Seconds of the step's packing and unpacking around its ticks
+    (``cost.outside``: measured once per program shape and machine,
+    cached); 0 where the build gives no timer (screening builds,
+    multi-process runs)."""
+    if self.time_outside is None or not _single_process():
+      return 0.0
+    try:
+      got = self.time_outside(layout)
+      if got is None:
+        return 0.0
+      signature, measure = got
+      fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
+      memo_key = _cache.make_key({"program": signature, **fields})
+      if memo_key in self._outside:
+        return self._outside[memo_key]
+      t0 = time.perf_counter()
+      sec, hit = _outside.cached_outside_seconds(self.cache, fields,
+                                                 signature, measure)
+    except Exception as err:  # pylint: disable=broad-except
+      # The prediction stays usable without it; say why.
+      _LOG.warning("tessel_jax: the packing and unpacking around the ticks"
+                   " could not be timed (%s: %s); the prediction leaves"
+                   " them out", type(err).__name__, err)
+      return 0.0
+    if not hit:
+      self._spent += time.perf_counter() - t0
+      self._hit = False
+    self._outside[memo_key] = sec
+    return sec
+
+  def fsdp_link(self, costs: SearchCosts, layout: Any, mesh: Any,
+                pipe_axis: str) -> _link.LinkModel:
+    """The link pricing ``layout``'s FSDP collectives: measured over its
+    data axes (``link.measure_gather_link``, cached per machine) in a
+    measured single-process build with a timer, else the search's link
+    model."""
+    axes = tuple(sorted({a for c in layout.classes if c.fsdp
+                         for t in c.fsdp for a in t}))
+    if (not axes or self.time_outside is None or not _single_process()
+        or isinstance(self.link_option, _link.LinkModel)):
+      return costs.link
+    fields = self._mesh_fields(mesh, pipe_axis)
+    key = _cache.make_key({"what": "gatherlink", "data_axes": list(axes),
+                           **fields,
+                           "mesh": {str(a): int(n) for a, n in
+                                    dict(mesh.shape).items()}})
+    if key not in self._gather_links:
+      rec = self.cache.get("link", key)
+      if rec is None:
+        t0 = time.perf_counter()
+        try:
+          model = _link.measure_gather_link(mesh, pipe_axis, axes)
+        except Exception as err:  # pylint: disable=broad-except
+          _LOG.warning("tessel_jax: FSDP collectives could not be timed"
+                       " (%s: %s); priced by the link model",
+                       type(err).__name__, err)
+          model = costs.link
+        else:
+          self.cache.put("link", key, model.to_dict())
+          self._spent += time.perf_counter() - t0
+          self._hit = False
+      else:
+        model = _link.LinkModel(rec["latency_s"],
+                                rec["bandwidth_bytes_per_s"], "measured")
+      self._gather_links[key] = model
+    return self._gather_links[key]
+
+  def serial_seconds(self, costs: SearchCosts, plan: Any, layout: Any,
+                     mesh: Any, pipe_axis: str) -> tuple[float, float]:
+    """``(FSDP, outside)`` seconds of the step run serially with its
+    ticks: the FSDP all-gathers and reduce-scatters of ``plan`` on
+    ``layout`` (``passes.fsdp_comm``, priced by :meth:`fsdp_link`), and
+    the packing and unpacking around the ticks (:meth:`outside_seconds`)."""
+    link = self.fsdp_link(costs, layout, mesh, pipe_axis)
+    return (_fsdp_comm.seconds(layout, plan, link),
+            self.outside_seconds(layout, mesh, pipe_axis))
+
+  def step_seconds(self, costs: SearchCosts, unrolled: Any, plan: Any,
+                   layout: Any, mesh: Any, pipe_axis: str) -> float:
+    """Predicted seconds of one step of ``plan`` (its replay plus
+    :meth:`serial_seconds`): what plans are compared on and what
+    :meth:`report` says."""
+    pred, _ = self.predict(costs, unrolled, plan, mesh, pipe_axis)
+    return pred.step_seconds + sum(self.serial_seconds(
+        costs, plan, layout, mesh, pipe_axis))
 
   def report(self, costs: SearchCosts | None, unrolled: Any, plan: Any,
              layout: Any, unit: int, stash_limit_bytes: int | None,
@@ -467,9 +575,11 @@ class CostModel:
           ticks=len(plan.ticks), backend=device.platform)
     q = costs.quantized
     seconds = dict(q.seconds)
-    # FSDP gathers and reduce-scatters, serial with the ticks.
-    fsdp_s = _fsdp_comm.seconds(layout, plan, costs.link)
-    step_s = pred.step_seconds + fsdp_s
+    # FSDP gathers and reduce-scatters, packing and unpacking, serial with
+    # the ticks (as step_seconds prices every plan compared).
+    fsdp_s, outside_s = self.serial_seconds(costs, plan, layout, mesh,
+                                            pipe_axis)
+    step_s = pred.step_seconds + fsdp_s + outside_s
     searched_here = schedule_costs in (None, "measured")
     qerr = None
     if searched_here:
@@ -492,7 +602,7 @@ class CostModel:
                        for (s, d), t in q.delay_seconds.items() if t > 0},
         tick_overhead_ms=tick_model.mean_tick_seconds * 1e3,
         barrier_ms=tick_model.barrier_seconds * 1e3,
-        fsdp_collective_ms=fsdp_s * 1e3,
+        fsdp_collective_ms=fsdp_s * 1e3, outside_ms=outside_s * 1e3,
         ticks=len(plan.ticks), link=costs.link.to_dict(),
         backend=device.platform, schedule_costs=schedule_costs or "measured",
         alternative_ms=alternative_ms)

@@ -68,7 +68,7 @@ class Prediction:
 
 
 def _replay_inputs(unrolled: Any, delays: Any, barriers: Any,
-                   tick_seconds: float | Callable[[int], float]) -> tuple:
+                   tick_seconds: float | Callable[[int], Any]) -> tuple:
   """What both replays need: graph, device count, block positions and
   devices, edges into each block, delays, barriers, the per-tick cost as a
   function of the step, and the actions grouped by start step."""
@@ -78,12 +78,19 @@ def _replay_inputs(unrolled: Any, delays: Any, barriers: Any,
   into: dict[int, list[Any]] = {b.id: [] for b in graph.blocks}
   for e in graph.edges:
     into[e.dst].append(e)
-  cost = tick_seconds if callable(tick_seconds) else (
+  nd = graph.num_devices
+  per_step = tick_seconds if callable(tick_seconds) else (
       lambda _step, c=float(tick_seconds): c)
+
+  def cost(step: int) -> tuple[float, ...]:
+    c = per_step(step)
+    if isinstance(c, (int, float)):
+      return (float(c),) * nd
+    return tuple(float(v) for v in c)
   by_step: dict[int, list[Any]] = {}
   for a in unrolled.actions:
     by_step.setdefault(a.start, []).append(a)
-  return (graph, graph.num_devices, position, devices, into, delays or {},
+  return (graph, nd, position, devices, into, delays or {},
           barriers or {}, cost, by_step)
 
 
@@ -91,7 +98,7 @@ def predict(unrolled: Any, seconds: Mapping[int, float], *,
             delays: Mapping[tuple[int, int], float] | None = None,
             memory_bytes: Mapping[int, int] | None = None,
             barriers: Mapping[int, float] | None = None,
-            tick_seconds: float | Callable[[int], float] = 0.0,
+            tick_seconds: float | Callable[[int], Any] = 0.0,
             barriers_after: Mapping[int, float] | None = None
             ) -> Prediction:
   """Replays ``unrolled`` with real durations.
@@ -106,7 +113,7 @@ def predict(unrolled: Any, seconds: Mapping[int, float], *,
     barriers: Integer step -> seconds of an all-device synchronisation
       before the tick at that step (steps after the last tick: at the end).
     tick_seconds: Per-tick cost on every device (a number, or a function of
-      the tick's step).
+      the tick's step giving a number or one figure per device).
     barriers_after: Integer step -> seconds of an all-device
       synchronisation right after the tick at that step.
 
@@ -141,9 +148,7 @@ def predict(unrolled: Any, seconds: Mapping[int, float], *,
       for d in devs:
         clock[d] = ready + dur
         busy[d] += dur
-    over = cost(step)
-    if over:
-      clock = [c + over for c in clock]
+    clock = [c + o for c, o in zip(clock, cost(step))]
     if step in (barriers_after or {}):
       t = max(clock) + float(barriers_after[step])
       clock = [t] * nd
@@ -180,7 +185,7 @@ def predict_shared(unrolled: Any, work: Mapping[int, float],
                    delays: Mapping[tuple[int, int], float] | None = None,
                    memory_bytes: Mapping[int, int] | None = None,
                    barriers: Mapping[int, float] | None = None,
-                   tick_seconds: float | Callable[[int], float] = 0.0,
+                   tick_seconds: float | Callable[[int], Any] = 0.0,
                    barriers_after: Mapping[int, float] | None = None
                    ) -> Prediction:
   """Replays ``unrolled`` on devices sharing ``cores`` cores.
@@ -204,7 +209,8 @@ def predict_shared(unrolled: Any, work: Mapping[int, float],
     barriers: Integer step -> seconds of an all-device synchronisation
       before that tick (steps after the last tick: at the end).
     tick_seconds: Per-tick work on every device, seconds on one core
-      (number or function of the step).
+      (number, or function of the step giving a number or one figure per
+      device).
     barriers_after: Integer step -> seconds of an all-device
       synchronisation right after the tick at that step.
 
@@ -229,8 +235,8 @@ def predict_shared(unrolled: Any, work: Mapping[int, float],
         progs[d].append(("bar", float(bar)))
       if d in runs:
         progs[d].append(("run", runs[d]))
-      if over:
-        progs[d].append(("tick", float(over)))
+      if over[d]:
+        progs[d].append(("tick", over[d]))
       if step in (barriers_after or {}):
         progs[d].append(("bar", float(barriers_after[step])))
   final = sum(float(v) for k, v in barriers.items() if k > last)

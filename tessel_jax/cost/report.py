@@ -43,6 +43,9 @@ class CostReport:
     fsdp_collective_ms: The FSDP all-gathers and reduce-scatters of one
       step (``passes.fsdp_comm``), each priced by ``link``; part of
       ``predicted_step_ms``.
+    outside_ms: Packing the parameters before the ticks and unpacking the
+      gradients after them (``cost.outside``, measured); part of
+      ``predicted_step_ms``.
     ticks: Ticks of the lowered program.
     link: The communication model (``LinkModel.to_dict()``).
     backend: Backend the kernels were measured on.
@@ -56,6 +59,9 @@ class CostReport:
       ``"replicated: <reason>"`` (``passes.modes``).
     chosen_plan: With ``placement="auto"``: the plan chosen, its predicted
       step and peak, and the runner-up (``plans.AutoChoice.describe``).
+    lowering: The lowering of the program and why (``tessel_jax.ramps``):
+      e.g. ``"lowering compact (interpret_ramps=0, auto: no FSDP
+      parameters)"``.
   """
 
   cost: str
@@ -76,6 +82,7 @@ class CostReport:
   tick_overhead_ms: float = 0.0
   barrier_ms: float = 0.0
   fsdp_collective_ms: float = 0.0
+  outside_ms: float = 0.0
   ticks: int = 0
   link: Mapping[str, Any] | None = None
   backend: str = ""
@@ -83,6 +90,7 @@ class CostReport:
   alternative_ms: float | None = None
   block_modes: Mapping[str, str] = dataclasses.field(default_factory=dict)
   chosen_plan: str = ""
+  lowering: str = ""
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)
@@ -111,5 +119,7 @@ class CostReport:
     shared = "".join(f"; {label} {how}"
                      for label, how in self.block_modes.items())
     chosen = f"; {self.chosen_plan}" if self.chosen_plan else ""
+    lowering = f"; {self.lowering}" if self.lowering else ""
     return (f"{head}; peak memory per device {mib} MiB; bubble ratio"
-            f" {self.bubble_ratio:.3f}; profiling {prof}{shared}{chosen}")
+            f" {self.bubble_ratio:.3f}; profiling {prof}{shared}{chosen}"
+            f"{lowering}")

@@ -22,7 +22,10 @@ microbenchmark on the mesh, cached on disk) rather than assumed:
   ports out of the stash, adds the gradients of its kernel into the
   accumulators (at most ``GradPort.nbytes`` each) and writes every message
   into the stash (after a row slice, a select among candidates, a
-  ``ppermute``);
+  ``ppermute``); an interpreted tick costs each device its own kernel's
+  ports and gradients and every message round (:func:`interp_device_traffic`);
+  on the CPU backend ``fixed`` and ``per_byte`` are one device's
+  core-seconds, which the replay shares among the cores;
 * **transfers**: on XLA's CPU runtime a ``ppermute`` is a rendezvous of
   the devices: a tick's remote messages become an all-device barrier
   priced by the link model (``latency + bytes / bandwidth`` per round).
@@ -49,6 +52,8 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import numpy as np
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,15 +95,22 @@ class TickModel:
       barriers carry the transfers).
     barriers_after: Step of a tick -> seconds of an all-device
       synchronisation right after it.
+    device_costs: Step of a tick whose cost differs between devices (an
+      interp tick: each device pays for its own kernel's ports) -> its
+      cost on each device; ``tick_costs`` then holds their mean.
   """
 
   barriers: Mapping[int, float]
   tick_costs: Mapping[int, float]
   edge_delays: bool
   barriers_after: Mapping[int, float] = dataclasses.field(default_factory=dict)
+  device_costs: Mapping[int, tuple[float, ...]] = dataclasses.field(
+      default_factory=dict)
 
-  def tick_seconds(self, step: int) -> float:
-    return self.tick_costs.get(step, 0.0)
+  def tick_seconds(self, step: int) -> float | tuple[float, ...]:
+    """The tick's cost: one figure for every device, or one per device."""
+    per = self.device_costs.get(step)
+    return per if per is not None else self.tick_costs.get(step, 0.0)
 
   @property
   def barrier_seconds(self) -> float:
@@ -116,12 +128,18 @@ class TickModel:
       return self
     return dataclasses.replace(
         self, tick_costs={s: max(0.0, v + extra_s)
-                          for s, v in self.tick_costs.items()})
+                          for s, v in self.tick_costs.items()},
+        device_costs={s: tuple(max(0.0, v + extra_s) for v in per)
+                      for s, per in self.device_costs.items()})
 
   def delays(self, delay_seconds: Mapping[tuple[int, int], float]
              ) -> Mapping[tuple[int, int], float]:
     return delay_seconds if self.edge_delays else {}
 
+
+#: Bump when what :func:`measure_tick_costs` measures changes (cache key).
+#: 2: CPU core-seconds of one device (was: wall seconds of the mesh).
+TICKS_VERSION = 2
 
 # Backends where a ``ppermute`` is a rendezvous of every device.
 RENDEZVOUS_BACKENDS = ("cpu",)
@@ -148,6 +166,17 @@ def tick_traffic(tick: Any, layout: Any = None) -> int:
   accepted for older callers.
   """
   del layout
+  n = _send_traffic(tick)
+  n += sum(COPY * int(rp.aval.nbytes) for rp in tick.reads)
+  n += sum(MATERIALISE * int(a.nbytes) for a in tick.out_ports)
+  # Gradients are added in place in the owning kernel's branch only.
+  n += sum(ACCUMULATE * int(gp.nbytes) for gp in tick.grads)
+  return n
+
+
+def _send_traffic(tick: Any) -> int:
+  """Bytes the message rounds of ``tick`` move on one device (every device
+  takes part in each round: a dummy where it sends nothing)."""
   n = 0
   for rd in tick.sends:
     p = int(rd.payload.nbytes)
@@ -158,30 +187,75 @@ def tick_traffic(tick: Any, layout: Any = None) -> int:
     if rd.remote:
       n += COPY * p
     n += COPY * p * len(rd.targets)
-  n += sum(COPY * int(rp.aval.nbytes) for rp in tick.reads)
-  n += sum(MATERIALISE * int(a.nbytes) for a in tick.out_ports)
-  # Gradients are added in place in the owning kernel's branch only.
-  n += sum(ACCUMULATE * int(gp.nbytes) for gp in tick.grads)
   return n
 
 
-def _priced(tick: Any, spec: Any = None) -> tuple[int, int]:
-  """``(traffic, port operations)`` of ``tick`` on every device; ``spec``:
-  the table-driven tick of the interp segment holding it (None: none).
+def _own_grad_bytes(spec: Any, kid: int, kernel: Any, layout: Any) -> int:
+  """Bytes kernel ``kid`` adds into its accumulators at one run (its
+  forward block's flat regions, its slot ports in ``spec.grad_map``, its
+  gathered leaves): what its device accumulates in an interp tick."""
+  if not kernel.grads:
+    return 0
+  n = 0
+  for dt in getattr(layout, "dtypes", ()):
+    region = layout.regions[dt].get(kernel.fwd)
+    if region is not None and region.leaves:
+      n += region.length * int(np.dtype(dt).itemsize)
+  n += sum(int(spec.grads[i].nbytes)
+           for i in spec.grad_map.get(kid, {}).values())
+  gathered = getattr(layout, "gathered", {}) or {}
+  n += sum(int(gathered[l].nbytes) for l in kernel.grads if l in gathered)
+  return n
 
-  In an interp segment every kernel runs in a 0/1-trip loop entered only
-  by the devices running it (``passes.predicated``): a tick reads, writes
-  and accumulates only its own kernels' ports, but holds every round of
-  the segment (``passes.held``: each device copies its message, or a
-  dummy, into the round's outbox at every tick). Pricing the segment's
-  whole table at every tick over-predicted penzai_llama's ``interp(26) +
-  loop(5x1)`` 2.2x (17.0 ms against 7.9 measured, JAX 0.10.2, 2 CPU
-  devices); its own ports alone under-priced hf_gpt2's ``interp(9)`` so
+
+def interp_device_traffic(spec: Any, tick: Any, plan: Any
+                          ) -> tuple[int, ...]:
+  """Bytes one interp tick moves on each device (``passes.predicated``).
+
+  ``spec`` is the segment's table-driven tick, ``tick`` the plan's tick at
+  this step (its ``kernels``: the kernel each device runs). Every kernel
+  of the segment sits in a 0/1-trip while loop that only its devices
+  enter, updating its out ports and accumulators in place: a device reads
+  its own kernel's ports, writes its out ports and adds its own gradients;
+  it takes part in every message round of the segment (dummies where idle).
+  Pricing the union of the segment's ports and accumulators on every
+  device (what the switch it replaced copied) over-counted pipe4's 20
+  interp ticks by 135 MiB of accumulator traffic per device and step.
+  """
+  sends = _send_traffic(spec)
+  out = []
+  for kid in tick.kernels:
+    n = sends
+    if kid is not None:
+      n += sum(COPY * int(spec.reads[p].aval.nbytes)
+               for p in spec.in_map.get(kid, ()))
+      n += sum(MATERIALISE * int(spec.out_ports[o].nbytes)
+               for o in spec.out_map.get(kid, ()))
+      n += ACCUMULATE * _own_grad_bytes(spec, kid, plan.kernels[kid],
+                                        plan.layout)
+    out.append(n)
+  return tuple(out)
+
+
+def interp_device_ports(spec: Any, tick: Any) -> tuple[int, ...]:
+  """Port operations of one interp tick on each device: the read, out and
+  gradient ports of the kernel it runs (the others sit in 0/1-trip loops
+  it does not enter) and every message round of the segment (each device
+  copies its message, or a dummy, into the round's outbox at every tick).
+
+  Measured on the model zoo: pricing the segment's whole table at every
+  tick over-predicted penzai_llama's interp(26) + loop(5x1) 2.2x; the own
+  ports without the segment's rounds under-priced hf_gpt2's interp(9) so
   that it ranked before a schedule measuring 10% faster.
   """
-  if spec is not None:
-    tick = dataclasses.replace(tick, sends=spec.sends)
-  return tick_traffic(tick), tick_ports(tick)
+  out = []
+  for kid in tick.kernels:
+    n = len(spec.sends)
+    if kid is not None:
+      n += (len(spec.in_map.get(kid, ())) + len(spec.out_map.get(kid, ())) +
+            len(spec.grad_map.get(kid, {})))
+    out.append(n)
+  return tuple(out)
 
 
 def _remote_seconds(tick: Any, link: Any) -> float:
@@ -204,12 +278,14 @@ def _iteration_ends(plan: Any) -> tuple[set[int], set[int]]:
   return ends, interp
 
 
-def _deferred_barriers(plan: Any, link: Any, interp: set[int]
-                       ) -> list[tuple[int, float]]:
+def _deferred_barriers(plan: Any, link: Any) -> list[tuple[int, float]]:
   """``(tick, seconds)``: the rendezvous right after ``tick``, where the
   lowering writes held remote rounds (``passes.flushes``: at the first
   tick reading one of them, equal-shaped rounds in one ``ppermute``), per
-  straight run and loop iteration; interp ticks send at every tick."""
+  straight run and loop iteration, and after an interp segment's ticks
+  where its held rounds flush (``passes.held``: each remote round with a
+  1 in its ``flush`` table at boundary ``f`` is one ``ppermute`` after the
+  segment's tick ``f - 1``)."""
   # pylint: disable=import-outside-toplevel
   try:  # installed: passes/ is tessel_jax.passes
     from tessel_jax.passes import flushes  # type: ignore
@@ -217,12 +293,9 @@ def _deferred_barriers(plan: Any, link: Any, interp: set[int]
     from passes import flushes  # type: ignore
   ticks = plan.ticks
   out = []
-  for t in sorted(interp):
-    sec = _remote_seconds(ticks[t], link)
-    if sec:
-      out.append((t, sec))
   for seg in plan.segments:
     if seg.kind == "interp":
+      out.extend(_interp_flushes(plan.interps[seg.start], seg.start, link))
       continue
     body = list(range(seg.start, seg.start + seg.period))
     rounds_at = flushes.remote_flushes(ticks, body)
@@ -237,6 +310,28 @@ def _deferred_barriers(plan: Any, link: Any, interp: set[int]
                   for g in flushes.merge_rounds(rounds))
         out.append((body[i - 1] + shift, sec))
   return out
+
+
+def _interp_flushes(spec: Any, start: int, link: Any
+                    ) -> list[tuple[int, float]]:
+  """``(tick, seconds)`` of an interp segment starting at ``start``: its
+  remote rounds' ``ppermute``s, at the boundaries their ``flush`` tables
+  mark (a round without one sends after every tick)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  out: dict[int, float] = {}
+  for rd in spec.sends:
+    if not rd.remote:
+      continue
+    sec = link.seconds(int(rd.payload.nbytes))
+    flush = getattr(rd, "flush", None)
+    if flush is None:
+      boundaries = range(1, int(np.asarray(spec.branch_of).shape[0]) + 1)
+    else:
+      boundaries = np.flatnonzero(np.asarray(flush).any(axis=-1))
+    for f in boundaries:
+      if f:  # boundary 0 precedes the first tick: nothing is held yet
+        out[start + int(f) - 1] = out.get(start + int(f) - 1, 0.0) + sec
+  return sorted(out.items())
 
 
 def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
@@ -262,25 +357,32 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
     if seg.kind == "interp":
       for t in range(seg.start, seg.end):
         spec_of[t] = plan.interps[seg.start]
-  tick_costs = {tick.step: costs.seconds(*_priced(tick, spec_of.get(t)))
-                for t, tick in enumerate(ticks)}
+  tick_costs: dict[int, float] = {}
+  device_costs: dict[int, tuple[float, ...]] = {}
+  for t, tick in enumerate(ticks):
+    spec = spec_of.get(t)
+    if spec is None:
+      tick_costs[tick.step] = costs.seconds(tick_traffic(tick),
+                                            tick_ports(tick))
+      continue
+    per = tuple(costs.seconds(n, p) for n, p in zip(
+        interp_device_traffic(spec, tick, plan),
+        interp_device_ports(spec, tick)))
+    device_costs[tick.step] = per
+    tick_costs[tick.step] = sum(per) / len(per)
   if not rendezvous:
-    return TickModel(barriers={}, tick_costs=tick_costs, edge_delays=True)
-  ends, interp = _iteration_ends(plan)
+    return TickModel(barriers={}, tick_costs=tick_costs, edge_delays=True,
+                     device_costs=device_costs)
+  ends, _ = _iteration_ends(plan)
 
   def pools_read(t: int) -> set[int]:
     return {rp.source for rp in spec_of.get(t, ticks[t]).reads
             if rp.kind == "pool"}
 
-  before: dict[int, float] = {}
   after: dict[int, float] = {}
-  for t, tick in enumerate(ticks):
-    shape = spec_of.get(t, tick)
-    sec = _remote_seconds(shape, link)
-    if t in interp and (t == 0 or spec_of.get(t - 1) is not shape) and sec:
-      # an interp loop sends (dummies) before its first tick
-      before[tick.step] = before.get(tick.step, 0.0) + sec
-  for t, sec in _deferred_barriers(plan, link, interp):
+  # An interp segment holds its remote messages until a flush boundary
+  # (passes.held): nothing is sent before its first tick.
+  for t, sec in _deferred_barriers(plan, link):
     # A following kernel runs first only if it reads no stash value at all
     # (micro-batch inputs only): measured, XLA moved such a kernel (the
     # V-shape's F0) ahead of the rendezvous but not one reading the stash
@@ -294,8 +396,8 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
       if _remote_seconds(ticks[nxt], link):
         break
     after[ticks[pos].step] = after.get(ticks[pos].step, 0.0) + sec
-  return TickModel(barriers=before, tick_costs=tick_costs, edge_delays=False,
-                   barriers_after=after)
+  return TickModel(barriers={}, tick_costs=tick_costs, edge_delays=False,
+                   barriers_after=after, device_costs=device_costs)
 
 
 # --- the microbenchmark -------------------------------------------------------
@@ -352,14 +454,19 @@ def _tick_program(mesh: Any, axis: str, elems: int, ticks: int
 
 
 def _seconds_per_tick(run: Callable[[], Any], ticks: int,
-                      repeats: int) -> float:
+                      repeats: int, devices: int | None = None) -> float:
+  """Median wall seconds per tick of ``run``; with ``devices`` (the CPU
+  backend) the process's CPU seconds per tick and device instead."""
   import jax  # pylint: disable=import-outside-toplevel
   jax.block_until_ready(run())
   samples = []
   for _ in range(repeats):
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     jax.block_until_ready(run())
-    samples.append((time.perf_counter() - t0) / ticks)
+    if devices:
+      samples.append((time.process_time() - c0) / (ticks * devices))
+    else:
+      samples.append((time.perf_counter() - t0) / ticks)
   return statistics.median(samples)
 
 
@@ -377,15 +484,27 @@ def measure_tick_costs(mesh: Any, axis: str = "pipe", *,
   a stash write and an accumulation). Each figure is the median over
   ``rounds`` alternating measurements of ``repeats`` samples each (the
   machine may be shared).
+
+  On the CPU backend the figures are core-seconds of one device: the
+  process's CPU time over the ticks and the mesh's devices (each fake
+  device runs its ticks on one thread; the toy has no collective, so no
+  thread waits). The wall time counted every device sharing the cores,
+  which the replay (``predict.predict_shared``) counts again: 4 devices
+  on 2 cores paid twice their ticks, and on a loaded machine the wall
+  figure of 1 MiB ports was 5-7x the CPU one (2.2 ms against 0.3 ms per
+  tick, load 12). ``CostModel.predict`` scales them by the devices of one
+  stage.
   """
   big_ticks = max(16, ticks // 8)
   small_run = _tick_program(mesh, axis, 8, ticks)
   big_run = _tick_program(mesh, axis, big_elems, big_ticks)
   traffic = (COPY + 2 * MATERIALISE + COPY + ACCUMULATE) * 4 * big_elems
+  on_cpu = mesh.devices.flat[0].platform in RENDEZVOUS_BACKENDS
+  devices = int(mesh.devices.size) if on_cpu else None
   fixed, per_byte = [], []
   for _ in range(rounds):
-    small = _seconds_per_tick(small_run, ticks, repeats)
-    big = _seconds_per_tick(big_run, big_ticks, repeats)
+    small = _seconds_per_tick(small_run, ticks, repeats, devices)
+    big = _seconds_per_tick(big_run, big_ticks, repeats, devices)
     fixed.append(small)
     per_byte.append(max(0.0, big - small) / traffic)
   return TickCosts(fixed_s=statistics.median(fixed),
@@ -398,7 +517,7 @@ def cached_tick_costs(mesh: Any, axis: str, cache: Any,
                       ) -> TickCosts:
   """:func:`measure_tick_costs` through the on-disk cache."""
   from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
-  key = make_key({"what": "ticks", **key_fields})
+  key = make_key({"what": "ticks", "version": TICKS_VERSION, **key_fields})
   rec = cache.get("ticks", key)
   if rec is not None:
     return TickCosts(rec["fixed_s"], rec["per_byte_s"], "measured")

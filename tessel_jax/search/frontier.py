@@ -326,36 +326,14 @@ def sweep(model: ModelCosts, devices: int, *,
   Raises:
     ValueError: for an unknown placement, no device, or a bad level.
   """
-  if devices < 1:
-    raise ValueError(f"devices must be >= 1, got {devices}")
-  unknown = [p for p in placements if p not in SUPPORTED]
-  if unknown:
-    raise ValueError(f"placements {unknown} are not supported by the"
-                     f" frontier; use {', '.join(SUPPORTED)}")
-  bad = [f for f in memory_levels if not 0 < f < 1]
-  if bad:
-    raise ValueError(f"memory_levels must lie in (0, 1), got {bad}")
-  widths = list(pipes) if pipes is not None else _divisors(devices)
-  say = log or (lambda _s: None)
-  plans: list[PlanResult] = []
-  skipped: list[tuple[str, str]] = []
-
-  def skip(what: str, why: str) -> None:
-    skipped.append((what, why))
-    say(f"skip {what}: {why}")
-
-  def add(result: PlanResult) -> None:
-    plans.append(result)
-    say(f"{result.label:<34} step {result.step_seconds * 1e3:9.2f} ms  peak"
-        f" {result.peak_bytes / 2**30:8.3f} GiB  ({result.source},"
-        f" {result.status}, search {result.search_seconds:.2f} s)")
-
+  _check_sweep_args(devices, placements, memory_levels)
+  out = _Collector(log or (lambda _s: None))
   limits = sorted(set(int(x) for x in memory_limits) |
                   ({int(memory_limit)} if memory_limit is not None else set()),
                   reverse=True)
-  for pipe in widths:
+  for pipe in list(pipes) if pipes is not None else _divisors(devices):
     if devices % pipe:
-      skip(f"pipe{pipe}", f"{pipe} does not divide {devices} devices")
+      out.skip(f"pipe{pipe}", f"{pipe} does not divide {devices} devices")
       continue
     dp = devices // pipe
     for name in placements:
@@ -367,60 +345,116 @@ def sweep(model: ModelCosts, devices: int, *,
                         link=link, optimizer_slots=optimizer_slots,
                         shard_shared=shard_shared)
       except (PlacementError, ValueError) as e:
-        skip(what, str(e))
+        out.skip(what, str(e))
         continue
-      graph, n = pg.graph, pg.microbatches
-      searched: dict[int | None, str] = {}
-
-      def search(units: int | None, case: str,
-                 limit_bytes: int | None = None) -> int | None:
-        """Searches one limit; returns the peak stash in units."""
-        if units in searched:
-          return None
-        searched[units] = case
-        t0 = time.perf_counter()
-        try:
-          sched = search_repetend(graph, units, time_limit_s=time_limit_s,
-                                  seed=seed)
-          run = sched.unroll(n)
-          result = evaluate(pg, run, memory_case=case,
-                            memory_limit_units=units, status=sched.status,
-                            search_seconds=time.perf_counter() - t0,
-                            memory_limit_bytes=limit_bytes)
-        except (InfeasibleScheduleError, SearchTimeoutError,
-                CompletionError) as e:
-          skip(f"{what} {case}", _error(e))
-          return None
-        add(result)
-        return max(run.peak_memory)
-
-      loose_peak = search(None, "loose")
-      tight, _ = smallest_memory(graph, None, time_limit_s=time_limit_s,
-                                 seed=seed)
-      if tight is not None and (loose_peak is None or tight < loose_peak):
-        search(tight, "tight")
-        if loose_peak is not None:
-          for f in sorted(memory_levels, reverse=True):
-            units = tight + int(round(f * (loose_peak - tight)))
-            if tight < units < loose_peak:
-              search(units, f"level{f:g}")
-      for limit in limits:
-        units = pg.stash_limit_units(limit)
-        case = f"limit{size_label(limit)}"
-        if units < 0 or (tight is not None and units < tight):
-          skip(f"{what} {case}",
-               f"nothing fits {size_label(limit)} per device (parameters,"
-               f" gradients and optimiser state take {max(pg.fixed_bytes)}"
-               f" bytes, the smallest stash {tight} units of"
-               f" {pg.quantized.memory_unit} bytes)")
-        elif loose_peak is None or units < loose_peak:
-          search(units, case, limit)
+      _LimitSearch(pg, what, out, time_limit_s, seed).run(memory_levels,
+                                                          limits)
       if baselines:
-        for base in _baselines.for_placement(graph):
-          try:
-            run = _baselines.run(base, graph, n)
-            add(evaluate(pg, run, memory_case="baseline",
-                         memory_limit_units=None, status="BASELINE"))
-          except ValueError as e:
-            skip(f"{what} {base}", _error(e))
-  return frontier(plans, memory_limit, skipped)
+        _add_baselines(pg, what, out)
+  return frontier(out.plans, memory_limit, out.skipped)
+
+
+def _check_sweep_args(devices: int, placements: Sequence[str],
+                      memory_levels: Sequence[float]) -> None:
+  """Raises ``ValueError`` for :func:`sweep` arguments it cannot use."""
+  if devices < 1:
+    raise ValueError(f"devices must be >= 1, got {devices}")
+  unknown = [p for p in placements if p not in SUPPORTED]
+  if unknown:
+    raise ValueError(f"placements {unknown} are not supported by the"
+                     f" frontier; use {', '.join(SUPPORTED)}")
+  bad = [f for f in memory_levels if not 0 < f < 1]
+  if bad:
+    raise ValueError(f"memory_levels must lie in (0, 1), got {bad}")
+
+
+@dataclasses.dataclass
+class _Collector:
+  """The plans and skipped cases of one sweep, each logged as it comes."""
+  say: Callable[[str], None]
+  plans: list[PlanResult] = dataclasses.field(default_factory=list)
+  skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+  def skip(self, what: str, why: str) -> None:
+    self.skipped.append((what, why))
+    self.say(f"skip {what}: {why}")
+
+  def add(self, result: PlanResult) -> None:
+    self.plans.append(result)
+    self.say(f"{result.label:<34} step {result.step_seconds * 1e3:9.2f} ms"
+             f"  peak {result.peak_bytes / 2**30:8.3f} GiB  ({result.source},"
+             f" {result.status}, search {result.search_seconds:.2f} s)")
+
+
+@dataclasses.dataclass
+class _LimitSearch:
+  """The searches of one priced plan graph under its memory limits; a
+  limit that gives the same stash units as an earlier one is searched
+  once."""
+  pg: PlanGraph
+  what: str
+  out: _Collector
+  time_limit_s: float
+  seed: int
+  searched: dict[int | None, str] = dataclasses.field(default_factory=dict)
+
+  def search(self, units: int | None, case: str,
+             limit_bytes: int | None = None) -> int | None:
+    """Searches one limit; returns the peak stash in units (None: searched
+    before, or no schedule)."""
+    if units in self.searched:
+      return None
+    self.searched[units] = case
+    t0 = time.perf_counter()
+    try:
+      sched = search_repetend(self.pg.graph, units,
+                              time_limit_s=self.time_limit_s, seed=self.seed)
+      run = sched.unroll(self.pg.microbatches)
+      result = evaluate(self.pg, run, memory_case=case,
+                        memory_limit_units=units, status=sched.status,
+                        search_seconds=time.perf_counter() - t0,
+                        memory_limit_bytes=limit_bytes)
+    except (InfeasibleScheduleError, SearchTimeoutError,
+            CompletionError) as e:
+      self.out.skip(f"{self.what} {case}", _error(e))
+      return None
+    self.out.add(result)
+    return max(run.peak_memory)
+
+  def run(self, memory_levels: Sequence[float], limits: Sequence[int]
+          ) -> None:
+    """``loose`` (no limit), ``tight`` (the smallest stash), the
+    ``memory_levels`` between them and every limit in ``limits`` (bytes)."""
+    loose_peak = self.search(None, "loose")
+    tight, _ = smallest_memory(self.pg.graph, None,
+                               time_limit_s=self.time_limit_s, seed=self.seed)
+    if tight is not None and (loose_peak is None or tight < loose_peak):
+      self.search(tight, "tight")
+      if loose_peak is not None:
+        for f in sorted(memory_levels, reverse=True):
+          units = tight + int(round(f * (loose_peak - tight)))
+          if tight < units < loose_peak:
+            self.search(units, f"level{f:g}")
+    for limit in limits:
+      units = self.pg.stash_limit_units(limit)
+      case = f"limit{size_label(limit)}"
+      if units < 0 or (tight is not None and units < tight):
+        self.out.skip(
+            f"{self.what} {case}",
+            f"nothing fits {size_label(limit)} per device (parameters,"
+            f" gradients and optimiser state take {max(self.pg.fixed_bytes)}"
+            f" bytes, the smallest stash {tight} units of"
+            f" {self.pg.quantized.memory_unit} bytes)")
+      elif loose_peak is None or units < loose_peak:
+        self.search(units, case, limit)
+
+
+def _add_baselines(pg: PlanGraph, what: str, out: _Collector) -> None:
+  """Every classic baseline that fits ``pg``'s placement, evaluated."""
+  for base in _baselines.for_placement(pg.graph):
+    try:
+      run = _baselines.run(base, pg.graph, pg.microbatches)
+      out.add(evaluate(pg, run, memory_case="baseline",
+                       memory_limit_units=None, status="BASELINE"))
+    except ValueError as e:
+      out.skip(f"{what} {base}", _error(e))

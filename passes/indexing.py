@@ -1,0 +1,75 @@
+"""Dynamic reads and writes at indices known to be in range.
+
+``lax.dynamic_slice`` and its relatives (and ``x[i]`` on a traced ``i``)
+accept negative indices by default: every index becomes
+``where(i < 0, i + size, i)``, a compare, an add and a select per index,
+each fused into its own small kernel. The lowering's indices (stash slots,
+batch rows, tick-table positions, outbox slots) are never negative by
+construction, and XLA clamps every index into range anyway, so these
+helpers pass ``allow_negative_indices=False``. On ``peer_bench``'s 2-stage
+MLP (compact lowering, N = 8) that removed 271 of 1589 HLO instructions
+(285 -> 240 kchars).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+
+def index(x: Any, i: Any, axis: int = 0) -> Any:
+  """``x`` at position ``i`` of ``axis`` (that axis dropped)."""
+  return lax.dynamic_index_in_dim(x, i, axis, keepdims=False,
+                                  allow_negative_indices=False)
+
+
+def update_index(x: Any, value: Any, i: Any, axis: int = 0) -> Any:
+  """``x`` with position ``i`` of ``axis`` replaced by ``value``."""
+  return lax.dynamic_update_index_in_dim(x, value, i, axis,
+                                         allow_negative_indices=False)
+
+
+def slice_in_dim(x: Any, start: Any, size: int, axis: int = 0) -> Any:
+  """``size`` entries of ``x`` from ``start`` along ``axis``."""
+  return lax.dynamic_slice_in_dim(x, start, size, axis,
+                                  allow_negative_indices=False)
+
+
+def update_slice_in_dim(x: Any, value: Any, start: Any, axis: int = 0
+                        ) -> Any:
+  """``x`` with ``value`` written from ``start`` along ``axis``."""
+  return lax.dynamic_update_slice_in_dim(x, value, start, axis,
+                                         allow_negative_indices=False)
+
+
+def dynamic_slice(x: Any, starts: Any, sizes: Any) -> Any:
+  """``lax.dynamic_slice`` without negative-index wrapping."""
+  return lax.dynamic_slice(x, starts, sizes, allow_negative_indices=False)
+
+
+def dynamic_update_slice(x: Any, value: Any, starts: Any) -> Any:
+  """``lax.dynamic_update_slice`` without negative-index wrapping."""
+  return lax.dynamic_update_slice(x, value, starts,
+                                  allow_negative_indices=False)
+
+
+def lookup(values: np.ndarray, at: tuple[Any, ...], dtype: Any = jnp.int32
+           ) -> Any:
+  """``values[at]`` of a numpy table at traced, in-range positions.
+
+  Args:
+    values: The table (one axis per position in ``at``).
+    at: One scalar index per axis (ints or traced).
+    dtype: Dtype of the constant.
+  """
+  table = jnp.asarray(values, dtype)
+  if len(at) == 1:
+    return index(table, at[0])
+  return dynamic_slice(table, at, (1,) * len(at)).reshape(())
+
+
+__all__ = ["dynamic_slice", "dynamic_update_slice", "index", "lookup",
+           "slice_in_dim", "update_index", "update_slice_in_dim"]

@@ -1,0 +1,128 @@
+"""What a step pays outside its ticks, measured once per program shape.
+
+Before its first tick a lowered training step packs the parameters into
+per-device buffers, and after its last it gathers the packed gradients over
+the pipe axis and unpacks them (``passes.outside``). Both run once per step,
+serially with the ticks, and the replay of the ticks (``predict``) does not
+see them: on the README GPT (``experiments.tp_bench``, 4 CPU devices on 2
+cores, real-time priority) they took 2.8 ms of pipe2_model2's 17.1 ms step,
+6.9 of pipe2_model2_replicated's 33.7, 7.1 of pipe2_data2_model2's 26.0 and
+7.3 of pipe4's 30.4.
+
+:func:`cached_outside_seconds` compiles that program alone and times it,
+cached on disk by its jaxpr (the layout, the mesh and the shapes decide
+it) and the machine's fields. On the CPU backend a sample is the smaller of
+its wall time and the process's CPU time over the cores the devices can
+use (the program's devices copy in parallel): a loaded machine does not
+inflate the figure.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+#: Bump when what the outside program covers changes (cache key).
+OUTSIDE_VERSION = 1
+
+
+def time_outside(run: Callable[[], Any], parallel: float | None,
+                 repeats: int = 7, rounds: int = 2) -> float:
+  """Seconds of one call of ``run`` (compiled): the smallest of ``rounds``
+  medians of ``repeats`` samples. With ``parallel`` (CPU backend: the
+  cores the program's devices can use) a sample is ``min(wall, CPU time /
+  parallel)``."""
+  import jax  # pylint: disable=import-outside-toplevel
+  jax.block_until_ready(run())
+  medians = []
+  for _ in range(max(1, rounds)):
+    samples = []
+    for _ in range(max(1, repeats)):
+      c0, t0 = time.process_time(), time.perf_counter()
+      jax.block_until_ready(run())
+      wall = time.perf_counter() - t0
+      if parallel:
+        wall = min(wall, (time.process_time() - c0) / parallel)
+      samples.append(wall)
+    medians.append(statistics.median(samples))
+  return min(medians)
+
+
+def outside_timer(program: Callable[[Any], Any], params: Any, mesh: Any,
+                  parallel: float | None) -> tuple[str, Callable[[], float]]:
+  """``(signature, measure)`` of the outside program ``program(params)``:
+  its jaxpr text (the cache key's heart) and a function compiling and
+  timing it (:func:`time_outside`) on zeros of ``params``' shapes, placed
+  as ``params`` are on ``mesh`` (replicated where they are not)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
+
+  from tessel_jax import compat  # pylint: disable=import-outside-toplevel
+
+  def placed(x: Any) -> Any:
+    sh = getattr(x, "sharding", None)
+    if not (isinstance(sh, NamedSharding) and
+            sh.mesh.devices.shape == mesh.devices.shape):
+      sh = NamedSharding(mesh, PartitionSpec())
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh)
+
+  avals = jax.tree_util.tree_map(placed, params)
+  text = compat.plain_text(jax.make_jaxpr(program)(avals))
+  text = re.sub(r" at 0x[0-9a-f]+", "", text)
+
+  def measure() -> float:
+    zeros = jax.tree_util.tree_map(
+        lambda a: jax.device_put(jnp.zeros(a.shape, a.dtype), a.sharding),
+        avals)
+    compiled = jax.jit(program).lower(zeros).compile()
+    return time_outside(lambda: compiled(zeros), parallel)
+
+  return text, measure
+
+
+def cached_outside_seconds(cache: Any, fields: Mapping[str, Any],
+                           signature: str, measure: Callable[[], float]
+                           ) -> tuple[float, bool]:
+  """``(seconds, from the cache?)`` of the outside program ``signature``
+  on the machine described by ``fields``."""
+  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
+  key = make_key({"what": "outside", "version": OUTSIDE_VERSION, **fields,
+                  "program": signature})
+  rec = cache.get("outside", key)
+  if rec is not None:
+    return float(rec["outside_s"]), True
+  sec = float(measure())
+  cache.put("outside", key, {"outside_s": sec})
+  return sec, False
+
+
+def layout_timer(mesh: Any, pipe_axis: str, data_axes: Any, traced: Any,
+                 params: Any) -> Callable[[Any], Any]:
+  """``layout -> (signature, measure)`` of the outside program of a build
+  (``passes.outside`` on ``mesh`` with all axes Auto), for
+  ``CostModel.time_outside``; ``None`` for every layout where the program
+  wraps stacked leaves stored as slices (not priced)."""
+  # pylint: disable=import-outside-toplevel
+  from tessel_jax import compat
+  from tessel_jax.cost.measure import cpu_cores
+  try:  # installed: passes/ is tessel_jax.passes
+    from tessel_jax.passes import outside as _program  # type: ignore
+  except ImportError:  # run from the repository root
+    from passes import outside as _program  # type: ignore
+  devices = int(mesh.devices.size)
+  parallel = (float(min(cpu_cores(), devices))
+              if mesh.devices.flat[0].platform == "cpu" else None)
+  auto = compat.auto_mesh(mesh)
+
+  def timer(layout: Any) -> Any:
+    if getattr(traced, "leaf_split", None) is not None:
+      return None
+    program = _program.outside_program(layout, auto, pipe_axis,
+                                       tuple(data_axes), traced.param_avals)
+    return outside_timer(program, params, mesh, parallel)
+
+  return timer

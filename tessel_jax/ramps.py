@@ -1,0 +1,91 @@
+"""``tj.schedule(interpret_ramps=...)``: the lowering's default, resolved.
+
+``interpret_ramps`` says which ticks of the plan run as one table-driven
+loop over a switch of their kernels (``passes.interp``) instead of unrolled
+or looped over the repetend. Its default, ``"auto"``, is resolved per build
+once the parameter layout is known:
+
+* ``0`` (*compact*): every tick in one table-driven loop, remote messages
+  held in outboxes until due (``passes.held``). Each kernel body is compiled
+  once: the smallest program and the fastest first call (quiet peer_bench,
+  2026-11-26: step 0.87/0.93x the hand-written GPipe at N = 8/32, first call
+  1.43/1.24x it, HLO 291 vs 480 kchars of the looped lowering).
+* ``8`` (*loops*) when the layout has FSDP parameters (sharded over a data
+  axis) and ``fsdp`` is not ``"per_step"``: ``fsdp="auto"`` gathers them per
+  block only outside interpreted ticks (``passes.fsdp_tick.resolve``), so
+  the compact lowering would silently gather every FSDP leaf once per step
+  and hold it (no ZeRO-3).
+
+An explicit integer (or None: unroll every ramp) is used as given.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Any
+
+AUTO = "auto"
+COMPACT = 0  # every tick in one table-driven loop
+LOOPS = 8    # ramps of at least 8 ticks interpreted, the repetend looped
+
+
+@dataclasses.dataclass(frozen=True)
+class Ramps:
+  """A resolved ``interpret_ramps``.
+
+  Attributes:
+    value: What ``passes.plan.build_plan`` gets (None: unroll the ramps).
+    note: Which lowering it is and why, for ``step.report``.
+  """
+
+  value: int | None
+  note: str
+
+
+def check(option: Any) -> str | None:
+  """What is wrong with ``option`` (None: nothing)."""
+  if option is None or option == AUTO:
+    return None
+  if (isinstance(option, bool) or
+      not isinstance(option, numbers.Integral) or option < 0):
+    return (f"interpret_ramps={option!r}; use 'auto' (the default: the"
+            f" compact lowering, 0, unless FSDP parameters are gathered per"
+            f" block, then 8), an integer >= 0 (0: every tick in one"
+            f" table-driven loop; k: ramps of at least k ticks interpreted,"
+            f" the repetend looped) or None (unroll every ramp)")
+  return None
+
+
+def _has_fsdp(layout: Any) -> bool:
+  return any(getattr(c, "fsdp", ()) for c in getattr(layout, "classes", ()))
+
+
+def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
+  """The ``interpret_ramps`` to lower with.
+
+  Args:
+    option: ``tj.schedule``'s ``interpret_ramps``.
+    layout: The parameter layout (``passes.packing.Layout``).
+    fsdp: ``tj.schedule``'s ``fsdp`` option.
+
+  Returns:
+    The value and a note naming the lowering and why it was chosen.
+  """
+  if not (isinstance(option, str) and option == AUTO):
+    option = None if option is None else int(option)
+    name = ("unrolled ramps" if option is None else
+            "compact" if option == COMPACT else "loops")
+    return Ramps(option, f"lowering {name} (interpret_ramps={option!r},"
+                         f" given)")
+  if _has_fsdp(layout) and fsdp != "per_step":
+    return Ramps(LOOPS, f"lowering loops (interpret_ramps={LOOPS}, auto:"
+                        f" FSDP parameters gathered per block, fsdp="
+                        f"{fsdp!r})")
+  why = ("FSDP gathered per step" if _has_fsdp(layout) else
+         "no FSDP parameters")
+  return Ramps(COMPACT, f"lowering compact (interpret_ramps={COMPACT},"
+                        f" auto: {why})")
+
+
+__all__ = ["AUTO", "COMPACT", "LOOPS", "Ramps", "check", "resolve"]

@@ -1,0 +1,75 @@
+"""The compact lowering's HLO stays within a bound (issue 15, deliverable 3).
+
+``experiments.peer_bench``'s MLP shape (4 layers ``tanh(h @ W + b)``, two
+blocks of two, ``vshape(2)``, 2 devices) at a small width, lowered with
+``interpret_ramps=0``: the compiled HLO's instruction count (deterministic
+for a given jax and XLA) must not exceed a bound set with margin above the
+count measured when the bound was set, so a change that adds per-tick work
+to every program fails here. The program also equals
+``jax.value_and_grad``. Measured 2026-11-26 (jax 0.10.2, width 64, N = 8):
+1553 instructions before (main at 111de69), 1055 after removing the
+negative-index wrapping of dynamic indices (``passes.indexing``), the
+select between a round's candidate ports in a kernel's local writes, the
+per-slot order tokens of writes inside 0/1-trip loops, and the per-leaf
+gradient unpacking of plain slot classes (``packing.unpack_grads``).
+"""
+
+from __future__ import annotations
+
+import collections
+import re
+
+import jax
+import pytest
+
+import tessel_jax as tj
+from experiments import lowering_bench_lib, peer_bench_lib, peer_gpipe
+from tessel_jax import placements
+
+import test_lowering_models as M
+
+N = 8
+HIDDEN = 64
+ROWS = 8
+# 1055 measured: about 10% margin.
+MAX_INSTRUCTIONS = 1160
+_OPCODE = re.compile(r"^\s*(?:ROOT )?%\S+ = \S+ ([\w-]+)\(")
+
+
+def _opcodes(text: str) -> collections.Counter:
+  """Instruction count per opcode of compiled HLO text."""
+  out: collections.Counter = collections.Counter()
+  for line in text.split("\n"):
+    m = _OPCODE.match(line)
+    if m:
+      out[m.group(1)] += 1
+  return out
+
+
+@pytest.fixture(scope="module")
+def compact_mlp():
+  fn = peer_bench_lib.marked_loss([2, 2])
+  params = peer_gpipe.mlp_params(4, HIDDEN, 0)
+  batch = lowering_bench_lib.make_batch(N * ROWS, HIDDEN, 1)
+  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
+  step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                     num_microbatches=N, cut="markers", interpret_ramps=0,
+                     seed=0)
+  return fn, params, batch, step
+
+
+def test_compact_mlp_equals_value_and_grad(compact_mlp):
+  fn, params, batch, step = compact_mlp
+  loss, grads = step(params, batch)
+  ref_loss, ref_grads = M.reference(fn, params, batch, N)
+  assert M.max_rel_err(loss, ref_loss) <= 1e-5
+  assert M.max_rel_err(grads, ref_grads) <= 1e-5
+
+
+def test_compact_mlp_hlo_size_bound(compact_mlp):
+  _, params, batch, step = compact_mlp
+  ops = _opcodes(step.lower(params, batch).compile().as_text())
+  total = sum(ops.values())
+  assert total <= MAX_INSTRUCTIONS, (
+      f"compact MLP HLO has {total} instructions (bound {MAX_INSTRUCTIONS});"
+      f" by opcode: {ops.most_common(12)}")

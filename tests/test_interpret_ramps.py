@@ -1,0 +1,66 @@
+"""``tj.schedule(interpret_ramps=...)``'s default, resolved per build
+(``tessel_jax.ramps``): compact unless FSDP parameters are gathered per
+block; explicit values win; bad values are refused by name."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import tessel_jax as tj
+from tessel_jax import ramps
+
+
+@dataclasses.dataclass(frozen=True)
+class _Class:
+  fsdp: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+  classes: tuple = ()
+
+
+PLAIN = _Layout((_Class(), _Class()))
+FSDP = _Layout((_Class(), _Class(fsdp=(("data",), ()))))
+
+
+@pytest.mark.parametrize("layout,fsdp,value,why", [
+    (PLAIN, "auto", 0, "no FSDP parameters"),
+    (PLAIN, "per_block", 0, "no FSDP parameters"),
+    (FSDP, "auto", 8, "FSDP parameters gathered per block, fsdp='auto'"),
+    (FSDP, "per_block", 8,
+     "FSDP parameters gathered per block, fsdp='per_block'"),
+    (FSDP, "per_step", 0, "FSDP gathered per step"),
+])
+def test_auto_is_compact_unless_fsdp_per_block(layout, fsdp, value, why):
+  got = ramps.resolve("auto", layout, fsdp)
+  assert got.value == value
+  name = "compact" if value == 0 else "loops"
+  assert got.note == (f"lowering {name} (interpret_ramps={value}, auto:"
+                      f" {why})")
+
+
+@pytest.mark.parametrize("given,name", [(0, "compact"), (8, "loops"),
+                                        (2, "loops"),
+                                        (None, "unrolled ramps")])
+def test_an_explicit_value_wins(given, name):
+  assert ramps.check(given) is None
+  for layout in (PLAIN, FSDP):
+    got = ramps.resolve(given, layout, "auto")
+    assert got.value == given
+    assert got.note == f"lowering {name} (interpret_ramps={given!r}, given)"
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "compact", True])
+def test_bad_values_are_refused_by_name(bad):
+  mesh = jax.make_mesh((2,), ("pipe",))
+  with pytest.raises(tj.TesselError,
+                     match=r"applied to 'f': interpret_ramps=.*; use 'auto'"):
+    @tj.schedule(mesh=mesh, placement="vshape", num_microbatches=2,
+                 interpret_ramps=bad)
+    def f(params, batch):
+      return jnp.sum(params * batch)
