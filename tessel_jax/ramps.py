@@ -88,4 +88,15 @@ def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
                         f" auto: {why})")
 
 
-__all__ = ["AUTO", "COMPACT", "LOOPS", "Ramps", "check", "resolve"]
+def with_fsdp(note: str, layout: Any) -> str:
+  """``note`` plus how the built layout gathers its FSDP parameters (an
+  explicit ``interpret_ramps`` may have ``fsdp="auto"`` gather per step)."""
+  if not _has_fsdp(layout):
+    return note
+  how = ("per block" if getattr(layout, "fsdp_per_block", False) else
+         "once per step")
+  return f"{note}; FSDP parameters gathered {how}"
+
+
+__all__ = ["AUTO", "COMPACT", "LOOPS", "Ramps", "check", "resolve",
+           "with_fsdp"]

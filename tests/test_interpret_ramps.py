@@ -22,6 +22,7 @@ class _Class:
 @dataclasses.dataclass(frozen=True)
 class _Layout:
   classes: tuple = ()
+  fsdp_per_block: bool = False
 
 
 PLAIN = _Layout((_Class(), _Class()))
@@ -53,6 +54,16 @@ def test_an_explicit_value_wins(given, name):
     got = ramps.resolve(given, layout, "auto")
     assert got.value == given
     assert got.note == f"lowering {name} (interpret_ramps={given!r}, given)"
+
+
+def test_the_note_says_how_fsdp_is_gathered():
+  note = ramps.resolve(0, FSDP, "auto").note
+  assert ramps.with_fsdp(note, PLAIN) == note
+  assert ramps.with_fsdp(note, FSDP) == (
+      f"{note}; FSDP parameters gathered once per step")
+  per_block = dataclasses.replace(FSDP, fsdp_per_block=True)
+  assert ramps.with_fsdp(note, per_block) == (
+      f"{note}; FSDP parameters gathered per block")
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "compact", True])
