@@ -21,7 +21,10 @@ microbenchmark on the mesh, cached on disk) rather than assumed:
   ports out of the stash, adds the gradients of its kernel into the
   accumulators (at most ``GradPort.nbytes`` each) and writes every message
   into the stash (after a row slice, a select among candidates, a
-  ``ppermute``);
+  ``ppermute``); an interpreted tick costs each device its own kernel's
+  ports and gradients and every message round (:func:`interp_device_traffic`);
+  on the CPU backend ``fixed`` and ``per_byte`` are one device's
+  core-seconds, which the replay shares among the cores;
 * **transfers**: on XLA's CPU runtime a ``ppermute`` is a rendezvous of
   the devices: a tick's remote messages become an all-device barrier
   priced by the link model (``latency + bytes / bandwidth`` per round).
