@@ -594,14 +594,21 @@ def _replicated_classes(layout: Layout, slots: Sequence[Any],
   """
   out = []
   for c, buf in zip(layout.classes, slots):
-    held = [l for row in c.assign for l in row]
-    plain = (not c.spec and not c.fsdp and min(held) >= 0 and
-             len(set(held)) == len(held) and
-             not any(l in layout.shards for l in held))
     out.append(jax.lax.with_sharding_constraint(
         buf, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-               if plain else buf)
+               if gathered_whole(layout, c) else buf)
   return out
+
+
+def gathered_whole(layout: Layout, c: SlotClass) -> bool:
+  """Whether the unpack gathers class ``c``'s gradient buffer whole
+  (``_replicated_classes``): a plain class (no GSPMD or FSDP spec, no
+  pipe-sharded leaf) whose every slot on every device holds a distinct
+  leaf."""
+  held = [l for row in c.assign for l in row]
+  return (not c.spec and not c.fsdp and min(held) >= 0 and
+          len(set(held)) == len(held) and
+          not any(l in layout.shards for l in held))
 
 
 def unpack_grads(layout: Layout, flat: Mapping[str, Any],
