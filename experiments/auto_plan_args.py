@@ -34,8 +34,9 @@ flags.DEFINE_list("memory_limits", list(_D.memory_limits),
 flags.DEFINE_list("placements", None,
                   "Placements to try (default: every named one).")
 flags.DEFINE_integer("measure_top", _D.measure_top,
-                     "Measure the chosen plan and the N fastest predicted"
-                     " candidates (0: every candidate).")
+                     "Measure the chosen plan, the N fastest predicted"
+                     " candidates (0: every candidate) and the fastest"
+                     " predicted of each other placement.")
 flags.DEFINE_integer("repeats", _D.repeats, "Timed steps per plan (median).")
 flags.DEFINE_float("time_limit", _D.time_limit, "CP-SAT budget per search.")
 flags.DEFINE_string("cache_dir", None,

@@ -200,14 +200,8 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
   """Compiles and times the chosen plan and the other candidates (the
   chosen one first), appending to ``rows`` as they are measured."""
   choice = step.choice
-  fr = choice.frontier
-  limit = choice.memory_limit
-  order = sorted((p for p in fr.plans
-                  if limit is None or p.peak_bytes <= limit),
-                 key=lambda p: p.step)  # the candidates that fit
-  if args.measure_top:
-    order = order[:args.measure_top]
-  order = [choice.winner] + [p for p in order if p is not choice.winner]
+  order = to_measure(choice.frontier.plans, choice.winner,
+                     choice.memory_limit, args.measure_top)
   ff = plans.FrontierFunction(fn, mesh=mesh, pipe_axis="pipe", mode="train",
                               cache_dir=cache, cost="calibrated",
                               solver_time_limit_s=args.time_limit,
@@ -245,6 +239,24 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
         f" ms (CPU {row.get('measured_cpu_ms', float('nan')):8.3f} ms)"
         f"  peak {p.peak_bytes / 2**20:7.3f} MiB")
   return rows
+
+
+def to_measure(priced: Any, winner: Any, limit: int | None, top: int
+               ) -> list[Any]:
+  """The plans to time: the chosen one first, then the ``top`` fastest
+  predicted plans that fit (0: all), then the fastest predicted fitting
+  plan of each placement not among them yet (so a placement the
+  prediction ranks low is still measured against the choice)."""
+  fits = sorted((p for p in priced if limit is None or p.peak_bytes <= limit),
+                key=lambda p: p.step)
+  order = [winner] + [p for p in (fits[:top] if top else fits)
+                      if p is not winner]
+  seen = {p.candidate.placement for p in order}
+  for p in fits:
+    if p.candidate.placement not in seen:
+      seen.add(p.candidate.placement)
+      order.append(p)
+  return order
 
 
 @contextlib.contextmanager

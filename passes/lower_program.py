@@ -207,7 +207,8 @@ def _packed_run(low: LowerContext, smap: Any, outputs: Any
     gpacked, gslots, hgrads, terms = smap(packed, slots, shards,
                                           tuple(b_leaves))
     value = outputs.train([t.sum(axis=0) for t in terms])
-    grads = unpack_grads(layout, gpacked, gslots, low.param_avals)
+    grads = unpack_grads(layout, gpacked, gslots, low.param_avals,
+                         mesh=mesh)
     for l, g in zip(low.gathered, hgrads):
       grads[l] = grads[l] + g.astype(grads[l].dtype)
     specs = _fsdp.leaf_specs(layout)

@@ -1,10 +1,11 @@
 """The part of a lowered training step outside its ticks, alone.
 
-``passes.lower.Lowering.program`` packs the parameters into per-device
-buffers before its ``shard_map`` (``pack_local.pack``, each slot placed
-by its spec) and, after it, unpacks the packed gradients (gathered over
-the pipe axis, ``packing.unpack_grads``) and places every gradient as
-its parameter is placed. :func:`outside_program` is that program with the
+The lowered training step (``passes.lower_program``'s ``run``) packs the
+parameters into per-device buffers before its ``shard_map``
+(``pack_local.pack``, each slot placed by its spec) and, after it, unpacks
+the packed gradients (gathered over the pipe axis,
+``packing.unpack_grads``) and places every gradient as its parameter is
+placed. :func:`outside_program` is that program with the
 map left out (the packed parameters stand for the packed gradients,
 which have their shapes), so ``cost`` can time what a step pays once,
 serially with its ticks: on the README GPT (tp_bench, 4 CPU devices, 2
@@ -39,7 +40,8 @@ def outside_program(layout: Layout, mesh: Any, pipe: str,
     slots = [[_fsdp.place(mesh, a, (pipe,) + c.spec) for a in arrays]
              for arrays, c in zip(slots, layout.classes)]
     grads = unpack_grads(layout, packed,
-                         [jnp.stack(a, axis=1) for a in slots], param_avals)
+                         [jnp.stack(a, axis=1) for a in slots], param_avals,
+                         mesh=mesh)
     return [g if l in layout.shards else
             _fsdp.place(mesh, g, specs.get(l, ()), replicate=True)
             for l, g in enumerate(grads)]

@@ -291,6 +291,11 @@ def make_layout(param_avals: Sequence[Any],
                 fsdp_mode: str = "per_step") -> Layout:
   """Lays out each forward block's parameters on its devices.
 
+  Steps: the leaves' stored avals (a sharded leaf's shard), the devices
+  using each leaf, its slot class (shape, dtype, spec) and the classes that
+  go to slots (:func:`_slot_classes`), then the other leaves' flat regions
+  per dtype (:func:`_flat_regions`).
+
   Args:
     param_avals: Flat parameter avals.
     block_params: Forward index -> parameter leaves it reads.
@@ -318,83 +323,147 @@ def make_layout(param_avals: Sequence[Any],
   if fsdp_mode not in FSDP_MODES:
     raise ValueError(f"fsdp={fsdp_mode!r}; use one of {FSDP_MODES}")
   shards = dict(shards or {})
-  split = dict(split or {})
   full_gathered = {
       l: Gathered(tuple(sorted(devs)), tuple(param_avals[l].shape),
                   np.dtype(param_avals[l].dtype).name)
       for l, devs in (gathered or {}).items()}
-  param_avals = list(param_avals)
+  avals = _stored_avals(param_avals, shards)
+  users, first_block = _users(block_params, block_devices)
+  split = dict(split or {})
+  classes, slot_of, slot_leaves = _slot_classes(
+      _by_class(avals, users, first_block, split), split, users, first_block,
+      num_devices, mode, data_sizes or {})
+  dtypes, size, regions, used = _flat_regions(
+      avals, block_params, block_devices, slot_leaves, num_devices)
+  return Layout(dtypes=dtypes, size=size, regions=regions, used=used,
+                classes=tuple(classes), slot_of=slot_of,
+                num_devices=num_devices, shards=shards,
+                gathered=full_gathered, fsdp_mode=fsdp_mode,
+                fsdp_block_bytes=_fsdp_block_bytes(
+                    classes, slot_of, block_params, block_devices,
+                    num_devices))
+
+
+def _stored_avals(param_avals: Sequence[Any],
+                  shards: Mapping[int, tuple[int, int]]) -> list[Any]:
+  """Each leaf's aval as a device stores it: a sharded leaf's shard."""
+  avals = list(param_avals)
   for l, (ax, parts) in shards.items():
-    param_avals[l] = jax.ShapeDtypeStruct(
-        shard_shape(param_avals[l].shape, ax, parts), param_avals[l].dtype)
-  D = num_devices
+    avals[l] = jax.ShapeDtypeStruct(
+        shard_shape(avals[l].shape, ax, parts), avals[l].dtype)
+  return avals
+
+
+def _users(block_params: Mapping[int, Sequence[int]],
+           block_devices: Mapping[int, Sequence[int]]
+           ) -> tuple[dict[int, set[int]], dict[int, int]]:
+  """Per leaf, the devices of the blocks reading it and the first such
+  block (in forward order)."""
   users: dict[int, set[int]] = {}
   first_block: dict[int, int] = {}
   for i in sorted(block_params):
     for l in block_params[i]:
       users.setdefault(l, set()).update(block_devices[i])
       first_block.setdefault(l, i)
+  return users, first_block
 
-  def cls_of(l: int) -> tuple[tuple[int, ...], str, tuple[Any, ...]]:
-    a = param_avals[l]
-    spec = split[l][0] if l in split else ()
-    return tuple(int(s) for s in a.shape), np.dtype(a.dtype).name, spec
 
+def _by_class(avals: Sequence[Any], users: Mapping[int, set[int]],
+              first_block: Mapping[int, int],
+              split: Mapping[int, tuple[tuple[Any, ...], int]]
+              ) -> dict[tuple, list[int]]:
+  """``(shape, dtype name, spec)`` -> its leaves, in first-block order."""
   by_class: dict[tuple, list[int]] = {}
   for l in sorted(users, key=lambda l: first_block[l]):
-    by_class.setdefault(cls_of(l), []).append(l)
+    a = avals[l]
+    spec = split[l][0] if l in split else ()
+    key = (tuple(int(s) for s in a.shape), np.dtype(a.dtype).name, spec)
+    by_class.setdefault(key, []).append(l)
+  return by_class
+
+
+def _greedy_slots(leaves: Sequence[int], users: Mapping[int, set[int]],
+                  first_block: Mapping[int, int], num_devices: int
+                  ) -> tuple[dict[int, int], int]:
+  """Leaf -> slot, the same slot on all its devices (leaves on most
+  devices first, each in the lowest slot free on all of them); and how
+  many device slots are used."""
+  order = sorted(leaves, key=lambda l: (-len(users[l]), first_block[l]))
+  taken: list[set[int]] = [set() for _ in range(num_devices)]
+  place: dict[int, int] = {}
+  for l in order:
+    j = 0
+    while any(j in taken[d] for d in users[l]):
+      j += 1
+    place[l] = j
+    for d in users[l]:
+      taken[d].add(j)
+  return place, sum(len(t) for t in taken)
+
+
+def _slot_classes(by_class: Mapping[tuple, list[int]],
+                  split: Mapping[int, tuple[tuple[Any, ...], int]],
+                  users: Mapping[int, set[int]],
+                  first_block: Mapping[int, int], num_devices: int,
+                  mode: str, data_sizes: Mapping[str, int]
+                  ) -> tuple[list[SlotClass], dict, set[int]]:
+  """The classes stored in slots (every split class; in ``"auto"`` the
+  ones :func:`_slots_pay` admits; none but split ones in ``"flat"``), the
+  ``(leaf, device) -> (class, slot)`` map and the leaves in slots."""
   classes: list[SlotClass] = []
   slot_of: dict[tuple[int, int], tuple[int, int]] = {}
   slot_leaves: set[int] = set()
   for (shape, dt, spec), leaves in by_class.items():
     if mode == "flat" and not spec:
       continue
-    # Greedy: leaves on most devices first; same slot on all their devices.
-    order = sorted(leaves, key=lambda l: (-len(users[l]), first_block[l]))
-    taken: list[set[int]] = [set() for _ in range(D)]
-    place: dict[int, int] = {}
-    for l in order:
-      j = 0
-      while any(j in taken[d] for d in users[l]):
-        j += 1
-      place[l] = j
-      for d in users[l]:
-        taken[d].add(j)
+    place, used_slots = _greedy_slots(leaves, users, first_block,
+                                      num_devices)
     count = 1 + max(place.values())
-    used_slots = sum(len(t) for t in taken)
     if mode == "auto" and not spec and not _slots_pay(
-        used_slots, count * D, shape, dt):
+        used_slots, count * num_devices, shape, dt):
       continue
     k = len(classes)
-    fsdp = tuple(tuple(a for a in (e if isinstance(e, tuple) else (e,))
-                       if a in (data_sizes or {})) for e in spec)
-    data_parts = int(np.prod([data_sizes[a] for t in fsdp for a in t]))
-    assign = [[-1] * count for _ in range(D)]
+    assign = [[-1] * count for _ in range(num_devices)]
     for l, j in place.items():
       for d in users[l]:
         assign[d][j] = l
         slot_of[(l, d)] = (k, j)
     slot_leaves.update(leaves)
-    classes.append(SlotClass(shape=shape, dtype=dt, count=count,
-                             assign=tuple(tuple(a) for a in assign),
-                             spec=spec,
-                             parts=split[leaves[0]][1] if spec else 1,
-                             fsdp=fsdp if any(fsdp) else (),
-                             data_parts=data_parts))
+    fsdp = tuple(tuple(a for a in (e if isinstance(e, tuple) else (e,))
+                       if a in data_sizes) for e in spec)
+    classes.append(SlotClass(
+        shape=shape, dtype=dt, count=count,
+        assign=tuple(tuple(a) for a in assign), spec=spec,
+        parts=split[leaves[0]][1] if spec else 1,
+        fsdp=fsdp if any(fsdp) else (),
+        data_parts=int(np.prod([data_sizes[a] for t in fsdp for a in t]))))
+  return classes, slot_of, slot_leaves
 
+
+def _flat_regions(avals: Sequence[Any],
+                  block_params: Mapping[int, Sequence[int]],
+                  block_devices: Mapping[int, Sequence[int]],
+                  slot_leaves: set[int], num_devices: int
+                  ) -> tuple[tuple[str, ...], dict[str, int],
+                             dict[str, dict[int, Region]],
+                             dict[str, tuple[int, ...]]]:
+  """``(dtypes, size, regions, used)`` of the leaves not in slots: per
+  dtype, each block's region placed after what its devices hold already;
+  a buffer's size leaves room for the longest region past the fullest
+  device (``Layout.size``)."""
   flat_params = {i: [l for l in ls if l not in slot_leaves]
                  for i, ls in block_params.items()}
-  dtypes = sorted({np.dtype(param_avals[l].dtype).name
+  dtypes = sorted({np.dtype(avals[l].dtype).name
                    for ls in flat_params.values() for l in ls})
   regions: dict[str, dict[int, Region]] = {dt: {} for dt in dtypes}
-  used: dict[str, list[int]] = {dt: [0] * D for dt in dtypes}
+  used: dict[str, list[int]] = {dt: [0] * num_devices for dt in dtypes}
   for i in sorted(flat_params):
     for dt in dtypes:
       leaves = tuple(l for l in flat_params[i]
-                     if np.dtype(param_avals[l].dtype).name == dt)
-      sizes = tuple(int(np.prod(param_avals[l].shape, dtype=np.int64))
+                     if np.dtype(avals[l].dtype).name == dt)
+      sizes = tuple(int(np.prod(avals[l].shape, dtype=np.int64))
                     for l in leaves)
-      offsets = [-1] * D
+      offsets = [-1] * num_devices
       for d in block_devices[i]:
         offsets[d] = used[dt][d]
         used[dt][d] += sum(sizes)
@@ -403,13 +472,8 @@ def make_layout(param_avals: Sequence[Any],
   for dt in dtypes:
     longest = max((r.length for r in regions[dt].values()), default=0)
     size[dt] = max(1, max(used[dt]) + longest)
-  return Layout(dtypes=tuple(dtypes), size=size, regions=regions,
-                used={dt: tuple(v) for dt, v in used.items()},
-                classes=tuple(classes), slot_of=slot_of, num_devices=D,
-                shards=shards, gathered=full_gathered,
-                fsdp_mode=fsdp_mode,
-                fsdp_block_bytes=_fsdp_block_bytes(
-                    classes, slot_of, block_params, block_devices, D))
+  return (tuple(dtypes), size, regions,
+          {dt: tuple(v) for dt, v in used.items()})
 
 
 def _fsdp_block_bytes(classes: Sequence[SlotClass],
@@ -512,8 +576,44 @@ def flat_pieces(layout: Layout) -> Iterator[tuple[str, int, int, int, int]]:
           pos += n
 
 
+def _replicated_classes(layout: Layout, slots: Sequence[Any],
+                        mesh: Any) -> list[Any]:
+  """Per class, its gradient buffer replicated on every device of ``mesh``
+  (one ``all-gather`` of the class), where that moves only what the
+  outputs need: a plain class (no GSPMD or FSDP spec, no pipe-sharded
+  leaf) whose every slot on every device holds a distinct leaf. Other
+  classes as they are (empty slots would be moved too: on mshape(4) most
+  devices hold few of a class's slots; a leaf held on several devices is
+  reduced in place).
+
+  Without it each leaf ``buf[d, j]`` of a buffer split over the pipe axis
+  became its own transfer: on ``peer_bench``'s MLP (2 devices, 2 classes
+  of 2 slots) 4 ``collective-permute``s, 8 full-size masking selects and
+  one all-reduce of every gradient, 81 HLO instructions more than the 2
+  ``all-gather``s here.
+  """
+  out = []
+  for c, buf in zip(layout.classes, slots):
+    out.append(jax.lax.with_sharding_constraint(
+        buf, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+               if gathered_whole(layout, c) else buf)
+  return out
+
+
+def gathered_whole(layout: Layout, c: SlotClass) -> bool:
+  """Whether the unpack gathers class ``c``'s gradient buffer whole
+  (``_replicated_classes``): a plain class (no GSPMD or FSDP spec, no
+  pipe-sharded leaf) whose every slot on every device holds a distinct
+  leaf."""
+  held = [l for row in c.assign for l in row]
+  return (not c.spec and not c.fsdp and min(held) >= 0 and
+          len(set(held)) == len(held) and
+          not any(l in layout.shards for l in held))
+
+
 def unpack_grads(layout: Layout, flat: Mapping[str, Any],
-                 slots: Sequence[Any], param_avals: Sequence[Any]) -> list[Any]:
+                 slots: Sequence[Any], param_avals: Sequence[Any],
+                 mesh: Any = None) -> list[Any]:
   """Sums every leaf's gradient over all places that hold it.
 
   Args:
@@ -521,11 +621,16 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
     flat: Flat gradient buffers ``(D, size)`` by dtype.
     slots: Per class, gradient buffers ``(D, S, *shape)``.
     param_avals: Flat parameter avals.
+    mesh: The program's mesh, if the buffers are split over it (outside
+      the map): plain classes are then gathered whole first
+      (``_replicated_classes``).
 
   Leaves no block reads get zeros. A sharded leaf's gradient is its devices'
   shard gradients (each summed over the places on that device) concatenated
   along the shard axis.
   """
+  if mesh is not None:
+    slots = _replicated_classes(layout, slots, mesh)
   grads: list[Any] = [None] * len(param_avals)
   per_dev: dict[tuple[int, int], Any] = {}
   local_avals = layout.local_avals(param_avals)

@@ -143,17 +143,17 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       ``"slots"`` or ``"flat"``; see ``passes.packing``.
     interpret_ramps: Which ticks run as one table-driven loop over a switch
       of their kernels (``passes.interp``). ``"auto"`` (default): 0, the
-      compact lowering, unless the layout has FSDP parameters and ``fsdp``
-      is not ``"per_step"``, then 8; ``step.report.lowering`` says which
-      and why. 0 (compact): every tick in that one loop, remote messages
+      compact lowering, unless the layout has FSDP parameters, then 8;
+      ``step.report.lowering`` says which, why, and how FSDP parameters
+      are gathered. 0 (compact): every tick in that one loop, remote messages
       held in outboxes until due, so each kernel body is compiled once: the
       smallest program and first call (quiet, 2 stages: step 0.87/0.93x a
       hand-written shard_map GPipe at N = 8/32, first call 1.24-1.43x it;
       BENCHMARKS.md "Compact lowering"). k > 0 (loops): the repetend runs
       as a ``fori_loop`` unrolling one period, straight-line stretches
       (warmup, cooldown) of at least k ticks are interpreted, shorter ones
-      unrolled pruned ticks; pass 8 for FSDP parameters gathered per block
-      (``fsdp``: interpreted ticks gather them once per step) or to compare
+      unrolled pruned ticks (the default with FSDP parameters, which
+      interpreted ticks gather once per step, ``fsdp``); pass 8 to compare
       with the loop lowering. None: loops, every ramp unrolled.
     param_sharding: Parameters to shard over the pipe axis: a pytree like
       ``params`` (or a prefix of it) of ``jax.sharding.PartitionSpec`` or

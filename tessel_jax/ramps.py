@@ -11,10 +11,12 @@ once the parameter layout is known:
   2026-11-26: step 0.87/0.93x the hand-written GPipe at N = 8/32, first call
   1.43/1.24x it, HLO 291 vs 480 kchars of the looped lowering).
 * ``8`` (*loops*) when the layout has FSDP parameters (sharded over a data
-  axis) and ``fsdp`` is not ``"per_step"``: ``fsdp="auto"`` gathers them per
-  block only outside interpreted ticks (``passes.fsdp_tick.resolve``), so
-  the compact lowering would silently gather every FSDP leaf once per step
-  and hold it (no ZeRO-3).
+  axis): ``fsdp="auto"`` gathers them per block only outside interpreted
+  ticks (``passes.fsdp_tick.resolve``), so the compact lowering would
+  silently gather every FSDP leaf once per step and hold it (no ZeRO-3);
+  with ``fsdp="per_step"`` the predicted program bytes
+  (``passes.program_bytes``) are those of the loop lowering (compact:
+  1.30x the compiled bytes, ``tests/test_program_bytes.py``).
 
 An explicit integer (or None: unroll every ramp) is used as given.
 """
@@ -50,8 +52,8 @@ def check(option: Any) -> str | None:
   if (isinstance(option, bool) or
       not isinstance(option, numbers.Integral) or option < 0):
     return (f"interpret_ramps={option!r}; use 'auto' (the default: the"
-            f" compact lowering, 0, unless FSDP parameters are gathered per"
-            f" block, then 8), an integer >= 0 (0: every tick in one"
+            f" compact lowering, 0, unless there are FSDP parameters, then"
+            f" 8), an integer >= 0 (0: every tick in one"
             f" table-driven loop; k: ramps of at least k ticks interpreted,"
             f" the repetend looped) or None (unroll every ramp)")
   return None
@@ -67,7 +69,7 @@ def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
   Args:
     option: ``tj.schedule``'s ``interpret_ramps``.
     layout: The parameter layout (``passes.packing.Layout``).
-    fsdp: ``tj.schedule``'s ``fsdp`` option.
+    fsdp: ``tj.schedule``'s ``fsdp`` option (named in the note).
 
   Returns:
     The value and a note naming the lowering and why it was chosen.
@@ -78,14 +80,22 @@ def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
             "compact" if option == COMPACT else "loops")
     return Ramps(option, f"lowering {name} (interpret_ramps={option!r},"
                          f" given)")
-  if _has_fsdp(layout) and fsdp != "per_step":
+  if _has_fsdp(layout):
     return Ramps(LOOPS, f"lowering loops (interpret_ramps={LOOPS}, auto:"
-                        f" FSDP parameters gathered per block, fsdp="
-                        f"{fsdp!r})")
-  why = ("FSDP gathered per step" if _has_fsdp(layout) else
-         "no FSDP parameters")
+                        f" FSDP parameters, fsdp={fsdp!r})")
   return Ramps(COMPACT, f"lowering compact (interpret_ramps={COMPACT},"
-                        f" auto: {why})")
+                        f" auto: no FSDP parameters)")
 
 
-__all__ = ["AUTO", "COMPACT", "LOOPS", "Ramps", "check", "resolve"]
+def with_fsdp(note: str, layout: Any) -> str:
+  """``note`` plus how the built layout gathers its FSDP parameters (an
+  explicit ``interpret_ramps`` may have ``fsdp="auto"`` gather per step)."""
+  if not _has_fsdp(layout):
+    return note
+  how = ("per block" if getattr(layout, "fsdp_per_block", False) else
+         "once per step")
+  return f"{note}; FSDP parameters gathered {how}"
+
+
+__all__ = ["AUTO", "COMPACT", "LOOPS", "Ramps", "check", "resolve",
+           "with_fsdp"]

@@ -104,7 +104,7 @@ def build(step: Any, params: Any, batch: Any,
     lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
                                       train, n_total, traced)
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                     other_ms, ramps.note)
+                     other_ms, _ramps.with_fsdp(ramps.note, layout))
   finally:
     # The timer holds the traced program: never keep it past this build.
     step._costs.time_program = None  # pylint: disable=protected-access

@@ -166,17 +166,9 @@ def test_auto_mode_and_unknown_mode() -> None:
   # The default interpret_ramps="auto" lowers loops for FSDP parameters
   # (tessel_jax.ramps): the compact lowering would gather them per step.
   assert built.report.lowering == (
-      "lowering loops (interpret_ramps=8, auto: FSDP parameters gathered per"
-      " block, fsdp='auto')")
+      "lowering loops (interpret_ramps=8, auto: FSDP parameters,"
+      " fsdp='auto'); FSDP parameters gathered per block")
   assert not any(s.kind == "interp" for s in built.plan.segments)
-  per_step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=2, plan="1f1b", data_axes=("data",),
-                         fsdp="per_step")
-  built = per_step.build(_put(params, _specs(DATA_ONLY), mesh),
-                         _batch(8, False))
-  assert built.report.lowering == ("lowering compact (interpret_ramps=0,"
-                                   " auto: FSDP gathered per step)")
-  assert [s.kind for s in built.plan.segments] == ["interp"]
   wide, wide_fn = _wide_model()
   step = tj.schedule(wide_fn, mesh=mesh, placement=tj.placements.interleaved(
       2, chunks=4, mode="train"), num_microbatches=4, data_axes=("data",),
@@ -185,6 +177,10 @@ def test_auto_mode_and_unknown_mode() -> None:
                      {k: jnp.zeros((8, WIDE_H)) for k in ("x", "y")})
   assert any(s.kind == "interp" for s in built.plan.segments)
   assert not built.layout.fsdp_per_block
+  # An explicit interpret_ramps wins; the report says ZeRO-3 was dropped.
+  assert built.report.lowering == (
+      "lowering loops (interpret_ramps=2, given); FSDP parameters gathered"
+      " once per step")
 
   with pytest.raises(tj.TesselError, match=r"fsdp='zero3'; use 'per_block'"):
     tj.schedule(fn, mesh=_mesh({"pipe": 2, "data": 2}), placement="vshape",

@@ -1,6 +1,6 @@
 """``tj.schedule(interpret_ramps=...)``'s default, resolved per build
-(``tessel_jax.ramps``): compact unless FSDP parameters are gathered per
-block; explicit values win; bad values are refused by name."""
+(``tessel_jax.ramps``): compact unless the layout has FSDP parameters;
+explicit values win; bad values are refused by name."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ class _Class:
 @dataclasses.dataclass(frozen=True)
 class _Layout:
   classes: tuple = ()
+  fsdp_per_block: bool = False
 
 
 PLAIN = _Layout((_Class(), _Class()))
@@ -31,12 +32,12 @@ FSDP = _Layout((_Class(), _Class(fsdp=(("data",), ()))))
 @pytest.mark.parametrize("layout,fsdp,value,why", [
     (PLAIN, "auto", 0, "no FSDP parameters"),
     (PLAIN, "per_block", 0, "no FSDP parameters"),
-    (FSDP, "auto", 8, "FSDP parameters gathered per block, fsdp='auto'"),
-    (FSDP, "per_block", 8,
-     "FSDP parameters gathered per block, fsdp='per_block'"),
-    (FSDP, "per_step", 0, "FSDP gathered per step"),
+    (FSDP, "auto", 8, "FSDP parameters, fsdp='auto'"),
+    (FSDP, "per_block", 8, "FSDP parameters, fsdp='per_block'"),
+    (FSDP, "per_step", 8, "FSDP parameters, fsdp='per_step'"),
 ])
-def test_auto_is_compact_unless_fsdp_per_block(layout, fsdp, value, why):
+def test_auto_is_compact_unless_there_are_fsdp_parameters(layout, fsdp,
+                                                          value, why):
   got = ramps.resolve("auto", layout, fsdp)
   assert got.value == value
   name = "compact" if value == 0 else "loops"
@@ -53,6 +54,16 @@ def test_an_explicit_value_wins(given, name):
     got = ramps.resolve(given, layout, "auto")
     assert got.value == given
     assert got.note == f"lowering {name} (interpret_ramps={given!r}, given)"
+
+
+def test_the_note_says_how_fsdp_is_gathered():
+  note = ramps.resolve(0, FSDP, "auto").note
+  assert ramps.with_fsdp(note, PLAIN) == note
+  assert ramps.with_fsdp(note, FSDP) == (
+      f"{note}; FSDP parameters gathered once per step")
+  per_block = dataclasses.replace(FSDP, fsdp_per_block=True)
+  assert ramps.with_fsdp(note, per_block) == (
+      f"{note}; FSDP parameters gathered per block")
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "compact", True])

@@ -120,3 +120,23 @@ def test_auto_plan_runner_summary_and_limits():
   assert got["paired_wall_cpu"] == {"b": [1.1, 1.2]}
   assert got["chosen_over_best_paired"] == 1.1
   assert got["chosen_over_best_paired_cpu"] == 1.2
+
+
+def test_auto_plan_runner_measures_each_placements_fastest():
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  from tessel_jax import plans as P  # pylint: disable=import-outside-toplevel
+
+  def plan(name, step, peak, how=None):
+    return P.PricedPlan(candidate=P.Candidate(name, 2, 2, 8, how), step=step,
+                        unit="ms", peak_bytes_per_device=(peak,),
+                        source="x", blocks=2, build_seconds=0.0)
+  a, b, c = plan("vshape", 1.0, 5), plan("vshape", 2.0, 5, "1f1b"), plan(
+      "mshape", 3.0, 5)
+  big, d = plan("mllm", 0.5, 99), plan("zbv", 9.0, 5)
+  got = A.to_measure([big, b, a, c, d], a, 10, 1)
+  # The winner, the top-1 fitting plan (the winner itself), then each other
+  # placement's fastest fitting plan; mllm does not fit the limit.
+  assert [p.candidate.label for p in got] == [
+      a.candidate.label, c.candidate.label, d.candidate.label]
+  assert len(A.to_measure([big, b, a, c, d], a, None, 0)) == 5
+

@@ -7,9 +7,11 @@ due at this tick (``passes.flushes``: merged ``ppermute``s at the first
 tick reading one of them), reads its inputs and runs a ``lax.switch`` over
 the tick's kernels (idle devices run a branch returning zero out ports); the
 branch of a kernel with parameter gradients adds them in place to its
-accumulators, the other branches pass them through. Interpreted ramps
-(``passes.interp``) do the same per tick with the ports and message lanes
-of their whole segment.
+accumulators, the other branches pass them through. In an interpreted
+segment (``passes.interp``) a device runs only its own kernel's ports
+(each kernel in a 0/1-trip loop) but holds every message round of the
+segment (``passes.held``), and is priced so per device
+(:func:`interp_device_ports`, :func:`interp_device_traffic`).
 
 Two costs follow, both measured by :func:`measure_tick_costs` (a
 microbenchmark on the mesh, cached on disk) rather than assumed:
@@ -21,7 +23,10 @@ microbenchmark on the mesh, cached on disk) rather than assumed:
   ports out of the stash, adds the gradients of its kernel into the
   accumulators (at most ``GradPort.nbytes`` each) and writes every message
   into the stash (after a row slice, a select among candidates, a
-  ``ppermute``);
+  ``ppermute``); an interpreted tick costs each device its own kernel's
+  ports and gradients and every message round (:func:`interp_device_traffic`);
+  on the CPU backend ``fixed`` and ``per_byte`` are one device's
+  core-seconds, which the replay shares among the cores;
 * **transfers**: on XLA's CPU runtime a ``ppermute`` is a rendezvous of
   the devices: a tick's remote messages become an all-device barrier
   priced by the link model (``latency + bytes / bandwidth`` per round).
