@@ -147,9 +147,9 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       ``step.report.lowering`` says which, why, and how FSDP parameters
       are gathered. 0 (compact): every tick in that one loop, remote messages
       held in outboxes until due, so each kernel body is compiled once: the
-      smallest program and first call (quiet, 2 stages: step 0.87/0.93x a
-      hand-written shard_map GPipe at N = 8/32, first call 1.24-1.43x it;
-      BENCHMARKS.md "Compact lowering"). k > 0 (loops): the repetend runs
+      smallest program and first call (quiet, 2 stages: step 0.91/0.92x a
+      hand-written shard_map GPipe at N = 8/32, first call 1.17-1.26x it;
+      BENCHMARKS.md "Quiet re-measure, session 27"). k > 0 (loops): the repetend runs
       as a ``fori_loop`` unrolling one period, straight-line stretches
       (warmup, cooldown) of at least k ticks are interpreted, shorter ones
       unrolled pruned ticks (the default with FSDP parameters, which

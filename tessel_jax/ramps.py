@@ -8,8 +8,8 @@ once the parameter layout is known:
 * ``0`` (*compact*): every tick in one table-driven loop, remote messages
   held in outboxes until due (``passes.held``). Each kernel body is compiled
   once: the smallest program and the fastest first call (quiet peer_bench,
-  2026-11-26: step 0.87/0.93x the hand-written GPipe at N = 8/32, first call
-  1.43/1.24x it, HLO 291 vs 480 kchars of the looped lowering).
+  2026-11-26 05:54: step 0.91/0.92x the hand-written GPipe at N = 8/32,
+  first call 1.26/1.17x it, HLO 217 vs 420 kchars of the looped lowering).
 * ``8`` (*loops*) when the layout has FSDP parameters (sharded over a data
   axis): ``fsdp="auto"`` gathers them per block only outside interpreted
   ticks (``passes.fsdp_tick.resolve``), so the compact lowering would
