@@ -49,13 +49,12 @@ def _write_stacked(ctx: Any, tick: Any, group: Sequence[Any],
                    order: Order | None) -> None:
   """Writes a group of rounds (``passes.stash_groups.write_groups``) with
   one ``dynamic-update-slice`` of their payloads' stack at the first
-  round's slot. Each payload is ``select(salt, port, 0)`` (``salt`` is 0
-  on the loop's one trip): with the ports alone, XLA would hoist their
-  stack out of the loop as invariant and build it on every device."""
-  vals = []
-  for ks in group:
-    port = ports[ks.ports[0]]
-    vals.append(lax.select_n(salt, port, jnp.zeros_like(port)))
+  round's slot. The first payload is ``select(salt, port, 0)`` (``salt``
+  is 0 on the loop's one trip): with the ports alone, XLA hoists their
+  stack out of the loop as invariant and builds it on every device (seen
+  in the HLO); one operand that varies keeps the stack in the loop."""
+  vals = [ports[ks.ports[0]] for ks in group]
+  vals[0] = lax.select_n(salt, vals[0], jnp.zeros_like(vals[0]))
   tg = tick.sends[group[0].round].targets[0]
   slot = ctx.dyn(tg.slot, 0)
   if order is not None:
