@@ -263,14 +263,14 @@ def test_tick_model_prices_ticks_and_rendezvous():
 def test_tick_model_prices_held_rounds_at_their_flushes():
   mesh = jax.make_mesh((2,), ("pipe",))
   fn, params, batch = _tiny(kinds=("embed", "head"))
-  # The default lowering (no FSDP parameters): compact, interpret_ramps=0.
+  # The default lowering: compact, interpret_ramps=0.
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
                      num_microbatches=4)
   built = step.build(params, batch)
   plan = built.plan
   assert [seg.kind for seg in plan.segments] == ["interp"]
   assert built.report.lowering == ("lowering compact (interpret_ramps=0,"
-                                   " auto: no FSDP parameters)")
+                                   " auto)")
   assert built.report.lowering in built.report.summary()
   link = cost_link.LinkModel(1e-3, 1e9)
   rv = ticks.tick_model(plan, link, ticks.TickCosts(), rendezvous=True)

@@ -110,7 +110,7 @@ def test_all_gathered_follows_the_fsdp_mode() -> None:
 
 
 def _fsdp_step(mode: str, cost: str = "uniform", plan: str | None = "1f1b",
-               interpret_ramps: int | None = None) -> Any:
+               interpret_ramps: int | str | None = "auto") -> Any:
   params, fn = _model()
   mesh = _mesh({"pipe": 2, "data": 2})
   sharded = _put(params, {"layers": [FSDP] * LAYERS}, mesh)
@@ -118,16 +118,16 @@ def _fsdp_step(mode: str, cost: str = "uniform", plan: str | None = "1f1b",
   step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
       2, mode="train"), num_microbatches=N, plan=plan,
                      data_axes=("data",), fsdp=mode, cost=cost,
-                     interpret_ramps=interpret_ramps)  # None: reuse
+                     interpret_ramps=interpret_ramps)  # None: unrolled
   step.build(sharded, batch)
   return step
 
 
-def test_interpreted_ticks_gather_every_role_of_their_segment() -> None:
-  # Compact (every tick interpreted), per block: each tick gathers and
-  # reduce-scatters every role of every kernel of the segment (one loop
-  # body for all ticks, no reuse), not only the roles of its own kernels:
-  # a tick running forwards only scatters too.
+def test_interpreted_ticks_gather_only_their_kernels_roles() -> None:
+  # Compact (every tick interpreted), per block: each device gathers and
+  # reduce-scatters, inside its kernel's loop, only the roles of the kernel
+  # it runs at that tick (passes.fsdp_kernel), not every role of the
+  # segment: a tick running forwards only scatters nothing.
   step = _fsdp_step("per_block", interpret_ramps=0)
   layout, plan = step.built.layout, step.built.plan
   assert [s.kind for s in plan.segments] == ["interp"]
@@ -140,9 +140,9 @@ def test_interpreted_ticks_gather_every_role_of_their_segment() -> None:
                                                   grads))
               for t in plan.ticks)
     n = sum(c.kind == kind for c in got)
-    assert n == len(plan.ticks) * len(roles) >= own
+    assert n == own <= len(plan.ticks) * len(roles)
     if grads:
-      assert n > own
+      assert n < len(plan.ticks) * len(roles)
 
 
 def test_plans_compared_with_their_fsdp_collectives(monkeypatch) -> None:
@@ -182,9 +182,10 @@ def test_fsdp_collectives_priced_in_the_step() -> None:
   link = tj.cost.LinkModel(latency_s=1e-3, bandwidth_bytes_per_s=1e9)
   assert fsdp_comm.seconds(layout, plan, link) == pytest.approx(
       sum(2 * (1e-3 + b / 1e9) for b in want))
-  # Per block: one collective per role a tick reads, less the reuse of a
-  # straight run: fewer than without reuse, at least one per role.
-  step = _fsdp_step("per_block", cost="measured")
+  # Per block, ticks unrolled: one collective per role a tick reads, less
+  # the reuse of a straight run: fewer than without reuse, at least one per
+  # role.
+  step = _fsdp_step("per_block", cost="measured", interpret_ramps=None)
   layout, plan = step.built.layout, step.built.plan
   got = fsdp_comm.collectives(layout, plan)
   for kind, grads in (("gather", False), ("scatter", True)):

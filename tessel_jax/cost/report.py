@@ -60,8 +60,7 @@ class CostReport:
     chosen_plan: With ``placement="auto"``: the plan chosen, its predicted
       step and peak, and the runner-up (``plans.AutoChoice.describe``).
     lowering: The lowering of the program and why (``tessel_jax.ramps``):
-      e.g. ``"lowering compact (interpret_ramps=0, auto: no FSDP
-      parameters)"``.
+      e.g. ``"lowering compact (interpret_ramps=0, auto)"``.
   """
 
   cost: str

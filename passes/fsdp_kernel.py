@@ -1,0 +1,114 @@
+"""ZeRO-3 per block inside interpreted ticks: gathered by the kernel's loop.
+
+An interpreted tick (``passes.interp``) is one loop body for every tick of
+its segment, and each kernel of the segment runs in its own 0/1-trip while
+loop (``passes.predicated``) that only the devices running it at this tick
+enter. Every data replica of a pipe stage runs the same tick table (the
+tables are indexed by the pipe index only), so a kernel's loop is entered
+by all devices of a data group or by none: a collective over the data axes
+inside it is executed by the whole group, like one outside every branch.
+
+So with ``Layout.fsdp_mode == "per_block"`` a kernel's FSDP leaves are
+gathered *inside its own loop* (``gather``: one ``all_gather`` per split
+dimension over the data axes) and its gradients reduce-scattered there
+(``scatter_add``) into the class's shard-sized accumulator
+(``fsdp_tick.init_accumulator``, carried by the loop and updated in
+place). A device so gathers only what the kernel it runs reads, only at
+the ticks it runs it, and holds the gathered leaves only while the kernel
+runs: sharded parameters plus one block's gathered parameters and
+gradients (``Layout.fsdp_block_bytes``), the bound ``passes.program_bytes``
+predicts. (The tick-level alternative, ``fsdp_tick.before_tick``, gathers
+every role of every kernel of the segment at every tick.)
+
+The gathered shard gets the loop's trip counter added through
+``where(device < 0, counter, 0)`` (zero), so XLA cannot hoist the gather out
+of the loop as loop-invariant code (it would then run at every tick on
+every device and stay live).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import indexing as _indexing
+from .fsdp import gather, pin, scatter
+from .fsdp_tick import KEY, per_block, role
+
+
+def _slot(layout: Any, ctx: Any, kernel: Any, leaf: int) -> Any:
+  """The slot of ``leaf`` in its class on this device: static where the
+  kernel's devices agree, else a lookup by device."""
+  slots = np.zeros(layout.num_devices, np.int64)
+  for d in kernel.devices:
+    slots[d] = layout.slot_of[(leaf, d)][1]
+  used = slots[list(kernel.devices)]
+  if np.all(used == used[0]):
+    return int(used[0])
+  return _indexing.lookup(slots, (ctx.dev,))
+
+
+def acc_key(layout: Any, kernel: Any, leaf: int) -> tuple | None:
+  """The accumulator key (``param_grads.acc_get``) of ``leaf``'s gradient
+  inside an interpreted tick: its class's shard accumulator
+  ``("slot", class, 0)`` (per block), or None (accumulated as before)."""
+  if not per_block(layout):
+    return None
+  r = role(layout, kernel, leaf, grads=True)
+  return None if r is None else ("slot", r[0], 0)
+
+
+def accumulator_spec(layout: Any, key: tuple) -> tuple | None:
+  """The GSPMD spec of a shard accumulator ``("slot", class, 0)`` of a
+  per-block FSDP class (``(count, *shard)``), None for other keys."""
+  if key[0] != "slot" or not per_block(layout):
+    return None
+  cls = layout.classes[key[1]]
+  return (None,) + tuple(cls.inner_spec) if cls.fsdp else None
+
+
+def gathers(layout: Any, ctx: Any, kernel: Any,
+            slots: Sequence[Sequence[Any]], counter: Any
+            ) -> dict[tuple, Any]:
+  """``kernel``'s FSDP leaves gathered over the data axes, keyed as
+  ``fsdp_tick.param`` reads them (``(KEY, class, role)``); run inside the
+  kernel's 0/1-trip loop, ``counter`` its trip counter (0 when it runs)."""
+  out: dict[tuple, Any] = {}
+  if not per_block(layout):
+    return out
+  zero = jnp.where(ctx.dev < 0, counter, 0)
+  for l in kernel.params:
+    r = role(layout, kernel, l)
+    if r is None:
+      continue
+    cls = layout.classes[r[0]]
+    j = _slot(layout, ctx, kernel, l)
+    x = (slots[r[0]][j] if isinstance(j, int) else
+         lax.select_n(j, *slots[r[0]]))
+    x = x + zero.astype(cls.dtype)  # not loop-invariant (module docstring)
+    out[(KEY,) + r] = pin(gather(x, 1, cls.fsdp, cls.inner_spec)[0],
+                          cls.inner_spec)
+  return out
+
+
+def scatter_add(layout: Any, ctx: Any, kernel: Any, leaf: int, g: Any,
+                acc: Any) -> Any:
+  """``acc`` (a class's shard accumulator ``(count, *shard)``) with the
+  gathered-size gradient ``g`` of ``leaf`` reduce-scattered over the
+  class's data axes and added at the leaf's slot. (Data axes the class is
+  not split over are summed once at the end, ``fsdp_tick.slot_grads``.)"""
+  c = layout.slot_of[(leaf, kernel.devices[0])][0]
+  cls = layout.classes[c]
+  named = tuple(a for t in cls.fsdp for a in t)
+  s = scatter(g[None], 1, cls.fsdp, cls.inner_spec, named)
+  j = _slot(layout, ctx, kernel, leaf)
+  cur = _indexing.index(acc, j)
+  return pin(_indexing.update_index(acc, cur + s[0].astype(acc.dtype), j),
+             (None,) + tuple(cls.inner_spec))
+
+
+__all__ = ["accumulator_spec", "acc_key", "gathers", "scatter_add"]
