@@ -35,6 +35,8 @@ flags.DEFINE_list("interpret_ramps", ["0", "8"],
                   " the first.")
 flags.DEFINE_integer("repeats", 7, "Timing rounds (each variant once per"
                      " round, shuffled).")
+flags.DEFINE_integer("microbatches", 4, "Micro-batches per step (tp_bench's"
+                     " default 4).")
 flags.DEFINE_string("output", "out/fsdp_compact_bench.json", "JSON path.")
 
 
@@ -53,10 +55,11 @@ def _timed(runs: dict, rounds: int) -> dict:
   return out
 
 
-def run(configs: list[str], ramps: list[int], repeats: int) -> dict:
+def run(configs: list[str], ramps: list[int], repeats: int,
+        microbatches: int = 4) -> dict:
   """Builds, checks and times every (config, lowering); returns the
   record (also printed)."""
-  base = tb.BenchArgs(cost="uniform")
+  base = tb.BenchArgs(cost="uniform", microbatches=microbatches)
   model, batch = tb.gpt(base), tb.make_batch(base)
   reference = jax.jit(jax.value_and_grad(model[2](1)))(model[0], batch)
   recs, runs = {}, {}
@@ -67,7 +70,8 @@ def run(configs: list[str], ramps: list[int], repeats: int) -> dict:
           name, base._replace(interpret_ramps=r), model, batch, reference)
   load0 = os.getloadavg()[0]
   times = _timed(runs, repeats)
-  record = {"load_average": [load0, os.getloadavg()[0]], "rows": {}}
+  record = {"load_average": [load0, os.getloadavg()[0]],
+            "microbatches": microbatches, "repeats": repeats, "rows": {}}
   for name in configs:
     first = times[f"{name}@{ramps[0]}"]
     for r in ramps:
@@ -109,7 +113,7 @@ def main(argv: list[str]) -> None:
                   "--xla_force_host_platform_device_count=8"] if x)
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   record = run(list(f.configs), [int(r) for r in f.interpret_ramps],
-               f.repeats)
+               f.repeats, f.microbatches)
   if f.output:
     os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
     with open(f.output, "w", encoding="utf-8") as fh:

@@ -10,6 +10,10 @@ data axes; after the kernels, each FSDP gradient a kernel of the tick
 returned is reduce-scattered over the data axes and added into a
 shard-sized accumulator. A device so holds, besides its shards, only the
 gathered slots and gathered-size gradients of the tick it is running.
+That is for unrolled and looped ticks; in an interpreted tick (a table-
+driven loop whose kernels each run in their own 0/1-trip loop) each kernel
+gathers its own leaves and reduce-scatters its gradients inside its loop
+instead (``passes.fsdp_kernel``).
 
 *Roles.* Devices run different kernels at one tick, and a kernel's leaf
 sits in a different slot on each device, while the SPMD program needs one
