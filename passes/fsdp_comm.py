@@ -10,7 +10,9 @@ change (a gradient role: whose slots agree on the devices using it),
 while the first tick of a loop iteration gathers again. In an interpreted
 tick each device gathers, inside its kernel's loop, only the leaves of the
 kernel it runs at that tick and reduce-scatters their gradients there
-(``passes.fsdp_kernel``): a collective per role of the tick's kernels. This count follows those rules
+(``passes.fsdp_kernel``): a reduce-scatter per gradient role of the
+tick's kernels, and a gather per role where a device's kernel reads other
+slots than the role's last gather on that device in the segment. This count follows those rules
 (``fsdp_tick.gather_tick``, ``before_tick``), with a run taken as the
 ticks of one segment (of one loop iteration).
 
@@ -25,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fsdp_tick
+from . import fsdp_kernel, fsdp_tick
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +62,21 @@ def _reuse_from_previous(plan: Any) -> list[bool]:
   return ok
 
 
+def _interp_gathers(layout: Any, plan: Any) -> dict[int, set]:
+  """Plan tick -> the roles some device gathers there, for the ticks of
+  interpreted segments whose kernels run in their own loops (the gathered
+  buffers carried across ticks, ``fsdp_kernel.regather``)."""
+  out: dict[int, set] = {}
+  for seg in plan.segments:
+    spec = plan.interps.get(seg.start) if seg.kind == "interp" else None
+    if spec is None or len(spec.branches) < 2:
+      continue
+    tables = fsdp_kernel.regather(layout, plan.kernels, spec)
+    for tau in range(seg.end - seg.start):
+      out[seg.start + tau] = {r for r, t in tables.items() if t[tau].any()}
+  return out
+
+
 def _per_block(layout: Any, plan: Any) -> list[Collective]:
   """As ``fsdp_tick.gather_tick`` (a run's last gather per role, reused
   where it moves the same slots) and ``before_tick`` (a run's pending
@@ -69,6 +86,7 @@ def _per_block(layout: Any, plan: Any) -> list[Collective]:
   reuse = _reuse_from_previous(plan)
   gathered: dict = {}
   pending: dict = {}
+  again = _interp_gathers(layout, plan)
   for t, tick in enumerate(plan.ticks):
     shape = tick
     if not reuse[t]:
@@ -76,6 +94,8 @@ def _per_block(layout: Any, plan: Any) -> list[Collective]:
     for key, (table, used) in fsdp_tick._roles_used(
         layout, plan.kernels, shape, False).items():
       hit = gathered.get(key)
+      if t in again:
+        hit = table if key not in again[t] else None
       if hit is None or not np.array_equal(hit[used], table[used]):
         out.append(Collective(tick.step, "gather",
                               _received(layout.classes[key[0]])))

@@ -104,7 +104,8 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
     if kid is None:
       continue
     kernel = lowering.plan.kernels[kid]
-    own = owned_keys(lowering, kernel) if lowering.train else ()
+    own = (owned_keys(lowering, kernel) if lowering.train else ()) + (
+        _fsdp_kernel.cache_keys(lowering.layout, kernel))  # FSDP per block
     outs = tuple(tick.out_map[kid])
     trips = order.slot(jnp.asarray(which == b, jnp.int32))
 

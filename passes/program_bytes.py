@@ -11,9 +11,7 @@ once:
   packed gradients, no third copy), the stash's peak, and, where every
   FSDP slot is gathered at once, every gathered slot and gradient, and
   (per step, loop lowering) the largest slot class's gathered gradients,
-  the contiguous input of its reduce-scatter; per block in the compact
-  lowering one block's gathered slots and the largest gathered gradient
-  (``_fsdp_extra``);
+  the contiguous input of its reduce-scatter (``_fsdp_extra``);
 - **the unpack**: each replicated leaf's gradient is read from the one
   pipe device holding it, so the packed gradients are gathered over the
   pipe axis: up to ``D x`` one device's packed bytes (FSDP slots at their
@@ -98,28 +96,22 @@ def interpreted_kernels(plan: Any) -> bool:
              for seg in plan.segments)
 
 
-def _fsdp_extra(layout: Layout, plan: Any, d: int) -> int:
-  """FSDP bytes of the loop phase beyond ``2 x`` device ``d``'s packed
+def _fsdp_extra(layout: Layout, plan: Any) -> int:
+  """FSDP bytes of the loop phase beyond ``2 x`` the device's packed
   bytes (which count the gathered slots or block once).
 
   Per step, the loop lowering reduce-scatters each class's gathered
   gradients as one contiguous array (the largest class's copy); the
-  compact lowering reads the accumulators in place (none). Per block in
-  the compact lowering a kernel's gathered leaves and gradients live only
-  in its loop (``passes.fsdp_kernel``): one block's gathered bytes and the
-  largest gathered gradient pending its reduce-scatter instead of the
-  block's second copy (4-layer MLP on (pipe=2, data=2): predicted 1.05x
-  the compiled bytes, ``2 x`` the block 1.23x); the loop lowering holds a
-  run's gathered gradients (the second copy)."""
+  compact lowering reads the accumulators in place (none; 4-layer MLP on
+  (pipe=2, data=2): predicted 1.18x the compiled bytes, with the copy
+  1.30x). Per block none: the ``2 x`` counts one block's gathered leaves
+  (in the compact lowering the buffers carried across ticks,
+  ``fsdp_kernel.CACHE``) and its gathered gradients (a run's pending role
+  buffers; a kernel's before their reduce-scatter)."""
   fsdp = [c for c in layout.classes if c.fsdp]
-  if not fsdp:
+  if not fsdp or layout.fsdp_per_block or interpreted_kernels(plan):
     return 0
-  compact = interpreted_kernels(plan)
-  if not layout.fsdp_per_block:
-    return 0 if compact else max(c.count * c.gathered_nbytes for c in fsdp)
-  if not compact:
-    return 0
-  return max(c.gathered_nbytes for c in fsdp) - layout.fsdp_live_bytes(d)
+  return max(c.count * c.gathered_nbytes for c in fsdp)
 
 
 def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],
@@ -135,7 +127,7 @@ def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],
   """
   per_dev = layout.bytes_per_device()
   d = int(np.argmax(per_dev))
-  loop = 2 * per_dev[d] + _fsdp_extra(layout, plan, d) + int(
+  loop = 2 * per_dev[d] + _fsdp_extra(layout, plan) + int(
       stash_peak_bytes)
   unpack = layout.num_devices * (per_dev[d] - layout.fsdp_live_bytes(d))
   if any(gathered_whole(layout, c) for c in layout.classes):

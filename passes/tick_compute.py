@@ -46,8 +46,9 @@ def run_kernel(low: LowerContext, ctx: Ctx, tick: Tick, kid: int,
   index = vals["index"]
   if salt is not None:
     index = [(ix[0] + salt, ix[1]) for ix in index]
-    pbuf = {**pbuf, **_fsdp_kernel.gathers(low.layout, ctx, kernel, slots,
-                                           salt)}
+    pbuf = {**pbuf, **_fsdp_kernel.cached_gathers(
+        low.layout, ctx, tick, kernel, slots, salt, acc,
+        _fsdp_kernel.regather(low.layout, low.plan.kernels, tick))}
   dvals = [_io.read_port(tick.reads[p], index[p], vals["pools"],
                          vals["batch"])
            for p in tick.in_map[kid]]
