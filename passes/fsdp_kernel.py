@@ -29,8 +29,8 @@ at 1.45x.
 
 The gathered shard gets the loop's trip counter added through
 ``where(device < 0, counter, 0)`` (zero), so XLA cannot hoist the gather out
-of the loop as loop-invariant code (it would then run at every tick on
-every device and stay live).
+of its loop as loop-invariant code (it would then run at every tick on
+every device).
 """
 
 from __future__ import annotations
@@ -78,30 +78,6 @@ def accumulator_spec(layout: Any, key: tuple) -> tuple | None:
   return (None,) + tuple(cls.inner_spec) if cls.fsdp else None
 
 
-def gathers(layout: Any, ctx: Any, kernel: Any,
-            slots: Sequence[Sequence[Any]], counter: Any
-            ) -> dict[tuple, Any]:
-  """``kernel``'s FSDP leaves gathered over the data axes, keyed as
-  ``fsdp_tick.param`` reads them (``(KEY, class, role)``); run inside the
-  kernel's 0/1-trip loop, ``counter`` its trip counter (0 when it runs)."""
-  out: dict[tuple, Any] = {}
-  if not per_block(layout):
-    return out
-  zero = jnp.where(ctx.dev < 0, counter, 0)
-  for l in kernel.params:
-    r = role(layout, kernel, l)
-    if r is None:
-      continue
-    cls = layout.classes[r[0]]
-    j = _slot(layout, ctx, kernel, l)
-    x = (slots[r[0]][j] if isinstance(j, int) else
-         lax.select_n(j, *slots[r[0]]))
-    x = x + zero.astype(cls.dtype)  # not loop-invariant (module docstring)
-    out[(KEY,) + r] = pin(gather(x, 1, cls.fsdp, cls.inner_spec)[0],
-                          cls.inner_spec)
-  return out
-
-
 def scatter_add(layout: Any, ctx: Any, kernel: Any, leaf: int, g: Any,
                 acc: Any) -> Any:
   """``acc`` (a class's shard accumulator ``(count, *shard)``) with the
@@ -116,8 +92,6 @@ def scatter_add(layout: Any, ctx: Any, kernel: Any, leaf: int, g: Any,
   cur = _indexing.index(acc, j)
   return pin(_indexing.update_index(acc, cur + s[0].astype(acc.dtype), j),
              (None,) + tuple(cls.inner_spec))
-
-
 
 
 # --- reuse across ticks: one gathered buffer per role, carried ---------------
@@ -230,5 +204,5 @@ def cached_gathers(layout: Any, ctx: Any, spec: Any, kernel: Any,
 
 
 __all__ = ["CACHE", "accumulator_spec", "acc_key", "cache_keys",
-           "cached_gathers", "drop_cache", "gathers", "regather",
-           "scatter_add", "with_cache"]
+           "cached_gathers", "drop_cache", "regather", "scatter_add",
+           "with_cache"]

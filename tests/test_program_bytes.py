@@ -3,8 +3,8 @@
 The prediction is checked against the compiled program's argument +
 output + temp bytes (``compiled.memory_analysis()``) on an MLP whose
 weights dominate: never below it (the search's memory limit must stay
-safe), and within 20% above it (1.01-1.17 here), on a tensor-parallel mesh, replicated
-weights, and FSDP gathered per step and per block. Every program is
+safe), and within 20% above it (1.01-1.18 here), on a tensor-parallel mesh, replicated
+weights, and FSDP gathered per step and per block (compact lowering). Every program is
 checked against ``jax.value_and_grad``. The FSDP collectives priced in
 the predicted step (``passes.fsdp_comm``) are counted per step and per
 block.
