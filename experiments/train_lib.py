@@ -48,8 +48,9 @@ class TrainArgs(NamedTuple):
   interpret_ramps: int | str | None = "auto"  # tj.schedule's default
 
 
-# The runner lowers with ``interpret_ramps=0`` unless told otherwise (every
-# tick in one table-driven loop, each kernel compiled once). Measured on the
+# The runner lowers with ``interpret_ramps="auto"`` unless told otherwise,
+# the compact lowering here (every tick in one table-driven loop, each
+# kernel compiled once). Measured on the
 # main job (README GPT, mshape(4), 16 micro-batches, cold caches, quiet
 # 2-core machine, 2026-11-25): compile 11.5 s -> 4.1 s, first step at
 # 23.1 s -> 14.8 s. Since remote messages wait in outboxes until due and
@@ -60,7 +61,7 @@ class TrainArgs(NamedTuple):
 # ~1.37x, when the rule was "below 150 steps").
 
 
-def interpret_ramps_for(steps: int, given: int | None) -> int | None:
+def interpret_ramps_for(steps: int, given: int | None) -> int | str | None:
   """``tj.schedule``'s ``interpret_ramps`` for a run of ``steps`` steps.
 
   Args:
@@ -69,13 +70,14 @@ def interpret_ramps_for(steps: int, given: int | None) -> int | None:
       unroll every ramp).
 
   Returns:
-    ``given`` when given (None for a negative one), else 0 (the compact
-    lowering).
+    ``given`` when given (None for a negative one), else ``"auto"``
+    (``tj.schedule``'s default: the compact lowering, 0, unless the layout
+    has FSDP parameters).
   """
   del steps
   if given is not None:
     return None if given < 0 else given
-  return 0
+  return "auto"
 
 
 # --- data -----------------------------------------------------------------
