@@ -151,8 +151,9 @@ def cache_keys(layout: Any, kernel: Any) -> tuple[tuple, ...]:
 def with_cache(layout: Any, kernels: Any, spec: Any, state: tuple) -> tuple:
   """``state`` (``(pools, (flat accs, slot accs), terminals)``) with a
   zeroed buffer per role of the interp tick ``spec`` among the flat
-  accumulators (per block; else unchanged)."""
-  if not per_block(layout):
+  accumulators (per block, kernels in their own loops; else unchanged: a
+  one-kernel interp tick runs as a plain tick, ``fsdp_tick.before_tick``)."""
+  if not per_block(layout) or len(spec.branches) < 2:
     return state
   pools, (gacc, sacc), tacc = state
   gacc = dict(gacc)
