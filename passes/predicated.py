@@ -130,7 +130,7 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
       _set(gacc, sacc, k, v)
     # What comes next (the next kernel's loop, the next tick's stash
     # writes) follows this loop: its trip counter is the token.
-    order.add(done)
+    order.follow(done)
   return (gacc, tuple(tuple(g) for g in sacc)), ports
 
 
