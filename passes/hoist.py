@@ -1,0 +1,164 @@
+"""Kernels' parameter-only work, computed once per step before the ticks.
+
+``prepare`` runs in the ``shard_map`` body before the first segment: for
+every kernel that runs at two ticks or more it traces the kernel alone,
+finds its parameter-only values (``passes.param_only``: the reversed conv
+weights of an input-gradient convolution, a transposed tied embedding) and
+computes them from the kernel's parameter reads. Values that equal
+programs compute from the same source (one slot of a slot class: every
+device holds its own block's leaf there, so kernels on different devices
+reading one slot share it, as they share the slot) are computed once.
+``run`` is what a tick calls instead of ``kernel.fn``: it traces the
+kernel again (the tick's row offset may be a constant there), checks that
+the same values are parameter-only, and evaluates the kernel with them
+given, so the loop body no longer holds their producers.
+
+The values are live for the whole step: ``nbytes`` is what the memory
+model adds (``passes.program_bytes``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from tessel_jax import compat
+
+from . import fsdp_tick as _fsdp_tick
+from . import param_only as _po
+from . import tick_io as _io
+from .lower_context import LowerContext
+from .tick_ctx import INPLACE, Ctx, scoped
+
+HOISTED = ("hoisted",)
+_ENABLED = [True]
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+  """Programs lowered inside this context hoist nothing (the A/B runs of
+  ``experiments.lowering_bench`` and the tests)."""
+  _ENABLED.append(False)
+  try:
+    yield
+  finally:
+    _ENABLED.pop()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prepared:
+  """One kernel's hoisted values, computed before the ticks.
+
+  Attributes:
+    signature: ``param_only.Found.signature`` of the kernel's trace.
+    values: The values, aligned with it.
+  """
+
+  signature: tuple
+  values: tuple[Any, ...]
+
+
+def _sds(v: Any) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(tuple(v.shape), v.dtype)
+
+
+def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
+           dvals: Sequence[Any]) -> tuple[_po.Found, Any, int]:
+  """``(found, out tree, leading args)``: the kernel traced on abstract
+  values (``kctx`` None: its row offset as an abstract int32 argument)."""
+  pv, dv = [_sds(v) for v in pvals], [_sds(v) for v in dvals]
+  if kctx is None:
+    closed, tree = compat.make_jaxpr(
+        lambda ro, p, d: kernel.fn({"row_offset": ro}, p, d),
+        jax.ShapeDtypeStruct((), jnp.int32), pv, dv)
+    lead = 1
+  else:
+    closed, tree = compat.make_jaxpr(lambda p, d: kernel.fn(kctx, p, d),
+                                     pv, dv)
+    lead = 0
+  invars, _ = compat.jaxpr_io(closed)
+  return _po.find(closed, invars[lead:lead + len(pv)]), tree, lead
+
+
+def hoistable(low: LowerContext, kernel: Any) -> bool:
+  """A kernel whose parameter reads are the same at every tick: no FSDP
+  gather per block, no collective, run at two ticks or more."""
+  if low.plan.num_microbatches < 2 or not kernel.params:
+    return False
+  if low.collective(kernel):
+    return False
+  layout = low.layout
+  if _fsdp_tick.per_block(layout) and any(
+      _fsdp_tick.role(layout, kernel, l) is not None for l in kernel.params):
+    return False
+  return True
+
+
+def _source(low: LowerContext, kid: int, kernel: Any, leaf: int,
+            pbuf: Mapping[Any, Any]) -> tuple:
+  """Where the kernel reads ``leaf``: kernels reading the same source see
+  the same value on every device."""
+  if INPLACE in pbuf:
+    return ("leaf", leaf)
+  where = low.layout.slot_of.get((leaf, kernel.devices[0]))
+  if where is not None and not low.reads_gathered(kernel, leaf):
+    return ("slot",) + tuple(where)
+  return ("kernel", kid, leaf)
+
+
+@scoped("params")
+def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
+            slots: Sequence[Sequence[Any]]) -> dict[int, Prepared]:
+  """Every hoistable kernel's parameter-only values, computed once."""
+  out: dict[int, Prepared] = {}
+  if not _ENABLED[-1]:
+    return out
+  shared: dict[tuple, Any] = {}
+  for kid, kernel in sorted(low.plan.kernels.items()):
+    if not hoistable(low, kernel):
+      continue
+    pvals = _io.params(low, ctx, kernel, pbuf, slots)
+    found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
+    if not found.hoisted:
+      continue
+    srcs = dict(zip(found.params,
+                    (_source(low, kid, kernel, l, pbuf)
+                     for l in kernel.params)))
+    by_var = dict(zip(found.params, pvals))
+    values = []
+    for v in found.hoisted:
+      eqns, reads = _po.value_prelude(found, v)
+      key = (tuple(srcs[p] for p in reads),
+             compat.jaxpr_text(eqns, reads, [v]))
+      if key not in shared:
+        shared[key] = compat.eval_eqns(eqns, reads, [v],
+                                       [by_var[p] for p in reads])[0]
+      values.append(shared[key])
+    out[kid] = Prepared(signature=found.signature, values=tuple(values))
+  return out
+
+
+def run(kernel: Any, kctx: Mapping[str, Any], pvals: Sequence[Any],
+        dvals: Sequence[Any], prepared: Prepared | None
+        ) -> tuple[list[Any], list[Any]]:
+  """``kernel.fn(kctx, pvals, dvals)`` with its parameter-only values
+  taken from ``prepared`` (computed before the ticks)."""
+  if prepared is None:
+    return kernel.fn(kctx, pvals, dvals)
+  found, tree, _ = _trace(kernel, kctx, pvals, dvals)
+  if found.signature != prepared.signature:
+    return kernel.fn(kctx, pvals, dvals)  # traced differently: run it whole
+  flat = _po.rest(found, list(pvals) + list(dvals), prepared.values)
+  outs, grads = jax.tree_util.tree_unflatten(tree, flat)
+  return list(outs), list(grads)
+
+
+def nbytes(prepared: Mapping[int, Prepared]) -> int:
+  """Bytes of the distinct hoisted values (live for the whole step)."""
+  seen = {id(v): v for p in prepared.values() for v in p.values}
+  return sum(int(v.size) * v.dtype.itemsize for v in seen.values())

@@ -1,0 +1,176 @@
+"""A kernel's parameter-only operations: found in its jaxpr, split off.
+
+A kernel runs once per micro-batch, but some of its equations read only
+its parameters: the transpose rule of a convolution reverses the weight's
+spatial axes (``rev``) for every input-gradient convolution, a tied head
+transposes its embedding. Inside the tick loop XLA cannot move them out
+(they sit in a switch branch or a 0/1-trip loop), so they are redone at
+every tick. :func:`find` names the values worth computing once per step
+(``passes.hoist`` computes them before the tick loop); :func:`prelude`
+evaluates them from the parameters, :func:`rest` runs the kernel's
+equations with them given.
+
+The rule (in the style of equinox's ``internal/_finalise_jaxpr.py``: one
+pass over the top-level equations): an equation is *parameter-only* when
+every input is a parameter, a literal or the output of a parameter-only
+equation, and it has no effects. It does *work* unless it is a view or an
+expansion (reshape, broadcast, convert, iota: XLA fuses those into their
+reader for free, and a hoisted broadcast would hold a buffer as large as
+an activation) or its output is larger than its largest input. A value is
+hoisted when work went into it (it or an equation it depends on does
+work, through views only) and something outside that set reads it: an
+equation that is not parameter-only, an expansion, or the kernel's
+outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from tessel_jax import compat
+
+# Views and expansions: free inside their reader's fusion; never hoisted on
+# their own (an expansion's output is not hoisted at all).
+_VIEWS = frozenset({"reshape", "squeeze", "expand_dims", "convert_element_type",
+                    "copy", "copy_p", "sharding_constraint"})
+_EXPANSIONS = frozenset({"broadcast_in_dim", "iota", "pad", "tile",
+                         "concatenate"})
+
+
+def _nbytes(v: Any) -> int:
+  aval = v.aval
+  return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(
+      aval.dtype).itemsize
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Found:
+  """The parameter-only part of one kernel jaxpr.
+
+  Attributes:
+    closed: The kernel's closed jaxpr.
+    params: Its parameter input variables, in kernel order.
+    hoisted: Variables computed once per step (parameter-only, work went
+      into them, read outside the parameter-only part).
+    prelude: The parameter-only equations the hoisted values need, in
+      program order.
+    signature: ``(primitive, shape, dtype)`` of each hoisted value's
+      producer: two traces of one kernel hoist the same values iff equal.
+  """
+
+  closed: Any
+  params: tuple[Any, ...]
+  hoisted: tuple[Any, ...]
+  prelude: tuple[Any, ...]
+  signature: tuple[tuple[str, tuple[int, ...], str], ...]
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the hoisted values (held for the whole step)."""
+    return sum(_nbytes(v) for v in self.hoisted)
+
+
+def _scan(eqns: Sequence[Any], params: Sequence[Any]
+          ) -> tuple[dict[Any, Any], set[Any], set[Any]]:
+  """``(producer of each parameter-only var, worked vars, expansion
+  outputs)`` of the top-level equations."""
+  producer: dict[Any, Any] = {}
+  known, worked, expanded = set(params), set(), set()
+  for eqn in eqns:
+    ins = [v for v in eqn.invars if not compat.is_literal(v)]
+    if eqn.effects or not ins or not all(v in known for v in ins):
+      continue
+    outs = [v for v in eqn.outvars if not compat.is_dropvar(v)]
+    known.update(outs)
+    for v in outs:
+      producer[v] = eqn
+    name = compat.primitive_name(eqn)
+    if name in _EXPANSIONS or any(v in expanded for v in ins):
+      expanded.update(outs)
+      continue
+    grows = max((_nbytes(v) for v in outs), default=0) > max(
+        _nbytes(v) for v in ins)
+    if grows:
+      expanded.update(outs)
+    elif name not in _VIEWS or any(v in worked for v in ins):
+      worked.update(outs)
+  return producer, worked, expanded
+
+
+def find(closed: Any, params: Sequence[Any]) -> Found:
+  """The values of ``closed`` worth computing once from ``params`` (its
+  parameter input variables), and the equations that compute them."""
+  eqns = compat.jaxpr_eqns(closed)
+  _, outvars = compat.jaxpr_io(closed)
+  producer, worked, _ = _scan(eqns, params)
+  inside = {id(producer[v]) for v in worked}
+  hoisted: dict[Any, None] = {}
+  for eqn in eqns:
+    if id(eqn) in inside:
+      continue
+    for v in eqn.invars:
+      if not compat.is_literal(v) and v in worked:
+        hoisted[v] = None
+  for v in outvars:
+    if not compat.is_literal(v) and v in worked:
+      hoisted[v] = None
+  for v in list(hoisted):  # a producer is dropped whole: all its outputs
+    for o in producer[v].outvars:
+      if not compat.is_dropvar(o):
+        hoisted[o] = None
+  need: set[int] = set()
+  stack = [producer[v] for v in hoisted]
+  while stack:
+    eqn = stack.pop()
+    if id(eqn) in need:
+      continue
+    need.add(id(eqn))
+    stack.extend(producer[v] for v in eqn.invars
+                 if not compat.is_literal(v) and v in producer)
+  prelude = tuple(e for e in eqns if id(e) in need)
+  sig = tuple((compat.primitive_name(producer[v]), tuple(v.aval.shape),
+               str(v.aval.dtype)) for v in hoisted)
+  return Found(closed=closed, params=tuple(params), hoisted=tuple(hoisted),
+               prelude=prelude, signature=sig)
+
+
+def prelude(found: Found, pvals: Sequence[Any]) -> list[Any]:
+  """The hoisted values computed from the parameter values."""
+  return compat.eval_eqns(found.prelude, found.params, found.hoisted,
+                          pvals)
+
+
+def rest(found: Found, args: Sequence[Any], hvals: Sequence[Any]
+         ) -> list[Any]:
+  """The kernel's outputs from its arguments (``closed``'s invars, in
+  order) with the hoisted values given: their producers are not run."""
+  given = set(found.hoisted)
+  eqns = [e for e in compat.jaxpr_eqns(found.closed)
+          if not any(v in given for v in e.outvars)]
+  invars, outvars = compat.jaxpr_io(found.closed)
+  constvars, consts = compat.jaxpr_consts(found.closed)
+  return compat.eval_eqns(
+      eqns, constvars + invars + list(found.hoisted), outvars,
+      consts + list(args) + list(hvals))
+
+
+def value_prelude(found: Found, v: Any) -> tuple[list[Any], list[Any]]:
+  """``(equations, parameter variables read)`` that compute the hoisted
+  value ``v`` alone (a slice of ``found.prelude``)."""
+  producer = {o: e for e in found.prelude for o in e.outvars}
+  need: set[int] = set()
+  stack = [producer[v]]
+  while stack:
+    eqn = stack.pop()
+    if id(eqn) in need:
+      continue
+    need.add(id(eqn))
+    stack.extend(producer[u] for u in eqn.invars
+                 if not compat.is_literal(u) and u in producer)
+  eqns = [e for e in found.prelude if id(e) in need]
+  read = {u for e in eqns for u in e.invars if not compat.is_literal(u)}
+  return eqns, [p for p in found.params if p in read]
