@@ -85,30 +85,46 @@ def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
   return _po.find(closed, invars[lead:lead + len(pv)]), tree, lead
 
 
-def hoistable(low: LowerContext, kernel: Any) -> bool:
+def hoistable(layout: Any, num_microbatches: int, kernel: Any) -> bool:
   """A kernel whose parameter reads are the same at every tick: no FSDP
-  gather per block, no collective, run at two ticks or more."""
-  if low.plan.num_microbatches < 2 or not kernel.params:
+  gather per block, no pipe-sharded leaf gathered at its tick (a
+  collective), run at two ticks or more."""
+  if num_microbatches < 2 or not kernel.params:
     return False
-  if low.collective(kernel):
+  whole = len(kernel.devices) == layout.num_devices
+  if any(l in layout.shards and (whole or l not in layout.gathered)
+         for l in kernel.params):
     return False
-  layout = low.layout
-  if _fsdp_tick.per_block(layout) and any(
-      _fsdp_tick.role(layout, kernel, l) is not None for l in kernel.params):
-    return False
-  return True
+  return not (_fsdp_tick.per_block(layout) and any(
+      _fsdp_tick.role(layout, kernel, l) is not None for l in kernel.params))
 
 
-def _source(low: LowerContext, kid: int, kernel: Any, leaf: int,
-            pbuf: Mapping[Any, Any]) -> tuple:
+def _source(layout: Any, kid: int, kernel: Any, leaf: int,
+            inplace: bool) -> tuple:
   """Where the kernel reads ``leaf``: kernels reading the same source see
   the same value on every device."""
-  if INPLACE in pbuf:
+  if inplace:
     return ("leaf", leaf)
-  where = low.layout.slot_of.get((leaf, kernel.devices[0]))
-  if where is not None and not low.reads_gathered(kernel, leaf):
+  where = layout.slot_of.get((leaf, kernel.devices[0]))
+  gathered = (leaf in layout.gathered and
+              len(kernel.devices) < layout.num_devices)
+  if where is not None and not gathered:
     return ("slot",) + tuple(where)
   return ("kernel", kid, leaf)
+
+
+def _values(found: _po.Found, srcs: Sequence[tuple]
+            ) -> list[tuple[tuple, list[Any], list[Any], Any]]:
+  """Per hoisted value: ``(key, equations, parameter vars read, var)``;
+  equal keys compute equal values on every device."""
+  by_var = dict(zip(found.params, srcs))
+  out = []
+  for v in found.hoisted:
+    eqns, reads = _po.value_prelude(found, v)
+    key = (tuple(by_var[p] for p in reads),
+           compat.jaxpr_text(eqns, reads, [v]))
+    out.append((key, eqns, reads, v))
+  return out
 
 
 @scoped("params")
@@ -120,27 +136,44 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
     return out
   shared: dict[tuple, Any] = {}
   for kid, kernel in sorted(low.plan.kernels.items()):
-    if not hoistable(low, kernel):
+    if not hoistable(low.layout, low.plan.num_microbatches, kernel):
       continue
     pvals = _io.params(low, ctx, kernel, pbuf, slots)
     found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
     if not found.hoisted:
       continue
-    srcs = dict(zip(found.params,
-                    (_source(low, kid, kernel, l, pbuf)
-                     for l in kernel.params)))
+    srcs = [_source(low.layout, kid, kernel, l, INPLACE in pbuf)
+            for l in kernel.params]
     by_var = dict(zip(found.params, pvals))
     values = []
-    for v in found.hoisted:
-      eqns, reads = _po.value_prelude(found, v)
-      key = (tuple(srcs[p] for p in reads),
-             compat.jaxpr_text(eqns, reads, [v]))
+    for key, eqns, reads, v in _values(found, srcs):
       if key not in shared:
         shared[key] = compat.eval_eqns(eqns, reads, [v],
                                        [by_var[p] for p in reads])[0]
       values.append(shared[key])
     out[kid] = Prepared(signature=found.signature, values=tuple(values))
   return out
+
+
+def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
+                    param_avals: Sequence[Any], num_microbatches: int,
+                    inplace: bool = False) -> int:
+  """Bytes per device of the distinct values :func:`prepare` computes
+  (every device computes every kernel's; live for the whole step), from
+  abstract traces of the kernels."""
+  if not _ENABLED[-1]:
+    return 0
+  local = layout.local_avals(param_avals)
+  sizes: dict[tuple, int] = {}
+  for kid, kernel in sorted(kernels.items()):
+    if not hoistable(layout, num_microbatches, kernel):
+      continue
+    pvals = [local[l] for l in kernel.params]
+    found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
+    srcs = [_source(layout, kid, kernel, l, inplace) for l in kernel.params]
+    for key, _, _, v in _values(found, srcs):
+      sizes[key] = _po.nbytes(v)
+  return sum(sizes.values())
 
 
 def run(kernel: Any, kctx: Mapping[str, Any], pvals: Sequence[Any],
@@ -156,9 +189,3 @@ def run(kernel: Any, kctx: Mapping[str, Any], pvals: Sequence[Any],
   flat = _po.rest(found, list(pvals) + list(dvals), prepared.values)
   outs, grads = jax.tree_util.tree_unflatten(tree, flat)
   return list(outs), list(grads)
-
-
-def nbytes(prepared: Mapping[int, Prepared]) -> int:
-  """Bytes of the distinct hoisted values (live for the whole step)."""
-  seen = {id(v): v for p in prepared.values() for v in p.values}
-  return sum(int(v.size) * v.dtype.itemsize for v in seen.values())

@@ -41,7 +41,8 @@ _EXPANSIONS = frozenset({"broadcast_in_dim", "iota", "pad", "tile",
                          "concatenate"})
 
 
-def _nbytes(v: Any) -> int:
+def nbytes(v: Any) -> int:
+  """Bytes of a jaxpr variable."""
   aval = v.aval
   return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(
       aval.dtype).itemsize
@@ -71,7 +72,7 @@ class Found:
   @property
   def nbytes(self) -> int:
     """Bytes of the hoisted values (held for the whole step)."""
-    return sum(_nbytes(v) for v in self.hoisted)
+    return sum(nbytes(v) for v in self.hoisted)
 
 
 def _scan(eqns: Sequence[Any], params: Sequence[Any]
@@ -92,8 +93,8 @@ def _scan(eqns: Sequence[Any], params: Sequence[Any]
     if name in _EXPANSIONS or any(v in expanded for v in ins):
       expanded.update(outs)
       continue
-    grows = max((_nbytes(v) for v in outs), default=0) > max(
-        _nbytes(v) for v in ins)
+    grows = max((nbytes(v) for v in outs), default=0) > max(
+        nbytes(v) for v in ins)
     if grows:
       expanded.update(outs)
     elif name not in _VIEWS or any(v in worked for v in ins):

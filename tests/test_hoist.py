@@ -76,6 +76,9 @@ def test_conv_weight_reverse_leaves_the_tick_loop(interpret_ramps):
                          interpret_ramps=interpret_ramps)
       loss, grads = step(params, batch)
       counts[name] = _revs(step, params, batch)
+      hoisted_bytes = step.built.report.hoisted_bytes
+    # the memory model counts the 2 reversed weights (below) per device
+    assert hoisted_bytes == (2 * 9 * CH * CH * 4 if name == "hoisted" else 0)
     assert M.max_rel_err(loss, ref_loss) <= 1e-5, name
     assert M.max_rel_err(grads, ref_grads) <= 1e-5, name
   assert counts["plain"][0] >= LAYERS - 1, counts   # the check can fail
