@@ -26,6 +26,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from tessel_jax import compat
 
@@ -114,16 +115,16 @@ def _source(layout: Any, kid: int, kernel: Any, leaf: int,
 
 
 def _values(found: _po.Found, srcs: Sequence[tuple]
-            ) -> list[tuple[tuple, list[Any], list[Any], Any]]:
-  """Per hoisted value: ``(key, equations, parameter vars read, var)``;
-  equal keys compute equal values on every device."""
+            ) -> list[tuple[tuple, list[Any], list[Any], Any, Any]]:
+  """Per hoisted value: ``(key, equations, parameter vars read, var,
+  perm)``; equal keys compute equal values on every device."""
   by_var = dict(zip(found.params, srcs))
   out = []
-  for v in found.hoisted:
+  for v, perm in zip(found.hoisted, found.perms):
     eqns, reads = _po.value_prelude(found, v)
     key = (tuple(by_var[p] for p in reads),
-           compat.jaxpr_text(eqns, reads, [v]))
-    out.append((key, eqns, reads, v))
+           compat.jaxpr_text(eqns, reads, [v]), perm)
+    out.append((key, eqns, reads, v, perm))
   return out
 
 
@@ -146,10 +147,10 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
             for l in kernel.params]
     by_var = dict(zip(found.params, pvals))
     values = []
-    for key, eqns, reads, v in _values(found, srcs):
+    for key, eqns, reads, v, perm in _values(found, srcs):
       if key not in shared:
-        shared[key] = compat.eval_eqns(eqns, reads, [v],
-                                       [by_var[p] for p in reads])[0]
+        x = compat.eval_eqns(eqns, reads, [v], [by_var[p] for p in reads])[0]
+        shared[key] = x if perm is None else lax.transpose(x, perm)
       values.append(shared[key])
     out[kid] = Prepared(signature=found.signature, values=tuple(values))
   return out
@@ -171,7 +172,7 @@ def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
     pvals = [local[l] for l in kernel.params]
     found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
     srcs = [_source(layout, kid, kernel, l, inplace) for l in kernel.params]
-    for key, _, _, v in _values(found, srcs):
+    for key, _, _, v, _ in _values(found, srcs):
       sizes[key] = _po.nbytes(v)
   return sum(sizes.values())
 

@@ -26,10 +26,11 @@ outputs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from jax import lax
 
 from tessel_jax import compat
 
@@ -59,15 +60,24 @@ class Found:
       into them, read outside the parameter-only part).
     prelude: The parameter-only equations the hoisted values need, in
       program order.
-    signature: ``(primitive, shape, dtype)`` of each hoisted value's
-      producer: two traces of one kernel hoist the same values iff equal.
+    perms: Per hoisted value: the axis permutation it is stored in (None:
+      as computed); a convolution kernel read only by convolutions is
+      stored in the layout XLA's CPU convolution wants (spatial, input
+      features, output features), so no transpose is left in the loop.
+    rewrites: ``id(eqn)`` -> parameter updates of the convolutions that
+      read a permuted value.
+    signature: ``(primitive, shape, dtype, perm)`` of each hoisted
+      value's producer: two traces of one kernel hoist the same values
+      iff equal.
   """
 
   closed: Any
   params: tuple[Any, ...]
   hoisted: tuple[Any, ...]
   prelude: tuple[Any, ...]
-  signature: tuple[tuple[str, tuple[int, ...], str], ...]
+  perms: tuple[tuple[int, ...] | None, ...]
+  rewrites: Mapping[int, Mapping[str, Any]]
+  signature: tuple[tuple[Any, ...], ...]
 
   @property
   def nbytes(self) -> int:
@@ -109,40 +119,98 @@ def find(closed: Any, params: Sequence[Any]) -> Found:
   _, outvars = compat.jaxpr_io(closed)
   producer, worked, _ = _scan(eqns, params)
   inside = {id(producer[v]) for v in worked}
-  hoisted: dict[Any, None] = {}
+  readers: dict[Any, list[Any]] = {v: [] for v in worked}
   for eqn in eqns:
-    if id(eqn) in inside:
-      continue
-    for v in eqn.invars:
-      if not compat.is_literal(v) and v in worked:
-        hoisted[v] = None
-  for v in outvars:
-    if not compat.is_literal(v) and v in worked:
-      hoisted[v] = None
-  for v in list(hoisted):  # a producer is dropped whole: all its outputs
-    for o in producer[v].outvars:
-      if not compat.is_dropvar(o):
-        hoisted[o] = None
+    if id(eqn) not in inside:
+      for v in eqn.invars:
+        if not compat.is_literal(v) and v in worked:
+          readers[v].append(eqn)
+  out_read = {v for v in outvars if not compat.is_literal(v) and v in worked}
+  order = [o for e in eqns for o in e.outvars if o in worked]  # program order
+  hoisted = [v for v in order if readers[v] or v in out_read]
+  # XLA swaps a convolution whose kernel is larger than its input (and
+  # reverses the kernel itself): hoisting that kernel's rev saves nothing.
+  bad = {id(producer[v]) for v in hoisted
+         if any(_swapped(e, v) for e in readers[v])}
+  hoisted = [v for v in hoisted if id(producer[v]) not in bad]
+  # A producer is dropped whole: all its outputs are hoisted.
+  hoisted = list(dict.fromkeys(
+      o for v in hoisted for o in producer[v].outvars
+      if not compat.is_dropvar(o)))
+  need = _closure(producer, hoisted)
+  prelude = tuple(e for e in eqns if id(e) in need)
+  perms, rewrites = [], {}
+  for v in hoisted:
+    perm, updates = _conv_layout(v, readers.get(v, []))
+    perms.append(perm)
+    rewrites.update(updates)
+  sig = tuple((compat.primitive_name(producer[v]), tuple(v.aval.shape),
+               str(v.aval.dtype), perm) for v, perm in zip(hoisted, perms))
+  return Found(closed=closed, params=tuple(params), hoisted=tuple(hoisted),
+               prelude=prelude, perms=tuple(perms), rewrites=rewrites,
+               signature=sig)
+
+
+def _closure(producer: Mapping[Any, Any], roots: Sequence[Any]) -> set[int]:
+  """Ids of the equations ``roots`` are computed from."""
   need: set[int] = set()
-  stack = [producer[v] for v in hoisted]
+  stack = [producer[v] for v in roots]
   while stack:
     eqn = stack.pop()
     if id(eqn) in need:
       continue
     need.add(id(eqn))
-    stack.extend(producer[v] for v in eqn.invars
-                 if not compat.is_literal(v) and v in producer)
-  prelude = tuple(e for e in eqns if id(e) in need)
-  sig = tuple((compat.primitive_name(producer[v]), tuple(v.aval.shape),
-               str(v.aval.dtype)) for v in hoisted)
-  return Found(closed=closed, params=tuple(params), hoisted=tuple(hoisted),
-               prelude=prelude, signature=sig)
+    stack.extend(producer[u] for u in eqn.invars
+                 if not compat.is_literal(u) and u in producer)
+  return need
+
+
+def _swapped(eqn: Any, v: Any) -> bool:
+  """``eqn`` is a convolution with kernel ``v`` larger than its input in
+  every spatial dimension (XLA's algebraic simplifier swaps its operands
+  and reverses the kernel at every call)."""
+  if compat.primitive_name(eqn) != "conv_general_dilated" or \
+      eqn.invars[1] is not v:
+    return False
+  lhs_spec, rhs_spec, _ = eqn.params["dimension_numbers"]
+  lhs, rhs = eqn.invars[0].aval.shape, v.aval.shape
+  ld = eqn.params.get("lhs_dilation") or (1,) * (len(rhs) - 2)
+  rd = eqn.params.get("rhs_dilation") or (1,) * (len(rhs) - 2)
+  return all(
+      1 + (rhs[k] - 1) * r > 1 + (lhs[i] - 1) * l
+      for i, k, l, r in zip(lhs_spec[2:], rhs_spec[2:], ld, rd))
+
+
+def _conv_layout(v: Any, readers: Sequence[Any]
+                 ) -> tuple[tuple[int, ...] | None, dict[int, Any]]:
+  """``(perm, rewrites)``: where every reader of ``v`` is a convolution
+  taking it as its kernel in one dimension order that is not XLA CPU's
+  (spatial..., in, out; e.g. the input-gradient convolution's, which XLA
+  would transpose at every call), the permutation storing ``v`` in that
+  order and the readers' new dimension numbers; else ``(None, {})``."""
+  if not readers or any(
+      compat.primitive_name(e) != "conv_general_dilated" or
+      e.invars[1] is not v or e.invars[0] is v for e in readers):
+    return None, {}
+  dns = {tuple(e.params["dimension_numbers"]) for e in readers}
+  if len(dns) != 1:
+    return None, {}
+  lhs, rhs, out = next(iter(dns))
+  perm = tuple(rhs[2:]) + (rhs[1], rhs[0])
+  if perm == tuple(range(len(rhs))):
+    return None, {}
+  r = len(rhs)
+  dn = lax.ConvDimensionNumbers(lhs_spec=lhs, rhs_spec=(r - 1, r - 2) +
+                                tuple(range(r - 2)), out_spec=out)
+  return perm, {id(e): {"dimension_numbers": dn} for e in readers}
 
 
 def prelude(found: Found, pvals: Sequence[Any]) -> list[Any]:
-  """The hoisted values computed from the parameter values."""
-  return compat.eval_eqns(found.prelude, found.params, found.hoisted,
-                          pvals)
+  """The hoisted values computed from the parameter values (each in its
+  ``perm``)."""
+  vals = compat.eval_eqns(found.prelude, found.params, found.hoisted, pvals)
+  return [x if p is None else lax.transpose(x, p)
+          for x, p in zip(vals, found.perms)]
 
 
 def rest(found: Found, args: Sequence[Any], hvals: Sequence[Any]
@@ -154,24 +222,21 @@ def rest(found: Found, args: Sequence[Any], hvals: Sequence[Any]
           if not any(v in given for v in e.outvars)]
   invars, outvars = compat.jaxpr_io(found.closed)
   constvars, consts = compat.jaxpr_consts(found.closed)
-  return compat.eval_eqns(
-      eqns, constvars + invars + list(found.hoisted), outvars,
-      consts + list(args) + list(hvals))
+  env = dict(zip(constvars + invars + list(found.hoisted),
+                 consts + list(args) + list(hvals)))
+  read = lambda v: compat.literal_value(v) if compat.is_literal(v) else env[v]
+  for eqn in compat.retarget_constraints(eqns):
+    outs = compat.bind_eqn(eqn, [read(v) for v in eqn.invars],
+                           **found.rewrites.get(id(eqn), {}))
+    env.update(zip(eqn.outvars, outs))
+  return [read(v) for v in outvars]
 
 
 def value_prelude(found: Found, v: Any) -> tuple[list[Any], list[Any]]:
   """``(equations, parameter variables read)`` that compute the hoisted
   value ``v`` alone (a slice of ``found.prelude``)."""
   producer = {o: e for e in found.prelude for o in e.outvars}
-  need: set[int] = set()
-  stack = [producer[v]]
-  while stack:
-    eqn = stack.pop()
-    if id(eqn) in need:
-      continue
-    need.add(id(eqn))
-    stack.extend(producer[u] for u in eqn.invars
-                 if not compat.is_literal(u) and u in producer)
+  need = _closure(producer, [v])
   eqns = [e for e in found.prelude if id(e) in need]
   read = {u for e in eqns for u in e.invars if not compat.is_literal(u)}
   return eqns, [p for p in found.params if p in read]
