@@ -26,7 +26,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
 from tessel_jax import compat
 
@@ -117,14 +116,14 @@ def _source(layout: Any, kid: int, kernel: Any, leaf: int,
 def _values(found: _po.Found, srcs: Sequence[tuple]
             ) -> list[tuple[tuple, list[Any], list[Any], Any, Any]]:
   """Per hoisted value: ``(key, equations, parameter vars read, var,
-  perm)``; equal keys compute equal values on every device."""
+  stored)``; equal keys compute equal values on every device."""
   by_var = dict(zip(found.params, srcs))
   out = []
-  for v, perm in zip(found.hoisted, found.perms):
+  for v, stored in zip(found.hoisted, found.stored):
     eqns, reads = _po.value_prelude(found, v)
     key = (tuple(by_var[p] for p in reads),
-           compat.jaxpr_text(eqns, reads, [v]), perm)
-    out.append((key, eqns, reads, v, perm))
+           compat.jaxpr_text(eqns, reads, [v]), stored)
+    out.append((key, eqns, reads, v, stored))
   return out
 
 
@@ -147,10 +146,10 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
             for l in kernel.params]
     by_var = dict(zip(found.params, pvals))
     values = []
-    for key, eqns, reads, v, perm in _values(found, srcs):
+    for key, eqns, reads, v, stored in _values(found, srcs):
       if key not in shared:
         x = compat.eval_eqns(eqns, reads, [v], [by_var[p] for p in reads])[0]
-        shared[key] = x if perm is None else lax.transpose(x, perm)
+        shared[key] = _po.store(x, stored)
       values.append(shared[key])
     out[kid] = Prepared(signature=found.signature, values=tuple(values))
   return out

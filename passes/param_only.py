@@ -60,13 +60,17 @@ class Found:
       into them, read outside the parameter-only part).
     prelude: The parameter-only equations the hoisted values need, in
       program order.
-    perms: Per hoisted value: the axis permutation it is stored in (None:
-      as computed); a convolution kernel read only by convolutions is
-      stored in the layout XLA's CPU convolution wants (spatial, input
-      features, output features), so no transpose is left in the loop.
-    rewrites: ``id(eqn)`` -> parameter updates of the convolutions that
-      read a permuted value.
-    signature: ``(primitive, shape, dtype, perm)`` of each hoisted
+    stored: Per hoisted value, how it is stored: None (as computed);
+      ``("perm", p)``: a convolution kernel read only by convolutions,
+      transposed to the layout XLA's CPU convolution wants (spatial, input
+      features, output features), so no transpose is left in the loop;
+      ``("rev", dims)``: a parameter (or a view of one) that is the kernel
+      of a convolution XLA swaps, stored reversed (:func:`_flip_dims`).
+    rewrites: ``id(eqn)`` -> how a convolution reads a stored value:
+      ``{"params": updates}`` (new dimension numbers for a permuted
+      kernel) or ``{"rhs": index, "rev": dims}`` (its kernel is ``rev`` of
+      hoisted value ``index``).
+    signature: ``(primitive, shape, dtype, stored)`` of each hoisted
       value's producer: two traces of one kernel hoist the same values
       iff equal.
   """
@@ -75,7 +79,7 @@ class Found:
   params: tuple[Any, ...]
   hoisted: tuple[Any, ...]
   prelude: tuple[Any, ...]
-  perms: tuple[tuple[int, ...] | None, ...]
+  stored: tuple[tuple[str, tuple[int, ...]] | None, ...]
   rewrites: Mapping[int, Mapping[str, Any]]
   signature: tuple[tuple[Any, ...], ...]
 
@@ -86,9 +90,9 @@ class Found:
 
 
 def _scan(eqns: Sequence[Any], params: Sequence[Any]
-          ) -> tuple[dict[Any, Any], set[Any], set[Any]]:
+          ) -> tuple[dict[Any, Any], set[Any], set[Any], set[Any]]:
   """``(producer of each parameter-only var, worked vars, expansion
-  outputs)`` of the top-level equations."""
+  outputs, parameter-only vars)`` of the top-level equations."""
   producer: dict[Any, Any] = {}
   known, worked, expanded = set(params), set(), set()
   for eqn in eqns:
@@ -109,7 +113,7 @@ def _scan(eqns: Sequence[Any], params: Sequence[Any]
       expanded.update(outs)
     elif name not in _VIEWS or any(v in worked for v in ins):
       worked.update(outs)
-  return producer, worked, expanded
+  return producer, worked, expanded, known
 
 
 def find(closed: Any, params: Sequence[Any]) -> Found:
@@ -117,44 +121,68 @@ def find(closed: Any, params: Sequence[Any]) -> Found:
   parameter input variables), and the equations that compute them."""
   eqns = compat.jaxpr_eqns(closed)
   _, outvars = compat.jaxpr_io(closed)
-  producer, worked, _ = _scan(eqns, params)
-  inside = {id(producer[v]) for v in worked}
-  readers: dict[Any, list[Any]] = {v: [] for v in worked}
+  producer, worked, expanded, known = _scan(eqns, params)
+  inside = {id(e) for e in producer.values()}
+  readers: dict[Any, list[Any]] = {}
   for eqn in eqns:
     if id(eqn) not in inside:
       for v in eqn.invars:
-        if not compat.is_literal(v) and v in worked:
-          readers[v].append(eqn)
+        if not compat.is_literal(v) and v in known:
+          readers.setdefault(v, []).append(eqn)
   out_read = {v for v in outvars if not compat.is_literal(v) and v in worked}
   order = [o for e in eqns for o in e.outvars if o in worked]  # program order
-  hoisted = [v for v in order if readers[v] or v in out_read]
+  hoisted = [v for v in order if v in readers or v in out_read]
   # XLA swaps a convolution whose kernel is larger than its input (and
   # reverses the kernel itself): hoisting that kernel's rev saves nothing.
   bad = {id(producer[v]) for v in hoisted
-         if any(_swapped(e, v) for e in readers[v])}
+         if any(_swapped(e, v) for e in readers.get(v, []))}
   hoisted = [v for v in hoisted if id(producer[v]) not in bad]
   # A producer is dropped whole: all its outputs are hoisted.
   hoisted = list(dict.fromkeys(
       o for v in hoisted for o in producer[v].outvars
       if not compat.is_dropvar(o)))
-  need = _closure(producer, hoisted)
-  prelude = tuple(e for e in eqns if id(e) in need)
-  perms, rewrites = [], {}
+  stored: list[Any] = []
+  rewrites: dict[int, dict[str, Any]] = {}
   for v in hoisted:
     perm, updates = _conv_layout(v, readers.get(v, []))
-    perms.append(perm)
-    rewrites.update(updates)
-  sig = tuple((compat.primitive_name(producer[v]), tuple(v.aval.shape),
-               str(v.aval.dtype), perm) for v, perm in zip(hoisted, perms))
+    stored.append(None if perm is None else ("perm", perm))
+    rewrites.update({k: {"params": u} for k, u in updates.items()})
+  views = [v for v in list(params) + order
+           if v in known and v not in worked and v not in expanded]
+  for v in dict.fromkeys(views):
+    dims = _flip_dims(v, readers.get(v, []))
+    if dims is not None:
+      rewrites.update({id(e): {"rhs": len(hoisted), "rev": dims}
+                       for e in readers[v]
+                       if compat.primitive_name(e) == "conv_general_dilated"})
+      hoisted.append(v)
+      stored.append(("rev", dims))
+  need = _closure(producer, hoisted)
+  prelude = tuple(e for e in eqns if id(e) in need)
+  sig = tuple((compat.primitive_name(producer[v]) if v in producer else
+               "param", tuple(v.aval.shape), str(v.aval.dtype), st)
+              for v, st in zip(hoisted, stored))
   return Found(closed=closed, params=tuple(params), hoisted=tuple(hoisted),
-               prelude=prelude, perms=tuple(perms), rewrites=rewrites,
+               prelude=prelude, stored=tuple(stored), rewrites=rewrites,
                signature=sig)
+
+
+def _flip_dims(v: Any, readers: Sequence[Any]) -> tuple[int, ...] | None:
+  """The kernel's spatial axes where ``v`` (a parameter or a view of one)
+  is the kernel of convolutions that XLA swaps (:func:`_swapped`), which
+  would reverse it at every call: stored reversed, such a convolution
+  reads ``rev`` of it, which XLA folds into the swap. Else None."""
+  convs = [e for e in readers if _swapped(e, v)]
+  if not convs:
+    return None
+  dims = {tuple(sorted(e.params["dimension_numbers"][1][2:])) for e in convs}
+  return next(iter(dims)) if len(dims) == 1 else None
 
 
 def _closure(producer: Mapping[Any, Any], roots: Sequence[Any]) -> set[int]:
   """Ids of the equations ``roots`` are computed from."""
   need: set[int] = set()
-  stack = [producer[v] for v in roots]
+  stack = [producer[v] for v in roots if v in producer]
   while stack:
     eqn = stack.pop()
     if id(eqn) in need:
@@ -209,25 +237,36 @@ def prelude(found: Found, pvals: Sequence[Any]) -> list[Any]:
   """The hoisted values computed from the parameter values (each in its
   ``perm``)."""
   vals = compat.eval_eqns(found.prelude, found.params, found.hoisted, pvals)
-  return [x if p is None else lax.transpose(x, p)
-          for x, p in zip(vals, found.perms)]
+  return [store(x, st) for x, st in zip(vals, found.stored)]
+
+
+def store(x: Any, stored: tuple[str, tuple[int, ...]] | None) -> Any:
+  """A hoisted value as it is stored (``Found.stored``)."""
+  if stored is None:
+    return x
+  kind, axes = stored
+  return lax.transpose(x, axes) if kind == "perm" else lax.rev(x, axes)
 
 
 def rest(found: Found, args: Sequence[Any], hvals: Sequence[Any]
          ) -> list[Any]:
   """The kernel's outputs from its arguments (``closed``'s invars, in
   order) with the hoisted values given: their producers are not run."""
-  given = set(found.hoisted)
+  given = {v for v, st in zip(found.hoisted, found.stored)
+           if st is None or st[0] != "rev"}
   eqns = [e for e in compat.jaxpr_eqns(found.closed)
           if not any(v in given for v in e.outvars)]
   invars, outvars = compat.jaxpr_io(found.closed)
   constvars, consts = compat.jaxpr_consts(found.closed)
-  env = dict(zip(constvars + invars + list(found.hoisted),
-                 consts + list(args) + list(hvals)))
+  env = dict(zip(constvars + invars, consts + list(args)))
+  env.update((v, x) for v, x in zip(found.hoisted, hvals) if v in given)
   read = lambda v: compat.literal_value(v) if compat.is_literal(v) else env[v]
   for eqn in compat.retarget_constraints(eqns):
-    outs = compat.bind_eqn(eqn, [read(v) for v in eqn.invars],
-                           **found.rewrites.get(id(eqn), {}))
+    how = found.rewrites.get(id(eqn), {})
+    ins = [read(v) for v in eqn.invars]
+    if "rhs" in how:
+      ins[1] = lax.rev(hvals[how["rhs"]], how["rev"])
+    outs = compat.bind_eqn(eqn, ins, **how.get("params", {}))
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in outvars]
 
@@ -239,4 +278,5 @@ def value_prelude(found: Found, v: Any) -> tuple[list[Any], list[Any]]:
   need = _closure(producer, [v])
   eqns = [e for e in found.prelude if id(e) in need]
   read = {u for e in eqns for u in e.invars if not compat.is_literal(u)}
+  read.add(v)  # a parameter stored as it is (reversed)
   return eqns, [p for p in found.params if p in read]

@@ -107,3 +107,32 @@ def test_find_keeps_expansions_and_views_inside():
   want = kernel(*args)
   for g, w in zip(got, want):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("spatial", [1, 6])
+def test_find_stores_conv_kernels_as_xla_reads_them(spatial):
+  """An input-gradient convolution's reversed kernel is stored transposed
+  to HWIO; a kernel larger than its input (XLA swaps the convolution and
+  reverses the kernel at every call) is stored reversed instead."""
+  dn_in = jax.lax.ConvDimensionNumbers((0, 3, 1, 2), (2, 3, 0, 1),
+                                       (0, 3, 1, 2))
+
+  def kernel(w, x, g):
+    y = jax.lax.conv_general_dilated(
+        x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    dx = jax.lax.conv_general_dilated(
+        g, jax.lax.rev(w, (0, 1)), (1, 1), ((1, 1), (1, 1)),
+        dimension_numbers=dn_in)
+    return y, dx
+  a = jnp.zeros((2, spatial, spatial, CH))
+  closed = jax.make_jaxpr(kernel)(jnp.zeros((3, 3, CH, CH)), a, a)
+  invars, _ = compat.jaxpr_io(closed)
+  found = param_only.find(closed, invars[:1])
+  want_stored = ([("perm", (0, 1, 3, 2))] if spatial > 3 else
+                 [("rev", (0, 1))])
+  assert list(found.stored) == want_stored, found.signature
+  args = [np.random.default_rng(i).standard_normal(v.aval.shape).astype(
+      np.float32) for i, v in enumerate(invars)]
+  got = param_only.rest(found, args, param_only.prelude(found, args[:1]))
+  for g, w in zip(got, kernel(*args)):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
