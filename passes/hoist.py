@@ -168,7 +168,9 @@ def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
   for kid, kernel in sorted(kernels.items()):
     if not hoistable(layout, num_microbatches, kernel):
       continue
-    pvals = [local[l] for l in kernel.params]
+    subset = len(kernel.devices) < layout.num_devices
+    pvals = [param_avals[l] if subset and l in layout.gathered else local[l]
+             for l in kernel.params]  # read gathered whole (tick_io.params)
     found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
     srcs = [_source(layout, kid, kernel, l, inplace) for l in kernel.params]
     for key, _, _, v, _ in _values(found, srcs):
