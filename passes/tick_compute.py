@@ -22,6 +22,7 @@ from jax import lax
 
 from . import fsdp_kernel as _fsdp_kernel
 from . import fsdp_tick as _fsdp_tick
+from . import hoist as _hoist
 from . import indexing as _indexing
 from . import predicated as _predicated
 from . import stash_order as _stash_order
@@ -56,7 +57,8 @@ def run_kernel(low: LowerContext, ctx: Ctx, tick: Tick, kid: int,
   kctx = {"row_offset": ctx.table(tick.row_offset)}
   with jax.named_scope(SCOPES["kernel"]), \
        jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
-    outs, gvals = kernel.fn(kctx, pvals, dvals)
+    outs, gvals = _hoist.run(kernel, kctx, pvals, dvals,
+                             pbuf.get(_hoist.HOISTED, {}).get(kid))
   if kernel.grads:
     accumulate(low, ctx, kernel, gvals, acc, inside=salt is not None)
   return outs
