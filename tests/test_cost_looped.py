@@ -46,3 +46,18 @@ def test_profile_version_is_in_the_kernel_key(monkeypatch):
   key = measure.kernel_key(_K(), avals, dev)
   monkeypatch.setattr(measure, "PROFILE_VERSION", measure.PROFILE_VERSION + 1)
   assert measure.kernel_key(_K(), avals, dev) != key
+
+
+def test_loop_runs_shrink_for_large_kernels():
+  """Eight runs of a small kernel; a kernel whose eight copies of inputs
+  and outputs would pass LOOP_BYTES gets fewer, never none."""
+
+  class _K:
+    def __init__(self, rows):
+      self.in_avals = (jax.ShapeDtypeStruct((rows, 1024), jnp.float32),)
+      self.out_avals = (jax.ShapeDtypeStruct((rows, 1024), jnp.float32),)
+
+  assert measure.loop_runs(_K(4)) == measure.LOOP_RUNS
+  per_run = 2 * 4 * 1024 * 4096          # 32 MiB in + out
+  assert measure.loop_runs(_K(4096)) == measure.LOOP_BYTES // per_run
+  assert measure.loop_runs(_K(1 << 20)) == 1

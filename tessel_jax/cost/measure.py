@@ -311,6 +311,9 @@ _DISPATCH: dict[Any, float] = {}
 ROUNDS = 2
 #: Runs of a kernel per timed call, each on fresh operands (``cost.looped``).
 LOOP_RUNS = 8
+#: Fewer runs where ``LOOP_RUNS`` copies of a kernel's inputs and outputs
+#: would pass this many bytes (at least one run).
+LOOP_BYTES = 256 * 2**20
 #: A kernel's compute is never taken below this share of its looped run
 #: (the dispatch is timed apart, so their difference can be noise).
 MIN_SHARE = 0.05
@@ -325,7 +328,7 @@ def dispatch_seconds(device: Any, repeats: int = 7,
   """Seconds of one call of an (almost) empty jitted function on ``device``.
 
   Measured once per device (or ``stage``: on its devices), core count and
-  process; taken off every looped call (``LOOP_RUNS`` kernel runs) because
+  process; taken off every looped call (:func:`loop_runs` kernel runs) because
   inside the pipelined program kernels are inlined, not dispatched.
   """
   key = (device.platform, device.id, cores,
@@ -340,12 +343,20 @@ def dispatch_seconds(device: Any, repeats: int = 7,
   return _DISPATCH[key]
 
 
+def loop_runs(kernel: Any) -> int:
+  """Runs per looped call of ``kernel``: ``LOOP_RUNS``, fewer where their
+  inputs and outputs would pass ``LOOP_BYTES``."""
+  per_run = sum(_nbytes(a) for a in kernel.in_avals) + sum(
+      _nbytes(a) for a in kernel.out_avals)
+  return int(max(1, min(LOOP_RUNS, LOOP_BYTES // max(1, per_run))))
+
+
 def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
-           warmup: int, cores: int | None,
-           stage: Any = None) -> tuple[float, float]:
+           warmup: int, cores: int | None, stage: Any = None,
+           runs: int = LOOP_RUNS) -> tuple[float, float]:
   """``(compute seconds, raw seconds)`` of one kernel run on ``cores``
-  cores (None: all), ``compiled`` running ``LOOP_RUNS`` of them per call:
-  the call less an empty call's dispatch, over the runs."""
+  cores (None: all), ``compiled`` running ``runs`` of them per call: the
+  call less an empty call's dispatch, over the runs."""
   with restricted_cores(cores):
     # On one core the process's CPU time is the call's own work, also for a
     # stage's several device threads (all on that core, a waiting thread
@@ -356,7 +367,7 @@ def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
     raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup,
                          cpu_clock=one_core)
     over = dispatch_seconds(device, cores=cores, stage=stage)
-  return max(raw - over, MIN_SHARE * raw) / LOOP_RUNS, raw / LOOP_RUNS
+  return max(raw - over, MIN_SHARE * raw) / runs, raw / runs
 
 
 def _on_stage(kernel: Any, stage: Any,
@@ -416,7 +427,7 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                 rounds: int = ROUNDS, stage: Any = None) -> dict[str, Any]:
   """Times ``kernel`` on ``device`` as the program runs it.
 
-  ``LOOP_RUNS`` runs inside one jitted loop, each on fresh operands, its
+  :func:`loop_runs` runs inside one jitted loop, each on fresh operands, its
   outputs written to stacked buffers and its gradients summed
   (``cost.looped``), less an empty call's dispatch, over the runs. Its
   temp bytes (and, on a stage, its residuals' shards) are read from the
@@ -445,9 +456,10 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   """
   p, d = kernel_avals(kernel, param_avals)
   rng = np.random.default_rng(seed)
-  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng, runs=LOOP_RUNS)
+  runs = loop_runs(kernel)
+  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng, runs=runs)
   plain = kernel_callable(kernel)
-  real = looped(plain, LOOP_RUNS)
+  real = looped(plain, runs)
   if stage is not None:
     plain, real = _on_stage(kernel, stage), _on_stage(kernel, stage, real)
   t0 = time.perf_counter()
@@ -460,7 +472,7 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   compile_s = time.perf_counter() - t0
   host = cpu_cores() if device.platform == "cpu" else None
   timings = [_timed(compiled, pv, dv, device, repeats, warmup,
-                    1 if host is not None else None, stage)
+                    1 if host is not None else None, stage, runs)
              for _ in range(max(1, rounds))]
   seconds, raw = min(timings)
   out = {"seconds": seconds, "core_seconds": seconds,
