@@ -8,7 +8,11 @@ builders, so call it after ``xla_env`` has set the XLA flags.
 
 from __future__ import annotations
 
+import os
+
 from absl import app, flags
+
+from experiments import xla_env
 
 #: The zoo's models these runners build by default.
 ZOO_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer",
@@ -18,6 +22,15 @@ flags.DEFINE_list("models", list(ZOO_MODELS), "Zoo models (names of"
                   " experiments.model_zoo_models.BUILDERS).")
 flags.DEFINE_integer("microbatches", 8, "Micro-batches N.")
 flags.DEFINE_integer("rows", 4, "Rows per micro-batch.")
+
+
+def two_devices() -> None:
+  """2 fake single-threaded CPU devices, this process on 2 cores: before
+  jax starts (XLA reads XLA_FLAGS when jax creates its CPU client)."""
+  xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True),
+                        force_platform=True)
+  if hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
 
 
 def check_positive(*names: str) -> None:

@@ -11,12 +11,11 @@ its stand-in program's step (the program ``cost.ports`` is fitted on). See
 ``experiments.model_zoo_kernels_lib``.
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from experiments import cli, model_zoo_flags, xla_env
+from experiments import cli, model_zoo_flags
 
 flags.adopt_module_key_flags(model_zoo_flags)
 flags.DEFINE_integer("traces", 3, "Traced steps per model (median kept).")
@@ -32,10 +31,7 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   model_zoo_flags.check_positive("traces")
-  xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True),
-                        force_platform=True)
-  if hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+  model_zoo_flags.two_devices()
   # pylint: disable-next=import-outside-toplevel
   from experiments import model_zoo_kernels_lib as lib
   models, microbatches, rows = model_zoo_flags.read()
