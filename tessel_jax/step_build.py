@@ -179,8 +179,10 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
                                         n_local, costs)
   if alt is not None and same_order(alt[2].actions, unrolled.actions):
     # The same tick plan, so the same prediction: not planned twice.
-    ms = 1e3 * step._costs.predict(  # pylint: disable=protected-access
-        costs, unrolled, plan, step.mesh, step.pipe_axis)[0].step_seconds
+    # Priced as pick_schedule prices (FSDP and outside terms included).
+    ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
+        costs, unrolled, plan, _fsdp_tick.resolve(step.fsdp, layout, plan),
+        step.mesh, step.pipe_axis)
     clock.lap("search on uniform spans", "the same order as on measured"
               " spans")
     return plan, "measured", ms, None
