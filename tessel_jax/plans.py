@@ -472,7 +472,9 @@ class FrontierFunction:
   def price_baseline(self, c: Candidate, base: PricedPlan) -> PricedPlan:
     """A classic schedule priced on the searched plan ``base`` of the same
     placement, width and N (``plan_pricing.baseline_price``)."""
-    return baseline_price(self.steps[base.candidate].built, c, base)
+    step = self.steps[base.candidate]
+    return baseline_price(step.built, c, base,
+                          getattr(step, "replay_run", None))
 
   def _baseline(self, c: Candidate, base: PricedPlan, params: Any,
                 batch: Any, markers: int | None) -> PricedPlan:

@@ -197,6 +197,8 @@ class CostModel:
     self.standin_ceiling_s: float | None = None
     self.bound_last = False
     self.standins_skipped = 0
+    # Seconds per tick the last prediction's stand-in added (0: none).
+    self.extra_last_s = 0.0
     self._spent = 0.0
     self._measured = 0
     self._hit = True
@@ -440,23 +442,9 @@ class CostModel:
     cache hit on one host and a miss on another would run the stand-in's
     collectives on some processes only.
     """
-    device = mesh.devices.flat[0]
-    rendezvous = device.platform in _ticks.RENDEZVOUS_BACKENDS
-    tick_costs = self.tick_costs(mesh, pipe_axis)
-    if costs.shared_cores is not None and costs.stage_devices > 1:
-      # CPU: the ticks' core-seconds are one device's; a pipe device of
-      # the replay is a stage of ``stage_devices`` devices, each paying them.
-      g = costs.stage_devices
-      tick_costs = dataclasses.replace(
-          tick_costs, fixed_s=g * tick_costs.fixed_s,
-          per_byte_s=g * tick_costs.per_byte_s)
-    if not self.calibrated:  # else the plan's own stand-in prices ticks
-      tick_costs = dataclasses.replace(tick_costs, per_port_s=(
-          self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
-                            tick_costs)))
-    tick_model = _ticks.tick_model(plan, costs.link, tick_costs,
-                                   rendezvous=rendezvous)
+    tick_model = self._tick_model(costs, unrolled, plan, mesh, pipe_axis)
     self.bound_last = False
+    self.extra_last_s = 0.0
     calibrate = (self.calibrated and self.time_program is not None
                  and _single_process())
     if calibrate and self.standin_bounds(costs, unrolled, plan, mesh,
@@ -472,7 +460,39 @@ class CostModel:
                                           tick_model.plus(x),
                                           idle=True).step_seconds)
       tick_model = tick_model.plus(extra)
+      self.extra_last_s = extra
     return self._replay(costs, unrolled, tick_model), tick_model
+
+  def _tick_model(self, costs: SearchCosts, unrolled: Any, plan: Any,
+                  mesh: Any, pipe_axis: str) -> _ticks.TickModel:
+    """The microbenchmark's tick model of ``plan`` (per-port seconds
+    included unless ``cost="calibrated"``), before any stand-in."""
+    device = mesh.devices.flat[0]
+    rendezvous = device.platform in _ticks.RENDEZVOUS_BACKENDS
+    tick_costs = self.tick_costs(mesh, pipe_axis)
+    if costs.shared_cores is not None and costs.stage_devices > 1:
+      # CPU: the ticks' core-seconds are one device's; a pipe device of
+      # the replay is a stage of ``stage_devices`` devices, each paying them.
+      g = costs.stage_devices
+      tick_costs = dataclasses.replace(
+          tick_costs, fixed_s=g * tick_costs.fixed_s,
+          per_byte_s=g * tick_costs.per_byte_s)
+    if not self.calibrated:  # else the plan's own stand-in prices ticks
+      tick_costs = dataclasses.replace(tick_costs, per_port_s=(
+          self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
+                            tick_costs)))
+    return _ticks.tick_model(plan, costs.link, tick_costs,
+                             rendezvous=rendezvous)
+
+  def replay_like(self, costs: SearchCosts, unrolled: Any, plan: Any,
+                  mesh: Any, pipe_axis: str, extra_s: float) -> float:
+    """Seconds of ``unrolled`` lowered as ``plan``, its ticks priced by the
+    tick model plus ``extra_s`` per tick (another plan's stand-in figure,
+    ``extra_last_s``) without timing a stand-in of its own: a classic
+    schedule priced on a searched plan's build (``plan_pricing``) then
+    pays for its own ticks, rendezvous and held rounds."""
+    model = self._tick_model(costs, unrolled, plan, mesh, pipe_axis)
+    return self._replay(costs, unrolled, model.plus(extra_s)).step_seconds
 
   def standin_bounds(self, costs: SearchCosts, unrolled: Any, plan: Any,
                      mesh: Any, pipe_axis: str,
