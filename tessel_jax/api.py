@@ -228,10 +228,11 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       a device holds its shards and only the running block's gathered
       weights and gradients; ``"per_step"``: once before the first tick,
       kept for the step, gradients reduce-scattered after the last tick;
-      ``"auto"`` (default): per block; in interpreted ticks
+      ``"auto"`` (default): per block. In interpreted ticks
       (``interpret_ramps``, the compact default) each kernel gathers its
-      own leaves and reduce-scatters its gradients inside its 0/1-trip
-      loop, which every device of a data group enters or skips together
+      own leaves (again only where the device switches block) and
+      reduce-scatters its gradients inside its 0/1-trip loop, which every
+      device of a data group enters or skips together
       (``passes.fsdp_kernel``).
 
   Returns:
