@@ -13,10 +13,7 @@ import os
 from absl import app, flags
 
 from experiments import xla_env
-
-#: The zoo's models these runners build by default.
-ZOO_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer",
-              "penzai_llama", "hf_gpt2")
+from experiments.model_zoo_rows import ZOO_MODELS
 
 flags.DEFINE_list("models", list(ZOO_MODELS), "Zoo models (names of"
                   " experiments.model_zoo_models.BUILDERS).")

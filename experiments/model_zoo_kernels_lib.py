@@ -37,7 +37,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import model_zoo_rows, realtime, step_profile
-from experiments.model_zoo_flags import ZOO_MODELS
+from experiments.model_zoo_rows import ZOO_MODELS
 from experiments.model_zoo_models import BUILDERS
 from tessel_jax import step_build as _step_build
 from tessel_jax.cost import calibrate as _calibrate

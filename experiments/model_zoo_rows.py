@@ -17,6 +17,11 @@ from typing import Any, NamedTuple
 from experiments import realtime
 from experiments.runs import write_record
 
+#: The zoo's models the per-model runners build by default (defined here,
+#: not in ``model_zoo_flags``, so that the ``*_lib`` modules define no flags).
+ZOO_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer",
+              "penzai_llama", "hf_gpt2")
+
 Row = dict[str, Any]
 
 

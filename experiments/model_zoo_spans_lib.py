@@ -31,7 +31,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import model_zoo_rows, realtime
-from experiments.model_zoo_flags import ZOO_MODELS
+from experiments.model_zoo_rows import ZOO_MODELS
 from experiments.model_zoo_models import BUILDERS  # noqa: F401 (args)
 from tessel_jax import api as _api
 from tessel_jax.cost import ports as _ports
