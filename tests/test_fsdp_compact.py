@@ -14,8 +14,9 @@ device are below per step's, near the shards plus one block gathered.
 from __future__ import annotations
 
 import re
-from typing import Any
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import tessel_jax as tj
@@ -23,10 +24,7 @@ import tessel_jax as tj
 from test_fsdp import DATA_ONLY, _specs
 from test_fsdp_per_block import (LAYERS_WIDE, WIDE, WIDE_F, WIDE_H, _check,
                                  _wide_model)
-from test_tensor_parallel import _batch, _mesh, _put, mlp_model
-
-import jax.numpy as jnp
-import numpy as np
+from test_tensor_parallel import _batch, _mesh, mlp_model
 
 KERNEL_LOOP = "tj_seg_interp/while/body/closed_call/while/body/"
 
