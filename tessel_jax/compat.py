@@ -515,6 +515,11 @@ def eval_jaxpr(jaxpr: Any, args: Sequence[Any]) -> list[Any]:
   return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))
 
 
+def jaxpr_consts(closed: Any) -> tuple[list[Any], list[Any]]:
+  """``(constvars, consts)`` of a ClosedJaxpr."""
+  return list(closed.jaxpr.constvars), list(closed.consts)
+
+
 def slice_rows(eqn: Any) -> tuple[int, int] | None:
   """``(lo, hi)`` when ``eqn`` is a ``slice`` of rows ``[lo, hi)`` of axis 0
   keeping every other axis whole (unit strides); else None."""
