@@ -70,6 +70,10 @@ class PricedPlan:
     screened: Priced by the screening build only (the schedule searched on
       measured spans; a full build also tries the one searched on uniform
       spans and lowers the faster, so its step is at most this).
+    bound: ``step`` is a lower bound: the plan's prediction without its
+      stand-in program (``cost="calibrated"``) was already at or above the
+      fastest fitting plan priced before it, so it cannot win and its
+      stand-in was not timed (``CostModel.standin_bounds``).
   """
 
   candidate: Candidate
@@ -80,6 +84,7 @@ class PricedPlan:
   blocks: int
   build_seconds: float
   screened: bool = False
+  bound: bool = False
 
   @property
   def peak_bytes(self) -> int:
@@ -108,7 +113,8 @@ class PricedPlan:
                    int(b) for b in data["peak_bytes_per_device"]),
                source=str(data["source"]), blocks=int(data["blocks"]),
                build_seconds=float(data["build_seconds"]),
-               screened=bool(data["screened"]))
+               screened=bool(data["screened"]),
+               bound=bool(data.get("bound", False)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -232,7 +232,8 @@ class FrontierFunction:
           try:
             base = searched.get(shape_of(c))
             if c.plan is not None and base is not None:
-              priced.append(self.price_baseline(c, base))
+              priced.append(self._baseline(c, base, params, batch,
+                                           markers))
               self._note_best(priced[-1])
               continue
             priced.append(self.price(c, params, batch, markers, screen))
@@ -298,14 +299,15 @@ class FrontierFunction:
         continue
       except Exception:  # pylint: disable=broad-except
         continue  # the screened price stands
-      if screened is not None and full.unit == "ms":
+      if screened is not None and full.unit == "ms" and not full.bound:
         pairs.append((screened, full.step))
       self._note_best(full)  # prunes the refines that cannot beat it
       for j, q in enumerate(priced):
         if base_of(q.candidate) != base:
           continue
         priced[j] = (full if q.candidate == base else
-                     self.price_baseline(q.candidate, full))
+                     self._baseline(q.candidate, full, params, batch,
+                                    markers))
 
   def _next_refine(self, priced: Sequence[PricedPlan], tried: set[Candidate],
                    scale: float) -> int | None:
@@ -400,12 +402,17 @@ class FrontierFunction:
     return ("cheap", self.screen_time_limit_s, self.screen_estimate)
 
   def price(self, c: Candidate, params: Any, batch: Any,
-            markers: int | None = None, screen: bool = False) -> PricedPlan:
+            markers: int | None = None, screen: bool = False,
+            ceiling: bool = True) -> PricedPlan:
     """Builds candidate ``c`` and reads its price (remembered per process,
-    see ``_MEMO``)."""
+    see ``_MEMO``); ``ceiling=False``: never a lower bound (its stand-in is
+    timed, see :meth:`_standin_ceiling`)."""
     key = (None if self._key is None else
            (self._key, c, self._screen_tag(screen)))
     hit = _MEMO.get(key) if key is not None else None
+    if hit is not None and hit[0].bound and (
+        not ceiling or self._best_ms is None or hit[0].step < self._best_ms):
+      hit = None  # a lower bound that may win here: priced in full now
     if hit is not None:
       _MEMO.move_to_end(key)
       self.memo_hits += 1
@@ -423,6 +430,8 @@ class FrontierFunction:
     estimating = screen and self.estimator is not None
     try:
       self.costs.estimator = self.estimator if estimating else None
+      self.costs.standin_ceiling_s = (self._standin_ceiling(screen)
+                                      if ceiling else None)
       built = step.build(params, batch)
     except Pruned:
       raise
@@ -432,6 +441,7 @@ class FrontierFunction:
       raise
     finally:
       self.costs.estimator = None
+      self.costs.standin_ceiling_s = None
     rep = built.report
     measured = rep is not None and rep.predicted_step_ms is not None
     out = PricedPlan(
@@ -443,17 +453,40 @@ class FrontierFunction:
         source=built.unrolled.source,
         blocks=len(built.partition.blocks),
         build_seconds=time.perf_counter() - t0,
-        screened=screen and measured and c.plan is None)
+        screened=screen and measured and c.plan is None,
+        bound=measured and bool(getattr(self.costs, "bound_last", False)))
     if key is not None:
       _MEMO[key] = (out, step)
       while len(_MEMO) > MEMO_SIZE:
         _MEMO.popitem(last=False)
     return out
 
+  def _standin_ceiling(self, screen: bool) -> float | None:
+    """Seconds at or above which a full build's plan is priced by its
+    lower bound instead of timing its stand-in program (with ``prune``:
+    the fastest fitting plan priced so far; see ``PricedPlan.bound``)."""
+    if not self.prune or screen or self._best_ms is None:
+      return None
+    return self._best_ms / 1e3
+
   def price_baseline(self, c: Candidate, base: PricedPlan) -> PricedPlan:
     """A classic schedule priced on the searched plan ``base`` of the same
     placement, width and N (``plan_pricing.baseline_price``)."""
-    return baseline_price(self.steps[base.candidate].built, c, base)
+    step = self.steps[base.candidate]
+    return baseline_price(step.built, c, base,
+                          getattr(step, "replay_run", None))
+
+  def _baseline(self, c: Candidate, base: PricedPlan, params: Any,
+                batch: Any, markers: int | None) -> PricedPlan:
+    """:meth:`price_baseline`; scaled from a lower bound (``base.bound``)
+    to below the fastest fitting plan so far, it could win on a price never
+    calibrated, so ``base`` is then priced in full first."""
+    p = self.price_baseline(c, base)
+    if p.bound and (self._best_ms is None or p.step < self._best_ms):
+      base = self.price(base.candidate, params, batch, markers,
+                        ceiling=False)
+      p = self.price_baseline(c, base)
+    return p
 
 
 def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,

@@ -108,6 +108,8 @@ def build(step: Any, params: Any, batch: Any,
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
                      other_ms, _ramps.with_fsdp(ramps.note, layout))
     report = _with_hoisted(report, lowering, traced)
+    step.replay_run = (None if costs is None else _run_replay(
+        step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
   finally:
     # The timer holds the traced program: never keep it past this build.
     step._costs.time_program = None  # pylint: disable=protected-access
@@ -120,6 +122,35 @@ def build(step: Any, params: Any, batch: Any,
                report=report,
                profile=costs.profile if costs is not None else None,
                lowering=lowering)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunReplay:
+  """``(unrolled, plan=None) -> seconds``: another schedule of one build's
+  kernels, lowered (``plan``, else its own tick plan) and replayed with the
+  build's measured kernels and tick model, plus ``extra_s`` per tick (what
+  the build's stand-in added; ``CostModel.replay_like``).
+  ``plan_pricing.baseline_price`` prices the classic schedules with it."""
+
+  model: Any
+  costs: Any
+  make_plan: Callable[[Any], Any]
+  mesh: Any
+  pipe_axis: str
+  extra_s: float = 0.0
+
+  def __call__(self, unrolled: Any, plan: Any = None) -> float:
+    if plan is None:
+      plan = self.make_plan(unrolled.actions)
+    return self.model.replay_like(self.costs, unrolled, plan, self.mesh,
+                                  self.pipe_axis, self.extra_s)
+
+
+def _run_replay(step: Any, costs: Any, make_plan: Callable[[Any], Any],
+                extra_s: float) -> RunReplay:
+  """The :class:`RunReplay` of a build of ``step``."""
+  return RunReplay(step._costs, costs, make_plan, step.mesh,  # pylint: disable=protected-access
+                   step.pipe_axis, extra_s)
 
 
 def shared(step: Any, key: tuple, make: Callable[[], Any]) -> Any:
@@ -182,8 +213,10 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
                                         n_local, costs)
   if alt is not None and same_order(alt[2].actions, unrolled.actions):
     # The same tick plan, so the same prediction: not planned twice.
-    ms = 1e3 * step._costs.predict(  # pylint: disable=protected-access
-        costs, unrolled, plan, step.mesh, step.pipe_axis)[0].step_seconds
+    # Priced as pick_schedule prices (FSDP and outside terms included).
+    ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
+        costs, unrolled, plan, _fsdp_tick.resolve(step.fsdp, layout, plan),
+        step.mesh, step.pipe_axis)
     clock.lap("search on uniform spans", "the same order as on measured"
               " spans")
     return plan, "measured", ms, None

@@ -86,3 +86,24 @@ def test_runners_hide_the_backend_probe():
                         check=False)
   assert proc.returncode == 0, proc.stderr
   assert "Unable to initialize backend" not in proc.stderr
+
+
+def test_lib_modules_define_no_flags():
+  # Only a runner's ``*_args`` module (imported by its binary alone)
+  # defines absl flags; a ``*_lib`` module is imported by tests and other
+  # runners, where its flags would clash (DuplicateFlagError at import).
+  libs = sorted(p.stem for p in (ROOT / "experiments").glob("*_lib.py"))
+  script = (
+      "import importlib, sys\n"
+      "from absl import app, flags, logging  # their own flags\n"
+      "before = set(flags.FLAGS)\n"
+      "for name in sys.argv[1:]:\n"
+      "  importlib.import_module('experiments.' + name)\n"
+      "  new = sorted(set(flags.FLAGS) - before)\n"
+      "  assert not new, (name, new)\n")
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "-c", script, *libs], cwd=ROOT,
+                        env=env, capture_output=True, text=True,
+                        timeout=300, check=False)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert len(libs) >= 10

@@ -31,7 +31,7 @@ from typing import Any
 
 
 #: Bump when the stand-ins change what they cost (part of the cache key).
-STANDIN_VERSION = 3
+STANDIN_VERSION = 4  # 4: samples capped by CPU time (time_step)
 
 
 def _seed(pvals: Any, dvals: Any) -> Any:
@@ -118,16 +118,61 @@ def plan_signature(plan: Any) -> dict[str, Any]:
           "gathered": repr(sorted(plan.layout.gathered))}
 
 
+#: A sample's wall seconds count at most this many times the process CPU
+#: seconds over the cores its devices can use (``time_step``). A stand-in
+#: program waits at its rendezvous: its fastest samples take 1.76-1.86x that
+#: CPU figure (README GPT, interleaved pipe2 x dp2 and vshape pipe4 stand-ins,
+#: 4 fake devices on 2 cores, 40 samples each at load 8-9; a lowered step
+#: with real kernels 1.15-1.25x). On a loaded machine a sample also waits
+#: for a core: one stand-in's median was 4.25x while its fastest was 1.86x,
+#: and at load 11 a stand-in timed at 227 ms where its siblings took 28-34
+#: ms made its plan 249 ms predicted for a 31 ms replay (the "6 MiB
+#: mispredictions" of session 27).
+WAIT_SLACK = 2.5
+
+
+def cpu_cores_of(out: Any) -> int:
+  """Cores the devices of ``out`` (a program's result) run on: CPU
+  devices (one thread each) up to the cores this process may use; 0 where
+  the process's CPU time says nothing about the program (an accelerator,
+  or no device known)."""
+  import os  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  devices = set()
+  for leaf in jax.tree_util.tree_leaves(out):
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is not None:
+      devices |= set(sharding.device_set)
+  if not devices or any(d.platform != "cpu" for d in devices):
+    return 0
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    cores = os.cpu_count() or 1
+  return max(1, min(len(devices), cores))
+
+
+def sample_seconds(wall_s: float, cpu_s: float, cores: int) -> float:
+  """One timed call: its wall seconds, but at most :data:`WAIT_SLACK`
+  times its process CPU seconds over ``cores`` (what it waited for a busy
+  neighbour's core is not the program's); ``cores`` 0: the wall time."""
+  if cores <= 0:
+    return wall_s
+  return min(wall_s, WAIT_SLACK * cpu_s / cores)
+
+
 def time_step(run: Callable[[], Any], repeats: int = 7, rounds: int = 3,
               budget_s: float = 1.5) -> float:
   """Seconds of one call of ``run`` (compiled; warmed up first): the
   smallest of ``rounds`` medians of ``repeats`` samples each, as kernels
   are timed (``measure.time_kernel``: a round slowed by a busy neighbour is
-  an outlier upwards, never downwards). A slow program takes fewer samples
-  (at least 3 in all), about ``budget_s`` seconds in all."""
+  an outlier upwards, never downwards), each sample capped by the process
+  CPU time on the CPU backend (:func:`sample_seconds`: a loaded machine
+  slows every round). A slow program takes fewer samples (at least 3 in
+  all), about ``budget_s`` seconds in all."""
   import jax  # pylint: disable=import-outside-toplevel
   t0 = time.perf_counter()
-  jax.block_until_ready(run())
+  cores = cpu_cores_of(jax.block_until_ready(run()))
   first = max(time.perf_counter() - t0, 1e-6)
   total = max(3, min(repeats * rounds, int(budget_s / first)))
   rounds = max(1, min(rounds, total // 3))
@@ -136,9 +181,10 @@ def time_step(run: Callable[[], Any], repeats: int = 7, rounds: int = 3,
   for _ in range(rounds):
     samples = []
     for _ in range(per):
-      t0 = time.perf_counter()
+      t0, c0 = time.perf_counter(), time.process_time()
       jax.block_until_ready(run())
-      samples.append(time.perf_counter() - t0)
+      samples.append(sample_seconds(time.perf_counter() - t0,
+                                    time.process_time() - c0, cores))
     medians.append(statistics.median(samples))
   return min(medians)
 
@@ -185,6 +231,20 @@ def program_timer(make_program: Callable[[Any], Callable[..., Any]],
   return run
 
 
+def _standin_key(plan: Any, fields: Mapping[str, Any]) -> str:
+  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
+  return make_key({"what": "standin", "version": STANDIN_VERSION, **fields,
+                   "plan": plan_signature(plan)})
+
+
+def standin_cached(plan: Any, cache: Any, fields: Mapping[str, Any]) -> bool:
+  """Whether the stand-in seconds of ``plan`` are in the disk cache (a
+  file check: ``cache.get`` would count a miss)."""
+  import os  # pylint: disable=import-outside-toplevel
+  return not cache.reprofile and os.path.exists(
+      cache.path("standin", _standin_key(plan, fields)))
+
+
 def cached_standin_seconds(plan: Any, run_standin: Callable[[Any], float],
                            cache: Any, fields: Mapping[str, Any]
                            ) -> tuple[float, bool]:
@@ -193,9 +253,7 @@ def cached_standin_seconds(plan: Any, run_standin: Callable[[Any], float],
   ``run_standin(standin_plan)`` compiles and times the program;
   ``fields``: the mesh and backend facts of the key.
   """
-  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
-  key = make_key({"what": "standin", "version": STANDIN_VERSION, **fields,
-                  "plan": plan_signature(plan)})
+  key = _standin_key(plan, fields)
   rec = cache.get("standin", key)
   if rec is not None:
     return float(rec["standin_s"]), True

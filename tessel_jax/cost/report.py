@@ -64,8 +64,7 @@ class CostReport:
     hoisted_bytes: Per device, the kernels' parameter-only values computed
       before the ticks (``passes.hoist``: e.g. reversed conv weights).
     lowering: The lowering of the program and why (``tessel_jax.ramps``):
-      e.g. ``"lowering compact (interpret_ramps=0, auto: no FSDP
-      parameters)"``.
+      e.g. ``"lowering compact (interpret_ramps=0, auto)"``.
   """
 
   cost: str
