@@ -99,8 +99,7 @@ def hoistable(layout: Any, num_microbatches: int, kernel: Any) -> bool:
       _fsdp_tick.role(layout, kernel, l) is not None for l in kernel.params))
 
 
-def _source(layout: Any, kid: int, kernel: Any, leaf: int,
-            inplace: bool) -> tuple:
+def _source(layout: Any, kernel: Any, leaf: int, inplace: bool) -> tuple:
   """Where the kernel reads ``leaf``: kernels reading the same source see
   the same value on every device."""
   if inplace:
@@ -108,9 +107,13 @@ def _source(layout: Any, kid: int, kernel: Any, leaf: int,
   where = layout.slot_of.get((leaf, kernel.devices[0]))
   gathered = (leaf in layout.gathered and
               len(kernel.devices) < layout.num_devices)
-  if where is not None and not gathered:
+  if gathered:  # read whole (``tick_io.params``): the same on every device
+    return ("leaf", leaf)
+  if where is not None:
     return ("slot",) + tuple(where)
-  return ("kernel", kid, leaf)
+  # Read from its block's region (``tick_io.params``): the forward and
+  # backward kernels of one block read the same value.
+  return ("region", kernel.fwd, leaf)
 
 
 def _values(found: _po.Found, srcs: Sequence[tuple]
@@ -142,7 +145,7 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
     found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
     if not found.hoisted:
       continue
-    srcs = [_source(low.layout, kid, kernel, l, INPLACE in pbuf)
+    srcs = [_source(low.layout, kernel, l, INPLACE in pbuf)
             for l in kernel.params]
     by_var = dict(zip(found.params, pvals))
     values = []
@@ -172,7 +175,7 @@ def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
     pvals = [param_avals[l] if subset and l in layout.gathered else local[l]
              for l in kernel.params]  # read gathered whole (tick_io.params)
     found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
-    srcs = [_source(layout, kid, kernel, l, inplace) for l in kernel.params]
+    srcs = [_source(layout, kernel, l, inplace) for l in kernel.params]
     for key, _, _, v, _ in _values(found, srcs):
       sizes[key] = _po.nbytes(v)
   return sum(sizes.values())

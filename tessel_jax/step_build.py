@@ -97,16 +97,17 @@ def build(step: Any, params: Any, batch: Any,
       _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
                             params) if calibrate and train else None)
   try:
+    hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
     plan, chosen, other_ms, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
-        clock)
+        clock, hoisted)
     if picked is not None:
       sgraph, schedule, unrolled = picked
     layout = _fsdp_tick.resolve(step.fsdp, layout, plan)  # fsdp="auto"
     lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
                                       train, n_total, traced)
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                     other_ms, _ramps.with_fsdp(ramps.note, layout))
+                     other_ms, _ramps.with_fsdp(ramps.note, layout), hoisted)
     report = _with_hoisted(report, lowering, traced)
     step.replay_run = (None if costs is None else _run_replay(
         step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
@@ -199,7 +200,7 @@ def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
 
 def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
                  unit: int, layout: Any, n_local: int, unrolled: Any,
-                 make_plan: Any, clock: Any) -> tuple:
+                 make_plan: Any, clock: Any, hoisted: int = 0) -> tuple:
   """``(plan, chosen spans, other's predicted ms, picked)``: with measured
   costs and a searched schedule, the one searched on uniform spans is
   lowered instead when predicted faster (``step._pick_schedule``)."""
@@ -210,7 +211,7 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
       getattr(step, "screening", False)):
     return plan, None, None, None
   alt = step_schedule.uniform_candidate(step, graph, ks, unit, layout,
-                                        n_local, costs)
+                                        n_local, costs, hoisted)
   if alt is not None and same_order(alt[2].actions, unrolled.actions):
     # The same tick plan, so the same prediction: not planned twice.
     # Priced as pick_schedule prices (FSDP and outside terms included).
@@ -266,12 +267,14 @@ def _lower_program(step: Any, plan: Any, part: Any, layout: Any,
 
 def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
             unit: int, ks: Any, chosen: str | None,
-            other_ms: float | None, lowering: str = "") -> Any:
+            other_ms: float | None, lowering: str = "",
+            hoisted: int = 0) -> Any:
   """The build's ``CostReport`` (None when the cost model gives none)."""
   model = step._costs  # pylint: disable=protected-access
   report = model.report(
       costs, unrolled, plan, layout, unit,
-      step_schedule.memory_limit_bytes(step, layout, costs), step.mesh,
+      step_schedule.memory_limit_bytes(step, layout, costs, hoisted),
+      step.mesh,
       step.pipe_axis, schedule_costs=chosen, alternative_ms=other_ms)
   if report is not None:
     report = dataclasses.replace(report, block_modes=block_modes(ks),
@@ -291,6 +294,17 @@ def _with_hoisted(report: Any, lowering: Any, traced: Any) -> Any:
   return dataclasses.replace(
       report, hoisted_bytes=nbytes,
       peak_memory_bytes=tuple(b + nbytes for b in report.peak_memory_bytes))
+
+
+def hoisted_limit_bytes(step: Any, ks: Any, layout: Any, traced: Any,
+                        n_local: int) -> int:
+  """Bytes per device of the kernels' hoisted parameter-only values
+  (``passes.hoist``), held against the memory limit when there is one
+  (0 without a limit: then they are only reported)."""
+  if step_schedule.memory_limit_bytes(step, layout) is None:
+    return 0
+  return _hoist.predicted_bytes(ks.kernels, layout, traced.param_avals,
+                                n_local)
 
 
 def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
@@ -324,7 +338,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
     try:
       searches = step.searches
       schedule, unrolled = step_schedule.find_schedule(
-          step, sgraph, unit, layout, n_local, costs)
+          step, sgraph, unit, layout, n_local, costs,
+          hoisted_limit_bytes(step, ks, layout, traced, n_local))
       clock.lap("search", step_schedule.search_note(
           schedule, unrolled, step.searches > searches))
       return ks, layout, costs, sgraph, unit, schedule, unrolled

@@ -70,14 +70,15 @@ def uniform_graph(graph: BlockGraph, ks: Any) -> tuple[BlockGraph, int]:
   return dataclasses.replace(graph, blocks=tuple(blocks)), unit
 
 
-def memory_limit_bytes(step: Any, layout: Any,
-                       costs: Any = None) -> int | None:
+def memory_limit_bytes(step: Any, layout: Any, costs: Any = None,
+                       hoisted: int = 0) -> int | None:
   """Bytes per device left for the stash (None: no limit).
 
   ``memory_limit`` (or what the device reports) less the parameters, their
   gradient accumulators and ``optimizer_slots`` parameter-sized optimiser
-  arrays, and (measured costs) the largest kernel workspace (XLA temp
-  bytes).
+  arrays, ``hoisted`` bytes (the kernels' parameter-only values computed
+  before the ticks, ``passes.hoist``) and (measured costs) the largest
+  kernel workspace (XLA temp bytes).
   """
   limit = step.memory_limit
   if limit is None:
@@ -85,15 +86,16 @@ def memory_limit_bytes(step: Any, layout: Any,
   if limit is None:
     return None
   fixed = max(layout.fixed_bytes_per_device(int(step.optimizer_slots)))
+  fixed += hoisted
   if costs is not None:
     fixed += costs.workspace_bytes
   return max(0, int(limit) - fixed)
 
 
-def memory_units(step: Any, unit: int, layout: Any,
-                 costs: Any = None) -> int | None:
+def memory_units(step: Any, unit: int, layout: Any, costs: Any = None,
+                 hoisted: int = 0) -> int | None:
   """The stash limit in memory units of ``unit`` bytes (None: no limit)."""
-  limit = memory_limit_bytes(step, layout, costs)
+  limit = memory_limit_bytes(step, layout, costs, hoisted)
   if limit is None:
     return None
   # Above this many units every quantised graph is effectively unlimited.
@@ -101,10 +103,11 @@ def memory_units(step: Any, unit: int, layout: Any,
 
 
 def find_schedule(step: Any, graph: BlockGraph, unit: int, layout: Any,
-                  n_local: int, costs: Any = None
+                  n_local: int, costs: Any = None, hoisted: int = 0
                   ) -> tuple[Schedule | None, UnrolledSchedule]:
   """``(schedule, unrolled)`` of ``n_local`` micro-batches on ``graph``:
-  ``step.plan`` when given, else cached or searched.
+  ``step.plan`` when given, else cached or searched (``hoisted``: see
+  :func:`memory_limit_bytes`).
 
   Raises:
     InfeasibleMemory: no schedule fits the memory limit.
@@ -112,7 +115,7 @@ def find_schedule(step: Any, graph: BlockGraph, unit: int, layout: Any,
   given = _given_schedule(step, graph, n_local)
   if given is not None:
     return given
-  limit = memory_units(step, unit, layout, costs)
+  limit = memory_units(step, unit, layout, costs, hoisted)
   cache = _schedule_cache.ScheduleCache(step.cache_dir)
   key = _schedule_cache.schedule_key(
       graph, limit, n_local, {"time_limit_s": step.solver_time_limit_s,
@@ -172,7 +175,8 @@ def _search(step: Any, graph: BlockGraph, limit: int | None,
 
 
 def uniform_candidate(step: Any, graph: BlockGraph, ks: Any, unit: int,
-                      layout: Any, n_local: int, costs: Any) -> Any:
+                      layout: Any, n_local: int, costs: Any,
+                      hoisted: int = 0) -> Any:
   """``(graph, schedule, unrolled)`` searched on uniform spans under the
   same memory limit, or None when there is none."""
   alt_graph, alt_unit = uniform_graph(graph, ks)
@@ -180,7 +184,7 @@ def uniform_candidate(step: Any, graph: BlockGraph, ks: Any, unit: int,
     return None
   try:
     alt_sched, alt_unrolled = find_schedule(step, alt_graph, unit, layout,
-                                            n_local, costs)
+                                            n_local, costs, hoisted)
   except (InfeasibleMemory, _errors.TesselError):
     return None
   return alt_graph, alt_sched, alt_unrolled
