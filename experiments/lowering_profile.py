@@ -8,11 +8,14 @@ micro-batch), the README's GPT (embedding, 4 layers of width 64, tied
 head; cut automatically into 2 blocks), a parameter-heavy MLP (4 layers
 of width 1664, 11.1M parameters, 32 rows per micro-batch) and ResNet18
 (``experiments.resnet``, 11.7M parameters, 4 images of 16 x 16 per
-micro-batch, cut after stage 3 as in the placed part).
+micro-batch, cut after stage 3 as in the placed part). A plan named
+``<plan>_nohoist`` is lowered without hoisting the kernels' parameter-only
+work out of the tick loop (``passes.hoist.disabled``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,9 +33,11 @@ from experiments import resnet
 from experiments import step_profile
 from experiments import train_lib
 from tessel_jax import placements
+from tessel_jax.passes import hoist
 
 MODELS = ("mlp", "gpt", "wide", "resnet18")
-PLANS = ("searched", "gpipe", "1f1b")
+PLANS = ("searched", "gpipe", "1f1b", "searched_nohoist", "gpipe_nohoist",
+         "1f1b_nohoist")
 
 
 def model(name: str, n: int) -> tuple[Callable, Any, Any, str]:
@@ -67,11 +72,14 @@ def worker(models: tuple[str, ...], plans: tuple[str, ...], n: int,
   for m in models:
     fn, params, batch, cut = model(m, n)
     for p in plans:
-      step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                         num_microbatches=n, cut=cut, cost=cost,
-                         plan=None if p == "searched" else p)
-      built = step.build(params, batch)
-      compiled = built.jitted.lower(params, batch).compile()
+      plan = p.removesuffix("_nohoist")
+      with (hoist.disabled() if p.endswith("_nohoist") else
+            contextlib.nullcontext()):
+        step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                           num_microbatches=n, cut=cut, cost=cost,
+                           plan=None if plan == "searched" else plan)
+        built = step.build(params, batch)
+        compiled = built.jitted.lower(params, batch).compile()
       prof = step_profile.profile_step(lambda: compiled(params, batch),
                                        compiled.as_text(), 2, repeats)
       row = {"model": m, "plan": p, "n": n,

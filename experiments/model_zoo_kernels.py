@@ -11,20 +11,13 @@ its stand-in program's step (the program ``cost.ports`` is fitted on). See
 ``experiments.model_zoo_kernels_lib``.
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from experiments import cli, xla_env
+from experiments import cli, model_zoo_flags
 
-_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer", "penzai_llama",
-           "hf_gpt2")
-
-flags.DEFINE_list("models", list(_MODELS), "Zoo models (names of"
-                  " experiments.model_zoo_models.BUILDERS).")
-flags.DEFINE_integer("microbatches", 8, "Micro-batches N.")
-flags.DEFINE_integer("rows", 4, "Rows per micro-batch.")
+flags.adopt_module_key_flags(model_zoo_flags)
 flags.DEFINE_integer("traces", 3, "Traced steps per model (median kept).")
 flags.DEFINE_bool("realtime", True, "Time at real-time priority where"
                   " allowed (experiments.realtime).")
@@ -37,21 +30,13 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
-  for key in ("microbatches", "rows", "traces"):
-    if getattr(f, key) < 1:
-      raise app.UsageError(f"--{key} must be >= 1, got {getattr(f, key)}")
-  xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True),
-                        force_platform=True)
-  if hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+  model_zoo_flags.check_positive("traces")
+  model_zoo_flags.two_devices()
   # pylint: disable-next=import-outside-toplevel
   from experiments import model_zoo_kernels_lib as lib
-  bad = [m for m in f.models if m not in lib.BUILDERS]
-  if bad or not f.models:
-    raise app.UsageError(f"--models {f.models}: choose from"
-                         f" {sorted(lib.BUILDERS)}")
+  models, microbatches, rows = model_zoo_flags.read()
   sys.exit(lib.main(lib.KernelsArgs(
-      models=tuple(f.models), microbatches=f.microbatches, rows=f.rows,
+      models=models, microbatches=microbatches, rows=rows,
       traces=f.traces, realtime=f.realtime, output=f.output or None)))
 
 

@@ -36,9 +36,9 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import realtime, step_profile
+from experiments import model_zoo_rows, realtime, step_profile
+from experiments.model_zoo_flags import ZOO_MODELS
 from experiments.model_zoo_models import BUILDERS
-from experiments.runs import write_record
 from tessel_jax import step_build as _step_build
 from tessel_jax.cost import calibrate as _calibrate
 
@@ -49,8 +49,7 @@ _KERNEL = re.compile(r"tj_kernel/k(\d+)")
 class KernelsArgs(NamedTuple):
   """Everything the runner needs; see the flags."""
 
-  models: tuple[str, ...] = ("eqx_mlp", "eqx_transformer", "nnx_transformer",
-                             "penzai_llama", "hf_gpt2")
+  models: tuple[str, ...] = ZOO_MODELS
   microbatches: int = 8
   rows: int = 4
   traces: int = 3
@@ -231,25 +230,11 @@ def main(args: KernelsArgs, log: Callable[[str], None] = print) -> int:
   """Every model in this process (2 devices); writes the JSON."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
   load_start = list(os.getloadavg())
-  rows = []
-  for name in args.models:
-    try:
-      row = model_row(name, args, mesh)
-    except Exception as err:  # pylint: disable=broad-except
-      row = {"model": name, "error": f"{type(err).__name__}: {err}"}
-    finally:
-      realtime.normal_priority()
-    log(json.dumps(row))
-    rows.append(row)
-  table = markdown(rows)
-  log(table)
-  record = {"args": args._asdict(), "rows": rows, "table": table,
-            "load_average_start": load_start,
-            "load_average_end": list(os.getloadavg()),
-            "median_in_program_over_profiled": statistics.median(
-                [r["kernels_in_program_ms"] / r["kernels_profiled_ms"]
-                 for r in rows if "error" not in r
-                 and r["kernels_profiled_ms"] > 0] or [float("nan")])}
-  if args.output:
-    write_record(args.output, record, table)
+  rows = model_zoo_rows.each_model(
+      args.models, lambda name: model_row(name, args, mesh), log)
+  ratios = [r["kernels_in_program_ms"] / r["kernels_profiled_ms"]
+            for r in rows if "error" not in r and r["kernels_profiled_ms"] > 0]
+  model_zoo_rows.write_rows(args, rows, markdown, load_start, {
+      "median_in_program_over_profiled":
+          statistics.median(ratios or [float("nan")])}, log)
   return 0

@@ -12,13 +12,11 @@ measured faster, and measured over predicted. See
 ``experiments.model_zoo_spans_lib``.
 """
 
-import os
 import sys
 
 from absl import app, flags
 
-from experiments import cli, xla_env
-from experiments import model_zoo_spans_args
+from experiments import cli, model_zoo_flags, model_zoo_spans_args
 
 flags.adopt_module_key_flags(model_zoo_spans_args)
 
@@ -27,12 +25,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   model_zoo_spans_args.check_output()
-  # XLA reads XLA_FLAGS when jax creates its CPU client: 2 single-threaded
-  # devices, this process on 2 cores.
-  xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True),
-                        force_platform=True)
-  if hasattr(os, "sched_setaffinity"):
-    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:2])
+  model_zoo_flags.two_devices()
   # pylint: disable-next=import-outside-toplevel
   from experiments import model_zoo_spans_lib
   sys.exit(model_zoo_spans_lib.main(model_zoo_spans_args.from_flags()))

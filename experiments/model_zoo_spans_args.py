@@ -9,15 +9,9 @@ from __future__ import annotations
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, model_zoo_flags
 
-_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer", "penzai_llama",
-           "hf_gpt2")
-
-flags.DEFINE_list("models", list(_MODELS), "Zoo models (names of"
-                  " experiments.model_zoo_models.BUILDERS).")
-flags.DEFINE_integer("microbatches", 8, "Micro-batches N.")
-flags.DEFINE_integer("rows", 4, "Rows per micro-batch.")
+flags.adopt_module_key_flags(model_zoo_flags)
 flags.DEFINE_integer("rounds", 7, "Timing rounds (both candidates once per"
                      " round, shuffled).")
 flags.DEFINE_bool("realtime", True, "Time at real-time priority (every"
@@ -48,18 +42,13 @@ def from_flags():
   # pylint: disable-next=import-outside-toplevel
   from experiments.model_zoo_spans_lib import BUILDERS, SpansArgs
   f = flags.FLAGS
-  bad = [m for m in f.models if m not in BUILDERS]
-  if bad or not f.models:
-    raise app.UsageError(f"--models {f.models}: choose from"
-                         f" {sorted(BUILDERS)}")
-  for key in ("microbatches", "rows", "rounds"):
-    if getattr(f, key) < 1:
-      raise app.UsageError(f"--{key} must be >= 1, got {getattr(f, key)}")
+  models, microbatches, rows = model_zoo_flags.read()
+  model_zoo_flags.check_positive("rounds")
   if f.reference and f.reference not in BUILDERS:
     raise app.UsageError(f"--reference {f.reference!r}: choose from"
                          f" {sorted(BUILDERS)} or ''")
-  return SpansArgs(models=tuple(f.models), microbatches=f.microbatches,
-                   rows=f.rows, rounds=f.rounds, realtime=f.realtime,
+  return SpansArgs(models=models, microbatches=microbatches,
+                   rows=rows, rounds=f.rounds, realtime=f.realtime,
                    seed=f.seed, output=f.output or None, cost=f.cost,
                    reference=f.reference or None)
 

@@ -30,15 +30,14 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import realtime
-from experiments.runs import write_record
+from experiments import model_zoo_rows, realtime
+from experiments.model_zoo_flags import ZOO_MODELS
 from experiments.model_zoo_models import BUILDERS  # noqa: F401 (args)
 from tessel_jax import api as _api
 from tessel_jax.cost import ports as _ports
 
 CANDIDATES = ("measured", "uniform")
-DEFAULT_MODELS = ("eqx_mlp", "eqx_transformer", "nnx_transformer",
-                  "penzai_llama", "hf_gpt2")
+DEFAULT_MODELS = ZOO_MODELS
 
 
 class SpansArgs(NamedTuple):
@@ -192,7 +191,6 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
   """Runs every model in this process (2 devices); writes the JSON."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
   load_start = list(os.getloadavg())
-  rows = []
   if args.realtime:
     realtime.realtime_threads()
   try:
@@ -201,32 +199,21 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
     realtime.normal_priority()
   if machine is not None:
     log(json.dumps({"machine": machine}))
-  for name in args.models:
-    try:
-      # At real-time priority from the build on: the kernels and the
-      # stand-in programs (``tessel_jax.cost.calibrate``) are timed at the
-      # priority the candidates are timed at (at normal priority under
-      # load, profiles ran 16-18% slower, see ``inference_speedup_lib``).
-      rt = realtime.realtime_threads() if args.realtime else 0
-      runs, row = build_model(name, args, mesh)
-      rt = max(rt, realtime.realtime_threads()
-               if args.realtime else 0)
-      for c, t in time_rounds(runs, args.rounds, args.seed).items():
-        row[c].update(t)
-      row["realtime_threads"] = rt
-      row = judge(row)
-    except Exception as err:  # pylint: disable=broad-except
-      row = {"model": name, "error": f"{type(err).__name__}: {err}"}
-    finally:
-      realtime.normal_priority()
-    log(json.dumps(row))
-    rows.append(row)
-  table = markdown(rows)
-  log(table)
-  record = {"args": args._asdict(), "rows": rows, "table": table,
-            "machine": machine,
-            "load_average_start": load_start,
-            "load_average_end": list(os.getloadavg())}
-  if args.output:
-    write_record(args.output, record, table)
+
+  def row(name: str) -> dict[str, Any]:
+    # At real-time priority from the build on: the kernels and the
+    # stand-in programs (``tessel_jax.cost.calibrate``) are timed at the
+    # priority the candidates are timed at (at normal priority under
+    # load, profiles ran 16-18% slower, see ``inference_speedup_lib``).
+    rt = realtime.realtime_threads() if args.realtime else 0
+    runs, got = build_model(name, args, mesh)
+    rt = max(rt, realtime.realtime_threads() if args.realtime else 0)
+    for c, t in time_rounds(runs, args.rounds, args.seed).items():
+      got[c].update(t)
+    got["realtime_threads"] = rt
+    return judge(got)
+
+  rows = model_zoo_rows.each_model(args.models, row, log)
+  model_zoo_rows.write_rows(args, rows, markdown, load_start,
+                            {"machine": machine}, log)
   return 0

@@ -46,6 +46,7 @@ from experiments import lowering_bench_lib as lb
 from experiments import resnet
 from experiments import step_profile
 from tessel_jax import placements
+from tessel_jax.passes import hoist
 
 MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 # param_layout per model: ResNet's leaves have a different shape on each
@@ -55,7 +56,8 @@ MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 # in half-empty slots: resnet18_auto).
 LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_auto": "auto",
            "resnet18_flat": "flat"}
-VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step")
+VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step",
+            "placed_nohoist")
 
 
 def model(name: str, n: int) -> tuple[Callable, Any, Any]:
@@ -139,9 +141,10 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
                        axis_types=(jax.sharding.AxisType.Auto,))
   for name in models:
     fn, params, batch = model(name, n)
-    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                       num_microbatches=n, cut="markers", cost=cost,
-                       param_layout=LAYOUTS[name])
+    make = lambda: tj.schedule(  # pylint: disable=cell-var-from-loop
+        fn, mesh=mesh, placement=placements.vshape(2), num_microbatches=n,
+        cut="markers", cost=cost, param_layout=LAYOUTS[name])
+    step = make()
     t0 = time.perf_counter()
     tree_c = step.lower(params, batch).compile()
     build_s = time.perf_counter() - t0
@@ -158,6 +161,7 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     state = _train_state(step, params, batch)
     if state is not None:
       runs["train_step"] = state
+    runs["placed_nohoist"], nohoist_c = _nohoist(make, params, batch)
     _check(step, runs, fn, params, batch, n)
     for f in runs.values():
       jax.block_until_ready(f())
@@ -177,7 +181,7 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
            "rounds": rounds, "build_and_compile_s": round(build_s, 1),
            "lowered_as": step.built.plan.loop_summary(),
            "load_average": [round(min(loads), 1), round(max(loads), 1)],
-           **critical_kernel_ms(step)}
+           **critical_kernel_ms(step), **_paired(times)}
     for k, ts in times.items():
       walls = sorted(t[0] for t in ts)
       cpus = sorted(t[1] for t in ts)
@@ -190,8 +194,31 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
         "tessel_tree": step_profile.profile_step(
             runs["tessel_tree"], tree_c.as_text(), 2, 3),
         "tessel_placed": step_profile.profile_step(
-            runs["tessel_placed"], placed_c.as_text(), 2, 3)}
+            runs["tessel_placed"], placed_c.as_text(), 2, 3),
+        "placed_nohoist": step_profile.profile_step(
+            runs["placed_nohoist"], nohoist_c.as_text(), 2, 3)}
     print(json.dumps({"placed": row}), flush=True)
+
+
+def _nohoist(make: Callable[[], Any], params: Any, batch: Any
+             ) -> tuple[Callable[[], Any], Any]:
+  """The placed step lowered without hoisting the kernels' parameter-only
+  work (``passes.hoist.disabled``): ``(run, compiled)``."""
+  with hoist.disabled():
+    step = make()
+    placed = step.place(params, batch)
+    compiled = step.lower(placed, batch).compile()
+  return (lambda: compiled(placed, batch)), compiled
+
+
+def _paired(times: dict[str, list]) -> dict[str, Any]:
+  """Median per-round ratio placed / placed without hoisting (wall, CPU):
+  both ran in every round, in shuffled order."""
+  a, b = times["tessel_placed"], times["placed_nohoist"]
+  wall = sorted(x[0] / y[0] for x, y in zip(a, b))
+  cpu = sorted(x[1] / max(y[1], 1e-9) for x, y in zip(a, b))
+  return {"hoisted_over_plain_wall": round(wall[len(wall) // 2], 3),
+          "hoisted_over_plain_cpu": round(cpu[len(cpu) // 2], 3)}
 
 
 def _train_state(step: Any, params: Any, batch: Any) -> Any:
@@ -294,7 +321,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
   """One line per model: median wall ms (process CPU ms) of every variant."""
   head = ["model", "params", "plain jit 1 core (own process)",
           "plain jit 2 cores (own process)", "plain jit dev0 (interleaved)",
-          "tessel tree", "tessel placed", "train_step (fused, donated)",
+          "tessel tree", "tessel placed", "placed, no hoist",
+          "placed / no hoist (paired wall, CPU)",
+          "train_step (fused, donated)",
           "kernels, busiest thread (trace)", "kernels alone, busiest device",
           "placed / kernels", "tree pack/unpack ms", "placed pack/unpack ms",
           "load"]
@@ -310,6 +339,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         r["model"], f"{r['params'] / 1e6:.1f}M", cell(r["plain_1core"]),
         cell(r["plain_2core"]), cell(r["plain_dev0"]),
         cell(r["tessel_tree"]), cell(r["tessel_placed"]),
+        cell(r.get("placed_nohoist")),
+        f"{r.get('hoisted_over_plain_wall', '-')},"
+        f" {r.get('hoisted_over_plain_cpu', '-')}",
         cell(r.get("train_step")), f"{thread:.0f}" if thread else "-",
         f"{alone:.0f}" if alone else "-", ratio,
         f"{r['profile']['tessel_tree']['pack/unpack']:.0f}",

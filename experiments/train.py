@@ -11,7 +11,7 @@ against ``jax.value_and_grad``, saves the schedule picture and a JSON record.
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import app, flags
 
 from experiments import cli
 from experiments import train_args
@@ -23,19 +23,16 @@ flags.adopt_module_key_flags(train_args)
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  args = train_args.from_flags()
-  # XLA reads XLA_FLAGS once, when jax creates its CPU client (the first
-  # device use, after this point): set the fake device count first.
-  flag = f"--xla_force_host_platform_device_count={args.devices * args.data}"
+  # jax reads JAX_PLATFORMS when imported and XLA_FLAGS when it creates its
+  # CPU client: set both (the fake device count first) before from_flags,
+  # which checks the flags, logs the first line and then imports jax.
+  f = flags.FLAGS
+  flag = f"--xla_force_host_platform_device_count={f.devices * f.data}"
   os.environ["XLA_FLAGS"] = " ".join(
       x for x in (os.environ.get("XLA_FLAGS", ""), flag) if x)
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   os.environ.setdefault("MPLBACKEND", "Agg")
-  # tessel_jax's progress lines (one per phase of the first call, with its
-  # time) are INFO records of the "tessel_jax" logger.
-  logging.set_verbosity(logging.INFO)
-  logging.info("train: %s on %d devices; importing jax", args.placement,
-               args.devices)
+  args = train_args.from_flags()
   from experiments import train_lib  # pylint: disable=import-outside-toplevel
   sys.exit(train_lib.main(args))
 

@@ -1,15 +1,21 @@
 """Flags of ``python -m experiments.train``, read into ``TrainArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It
+imports no jax (``from_flags`` does, once the flags are parsed), so the
+binary's first line comes before jax's import.
 """
 
 from __future__ import annotations
 
-from absl import app, flags
+from absl import app, flags, logging
 
-from experiments import cli, train_lib
-from experiments.train_lib import TrainArgs
-from tessel_jax import checks
+from typing import TYPE_CHECKING
+
+from experiments import cli
+from tessel_jax import checks  # imports no jax
+
+if TYPE_CHECKING:
+  from experiments.train_lib import TrainArgs
 
 flags.DEFINE_string("placement", "mshape",
                     "Named placement (vshape, mshape, interleaved, ...); see"
@@ -46,8 +52,8 @@ flags.DEFINE_integer("interpret_ramps", None,
                      "tj.schedule's interpret_ramps: ramps of at least this"
                      " many ticks run as one table-driven loop; 0: every"
                      " tick (each kernel compiled once); -1: unroll all."
-                     " Default: 0 (each kernel compiled once; its steps"
-                     " measured as fast as 8's).")
+                     " Default: tj.schedule's 'auto' (0, the compact"
+                     " lowering, unless the layout has FSDP parameters).")
 
 
 def from_flags() -> TrainArgs:
@@ -66,7 +72,13 @@ def from_flags() -> TrainArgs:
   if f.d_model % f.heads:
     raise app.UsageError(f"--d_model={f.d_model} must be a multiple of"
                          f" --heads={f.heads}")
-  return TrainArgs(
+  # The first line, once the flags are known good, before jax's import
+  # (about a second): tessel_jax's progress lines follow, one per phase.
+  logging.set_verbosity(logging.INFO)
+  logging.info("train: %s on %d devices; importing jax", f.placement,
+               f.devices)
+  from experiments import train_lib  # pylint: disable=import-outside-toplevel
+  return train_lib.TrainArgs(
       placement=f.placement, devices=f.devices, data=f.data, layers=f.layers,
       d_model=f.d_model, heads=f.heads, seq=f.seq,
       microbatches=f.microbatches, microbatch_size=f.microbatch_size,

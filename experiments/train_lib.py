@@ -48,8 +48,9 @@ class TrainArgs(NamedTuple):
   interpret_ramps: int | str | None = "auto"  # tj.schedule's default
 
 
-# The runner lowers with ``interpret_ramps=0`` unless told otherwise (every
-# tick in one table-driven loop, each kernel compiled once). Measured on the
+# The runner lowers with ``interpret_ramps="auto"`` unless told otherwise,
+# the compact lowering here (every tick in one table-driven loop, each
+# kernel compiled once). Measured on the
 # main job (README GPT, mshape(4), 16 micro-batches, cold caches, quiet
 # 2-core machine, 2026-11-25): compile 11.5 s -> 4.1 s, first step at
 # 23.1 s -> 14.8 s. Since remote messages wait in outboxes until due and
@@ -60,7 +61,7 @@ class TrainArgs(NamedTuple):
 # ~1.37x, when the rule was "below 150 steps").
 
 
-def interpret_ramps_for(steps: int, given: int | None) -> int | None:
+def interpret_ramps_for(steps: int, given: int | None) -> int | str | None:
   """``tj.schedule``'s ``interpret_ramps`` for a run of ``steps`` steps.
 
   Args:
@@ -69,13 +70,14 @@ def interpret_ramps_for(steps: int, given: int | None) -> int | None:
       unroll every ramp).
 
   Returns:
-    ``given`` when given (None for a negative one), else 0 (the compact
-    lowering).
+    ``given`` when given (None for a negative one), else ``"auto"``
+    (``tj.schedule``'s default: the compact lowering, 0, unless the layout
+    has FSDP parameters).
   """
   del steps
   if given is not None:
     return None if given < 0 else given
-  return 0
+  return "auto"
 
 
 # --- data -----------------------------------------------------------------
@@ -204,8 +206,18 @@ def adam(params, grads, state, lr):
 # --- run ------------------------------------------------------------------
 
 
-def run(args: Any, log=print) -> dict[str, Any]:
-  """Trains; returns the JSON record."""
+class _Setup(NamedTuple):
+  """What a run trains: the placement, the data, the first parameters and
+  the scheduled step."""
+
+  graph: Any
+  data: "CharData"
+  params: Any
+  step: Any
+
+
+def _setup(args: Any, log: Callable[[str], None]) -> _Setup:
+  """Builds the model, the data, the mesh and ``tj.schedule``'s step."""
   graph = placements.get(args.placement, args.devices)
   num_blocks = sum(1 for b in graph.blocks if b.kind == "F")
   data = CharData(corpus(), args.seq, args.seed)
@@ -216,31 +228,36 @@ def run(args: Any, log=print) -> dict[str, Any]:
     mesh = jax.make_mesh((args.data, args.devices), ("data", "pipe"))
   else:
     mesh = jax.make_mesh((args.devices,), ("pipe",))
-  n = args.microbatches
-  step = tj.schedule(loss_fn, mesh=mesh, placement=graph, num_microbatches=n,
-                     plan=args.schedule, solver_time_limit_s=args.time_limit,
-                     seed=args.seed, cost=args.cost, reprofile=args.reprofile,
+  step = tj.schedule(loss_fn, mesh=mesh, placement=graph,
+                     num_microbatches=args.microbatches, plan=args.schedule,
+                     solver_time_limit_s=args.time_limit, seed=args.seed,
+                     cost=args.cost, reprofile=args.reprofile,
                      interpret_ramps=args.interpret_ramps,
                      optimizer_slots=2)  # Adam's m and v
-  rows = n * args.microbatch_size
-  batch = data.batch(rows)
-
   groups = layer_groups(args.layers, num_blocks)
   log(f"placement {graph.name}: {num_blocks} blocks, layers per block"
       f" {[len(g) for g in groups]} (block 0: embedding; head tied to it in"
       f" the last block)")
   log(f"vocab {data.vocab}, {sum(x.size for x in jax.tree_util.tree_leaves(params))}"
-      f" parameters, {n} micro-batches of {args.microbatch_size} x {args.seq}")
+      f" parameters, {args.microbatches} micro-batches of"
+      f" {args.microbatch_size} x {args.seq}")
+  return _Setup(graph, data, params, step)
+
+
+def _build(args: Any, setup: _Setup, batch: Any,
+           log: Callable[[str], None]) -> tuple[Any, Any, dict[str, Any]]:
+  """Builds and compiles the step, logs the schedule; returns the built
+  step, the compiled program and the record's first fields."""
   log("building: tracing, measuring every block (cached for the next run)"
       " and searching the schedule ...")
   t0 = time.perf_counter()
   with Heartbeat("building", log):
-    built = step.build(params, batch)
+    built = setup.step.build(setup.params, batch)
   build_s = time.perf_counter() - t0
   log(f"built in {build_s:.1f} s; compiling the pipelined step ...")
   t0 = time.perf_counter()
   with Heartbeat("compiling the pipelined step", log):
-    compiled = step.lower(params, batch).compile()
+    compiled = setup.step.lower(setup.params, batch).compile()
   compile_s = time.perf_counter() - t0
   sched = built.schedule
   if sched is not None:
@@ -253,19 +270,28 @@ def run(args: Any, log=print) -> dict[str, Any]:
   log(built.unrolled.grid(max_steps=args.grid_steps or None))
   log(f"cost model: {built.report.summary()}")
   record: dict[str, Any] = {
-      "placement": graph.name, "devices": args.devices, "data": args.data,
-      "microbatches": n, "microbatch_size": args.microbatch_size,
-      "layers": args.layers, "d_model": args.d_model,
-      "period": built.unrolled.period, "makespan": built.unrolled.makespan,
-      "source": built.unrolled.source, "loops": built.plan.loop_summary(),
-      "build_seconds": round(build_s, 3),
+      "placement": setup.graph.name, "devices": args.devices,
+      "data": args.data, "microbatches": args.microbatches,
+      "microbatch_size": args.microbatch_size, "layers": args.layers,
+      "d_model": args.d_model, "period": built.unrolled.period,
+      "makespan": built.unrolled.makespan, "source": built.unrolled.source,
+      "loops": built.plan.loop_summary(), "build_seconds": round(build_s, 3),
       "compile_seconds": round(compile_s, 3), "losses": [],
       "step_seconds": [], "report": built.report.to_dict()}
-  params0, batch0 = params, batch  # what step.verify checks
+  return built, compiled, record
+
+
+def run(args: Any, log=print) -> dict[str, Any]:
+  """Trains; returns the JSON record."""
+  setup = _setup(args, log)
+  rows = args.microbatches * args.microbatch_size
+  batch0 = setup.data.batch(rows)  # built on; what step.verify checks
+  built, compiled, record = _build(args, setup, batch0, log)
+  params = setup.params
   state = (jax.tree_util.tree_map(jnp.zeros_like, params),
            jax.tree_util.tree_map(jnp.zeros_like, params), 0)
   for i in range(args.steps):
-    batch = data.batch(rows)
+    batch = setup.data.batch(rows)
     t0 = time.perf_counter()
     with Heartbeat(f"step {i}", log):
       loss, grads = compiled(params, batch)
@@ -276,9 +302,9 @@ def run(args: Any, log=print) -> dict[str, Any]:
     record["step_seconds"].append(round(dt, 4))
     log(f"step {i:3d}  loss {loss:.4f}  ({dt * 1e3:.0f} ms)")
     if i == 0 and args.check:  # after the first step, so it shows at once
-      _check(step, params0, batch0, record, log)
+      _check(setup.step, setup.params, batch0, record, log)
   if args.check and not args.steps:
-    _check(step, params0, batch0, record, log)
+    _check(setup.step, setup.params, batch0, record, log)
   _log_prediction(record, built.report, log)
   if args.plot:
     from tessel_jax import plot  # pylint: disable=import-outside-toplevel

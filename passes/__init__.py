@@ -30,7 +30,9 @@ Modules, in pipeline order (``tessel_jax.api`` drives them):
   parameter reads), ``param_grads`` (gradient accumulation),
   ``tick_compute`` (a tick's kernels and terminals), ``tick_runs`` (straight
   runs, flushes, loops, interpreted segments), ``lower_program`` (the map's
-  body and ``fn(params, batch)``);
+  body and ``fn(params, batch)``), ``hoist`` with ``param_only`` (the
+  kernels' parameter-only work, e.g. reversed conv weights, computed once
+  per step before the ticks);
 * ``outputs``   -- the function's outputs (loss, aux stacked per
   micro-batch, inference outputs) from the accumulated terminals;
 * ``shared_aux`` -- refuses aux values a row-split block would compute

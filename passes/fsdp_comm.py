@@ -7,8 +7,12 @@ way). Per block (``passes.fsdp_tick``) a tick all-gathers each role its
 kernels read (one collective per ``(class, role)``) and reduce-scatters
 each gradient role; a straight run of ticks reuses a role whose slots do not
 change (a gradient role: whose slots agree on the devices using it),
-while an interpreted tick (one loop body for every tick) and the first
-tick of a loop iteration gather again. This count follows those rules
+while the first tick of a loop iteration gathers again. In an interpreted
+tick each device gathers, inside its kernel's loop, only the leaves of the
+kernel it runs at that tick and reduce-scatters their gradients there
+(``passes.fsdp_kernel``): a reduce-scatter per gradient role of the
+tick's kernels, and a gather per role where a device's kernel reads other
+slots than the role's last gather on that device in the segment. This count follows those rules
 (``fsdp_tick.gather_tick``, ``before_tick``), with a run taken as the
 ticks of one segment (of one loop iteration).
 
@@ -23,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from . import fsdp_tick
+from . import fsdp_kernel, fsdp_tick
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,33 +62,40 @@ def _reuse_from_previous(plan: Any) -> list[bool]:
   return ok
 
 
-def _shapes(plan: Any) -> list[Any]:
-  """Per tick, the tick the lowering runs: an interpreted tick is its
-  segment's table-driven tick (every role of every kernel of the segment,
-  gathered at every tick, ``fsdp_tick.resolve``)."""
-  shapes = list(plan.ticks)
+def _interp_gathers(layout: Any, plan: Any) -> dict[int, set]:
+  """Plan tick -> the roles some device gathers there, for the ticks of
+  interpreted segments whose kernels run in their own loops (the gathered
+  buffers carried across ticks, ``fsdp_kernel.regather``)."""
+  out: dict[int, set] = {}
   for seg in plan.segments:
-    if seg.kind == "interp":
-      for t in range(seg.start, seg.end):
-        shapes[t] = plan.interps[seg.start]
-  return shapes
+    spec = plan.interps.get(seg.start) if seg.kind == "interp" else None
+    if spec is None or len(spec.branches) < 2:
+      continue
+    tables = fsdp_kernel.regather(layout, plan.kernels, spec)
+    for tau in range(seg.end - seg.start):
+      out[seg.start + tau] = {r for r, t in tables.items() if t[tau].any()}
+  return out
 
 
 def _per_block(layout: Any, plan: Any) -> list[Collective]:
   """As ``fsdp_tick.gather_tick`` (a run's last gather per role, reused
   where it moves the same slots) and ``before_tick`` (a run's pending
   gradient roles merged while their slots agree, one reduce-scatter each);
-  an interpreted tick gathers and scatters every role of its segment."""
+  an interpreted tick gathers and scatters every role of its kernels."""
   out: list[Collective] = []
   reuse = _reuse_from_previous(plan)
   gathered: dict = {}
   pending: dict = {}
-  for t, (tick, shape) in enumerate(zip(plan.ticks, _shapes(plan))):
+  again = _interp_gathers(layout, plan)
+  for t, tick in enumerate(plan.ticks):
+    shape = tick
     if not reuse[t]:
       gathered, pending = {}, {}
     for key, (table, used) in fsdp_tick._roles_used(
         layout, plan.kernels, shape, False).items():
       hit = gathered.get(key)
+      if t in again:
+        hit = table if key not in again[t] else None
       if hit is None or not np.array_equal(hit[used], table[used]):
         out.append(Collective(tick.step, "gather",
                               _received(layout.classes[key[0]])))

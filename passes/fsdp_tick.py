@@ -10,6 +10,10 @@ data axes; after the kernels, each FSDP gradient a kernel of the tick
 returned is reduce-scattered over the data axes and added into a
 shard-sized accumulator. A device so holds, besides its shards, only the
 gathered slots and gathered-size gradients of the tick it is running.
+That is for unrolled and looped ticks; in an interpreted tick (a table-
+driven loop whose kernels each run in their own 0/1-trip loop) each kernel
+gathers its own leaves and reduce-scatters its gradients inside its loop
+instead (``passes.fsdp_kernel``).
 
 *Roles.* Devices run different kernels at one tick, and a kernel's leaf
 sits in a different slot on each device, while the SPMD program needs one
@@ -182,20 +186,13 @@ def gather_tick(layout: Any, kernels: Any, ctx: Any, tick: Any,
 
 def resolve(option: str, layout: Any, plan: Any) -> Any:
   """``layout`` with ``tj.schedule``'s ``fsdp`` option resolved: ``"auto"``
-  gathers per block unless an interpreted segment of ``plan`` runs a kernel
-  reading an FSDP slot (there every tick gathers every role: measured 1.7x
-  the step of per step, BENCHMARKS.md); the layout was made per step, so
-  the search's memory limit was the conservative one."""
+  gathers per block (the layout was made per step, so the search's memory
+  limit was the conservative one). In an interpreted segment each kernel
+  gathers its own leaves inside its 0/1-trip loop (``passes.fsdp_kernel``);
+  ``plan`` is kept for the signature's callers."""
+  del plan
   if option != "auto" or not any(c.fsdp for c in layout.classes):
     return layout
-  for seg in plan.segments:
-    tick = plan.interps.get(seg.start) if seg.kind == "interp" else None
-    if tick is not None and any(
-        kid is not None and any(
-            role(layout, plan.kernels[kid], l) is not None
-            for l in plan.kernels[kid].params)
-        for kid in tick.branches):
-      return layout
   return dataclasses.replace(layout, fsdp_mode=PER_BLOCK)
 
 

@@ -20,16 +20,28 @@ import numpy as np
 from jax import lax
 
 
+def _starts(x: Any, i: Any, axis: int) -> list[Any]:
+  return [i if a == axis else 0 for a in range(x.ndim)]
+
+
 def index(x: Any, i: Any, axis: int = 0) -> Any:
-  """``x`` at position ``i`` of ``axis`` (that axis dropped)."""
-  return lax.dynamic_index_in_dim(x, i, axis, keepdims=False,
-                                  allow_negative_indices=False)
+  """``x`` at position ``i`` of ``axis`` (that axis dropped).
+
+  ``lax.dynamic_slice`` and a reshape, as ``lax.dynamic_index_in_dim``
+  does, without that function's ``jit``: its name,
+  ``jit(dynamic_index_in_dim)``, went into the ``op_name`` of every stash
+  read in the HLO."""
+  sizes = [1 if a == axis else n for a, n in enumerate(x.shape)]
+  out = dynamic_slice(x, _starts(x, i, axis), sizes)
+  return lax.reshape(out, tuple(n for a, n in enumerate(x.shape)
+                                if a != axis))
 
 
 def update_index(x: Any, value: Any, i: Any, axis: int = 0) -> Any:
-  """``x`` with position ``i`` of ``axis`` replaced by ``value``."""
-  return lax.dynamic_update_index_in_dim(x, value, i, axis,
-                                         allow_negative_indices=False)
+  """``x`` with position ``i`` of ``axis`` replaced by ``value`` (as
+  ``lax.dynamic_update_index_in_dim``, without its ``jit``)."""
+  value = lax.expand_dims(value, (axis,))
+  return dynamic_update_slice(x, value, _starts(x, i, axis))
 
 
 def slice_in_dim(x: Any, start: Any, size: int, axis: int = 0) -> Any:

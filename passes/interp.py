@@ -185,7 +185,7 @@ def _round(env: Env, payload: Any, shift: int, chosen: list[list],
       f = _held.send_boundary(points, p) if shift else p
       flush[f] = 1
       s = m.store
-      slot[s.pool][f, s.device] = s.base + m.mb % s.slots
+      slot[s.pool][f, s.device] = s.base + s.stride * (m.mb % s.slots)
       dst_row[s.pool][f, s.device] = m.dst_row
       rowed = rowed or m.rowed
   perm = (tuple((d, (d + shift) % D) for d in range(D)) if shift else ())

@@ -24,7 +24,9 @@ import numpy as np
 from jax import lax
 
 from . import indexing as _indexing
+from . import stash_groups as _stash_groups
 from .stash_order import Order
+from .tick_ctx import scoped
 from .tick_io import write_targets
 
 
@@ -39,6 +41,28 @@ def _payload(ctx: Any, rd: Any, ks: Any, ports: Sequence[Any],
     v = _indexing.slice_in_dim(v, ctx.table(rd.src_row) + salt,
                                 rd.payload.shape[0], axis=0)
   return v
+
+
+@scoped("stash_write")
+def _write_stacked(ctx: Any, tick: Any, group: Sequence[Any],
+                   ports: Sequence[Any], stash: list[Any], salt: Any,
+                   order: Order | None) -> None:
+  """Writes a group of rounds (``passes.stash_groups.write_groups``) with
+  one ``dynamic-update-slice`` of their payloads' stack at the first
+  round's slot. Each payload is ``select(salt, port, 0)`` (``salt`` is 0
+  on the loop's one trip): with the ports alone, XLA would hoist their
+  stack out of the loop as invariant and build it on every device."""
+  vals = []
+  for ks in group:
+    port = ports[ks.ports[0]]
+    vals.append(lax.select_n(salt, port, jnp.zeros_like(port)))
+  tg = tick.sends[group[0].round].targets[0]
+  slot = ctx.dyn(tg.slot, 0)
+  if order is not None:
+    slot = order.slot(slot)
+  value = jnp.stack(vals).astype(stash[tg.pool].dtype)
+  stash[tg.pool] = _indexing.dynamic_update_slice(
+      stash[tg.pool], value, (slot,) + (0,) * (value.ndim - 1))
 
 
 def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
@@ -69,14 +93,21 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     # unlooped writes take it into their slots.
     slot_order = order if isinstance(trips, int) else None
 
-    def body(carry: tuple, mine: Sequence[Any] = mine) -> tuple:
+    groups = _stash_groups.write_groups(
+        tick, mine, ran, [p.shape[1:] for p in pools],
+        [p.shape[0] - 1 for p in pools])
+
+    def body(carry: tuple, groups: Sequence[Any] = groups) -> tuple:
       k, stash = carry
       stash = list(stash)
-      for ks in mine:
-        rd = tick.sends[ks.round]
+      for group in groups:
+        if len(group) > 1:
+          _write_stacked(ctx, tick, group, ports, stash, k, slot_order)
+          continue
+        rd = tick.sends[group[0].round]
         # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
         # select out of the loop and run it on every device.
-        v = _payload(ctx, rd, ks, ports, k)
+        v = _payload(ctx, rd, group[0], ports, k)
         write_targets(ctx, rd, v, stash, 0, slot_order)
       return k + 1, tuple(stash)
 
@@ -86,7 +117,7 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     else:
       done, new = lax.while_loop(lambda c, n=order.slot(trips): c[0] < n,
                                  body, init)
-      order.add(done)
+      order.follow(done)
     pools[:] = list(new)
 
 

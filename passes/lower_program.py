@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 from . import fsdp as _fsdp
 from . import fsdp_tick as _fsdp_tick
 from . import gather as _gather
+from . import hoist as _hoist
 from . import outputs as _outputs
 from . import pack_local as _pack_local
 from . import tick_runs as _runs
@@ -47,6 +48,7 @@ def body(low: LowerContext, packed: dict[str, Any],
     pbuf[("gathered", l)] = _gather.gather(
         shard, low.layout.shards[l][0], low.layout.gathered[l].owners,
         low.num_devices, low.pipe, ctx.dev)
+  pbuf[_hoist.HOISTED] = _hoist.prepare(low, ctx, pbuf, slots)
   state = _initial_state(low, slots, zero3)
   for seg in low.plan.segments:
     state = _runs.segment(low, ctx, seg, state, pbuf, slots, batch)

@@ -84,7 +84,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
     else:
       done, boxes[i], new = lax.while_loop(
           lambda c, n=order.slot(trips): c[0] < n, send, init)
-      order.add(done)
+      order.follow(done)
     pools[:] = list(new)
   return tuple(boxes)
 

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import fsdp_kernel as _fsdp_kernel
 from . import fsdp_tick as _fsdp_tick
 from . import indexing as _indexing
 from .lower_context import LowerContext
@@ -64,13 +65,16 @@ def shard_grad(low: LowerContext, leaf: int, g: Any) -> Any:
 
 @scoped("accumulate")
 def accumulate(low: LowerContext, ctx: Ctx, kernel: Any,
-               gvals: Sequence[Any], accs: dict[tuple, Any]) -> None:
+               gvals: Sequence[Any], accs: dict[tuple, Any],
+               inside: bool = False) -> None:
   """Adds one kernel's parameter gradients into ``accs`` (in place).
 
   Runs inside the kernel's own switch branch, so an accumulator is read
   and written only at the ticks where a block that owns it runs; other
   branches pass it through untouched (no zero-filled gradient outputs, no
-  every-port add on every device).
+  every-port add on every device). ``inside``: in an interpreted tick's
+  0/1-trip loop, where FSDP gradients (per block) are reduce-scattered
+  into their shard accumulators here (``passes.fsdp_kernel``).
   """
   by_leaf = {}
   for l, g in zip(kernel.grads, gvals):
@@ -81,10 +85,16 @@ def accumulate(low: LowerContext, ctx: Ctx, kernel: Any,
       by_leaf[l] = shard_grad(low, l, g)
   for leaf, g in by_leaf.items():
     where = low.layout.slot_of.get((leaf, kernel.devices[0]))
-    if where is not None:
-      key = (_fsdp_tick.grad_key(low.layout, kernel, leaf) or
-             ("slot",) + tuple(where))
-      accs[key] = accs[key] + g.astype(accs[key].dtype)
+    if where is None:
+      continue
+    key = _fsdp_kernel.acc_key(low.layout, kernel, leaf) if inside else None
+    if key is not None:
+      accs[key] = _fsdp_kernel.scatter_add(low.layout, ctx, kernel, leaf, g,
+                                           accs[key])
+      continue
+    key = (_fsdp_tick.grad_key(low.layout, kernel, leaf) or
+           ("slot",) + tuple(where))
+    accs[key] = accs[key] + g.astype(accs[key].dtype)
   _accumulate_flat(low, ctx, kernel, by_leaf, accs)
 
 

@@ -39,6 +39,7 @@ from .kernels import Key, Kernel, KernelSet
 from .packing import Layout
 from .plan_ir import (Aval, Dyn, GradPort, Plan, PlanError, Pool, ReadPort,
                       Round, Store, Target, TermAcc, Tick)
+from . import stash_groups as _stash_groups
 from .interp import build_interp
 from .segments import Segment, find_loops, interp_segments
 from .tick_tables import (Env, assign_inputs, assign_outputs,
@@ -154,22 +155,10 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
 
   _widen_split_reads(kernels, store_rows, store_aval, ks.value_avals, b)
 
-  # Pools: one per stored shape; stores of a device get consecutive slots.
-  pool_ids: dict[Aval, int] = {}
-  used: dict[tuple[int, int], int] = {}
-  stores: dict[tuple[Key, int], Store] = {}
-  for sk in sorted(store_aval, key=lambda s: (s[1], str(s[0]))):
-    aval = store_aval[sk]
-    pid = pool_ids.setdefault(aval, len(pool_ids))
-    base = used.get((pid, sk[1]), 0)
-    used[(pid, sk[1])] = base + store_slots[sk]
-    stores[sk] = Store(key=sk[0], device=sk[1], rows=store_rows[sk], aval=aval,
-                       pool=pid, base=base, slots=store_slots[sk])
-  pools = [None] * len(pool_ids)
-  for aval, pid in pool_ids.items():
-    pools[pid] = Pool(aval=aval, slots=max(
-        [v for (p, _), v in used.items() if p == pid] + [0]))
-  pools = tuple(pools)
+  # Pools: one per stored shape; a kernel's stores of one pool on a device
+  # side by side per micro-batch (``passes.stash_groups``).
+  stores, pools = _stash_groups.allocate(store_aval, store_slots, store_rows,
+                                         producer)
   stores_of_key: dict[Key, list[Store]] = {}
   for s in stores.values():
     stores_of_key.setdefault(s.key, []).append(s)

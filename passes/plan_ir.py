@@ -75,6 +75,9 @@ class Store:
     pool: Pool index.
     base: First slot in the pool on this device.
     slots: Slots used (``K``).
+    stride: Slots between micro-batches: micro-batch ``m`` is at
+      ``base + stride * (m mod K)`` (a kernel's ``stride`` same-shaped
+      outputs of one micro-batch sit side by side, ``passes.stash_groups``).
   """
 
   key: Key
@@ -84,6 +87,7 @@ class Store:
   pool: int
   base: int
   slots: int
+  stride: int = 1
 
 
 @dataclasses.dataclass(frozen=True)

@@ -39,8 +39,8 @@ from typing import Any
 import jax.numpy as jnp
 from jax import lax
 
+from . import fsdp_kernel as _fsdp_kernel
 from .fsdp import pin
-from .fsdp_tick import grad_key
 from .param_grads import acc_get as _get
 from .param_grads import acc_set as _set
 from .stash_order import Order
@@ -58,7 +58,9 @@ def owned_keys(lowering: Any, kernel: Any) -> tuple[tuple, ...]:
       continue
     where = layout.slot_of.get((l, kernel.devices[0]))
     if where is not None:
-      keys.append(grad_key(layout, kernel, l) or ("slot",) + tuple(where))
+      # FSDP per block: the class's shard accumulator (passes.fsdp_kernel).
+      keys.append(_fsdp_kernel.acc_key(layout, kernel, l) or
+                  ("slot",) + tuple(where))
   for dt in layout.dtypes:
     region = layout.regions[dt].get(kernel.fwd)
     if region is not None and region.leaves:
@@ -71,7 +73,9 @@ def _pinned(lowering: Any, key: tuple, value: Any) -> Any:
   the sharding its init had: XLA gathered the weight-shaped gradient)."""
   if key[0] in ("flat", "gathered"):
     return value
-  return pin(value, lowering.layout.classes[key[1]].inner_spec)
+  spec = _fsdp_kernel.accumulator_spec(lowering.layout, key)
+  return pin(value, spec if spec is not None else
+             lowering.layout.classes[key[1]].inner_spec)
 
 
 def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
@@ -100,7 +104,8 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
     if kid is None:
       continue
     kernel = lowering.plan.kernels[kid]
-    own = owned_keys(lowering, kernel) if lowering.train else ()
+    own = (owned_keys(lowering, kernel) if lowering.train else ()) + (
+        _fsdp_kernel.cache_keys(lowering.layout, kernel))  # FSDP per block
     outs = tuple(tick.out_map[kid])
     trips = order.slot(jnp.asarray(which == b, jnp.int32))
 
@@ -125,7 +130,7 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
       _set(gacc, sacc, k, v)
     # What comes next (the next kernel's loop, the next tick's stash
     # writes) follows this loop: its trip counter is the token.
-    order.add(done)
+    order.follow(done)
   return (gacc, tuple(tuple(g) for g in sacc)), ports
 
 

@@ -10,8 +10,8 @@ once:
   (``2 x Layout.bytes_per_device``; the accumulators leave the map as the
   packed gradients, no third copy), the stash's peak, and, where every
   FSDP slot is gathered at once, every gathered slot and gradient, and
-  (per step) the largest slot class's gathered gradients, the contiguous
-  input of its reduce-scatter;
+  (per step, loop lowering) the largest slot class's gathered gradients,
+  the contiguous input of its reduce-scatter (``_fsdp_extra``);
 - **the unpack**: each replicated leaf's gradient is read from the one
   pipe device holding it, so the packed gradients are gathered over the
   pipe axis: up to ``D x`` one device's packed bytes (FSDP slots at their
@@ -19,9 +19,9 @@ once:
   own packed bytes where plain classes are gathered whole
   (``packing.gathered_whole``: their sources stay live meanwhile).
 
-A per-block FSDP layout whose plan interprets ticks of FSDP blocks
-gathers every role at every tick (``fsdp_tick.resolve``), so it is
-counted with every slot gathered, as per step.
+Per block, a device holds gathered only the block it runs (in an
+interpreted tick, inside the kernel's own loop, ``passes.fsdp_kernel``):
+``Layout.fsdp_live_bytes``.
 
 Measured against the compiled program (``experiments.tp_bench``,
 BENCHMARKS.md "Program bytes"): 1.01-1.09x on the benchmark's rows, none
@@ -37,7 +37,6 @@ from typing import Any
 
 import numpy as np
 
-from . import fsdp_tick
 from .packing import Layout, gathered_whole
 
 
@@ -81,14 +80,38 @@ def placed_param_bytes(layout: Layout, param_avals: Sequence[Any]) -> int:
 
 
 def all_gathered(layout: Layout, plan: Any) -> bool:
-  """Every FSDP slot is gathered at once: per step, or per block where
-  the plan interprets ticks of FSDP blocks."""
-  if not any(c.fsdp for c in layout.classes):
-    return False
-  if not layout.fsdp_per_block:
-    return True
-  as_step = dataclasses.replace(layout, fsdp_mode="per_step")
-  return not fsdp_tick.resolve("auto", as_step, plan).fsdp_per_block
+  """Every FSDP slot is gathered at once (per step; per block only the
+  running block's, in every lowering). ``plan``: kept for the callers."""
+  del plan
+  return (any(c.fsdp for c in layout.classes) and
+          not layout.fsdp_per_block)
+
+
+def interpreted_kernels(plan: Any) -> bool:
+  """Every kernel of ``plan`` runs in an interpreted tick's own 0/1-trip
+  loop (the compact lowering; a one-kernel interp tick runs as a plain
+  tick, ``tick_compute.compute_interp``)."""
+  return all(seg.kind == "interp" and
+             len(plan.interps[seg.start].branches) > 1
+             for seg in plan.segments)
+
+
+def _fsdp_extra(layout: Layout, plan: Any) -> int:
+  """FSDP bytes of the loop phase beyond ``2 x`` the device's packed
+  bytes (which count the gathered slots or block once).
+
+  Per step, the loop lowering reduce-scatters each class's gathered
+  gradients as one contiguous array (the largest class's copy); the
+  compact lowering reads the accumulators in place (none; 4-layer MLP on
+  (pipe=2, data=2): predicted 1.18x the compiled bytes, with the copy
+  1.30x). Per block none: the ``2 x`` counts one block's gathered leaves
+  (in the compact lowering the buffers carried across ticks,
+  ``fsdp_kernel.CACHE``) and its gathered gradients (a run's pending role
+  buffers; a kernel's before their reduce-scatter)."""
+  fsdp = [c for c in layout.classes if c.fsdp]
+  if not fsdp or layout.fsdp_per_block or interpreted_kernels(plan):
+    return 0
+  return max(c.count * c.gathered_nbytes for c in fsdp)
 
 
 def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],
@@ -97,22 +120,15 @@ def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],
 
   Args:
     layout: The lowered step's parameter layout.
-    plan: Its lowering plan (interpreted segments decide FSDP gathers).
+    plan: Its lowering plan.
     param_avals: Flat parameter avals (as traced, unsharded shapes).
     batch_bytes: Bytes of one device's batch argument.
     stash_peak_bytes: The schedule's largest per-device stash peak.
   """
-  per_step = any(c.fsdp for c in layout.classes) and not layout.fsdp_per_block
-  if all_gathered(layout, plan):
-    layout = dataclasses.replace(layout, fsdp_mode="per_step")
   per_dev = layout.bytes_per_device()
   d = int(np.argmax(per_dev))
-  # Per step, a class's gathered gradients are reduce-scattered as one
-  # array (per block: slot by slot at their tick).
-  fsdp = [c for c in layout.classes if c.fsdp]
-  scatter_in = max((c.count * c.gathered_nbytes for c in fsdp),
-                   default=0) if per_step else 0
-  loop = 2 * per_dev[d] + scatter_in + int(stash_peak_bytes)
+  loop = 2 * per_dev[d] + _fsdp_extra(layout, plan) + int(
+      stash_peak_bytes)
   unpack = layout.num_devices * (per_dev[d] - layout.fsdp_live_bytes(d))
   if any(gathered_whole(layout, c) for c in layout.classes):
     # The device's packed gradients stay live while classes are gathered

@@ -50,6 +50,14 @@ class Order:
     """Later writes follow whatever computed the int32 scalar ``token``."""
     self._token = token if self._token is None else self._token + token
 
+  def follow(self, token: Any) -> None:
+    """Like :meth:`add` for a ``token`` computed after the current one
+    (the final counter of a while loop whose trip count is
+    :meth:`slot` of a value): it stands for both, so it replaces the token
+    instead of being added to it (one scalar add, an XLA kernel of its own,
+    fewer per loop)."""
+    self._token = token
+
   def after(self, values: Sequence[Any]) -> None:
     """Later writes follow the computation of every one of ``values``."""
     for v in values:

@@ -20,7 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import fsdp_kernel as _fsdp_kernel
 from . import fsdp_tick as _fsdp_tick
+from . import hoist as _hoist
 from . import indexing as _indexing
 from . import predicated as _predicated
 from . import stash_order as _stash_order
@@ -37,12 +39,17 @@ def run_kernel(low: LowerContext, ctx: Ctx, tick: Tick, kid: int,
                salt: Any = None) -> Sequence[Any]:
   """Reads kernel ``kid``'s inputs from ``vals`` (the stash, the batch
   and the read indices), runs it, adds its parameter gradients into
-  ``acc`` (in place) and returns its outputs. ``salt`` (a traced zero)
-  is added to the read indices so the kernel depends on it."""
+  ``acc`` (in place) and returns its outputs. ``salt`` (a traced zero:
+  the kernel runs in an interpreted tick's 0/1-trip loop) is added to the
+  read indices so the kernel depends on it; there its FSDP leaves are
+  gathered and their gradients reduce-scattered (``passes.fsdp_kernel``)."""
   kernel = low.plan.kernels[kid]
   index = vals["index"]
   if salt is not None:
     index = [(ix[0] + salt, ix[1]) for ix in index]
+    pbuf = {**pbuf, **_fsdp_kernel.cached_gathers(
+        low.layout, ctx, tick, kernel, slots, salt, acc,
+        _fsdp_kernel.regather(low.layout, low.plan.kernels, tick))}
   dvals = [_io.read_port(tick.reads[p], index[p], vals["pools"],
                          vals["batch"])
            for p in tick.in_map[kid]]
@@ -50,9 +57,10 @@ def run_kernel(low: LowerContext, ctx: Ctx, tick: Tick, kid: int,
   kctx = {"row_offset": ctx.table(tick.row_offset)}
   with jax.named_scope(SCOPES["kernel"]), \
        jax.named_scope(f"{KERNEL_PREFIX}{kid}"):
-    outs, gvals = kernel.fn(kctx, pvals, dvals)
+    outs, gvals = _hoist.run(kernel, kctx, pvals, dvals,
+                             pbuf.get(_hoist.HOISTED, {}).get(kid))
   if kernel.grads:
-    accumulate(low, ctx, kernel, gvals, acc)
+    accumulate(low, ctx, kernel, gvals, acc, inside=salt is not None)
   return outs
 
 
@@ -97,11 +105,6 @@ def _unpack(accs: tuple) -> tuple[dict, list[list[Any]]]:
   return dict(accs[0]), [list(g) for g in accs[1]]
 
 
-def _pack(gacc: dict, sacc: list[list[Any]]) -> tuple:
-  """The accumulator state again (inverse of :func:`_unpack`)."""
-  return gacc, tuple(tuple(g) for g in sacc)
-
-
 def compute_interp(low: LowerContext, ctx: Ctx, tick: Tick,
                    pools: Sequence[Any], accs: tuple, tacc: Sequence[Any],
                    pbuf: dict[Any, Any], slots: Sequence[Sequence[Any]],
@@ -115,17 +118,12 @@ def compute_interp(low: LowerContext, ctx: Ctx, tick: Tick,
   _check_no_collective(low, tick, "interp tick", "on only some devices")
   vals = {"pools": tuple(pools), "batch": tuple(batch),
           "index": _io.read_index(ctx, tick, 0)}
-  gacc, sacc = _unpack(accs)
-  pbuf = _fsdp_tick.before_tick(low, ctx, tick, 0, slots, gacc, sacc, pbuf)
-  accs = _pack(gacc, sacc)
+  # FSDP per block: each kernel gathers its own leaves inside its loop.
   accs, ports = _predicated.run_kernels(
       low, ctx, tick,
       lambda kid, acc, salt: run_kernel(low, ctx, tick, kid, vals, acc,
                                         pbuf, slots, salt),
       ports, accs, order)
-  gacc, sacc = _unpack(accs)
-  _fsdp_tick.after_tick(low, ctx, tick, gacc, sacc, pbuf)
-  accs = _pack(gacc, sacc)
   tacc = terminals(low, ctx, tick, ports, list(tacc), 0)
   return accs, tuple(tacc), tuple(ports)
 

@@ -21,6 +21,7 @@ import numpy as np
 from jax import lax
 
 from . import flushes as _flushes
+from . import fsdp_kernel as _fsdp_kernel
 from . import fsdp_tick as _fsdp_tick
 from . import kernel_sends as _kernel_sends
 from . import local_writes as _local_writes
@@ -144,9 +145,11 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
         low, c, spec, pools, accs, tacc, pbuf, slots, batch, ports, order)
     return tuple(pools), accs, tacc, ports, outbox, order.token
 
+  state = _fsdp_kernel.with_cache(low.layout, low.plan.kernels, spec, state)
   pools, accs, tacc, ports, outbox, _ = lax.fori_loop(
       0, seg.period, body,
       state + (ports0, _outbox.empty(spec), jnp.int32(0)))
+  pools, accs, tacc = _fsdp_kernel.drop_cache((pools, accs, tacc))
   pools = list(pools)
   _boundary(low, spec, sends, ctx.at(seg.period), ports, pools, outbox,
             _stash_order.Order(ctx.dev))

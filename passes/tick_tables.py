@@ -78,7 +78,7 @@ def slot_dyn(D: int, entries: Mapping[int, tuple[Store, int]],
   c = np.zeros(D, np.int64)
   mod = np.zeros(D, np.int64)
   for d, (s, m) in entries.items():
-    base[d], scale[d], c[d], mod[d] = s.base, 1, m, s.slots
+    base[d], scale[d], c[d], mod[d] = s.base, s.stride, m, s.slots
   return Dyn(base, scale, c, mod)
 
 

@@ -143,8 +143,8 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       ``"slots"`` or ``"flat"``; see ``passes.packing``.
     interpret_ramps: Which ticks run as one table-driven loop over a switch
       of their kernels (``passes.interp``). ``"auto"`` (default): 0, the
-      compact lowering, unless the layout has FSDP parameters, then 8;
-      ``step.report.lowering`` says which, why, and how FSDP parameters
+      compact lowering (FSDP parameters included: each kernel gathers its
+      own inside its loop); ``step.report.lowering`` says which, why, and how FSDP parameters
       are gathered. 0 (compact): every tick in that one loop, remote messages
       held in outboxes until due, so each kernel body is compiled once: the
       smallest program and first call (quiet, 2 stages: step 0.91/0.92x a
@@ -228,11 +228,12 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       a device holds its shards and only the running block's gathered
       weights and gradients; ``"per_step"``: once before the first tick,
       kept for the step, gradients reduce-scattered after the last tick;
-      ``"auto"`` (default): per block, unless the plan interprets ticks
-      (``interpret_ramps``) of blocks reading FSDP parameters, where every
-      tick would gather (1.7x the step on CPU; BENCHMARKS.md); the default
-      ``interpret_ramps="auto"`` lowers loops for FSDP layouts, so their
-      steady state gathers per block.
+      ``"auto"`` (default): per block. In interpreted ticks
+      (``interpret_ramps``, the compact default) each kernel gathers its
+      own leaves (again only where the device switches block) and
+      reduce-scatters its gradients inside its 0/1-trip loop, which every
+      device of a data group enters or skips together
+      (``passes.fsdp_kernel``).
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).

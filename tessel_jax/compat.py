@@ -515,6 +515,11 @@ def eval_jaxpr(jaxpr: Any, args: Sequence[Any]) -> list[Any]:
   return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))
 
 
+def jaxpr_consts(closed: Any) -> tuple[list[Any], list[Any]]:
+  """``(constvars, consts)`` of a ClosedJaxpr."""
+  return list(closed.jaxpr.constvars), list(closed.consts)
+
+
 def slice_rows(eqn: Any) -> tuple[int, int] | None:
   """``(lo, hi)`` when ``eqn`` is a ``slice`` of rows ``[lo, hi)`` of axis 0
   keeping every other axis whole (unit strides); else None."""
@@ -544,3 +549,39 @@ def with_invars(closed: Any, invars: Sequence[Any],
                       eqns=[e for e in jaxpr.eqns if id(e) not in dropped],
                       debug_info=info)
   return ClosedJaxpr(new, list(closed.consts))
+
+
+# --- source locations in the lowered program's metadata -------------------------
+
+#: Set to 1 to keep tessel_jax's own frames in the HLO's source locations.
+KEEP_FRAMES_ENV = "TESSEL_JAX_SOURCE_FRAMES"
+
+
+def hide_library_frames() -> None:
+  """Leaves tessel_jax's own frames out of the source locations that JAX
+  writes into a lowered program's metadata (as JAX does for its own).
+
+  Every operation of a lowered program carries the Python stack it was
+  traced under; the lowering's glue (stash reads and writes, tick tables,
+  ppermutes) is traced deep inside ``passes``, so each distinct glue call
+  site added its own stack of up to ten library frames to the HLO's
+  ``StackFrames`` table: 29 of the 216 kchars of ``peer_bench``'s compact
+  MLP. With the library's directories excluded, an operation's location is
+  the user's line that traced it (the model line of a kernel, the call of
+  the step for glue). Only source locations change: exception tracebacks
+  keep every frame. ``TESSEL_JAX_SOURCE_FRAMES=1`` keeps the library frames
+  (for debugging the lowering with a profiler).
+  """
+  import os  # pylint: disable=import-outside-toplevel
+
+  from jax._src import source_info_util  # pylint: disable=import-outside-toplevel
+  if os.environ.get(KEEP_FRAMES_ENV, "") not in ("", "0"):
+    return
+  from tessel_jax import passes  # pylint: disable=import-outside-toplevel
+  for module_file in (__file__, passes.__file__):
+    path = os.path.join(os.path.dirname(os.path.abspath(module_file)), "")
+    if path not in source_info_util._exclude_paths:  # pylint: disable=protected-access
+      source_info_util.register_exclusion(path)
+
+
+hide_library_frames()

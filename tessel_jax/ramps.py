@@ -2,21 +2,17 @@
 
 ``interpret_ramps`` says which ticks of the plan run as one table-driven
 loop over a switch of their kernels (``passes.interp``) instead of unrolled
-or looped over the repetend. Its default, ``"auto"``, is resolved per build
-once the parameter layout is known:
+or looped over the repetend. Its default, ``"auto"``, resolves to
 
 * ``0`` (*compact*): every tick in one table-driven loop, remote messages
   held in outboxes until due (``passes.held``). Each kernel body is compiled
   once: the smallest program and the fastest first call (quiet peer_bench,
   2026-11-26 05:54: step 0.91/0.92x the hand-written GPipe at N = 8/32,
   first call 1.26/1.17x it, HLO 217 vs 420 kchars of the looped lowering).
-* ``8`` (*loops*) when the layout has FSDP parameters (sharded over a data
-  axis): ``fsdp="auto"`` gathers them per block only outside interpreted
-  ticks (``passes.fsdp_tick.resolve``), so the compact lowering would
-  silently gather every FSDP leaf once per step and hold it (no ZeRO-3);
-  with ``fsdp="per_step"`` the predicted program bytes
-  (``passes.program_bytes``) are those of the loop lowering (compact:
-  1.30x the compiled bytes, ``tests/test_program_bytes.py``).
+  With FSDP parameters (sharded over a data axis) and ``fsdp="auto"`` or
+  ``"per_block"``, each kernel gathers its own leaves inside its 0/1-trip
+  loop and reduce-scatters its gradients there (``passes.fsdp_kernel``):
+  ZeRO-3 per block, as in the loop lowering.
 
 An explicit integer (or None: unroll every ramp) is used as given.
 """
@@ -52,8 +48,7 @@ def check(option: Any) -> str | None:
   if (isinstance(option, bool) or
       not isinstance(option, numbers.Integral) or option < 0):
     return (f"interpret_ramps={option!r}; use 'auto' (the default: the"
-            f" compact lowering, 0, unless there are FSDP parameters, then"
-            f" 8), an integer >= 0 (0: every tick in one"
+            f" compact lowering, 0), an integer >= 0 (0: every tick in one"
             f" table-driven loop; k: ramps of at least k ticks interpreted,"
             f" the repetend looped) or None (unroll every ramp)")
   return None
@@ -68,28 +63,27 @@ def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
 
   Args:
     option: ``tj.schedule``'s ``interpret_ramps``.
-    layout: The parameter layout (``passes.packing.Layout``).
-    fsdp: ``tj.schedule``'s ``fsdp`` option (named in the note).
+    layout: The parameter layout (``passes.packing.Layout``); kept for
+      the callers, the choice no longer depends on it.
+    fsdp: ``tj.schedule``'s ``fsdp`` option (likewise).
 
   Returns:
     The value and a note naming the lowering and why it was chosen.
   """
+  del layout, fsdp
   if not (isinstance(option, str) and option == AUTO):
     option = None if option is None else int(option)
     name = ("unrolled ramps" if option is None else
             "compact" if option == COMPACT else "loops")
     return Ramps(option, f"lowering {name} (interpret_ramps={option!r},"
                          f" given)")
-  if _has_fsdp(layout):
-    return Ramps(LOOPS, f"lowering loops (interpret_ramps={LOOPS}, auto:"
-                        f" FSDP parameters, fsdp={fsdp!r})")
   return Ramps(COMPACT, f"lowering compact (interpret_ramps={COMPACT},"
-                        f" auto: no FSDP parameters)")
+                        f" auto)")
 
 
 def with_fsdp(note: str, layout: Any) -> str:
-  """``note`` plus how the built layout gathers its FSDP parameters (an
-  explicit ``interpret_ramps`` may have ``fsdp="auto"`` gather per step)."""
+  """``note`` plus how the built layout gathers its FSDP parameters (per
+  block, or once per step where ``fsdp="per_step"``)."""
   if not _has_fsdp(layout):
     return note
   how = ("per block" if getattr(layout, "fsdp_per_block", False) else

@@ -33,6 +33,7 @@ from tessel_jax.hand_placement import forward_reach
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import fsdp_tick as _fsdp_tick  # type: ignore
+  from tessel_jax.passes import hoist as _hoist  # type: ignore
   from tessel_jax.passes import kernels as _kernels  # type: ignore
   from tessel_jax.passes import lower as _lower  # type: ignore
   from tessel_jax.passes import packing as _packing  # type: ignore
@@ -40,6 +41,7 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
 except ImportError:  # run from the repository root
   from passes import fsdp_tick as _fsdp_tick  # type: ignore
+  from passes import hoist as _hoist  # type: ignore
   from passes import kernels as _kernels  # type: ignore
   from passes import lower as _lower  # type: ignore
   from passes import packing as _packing  # type: ignore
@@ -105,6 +107,7 @@ def build(step: Any, params: Any, batch: Any,
                                       train, n_total, traced)
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
                      other_ms, _ramps.with_fsdp(ramps.note, layout))
+    report = _with_hoisted(report, lowering, traced)
     step.replay_run = (None if costs is None else _run_replay(
         step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
   finally:
@@ -210,8 +213,10 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
                                         n_local, costs)
   if alt is not None and same_order(alt[2].actions, unrolled.actions):
     # The same tick plan, so the same prediction: not planned twice.
-    ms = 1e3 * step._costs.predict(  # pylint: disable=protected-access
-        costs, unrolled, plan, step.mesh, step.pipe_axis)[0].step_seconds
+    # Priced as pick_schedule prices (FSDP and outside terms included).
+    ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
+        costs, unrolled, plan, _fsdp_tick.resolve(step.fsdp, layout, plan),
+        step.mesh, step.pipe_axis)
     clock.lap("search on uniform spans", "the same order as on measured"
               " spans")
     return plan, "measured", ms, None
@@ -272,6 +277,20 @@ def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
     report = dataclasses.replace(report, block_modes=block_modes(ks),
                                  lowering=lowering)
   return report
+
+
+def _with_hoisted(report: Any, lowering: Any, traced: Any) -> Any:
+  """``report`` with the kernels' hoisted parameter-only values
+  (``passes.hoist``, live for the whole step) in its peak bytes."""
+  if report is None:
+    return None
+  plan = lowering.plan
+  nbytes = _hoist.predicted_bytes(plan.kernels, lowering.layout,
+                                  traced.param_avals, plan.num_microbatches,
+                                  inplace=lowering.inplace_params)
+  return dataclasses.replace(
+      report, hoisted_bytes=nbytes,
+      peak_memory_bytes=tuple(b + nbytes for b in report.peak_memory_bytes))
 
 
 def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,

@@ -263,14 +263,14 @@ def test_tick_model_prices_ticks_and_rendezvous():
 def test_tick_model_prices_held_rounds_at_their_flushes():
   mesh = jax.make_mesh((2,), ("pipe",))
   fn, params, batch = _tiny(kinds=("embed", "head"))
-  # The default lowering (no FSDP parameters): compact, interpret_ramps=0.
+  # The default lowering: compact, interpret_ramps=0.
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
                      num_microbatches=4)
   built = step.build(params, batch)
   plan = built.plan
   assert [seg.kind for seg in plan.segments] == ["interp"]
   assert built.report.lowering == ("lowering compact (interpret_ramps=0,"
-                                   " auto: no FSDP parameters)")
+                                   " auto)")
   assert built.report.lowering in built.report.summary()
   link = cost_link.LinkModel(1e-3, 1e9)
   rv = ticks.tick_model(plan, link, ticks.TickCosts(), rendezvous=True)
@@ -481,3 +481,19 @@ def test_bad_cost_options_are_clear_errors(kwargs, match):
   with pytest.raises(tj.TesselError, match=match):
     tj.schedule(lambda p, b: jnp.sum(b), mesh=mesh,
                 placement=placements.vshape(2), num_microbatches=2, **kwargs)
+
+
+def test_a_schedule_in_the_same_order_is_priced_as_the_lowered_one(
+    monkeypatch):
+  # When the schedule searched on uniform spans orders the blocks as the
+  # measured one does, its price is the lowered plan's own, outside and
+  # FSDP terms included (it once left out the outside term).
+  from tessel_jax import step_build  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(step_build, "same_order", lambda a, b: True)
+  fn, params, batch = _tiny(n=4, kinds=("embed", "head"))
+  step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=placements.vshape(2), num_microbatches=4,
+                     cost="measured", solver_time_limit_s=10)
+  rep = step.build(params, batch).report
+  assert rep.schedule_costs == "measured" and rep.outside_ms > 0
+  assert rep.alternative_ms == pytest.approx(rep.predicted_step_ms)

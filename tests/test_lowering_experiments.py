@@ -48,10 +48,10 @@ ENTRY %main () -> f32[] {
   assert jax.devices()  # conftest's fake devices are in use
 
 
-def test_train_runner_picks_the_compact_lowering_unless_told():
+def test_train_runner_takes_the_library_default_unless_told():
   from experiments import train_lib  # pylint: disable=import-outside-toplevel
   for steps in (1, 30, 10_000):
-    assert train_lib.interpret_ramps_for(steps, None) == 0
+    assert train_lib.interpret_ramps_for(steps, None) == "auto"
     assert train_lib.interpret_ramps_for(steps, 8) == 8     # the flag wins
     assert train_lib.interpret_ramps_for(steps, 0) == 0
     assert train_lib.interpret_ramps_for(steps, -1) is None  # unroll all

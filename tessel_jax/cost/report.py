@@ -19,7 +19,9 @@ class CostReport:
       (None with uniform costs).
     peak_memory_bytes: Per device of the pipe axis: parameters, gradient
       accumulators, optimiser state (``optimizer_slots`` x parameters),
-      the schedule's peak stash and the largest kernel workspace.
+      the schedule's peak stash, the largest kernel workspace and the
+      kernels' parameter-only values computed once per step
+      (``hoisted_bytes``).
     stash_peak_bytes: Per device, the schedule's peak stash alone.
     bubble_ratio: Idle share of device time in the predicted step (uniform
       costs: of the integer schedule).
@@ -59,9 +61,10 @@ class CostReport:
       ``"replicated: <reason>"`` (``passes.modes``).
     chosen_plan: With ``placement="auto"``: the plan chosen, its predicted
       step and peak, and the runner-up (``plans.AutoChoice.describe``).
+    hoisted_bytes: Per device, the kernels' parameter-only values computed
+      before the ticks (``passes.hoist``: e.g. reversed conv weights).
     lowering: The lowering of the program and why (``tessel_jax.ramps``):
-      e.g. ``"lowering compact (interpret_ramps=0, auto: no FSDP
-      parameters)"``.
+      e.g. ``"lowering compact (interpret_ramps=0, auto)"``.
   """
 
   cost: str
@@ -91,6 +94,7 @@ class CostReport:
   block_modes: Mapping[str, str] = dataclasses.field(default_factory=dict)
   chosen_plan: str = ""
   lowering: str = ""
+  hoisted_bytes: int = 0
 
   def to_dict(self) -> dict[str, Any]:
     out = dataclasses.asdict(self)

@@ -1,0 +1,125 @@
+"""FSDP rows of ``experiments.tp_bench`` under the compact and loop lowerings,
+paired in one process.
+
+  python -m experiments.fsdp_compact_bench
+  python -m experiments.fsdp_compact_bench --configs=pipe2_data2_fsdp_block --repeats=9
+
+Each config (a ``tp_bench`` FSDP mesh: ``pipe2_data2_fsdp`` per step,
+``pipe2_data2_fsdp_block`` per block, ``_il`` the interleaved placement) is
+built once per lowering (``tj.schedule(interpret_ramps=...)``: 0 compact,
+the default; 8 loops), checked against ``jax.value_and_grad``, and timed
+with every variant run once per round in a shuffled order. Prints the
+step's wall and process-CPU medians, each round's wall and CPU ratio of
+every lowering to the first one (median over rounds), the compiled
+argument + output + temp bytes per device and the predicted bytes
+(``passes.program_bytes``). JSON to ``--output``.
+"""
+
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+from absl import app, flags
+
+from experiments import cli
+from experiments import tp_bench_lib as tb
+
+FSDP_CONFIGS = ("pipe2_data2_fsdp", "pipe2_data2_fsdp_block",
+                "pipe2_data2_fsdp_il", "pipe2_data2_fsdp_il_block")
+flags.DEFINE_list("configs", list(FSDP_CONFIGS), "tp_bench FSDP configs.")
+flags.DEFINE_list("interpret_ramps", ["0", "8"],
+                  "Lowerings (tj.schedule's interpret_ramps); ratios are to"
+                  " the first.")
+flags.DEFINE_integer("repeats", 7, "Timing rounds (each variant once per"
+                     " round, shuffled).")
+flags.DEFINE_integer("microbatches", 4, "Micro-batches per step (tp_bench's"
+                     " default 4).")
+flags.DEFINE_string("output", "out/fsdp_compact_bench.json", "JSON path.")
+
+
+def _timed(runs: dict, rounds: int) -> dict:
+  """Per variant, wall and CPU seconds of each round (shuffled order)."""
+  rng = np.random.default_rng(0)
+  for fn in runs.values():
+    jax.block_until_ready(fn())
+  out = {n: {"wall": [], "cpu": []} for n in runs}
+  for _ in range(rounds):
+    for n in rng.permutation(list(runs)):
+      c0, t0 = time.process_time(), time.perf_counter()
+      jax.block_until_ready(runs[n]())
+      out[n]["wall"].append(time.perf_counter() - t0)
+      out[n]["cpu"].append(time.process_time() - c0)
+  return out
+
+
+def run(configs: list[str], ramps: list[int], repeats: int,
+        microbatches: int = 4) -> dict:
+  """Builds, checks and times every (config, lowering); returns the
+  record (also printed)."""
+  base = tb.BenchArgs(cost="uniform", microbatches=microbatches)
+  model, batch = tb.gpt(base), tb.make_batch(base)
+  reference = jax.jit(jax.value_and_grad(model[2](1)))(model[0], batch)
+  recs, runs = {}, {}
+  for name in configs:
+    for r in ramps:
+      key = f"{name}@{r}"
+      recs[key], runs[key] = tb.measure(
+          name, base._replace(interpret_ramps=r), model, batch, reference)
+  load0 = os.getloadavg()[0]
+  times = _timed(runs, repeats)
+  record = {"load_average": [load0, os.getloadavg()[0]],
+            "microbatches": microbatches, "repeats": repeats, "rows": {}}
+  for name in configs:
+    first = times[f"{name}@{ramps[0]}"]
+    for r in ramps:
+      key, t = f"{name}@{r}", times[f"{name}@{r}"]
+      rec = recs[key]
+      row = {"plan": rec["plan"], "err": rec["max_rel_err_vs_value_and_grad"],
+             "wall_ms": 1e3 * float(np.median(t["wall"])),
+             "cpu_ms": 1e3 * float(np.median(t["cpu"])),
+             "wall_ratio": float(np.median(np.divide(t["wall"],
+                                                     first["wall"]))),
+             "cpu_ratio": float(np.median(np.divide(t["cpu"], first["cpu"]))),
+             "compile_s": rec["compile_s"],
+             "mib": rec["total_bytes_per_device"] / 2**20,
+             "predicted_mib": rec["predicted_bytes_per_device"] / 2**20}
+      record["rows"][key] = row
+      print(f"{name:26s} ramps={r}: wall {row['wall_ms']:7.2f} ms"
+            f" CPU {row['cpu_ms']:7.2f} ms, x ramps={ramps[0]}:"
+            f" wall {row['wall_ratio']:.3f} CPU {row['cpu_ratio']:.3f};"
+            f" {row['mib']:6.2f} MiB (predicted {row['predicted_mib']:6.2f},"
+            f" {row['predicted_mib'] / row['mib']:.2f}x); compile"
+            f" {row['compile_s']:.1f} s; err {row['err']:.1e};"
+            f" {row['plan']}", flush=True)
+  print(f"load average {record['load_average'][0]:.1f} ->"
+        f" {record['load_average'][1]:.1f}")
+  return record
+
+
+def main(argv: list[str]) -> None:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  bad = [c for c in f.configs if c not in tb.CONFIGS or
+         not tb.CONFIGS[c][1]]
+  if bad:
+    raise app.UsageError(f"--configs: {bad} are not pipelined tp_bench"
+                         f" configs; use some of {list(FSDP_CONFIGS)}")
+  os.environ["XLA_FLAGS"] = " ".join(
+      x for x in [os.environ.get("XLA_FLAGS", ""),
+                  "--xla_force_host_platform_device_count=8"] if x)
+  os.environ.setdefault("JAX_PLATFORMS", "cpu")
+  record = run(list(f.configs), [int(r) for r in f.interpret_ramps],
+               f.repeats, f.microbatches)
+  if f.output:
+    os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
+    with open(f.output, "w", encoding="utf-8") as fh:
+      json.dump(record, fh, indent=1)
+  sys.exit(0)
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,193 @@
+"""Kernels' parameter-only work, computed once per step before the ticks.
+
+``prepare`` runs in the ``shard_map`` body before the first segment: for
+every kernel that runs at two ticks or more it traces the kernel alone,
+finds its parameter-only values (``passes.param_only``: the reversed conv
+weights of an input-gradient convolution, a transposed tied embedding) and
+computes them from the kernel's parameter reads. Values that equal
+programs compute from the same source (one slot of a slot class: every
+device holds its own block's leaf there, so kernels on different devices
+reading one slot share it, as they share the slot) are computed once.
+``run`` is what a tick calls instead of ``kernel.fn``: it traces the
+kernel again (the tick's row offset may be a constant there), checks that
+the same values are parameter-only, and evaluates the kernel with them
+given, so the loop body no longer holds their producers.
+
+The values are live for the whole step: ``nbytes`` is what the memory
+model adds (``passes.program_bytes``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from tessel_jax import compat
+
+from . import fsdp_tick as _fsdp_tick
+from . import param_only as _po
+from . import tick_io as _io
+from .lower_context import LowerContext
+from .tick_ctx import INPLACE, Ctx, scoped
+
+HOISTED = ("hoisted",)
+_ENABLED = [True]
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+  """Programs lowered inside this context hoist nothing (the A/B runs of
+  ``experiments.lowering_bench`` and the tests)."""
+  _ENABLED.append(False)
+  try:
+    yield
+  finally:
+    _ENABLED.pop()
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Prepared:
+  """One kernel's hoisted values, computed before the ticks.
+
+  Attributes:
+    signature: ``param_only.Found.signature`` of the kernel's trace.
+    values: The values, aligned with it.
+  """
+
+  signature: tuple
+  values: tuple[Any, ...]
+
+
+def _sds(v: Any) -> jax.ShapeDtypeStruct:
+  return jax.ShapeDtypeStruct(tuple(v.shape), v.dtype)
+
+
+def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
+           dvals: Sequence[Any]) -> tuple[_po.Found, Any, int]:
+  """``(found, out tree, leading args)``: the kernel traced on abstract
+  values (``kctx`` None: its row offset as an abstract int32 argument)."""
+  pv, dv = [_sds(v) for v in pvals], [_sds(v) for v in dvals]
+  if kctx is None:
+    closed, tree = compat.make_jaxpr(
+        lambda ro, p, d: kernel.fn({"row_offset": ro}, p, d),
+        jax.ShapeDtypeStruct((), jnp.int32), pv, dv)
+    lead = 1
+  else:
+    closed, tree = compat.make_jaxpr(lambda p, d: kernel.fn(kctx, p, d),
+                                     pv, dv)
+    lead = 0
+  invars, _ = compat.jaxpr_io(closed)
+  return _po.find(closed, invars[lead:lead + len(pv)]), tree, lead
+
+
+def hoistable(layout: Any, num_microbatches: int, kernel: Any) -> bool:
+  """A kernel whose parameter reads are the same at every tick: no FSDP
+  gather per block, no pipe-sharded leaf gathered at its tick (a
+  collective), run at two ticks or more."""
+  if num_microbatches < 2 or not kernel.params:
+    return False
+  whole = len(kernel.devices) == layout.num_devices
+  if any(l in layout.shards and (whole or l not in layout.gathered)
+         for l in kernel.params):
+    return False
+  return not (_fsdp_tick.per_block(layout) and any(
+      _fsdp_tick.role(layout, kernel, l) is not None for l in kernel.params))
+
+
+def _source(layout: Any, kid: int, kernel: Any, leaf: int,
+            inplace: bool) -> tuple:
+  """Where the kernel reads ``leaf``: kernels reading the same source see
+  the same value on every device."""
+  if inplace:
+    return ("leaf", leaf)
+  where = layout.slot_of.get((leaf, kernel.devices[0]))
+  gathered = (leaf in layout.gathered and
+              len(kernel.devices) < layout.num_devices)
+  if where is not None and not gathered:
+    return ("slot",) + tuple(where)
+  return ("kernel", kid, leaf)
+
+
+def _values(found: _po.Found, srcs: Sequence[tuple]
+            ) -> list[tuple[tuple, list[Any], list[Any], Any, Any]]:
+  """Per hoisted value: ``(key, equations, parameter vars read, var,
+  stored)``; equal keys compute equal values on every device."""
+  by_var = dict(zip(found.params, srcs))
+  out = []
+  for v, stored in zip(found.hoisted, found.stored):
+    eqns, reads = _po.value_prelude(found, v)
+    key = (tuple(by_var[p] for p in reads),
+           compat.jaxpr_text(eqns, reads, [v]), stored)
+    out.append((key, eqns, reads, v, stored))
+  return out
+
+
+@scoped("params")
+def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
+            slots: Sequence[Sequence[Any]]) -> dict[int, Prepared]:
+  """Every hoistable kernel's parameter-only values, computed once."""
+  out: dict[int, Prepared] = {}
+  if not _ENABLED[-1]:
+    return out
+  shared: dict[tuple, Any] = {}
+  for kid, kernel in sorted(low.plan.kernels.items()):
+    if not hoistable(low.layout, low.plan.num_microbatches, kernel):
+      continue
+    pvals = _io.params(low, ctx, kernel, pbuf, slots)
+    found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
+    if not found.hoisted:
+      continue
+    srcs = [_source(low.layout, kid, kernel, l, INPLACE in pbuf)
+            for l in kernel.params]
+    by_var = dict(zip(found.params, pvals))
+    values = []
+    for key, eqns, reads, v, stored in _values(found, srcs):
+      if key not in shared:
+        x = compat.eval_eqns(eqns, reads, [v], [by_var[p] for p in reads])[0]
+        shared[key] = _po.store(x, stored)
+      values.append(shared[key])
+    out[kid] = Prepared(signature=found.signature, values=tuple(values))
+  return out
+
+
+def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
+                    param_avals: Sequence[Any], num_microbatches: int,
+                    inplace: bool = False) -> int:
+  """Bytes per device of the distinct values :func:`prepare` computes
+  (every device computes every kernel's; live for the whole step), from
+  abstract traces of the kernels."""
+  if not _ENABLED[-1]:
+    return 0
+  local = layout.local_avals(param_avals)
+  sizes: dict[tuple, int] = {}
+  for kid, kernel in sorted(kernels.items()):
+    if not hoistable(layout, num_microbatches, kernel):
+      continue
+    subset = len(kernel.devices) < layout.num_devices
+    pvals = [param_avals[l] if subset and l in layout.gathered else local[l]
+             for l in kernel.params]  # read gathered whole (tick_io.params)
+    found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
+    srcs = [_source(layout, kid, kernel, l, inplace) for l in kernel.params]
+    for key, _, _, v, _ in _values(found, srcs):
+      sizes[key] = _po.nbytes(v)
+  return sum(sizes.values())
+
+
+def run(kernel: Any, kctx: Mapping[str, Any], pvals: Sequence[Any],
+        dvals: Sequence[Any], prepared: Prepared | None
+        ) -> tuple[list[Any], list[Any]]:
+  """``kernel.fn(kctx, pvals, dvals)`` with its parameter-only values
+  taken from ``prepared`` (computed before the ticks)."""
+  if prepared is None:
+    return kernel.fn(kctx, pvals, dvals)
+  found, tree, _ = _trace(kernel, kctx, pvals, dvals)
+  if found.signature != prepared.signature:
+    return kernel.fn(kctx, pvals, dvals)  # traced differently: run it whole
+  flat = _po.rest(found, list(pvals) + list(dvals), prepared.values)
+  outs, grads = jax.tree_util.tree_unflatten(tree, flat)
+  return list(outs), list(grads)
