@@ -43,6 +43,9 @@ def program_digest(traced: Any) -> str:
   text, its constants' bytes and its tree structures."""
   h = hashlib.sha256(str(traced.closed_jaxpr).encode("utf-8"))
   for const in traced.closed_jaxpr.consts:
+    if jax.dtypes.issubdtype(getattr(const, "dtype", None),
+                             jax.dtypes.prng_key):
+      const = jax.random.key_data(const)  # a typed key has no numpy bytes
     arr = np.asarray(const)
     h.update(f"{arr.dtype}{arr.shape}".encode("utf-8"))
     h.update(np.ascontiguousarray(arr).tobytes())

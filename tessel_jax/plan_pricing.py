@@ -59,7 +59,8 @@ def baseline_price(built: Any, c: Candidate, base: PricedPlan,
   and held rounds, plus the per-tick seconds ``base``'s stand-in measured.
   Without it, block times and edge delays only: blind to the lowering
   (README GPT, 4 devices, quiet: the four interleaved pipe2 x dp2 plans
-  were predicted within 4% of each other, 32.2-33.5 ms, and measured 30.4-35.4 ms).
+  were predicted within 4% of each other, 32.2-33.5 ms, and measured
+  30.4-35.4 ms).
   """
   t0 = time.perf_counter()
   run = _baselines.run(c.plan, built.graph, c.microbatches // c.dp)

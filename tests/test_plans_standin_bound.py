@@ -107,3 +107,30 @@ def test_a_sample_waiting_for_a_core_is_capped_by_its_cpu_time():
   x = jax.device_put(jax.numpy.ones(4), jax.devices()[0])
   assert calibrate.cpu_cores_of([x]) == 1
   assert calibrate.cpu_cores_of([1.0]) == 0
+
+
+def test_a_bound_price_in_the_memo_is_priced_again_where_it_could_win(
+    monkeypatch):
+  ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, prune=True)
+  ff._key = ("program",)
+  c = P.Candidate("b", 2, 1, 4)
+  P.clear_memo()
+  P._MEMO[(ff._key, c, False)] = (_plan("b", 12.0, bound=True), "step")
+
+  class Rebuilt(Exception):
+    pass
+
+  def step_for(self, *a, **k):
+    raise Rebuilt
+  monkeypatch.setattr(P.FrontierFunction, "step_for", step_for)
+  ff._note_best(_plan("a", 10.0))
+  assert ff.price(c, None, None).step == 12.0   # cannot win: kept
+  with pytest.raises(Rebuilt):
+    ff.price(c, None, None, ceiling=False)      # asked for in full
+  ff._note_best(_plan("a", 9.0))
+  fresh = P.FrontierFunction(lambda p, b: 0.0, mesh=None, prune=True)
+  fresh._key = ff._key
+  fresh._note_best(_plan("a", 15.0))            # another limit: it could
+  with pytest.raises(Rebuilt):
+    fresh.price(c, None, None)
+  P.clear_memo()
