@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -67,22 +68,38 @@ def _sds(v: Any) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(tuple(v.shape), v.dtype)
 
 
+#: Abstract traces of kernels (``kctx`` None), by kernel and argument
+#: avals: ``placement="auto"`` prices many plans sharing one kernel set
+#: (``step_build.shared``), each asking :func:`predicted_bytes`.
+_TRACES: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
 def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
            dvals: Sequence[Any]) -> tuple[_po.Found, Any, int]:
   """``(found, out tree, leading args)``: the kernel traced on abstract
-  values (``kctx`` None: its row offset as an abstract int32 argument)."""
+  values (``kctx`` None: its row offset as an abstract int32 argument,
+  remembered per kernel and avals)."""
   pv, dv = [_sds(v) for v in pvals], [_sds(v) for v in dvals]
   if kctx is None:
-    closed, tree = compat.make_jaxpr(
-        lambda ro, p, d: kernel.fn({"row_offset": ro}, p, d),
-        jax.ShapeDtypeStruct((), jnp.int32), pv, dv)
-    lead = 1
-  else:
-    closed, tree = compat.make_jaxpr(lambda p, d: kernel.fn(kctx, p, d),
-                                     pv, dv)
-    lead = 0
+    memo = _TRACES.setdefault(kernel, {})
+    key = tuple((tuple(v.shape), str(v.dtype)) for v in pv + dv)
+    if key not in memo:
+      memo[key] = _trace_abstract(kernel, pv, dv)
+    return memo[key]
+  closed, tree = compat.make_jaxpr(lambda p, d: kernel.fn(kctx, p, d),
+                                   pv, dv)
   invars, _ = compat.jaxpr_io(closed)
-  return _po.find(closed, invars[lead:lead + len(pv)]), tree, lead
+  return _po.find(closed, invars[:len(pv)]), tree, 0
+
+
+def _trace_abstract(kernel: Any, pv: Sequence[Any], dv: Sequence[Any]
+                    ) -> tuple[_po.Found, Any, int]:
+  """:func:`_trace` with ``kctx`` None, not remembered."""
+  closed, tree = compat.make_jaxpr(
+      lambda ro, p, d: kernel.fn({"row_offset": ro}, p, d),
+      jax.ShapeDtypeStruct((), jnp.int32), pv, dv)
+  invars, _ = compat.jaxpr_io(closed)
+  return _po.find(closed, invars[1:1 + len(pv)]), tree, 1
 
 
 def hoistable(layout: Any, num_microbatches: int, kernel: Any) -> bool:

@@ -3,15 +3,14 @@
 For each kernel of a :class:`passes.kernels.KernelSet` (one per placement
 block: ``F``, ``B`` and, with a split backward, ``W``):
 
-* **time**: the kernel runs ``LOOP_RUNS`` times inside one jitted loop,
-  each run on fresh operands, its outputs written into stacked buffers
-  (``cost.looped``): as the program runs it, inlined in its tick loop,
-  writing its stash. The call's dispatch (an empty call's, measured once
-  per process) is taken off and the rest divided by the runs. Timed alone
-  as a whole executable, a kernel also paid a call's dispatch, a buffer per
-  output and the thread's wake-up on every run: eqx_transformer's forward
-  kernel took 0.31 ms so and 0.10 ms per looped run, and the zoo's
-  transformers were over-predicted 1.3-1.5x.
+* **time**: the kernel is jitted alone with its local input shapes and
+  full-shaped parameters (a parameter sharded over the pipe axis is gathered
+  before its block runs in the lowering, so the kernel sees the whole leaf),
+  compiled for the device the program runs on, run ``warmup`` times, then
+  timed ``repeats`` times with ``block_until_ready``; the median is kept. A
+  very short kernel is run several times per timed sample and the dispatch
+  cost of an empty jitted call (measured once per process) is taken off, so
+  the figure is the kernel's own compute as it runs inlined in the program.
   On the CPU backend a kernel is timed with every thread of the process on
   one core: inside a multi-device program each fake device runs its part
   on one thread (measured on JAX 0.10.2: a device computing while the other
@@ -23,8 +22,8 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   inflate the figure (``_time_calls``).
 * **memory**: ``stash_bytes`` (what the forward keeps for the backward:
   residuals when the block keeps them, its inputs when it recomputes) and
-  XLA's ``compiled.memory_analysis()`` temp bytes of the kernel compiled
-  alone (its transient workspace).
+  XLA's ``compiled.memory_analysis()`` temp bytes (the kernel's transient
+  workspace).
 * **edges**: bytes each graph edge moves from the kernel output avals
   (:func:`edge_bytes`).
 
@@ -52,7 +51,6 @@ import numpy as np
 from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost.cache import ProfileCache, make_key
-from tessel_jax.cost.looped import looped
 
 # A timed sample lasts at least this long (short kernels run several times).
 MIN_SAMPLE_S = 2e-3
@@ -252,7 +250,6 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   return make_key({
       **extra,
       "what": "kernel",
-      "version": PROFILE_VERSION,
       "jaxpr": text,
       "params": _aval_list(p),
       "inputs": _aval_list(d),
@@ -309,18 +306,6 @@ _DISPATCH: dict[Any, float] = {}
 
 #: Timing rounds per kernel; the smallest round median is kept.
 ROUNDS = 2
-#: Runs of a kernel per timed call, each on fresh operands (``cost.looped``).
-LOOP_RUNS = 8
-#: Fewer runs where ``LOOP_RUNS`` copies of a kernel's inputs and outputs
-#: would pass this many bytes (at least one run).
-LOOP_BYTES = 256 * 2**20
-#: A kernel's compute is never taken below this share of its looped run
-#: (the dispatch is timed apart, so their difference can be noise).
-MIN_SHARE = 0.05
-#: Bump when a kernel record changes meaning (part of :func:`kernel_key`).
-#: 2: timed as ``LOOP_RUNS`` runs inside one loop, not as a whole
-#: executable per run.
-PROFILE_VERSION = 2
 
 
 def dispatch_seconds(device: Any, repeats: int = 7,
@@ -328,8 +313,8 @@ def dispatch_seconds(device: Any, repeats: int = 7,
   """Seconds of one call of an (almost) empty jitted function on ``device``.
 
   Measured once per device (or ``stage``: on its devices), core count and
-  process; taken off every looped call (:func:`loop_runs` kernel runs) because
-  inside the pipelined program kernels are inlined, not dispatched.
+  process; taken off every kernel time because inside the pipelined program
+  kernels are inlined, not dispatched.
   """
   key = (device.platform, device.id, cores,
          None if stage is None else stage.num_devices)
@@ -343,20 +328,10 @@ def dispatch_seconds(device: Any, repeats: int = 7,
   return _DISPATCH[key]
 
 
-def loop_runs(kernel: Any) -> int:
-  """Runs per looped call of ``kernel``: ``LOOP_RUNS``, fewer where their
-  inputs and outputs would pass ``LOOP_BYTES``."""
-  per_run = sum(_nbytes(a) for a in kernel.in_avals) + sum(
-      _nbytes(a) for a in kernel.out_avals)
-  return int(max(1, min(LOOP_RUNS, LOOP_BYTES // max(1, per_run))))
-
-
 def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
-           warmup: int, cores: int | None, stage: Any = None,
-           runs: int = LOOP_RUNS) -> tuple[float, float]:
-  """``(compute seconds, raw seconds)`` of one kernel run on ``cores``
-  cores (None: all), ``compiled`` running ``runs`` of them per call: the
-  call less an empty call's dispatch, over the runs."""
+           warmup: int, cores: int | None,
+           stage: Any = None) -> tuple[float, float]:
+  """(compute seconds, raw seconds per call) on ``cores`` cores (None: all)."""
   with restricted_cores(cores):
     # On one core the process's CPU time is the call's own work, also for a
     # stage's several device threads (all on that core, a waiting thread
@@ -367,17 +342,14 @@ def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
     raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup,
                          cpu_clock=one_core)
     over = dispatch_seconds(device, cores=cores, stage=stage)
-  return max(raw - over, MIN_SHARE * raw) / runs, raw / runs
+  return max(raw - over, 0.05 * raw), raw
 
 
-def _on_stage(kernel: Any, stage: Any,
-              run: Callable[[Any, Any], Any] | None = None
-              ) -> Callable[[Any, Any], Any]:
-  """``run`` (default ``kernel_callable(kernel)``) as it runs in the
-  program on ``stage``: inside a ``shard_map`` manual over the pipe and
-  data axes (one device each here), its parameters pinned to their GSPMD
-  specs."""
-  run = kernel_callable(kernel) if run is None else run
+def _on_stage(kernel: Any, stage: Any) -> Callable[[Any, Any], Any]:
+  """``kernel_callable(kernel)`` as it runs in the program on ``stage``:
+  inside a ``shard_map`` manual over the pipe and data axes (one device
+  each here), its parameters pinned to their GSPMD specs."""
+  run = kernel_callable(kernel)
   specs = [stage.specs.get(l, ()) for l in kernel.params]
   P = jax.sharding.PartitionSpec
 
@@ -393,45 +365,24 @@ def _on_stage(kernel: Any, stage: Any,
 
 
 def _stage_inputs(kernel: Any, p: Sequence[Any], d: Sequence[Any],
-                  device: Any, stage: Any, rng: np.random.Generator,
-                  runs: int = 0) -> tuple[list[Any], list[Any]]:
+                  device: Any, stage: Any, rng: np.random.Generator
+                  ) -> tuple[list[Any], list[Any]]:
   """Example parameters and inputs on ``device``, or on ``stage``'s
-  devices with each parameter split by its spec; with ``runs``, each
-  input stacked ``runs`` times (fresh values per run)."""
-  def example(a: Any) -> np.ndarray:
-    if runs <= 0:
-      return _example(a, rng)
-    return np.stack([_example(a, rng) for _ in range(runs)])
-
+  devices with each parameter split by its spec."""
   if stage is None:
     return ([jax.device_put(_example(a, rng), device) for a in p],
-            [jax.device_put(example(a), device) for a in d])
+            [jax.device_put(_example(a, rng), device) for a in d])
   P = jax.sharding.PartitionSpec
-  on = lambda s: jax.sharding.NamedSharding(stage.mesh, P(*s))
-  return ([jax.device_put(_example(a, rng), on(stage.specs.get(l, ())))
-           for a, l in zip(p, kernel.params)],
-          [jax.device_put(example(a), on(())) for a in d])
-
-
-def _temp_bytes(compiled: Any) -> int:
-  """XLA temp bytes of ``compiled`` (0 where the backend does not say)."""
-  try:
-    ma = compiled.memory_analysis()
-    return 0 if ma is None else int(ma.temp_size_in_bytes)
-  except Exception:  # pylint: disable=broad-except  (backend without it)
-    return 0
+  put = lambda a, s: jax.device_put(
+      _example(a, rng), jax.sharding.NamedSharding(stage.mesh, P(*s)))
+  return ([put(a, stage.specs.get(l, ())) for a, l in zip(p, kernel.params)],
+          [put(a, ()) for a in d])
 
 
 def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                 repeats: int = 5, warmup: int = 2, seed: int = 0,
                 rounds: int = ROUNDS, stage: Any = None) -> dict[str, Any]:
-  """Times ``kernel`` on ``device`` as the program runs it.
-
-  :func:`loop_runs` runs inside one jitted loop, each on fresh operands, its
-  outputs written to stacked buffers and its gradients summed
-  (``cost.looped``), less an empty call's dispatch, over the runs. Its
-  temp bytes (and, on a stage, its residuals' shards) are read from the
-  kernel compiled alone.
+  """Compiles ``kernel`` alone for ``device`` and times it.
 
   With ``stage`` (``cost.stage.Stage``) it is compiled for the stage's
   devices as the program runs it (``_on_stage``): parameters split over
@@ -441,47 +392,46 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
 
   The timing runs ``rounds`` times (each the median of ``repeats``
   samples) and keeps the smallest: a round slowed by a busy neighbour is an
-  outlier upwards, never downwards. On the CPU backend it is timed with
-  every thread of the process on one core (see the module doc);
-  ``core_seconds`` equals ``seconds``.
+  outlier upwards, never downwards.
+
+  On the CPU backend it is timed with every thread of the process on one
+  core (see the module doc); ``core_seconds`` equals ``seconds``.
 
   Returns:
     ``{"seconds", "core_seconds", "raw_seconds", "host_cores",
-    "temp_bytes", "compile_seconds", "round_seconds"}`` (+ ``"flops"``,
-    ``"stash_shard_bytes"`` where known): compute seconds of one run
-    (never below ``MIN_SHARE`` of the raw figure), single-core seconds,
-    the looped call's seconds per run, cores of the process (CPU), XLA
-    temp bytes of the kernel compiled alone, compile seconds, each
-    round's compute seconds.
+    "temp_bytes", "compile_seconds"}``: median compute seconds (the
+    dispatch cost of an empty call taken off, never below 5% of the raw
+    figure), single-core seconds, the raw median per call, cores of the
+    process (CPU), XLA temp bytes, compile seconds.
   """
   p, d = kernel_avals(kernel, param_avals)
   rng = np.random.default_rng(seed)
-  runs = loop_runs(kernel)
-  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng, runs=runs)
-  plain = kernel_callable(kernel)
-  real = looped(plain, runs)
-  if stage is not None:
-    plain, real = _on_stage(kernel, stage), _on_stage(kernel, stage, real)
+  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
+  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
   t0 = time.perf_counter()
-  lowered = jax.jit(plain).lower(
-      *(_stage_inputs(kernel, p, d, device, stage, rng)
-        if stage is not None else (p, d)))
+  lowered = jax.jit(fn).lower(pv, dv)
   flops = analysed_flops(lowered) if stage is None else None
-  alone = lowered.compile()
-  compiled = jax.jit(real).lower(pv, dv).compile()
+  compiled = lowered.compile()
   compile_s = time.perf_counter() - t0
+  temp = 0
+  try:
+    ma = compiled.memory_analysis()
+    if ma is not None:
+      temp = int(ma.temp_size_in_bytes)
+  except Exception:  # pylint: disable=broad-except  (backend without it)
+    temp = 0
   host = cpu_cores() if device.platform == "cpu" else None
+  shard_stash = _stash_shard_bytes(kernel, compiled) if stage else None
   timings = [_timed(compiled, pv, dv, device, repeats, warmup,
-                    1 if host is not None else None, stage, runs)
+                    1 if host is not None else None, stage)
              for _ in range(max(1, rounds))]
   seconds, raw = min(timings)
   out = {"seconds": seconds, "core_seconds": seconds,
-         "raw_seconds": raw, "host_cores": host,
-         "temp_bytes": _temp_bytes(alone), "compile_seconds": compile_s,
+         "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
+         "compile_seconds": compile_s,
          "round_seconds": [t[0] for t in timings]}
   if flops is not None:
     out["flops"] = flops  # calibrates cost.estimate.KernelEstimator
-  shard_stash = _stash_shard_bytes(kernel, alone) if stage else None
   if shard_stash is not None:
     out["stash_shard_bytes"] = shard_stash
   return out
