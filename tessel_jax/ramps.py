@@ -7,8 +7,8 @@ or looped over the repetend. Its default, ``"auto"``, resolves to
 * ``0`` (*compact*): every tick in one table-driven loop, remote messages
   held in outboxes until due (``passes.held``). Each kernel body is compiled
   once: the smallest program and the fastest first call (quiet peer_bench,
-  2026-11-26 05:54: step 0.91/0.92x the hand-written GPipe at N = 8/32,
-  first call 1.26/1.17x it, HLO 217 vs 420 kchars of the looped lowering).
+  2026-11-26 08:05: step 0.84/0.88x the hand-written GPipe at N = 8/32,
+  first call 1.44/1.31x it, HLO 170 vs 381 kchars of the looped lowering).
   With FSDP parameters (sharded over a data axis) and ``fsdp="auto"`` or
   ``"per_block"``, each kernel gathers its own leaves inside its 0/1-trip
   loop and reduce-scatters its gradients there (``passes.fsdp_kernel``):
