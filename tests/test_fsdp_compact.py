@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import re
 
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
 import tessel_jax as tj
 
 from test_fsdp import DATA_ONLY, _specs
-from test_fsdp_per_block import (LAYERS_WIDE, WIDE, WIDE_F, WIDE_H, _check,
-                                 _wide_model)
+from test_fsdp_per_block import WIDE_F, WIDE_H, _check, wide_case
 from test_tensor_parallel import _batch, _mesh, mlp_model
 
 KERNEL_LOOP = "tj_seg_interp/while/body/closed_call/while/body/"
@@ -76,12 +73,7 @@ def test_compact_per_block_gathers_in_the_kernel_loops() -> None:
   gathers and reduce-scatters run in the kernels' loops inside the tick
   loop, each moves one weight (no gathered copy of every parameter), and
   the program holds fewer bytes than per step."""
-  params, fn = _wide_model()
-  specs = {"layers": [WIDE] * LAYERS_WIDE}
-  mesh = _mesh({"pipe": 2, "data": 2})
-  rng = np.random.default_rng(0)
-  batch = {k: jnp.asarray(rng.normal(size=(8, WIDE_H)), jnp.float32)
-           for k in ("x", "y")}
+  params, fn, specs, mesh, batch = wide_case()
   total, text = {}, {}
   for mode in ("auto", "per_step"):
     step = tj.schedule(fn, mesh=mesh, placement=tj.placements.interleaved(

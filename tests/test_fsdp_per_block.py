@@ -102,6 +102,18 @@ def _wide_model() -> tuple[Any, Any]:
   return params, fn
 
 
+def wide_case() -> tuple[Any, Any, Any, Any, Any]:
+  """``(params, fn, specs, mesh, batch)``: :func:`_wide_model`, every
+  layer FSDP over ``data`` (``WIDE``), on (pipe=2, data=2), 8 rows."""
+  params, fn = _wide_model()
+  specs = {"layers": [WIDE] * LAYERS_WIDE}
+  mesh = _mesh({"pipe": 2, "data": 2})
+  rng = np.random.default_rng(0)
+  batch = {k: jnp.asarray(rng.normal(size=(8, WIDE_H)), jnp.float32)
+           for k in ("x", "y")}
+  return params, fn, specs, mesh, batch
+
+
 def _fsdp_gathers(text: str) -> list[str]:
   """op_names of the all-gathers whose result is a whole (gathered) weight
   of the wide model (any leading slot dimensions)."""
@@ -120,12 +132,7 @@ def test_per_block_gathers_in_loops_and_holds_fewer_bytes() -> None:
   block, every whole-weight all-gather sits inside a loop body and the
   compiled argument+output+temp bytes per device are below per-step
   gathering, which gathers them all before the first tick."""
-  params, fn = _wide_model()
-  specs = {"layers": [WIDE] * LAYERS_WIDE}
-  mesh = _mesh({"pipe": 2, "data": 2})
-  rng = np.random.default_rng(0)
-  batch = {k: jnp.asarray(rng.normal(size=(8, WIDE_H)), jnp.float32)
-           for k in ("x", "y")}
+  params, fn, specs, mesh, batch = wide_case()
   total, gathers, layouts = {}, {}, {}
   for mode in ("per_block", "per_step"):
     step = tj.schedule(fn, mesh=mesh, placement=tj.placements.interleaved(
