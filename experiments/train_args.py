@@ -7,9 +7,9 @@ binary's first line comes before jax's import.
 
 from __future__ import annotations
 
-from absl import app, flags, logging
-
 from typing import TYPE_CHECKING
+
+from absl import app, flags, logging
 
 from experiments import cli
 from tessel_jax import checks  # imports no jax
@@ -53,11 +53,12 @@ flags.DEFINE_integer("interpret_ramps", None,
                      " many ticks run as one table-driven loop; 0: every"
                      " tick (each kernel compiled once); -1: unroll all."
                      " Default: tj.schedule's 'auto' (0, the compact"
-                     " lowering, unless the layout has FSDP parameters).")
+                     " lowering).")
 
 
 def from_flags() -> TrainArgs:
-  """Reads the parsed flags into ``TrainArgs``.
+  """Reads the parsed flags into ``TrainArgs``; once they are good, logs
+  the run's first line and imports jax (``train_lib``).
 
   Raises:
     app.UsageError: for out-of-range flags.

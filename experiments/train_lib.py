@@ -71,8 +71,7 @@ def interpret_ramps_for(steps: int, given: int | None) -> int | str | None:
 
   Returns:
     ``given`` when given (None for a negative one), else ``"auto"``
-    (``tj.schedule``'s default: the compact lowering, 0, unless the layout
-    has FSDP parameters).
+    (``tj.schedule``'s default: the compact lowering, 0).
   """
   del steps
   if given is not None:
