@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from tessel_jax import compat
+from tessel_jax import fsdp_choice as _fsdp_choice
 from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
@@ -32,7 +33,6 @@ from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import forward_reach
 
 try:  # installed: passes/ is tessel_jax.passes
-  from tessel_jax.passes import fsdp_tick as _fsdp_tick  # type: ignore
   from tessel_jax.passes import hoist as _hoist  # type: ignore
   from tessel_jax.passes import kernels as _kernels  # type: ignore
   from tessel_jax.passes import lower as _lower  # type: ignore
@@ -40,7 +40,6 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import plan as _plan  # type: ignore
   from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
 except ImportError:  # run from the repository root
-  from passes import fsdp_tick as _fsdp_tick  # type: ignore
   from passes import hoist as _hoist  # type: ignore
   from passes import kernels as _kernels  # type: ignore
   from passes import lower as _lower  # type: ignore
@@ -103,11 +102,12 @@ def build(step: Any, params: Any, batch: Any,
         clock, hoisted)
     if picked is not None:
       sgraph, schedule, unrolled = picked
-    layout = _fsdp_tick.resolve(step.fsdp, layout, plan)  # fsdp="auto"
     lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
                                       train, n_total, traced)
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                     other_ms, _ramps.with_fsdp(ramps.note, layout), hoisted)
+                     other_ms, _ramps.with_fsdp(
+                         ramps.note, layout,
+                         _fsdp_choice.why(step, layout, plan)), hoisted)
     report = _with_hoisted(report, lowering, traced)
     step.replay_run = (None if costs is None else _run_replay(
         step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
@@ -216,8 +216,7 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
     # The same tick plan, so the same prediction: not planned twice.
     # Priced as pick_schedule prices (FSDP and outside terms included).
     ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
-        costs, unrolled, plan, _fsdp_tick.resolve(step.fsdp, layout, plan),
-        step.mesh, step.pipe_axis)
+        costs, unrolled, plan, layout, step.mesh, step.pipe_axis)
     clock.lap("search on uniform spans", "the same order as on measured"
               " spans")
     return plan, "measured", ms, None
@@ -337,14 +336,31 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                                         layout, data_sizes, n_local, clock)
     try:
       searches = step.searches
-      schedule, unrolled = step_schedule.find_schedule(
-          step, sgraph, unit, layout, n_local, costs,
-          hoisted_limit_bytes(step, ks, layout, traced, n_local))
+      layout, schedule, unrolled = _fsdp_choice.first_fitting(
+          _fsdp_choice.layouts(step.fsdp, layout),  # fsdp="auto"
+          functools.partial(_find_schedule, step, ks, traced, sgraph, unit,
+                            n_local, costs))
       clock.lap("search", step_schedule.search_note(
           schedule, unrolled, step.searches > searches))
       return ks, layout, costs, sgraph, unit, schedule, unrolled
     except step_schedule.InfeasibleMemory as err:
       _recompute_more(step, ks, keep, err)
+
+
+def _find_schedule(step: Any, ks: Any, traced: Any, sgraph: BlockGraph,
+                   unit: int, n_local: int, costs: Any, layout: Any
+                   ) -> tuple[Any, Any, bool]:
+  """``(schedule, unrolled, fits)`` on ``layout`` (``fits``: within the
+  memory limit, ``fsdp_choice.fits``); the limit counts the hoisted bytes.
+
+  Raises:
+    step_schedule.InfeasibleMemory: no schedule fits the memory limit.
+  """
+  hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
+  schedule, unrolled = step_schedule.find_schedule(
+      step, sgraph, unit, layout, n_local, costs, hoisted)
+  return schedule, unrolled, _fsdp_choice.fits(step, layout, unit, unrolled,
+                                               costs, hoisted)
 
 
 def _recompute_more(step: Any, ks: Any, keep: dict[int, bool],
