@@ -4,9 +4,10 @@ Every tick is interpreted (one table-driven loop), each kernel in its own
 0/1-trip while loop; per block a kernel gathers its own FSDP leaves and
 reduce-scatters its gradients inside that loop (``passes.fsdp_kernel``).
 ``fsdp="auto"`` gathers once per step unless only per block fits the
-memory limit (``tessel_jax.fsdp_choice``). Checked: loss and gradients
-equal ``jax.value_and_grad`` with the parameters' shardings; "auto" is per
-step without a limit and per block under a limit only per block fits; per
+memory limit (``tessel_jax.fsdp_choice``; without a limit:
+``test_fsdp.py``). Checked: loss and gradients equal
+``jax.value_and_grad`` with the parameters' shardings; "auto" is per step
+without a limit and per block under a limit only per block fits; per
 block every whole-weight all-gather and every reduce-scatter sits in a
 kernel's loop inside the tick loop, none before the first tick (per step:
 all before it), and the compiled bytes per device are below per step's.
@@ -20,30 +21,10 @@ from typing import Any
 
 import tessel_jax as tj
 
-from test_fsdp import DATA_ONLY, _specs
 from test_fsdp_per_block import WIDE_F, WIDE_H, _check, wide_case
-from test_tensor_parallel import _batch, _mesh, mlp_model
 
 KERNEL_LOOP = "tj_seg_interp/while/body/closed_call/while/body/"
 
-
-def test_auto_without_a_limit_gathers_once_per_step() -> None:
-  """``fsdp="auto"`` (the default) with no memory limit: per step, equal
-  to ``jax.value_and_grad``; the report says why, with both modes' fixed
-  bytes and collectives."""
-  params, _, fn = mlp_model()
-  mesh = _mesh({"pipe": 2, "data": 2})
-  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=4, plan="1f1b", data_axes=("data",))
-  _check(step, fn, params, _specs(DATA_ONLY), mesh, _batch(16, False), 4)
-  built = step.built
-  assert [s.kind for s in built.plan.segments] == ["interp"]
-  assert built.layout.fsdp_mode == "per_step"
-  assert re.fullmatch(
-      r"lowering compact \(interpret_ramps=0, auto\); FSDP parameters"
-      r" gathered once per step \(fsdp='auto': no memory limit; per step"
-      r" [\d.]+ MiB fixed per device and \d+ FSDP collectives, per block"
-      r" [\d.]+ MiB and \d+\)", built.report.lowering), built.report.lowering
 
 def _collectives(text: str, op: str) -> list[tuple[str, str]]:
   """``(result dims, op_name)`` of every ``op`` in the HLO text."""
