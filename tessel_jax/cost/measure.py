@@ -61,7 +61,7 @@ MAX_INNER = 64
 #: not read). 2: the per-array call overhead taken off (:func:`call_overhead`).
 PROFILE_VERSION = 2
 #: Arrays in and out of the calls that measure the per-array overhead.
-OVERHEAD_ARRAYS = 64
+OVERHEAD_ARRAYS = 32
 
 
 @dataclasses.dataclass(frozen=True)
