@@ -70,7 +70,8 @@ def build(step: Any, params: Any, batch: Any,
       lambda: _cut(step, params, batch, n_total, num_devices, train,
                    split_leaves, clock))
   mesh_shape = dict(step.mesh.shape)
-  ks, layout, costs, sgraph, unit, schedule, unrolled = search_kernels(
+  (ks, layout, costs, sgraph, unit, schedule, unrolled,
+   hoisted) = search_kernels(
       step, graph, part, traced, local_parts, forward_of, shards, rows,
       n_total, n_local, num_devices, train, clock,
       split={l: (spec, spec_parts(spec, mesh_shape))
@@ -97,7 +98,6 @@ def build(step: Any, params: Any, batch: Any,
       _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
                             params) if calibrate and train else None)
   try:
-    hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
     plan, chosen, other_ms, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
         clock, hoisted)
@@ -320,7 +320,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
   FSDP).
 
   Returns ``(kernels, layout, costs, search graph, memory unit, schedule,
-  unrolled)``.
+  unrolled, hoisted bytes)``; the last is :func:`hoisted_limit_bytes` of
+  the kernels found, predicted once here for the whole build.
   """
   seeds = _kernels.loss_seeds(part, n_total) if train else None
   keep = step_schedule.initial_keep(step, len(part.blocks))
@@ -335,14 +336,14 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
     clock.lap("kernels", f"{len(ks.kernels)} kernels")
     costs, sgraph, unit = _search_graph(step, graph, ks, traced, part,
                                         layout, data_sizes, n_local, clock)
+    hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
     try:
       searches = step.searches
       schedule, unrolled = step_schedule.find_schedule(
-          step, sgraph, unit, layout, n_local, costs,
-          hoisted_limit_bytes(step, ks, layout, traced, n_local))
+          step, sgraph, unit, layout, n_local, costs, hoisted)
       clock.lap("search", step_schedule.search_note(
           schedule, unrolled, step.searches > searches))
-      return ks, layout, costs, sgraph, unit, schedule, unrolled
+      return ks, layout, costs, sgraph, unit, schedule, unrolled, hoisted
     except step_schedule.InfeasibleMemory as err:
       _recompute_more(step, ks, keep, err)
 
