@@ -79,6 +79,7 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
   t0, c0 = time.perf_counter(), time.process_time()
   step.build(params, batch)
   wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+  model = step.choice.step._costs  # pylint: disable=protected-access
   print(json.dumps({
       "cost": cost, "memory_limit": memory_limit, "cache": (
           "cold" if cold else "warm"), "wall_s": round(wall, 2),
@@ -86,7 +87,10 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
       "chose": step.choice.winner.label,
       "predicted_ms": round(step.choice.winner.step, 3),
       "plans": len(step.choice.frontier.plans),
-      "standins_on_disk": standins(cache)}), flush=True)
+      "standins_on_disk": standins(cache),
+      "standins_skipped": {  # bounded / uniform-span schedules estimated
+          "bound": model.standins_skipped,
+          "uniform_spans": model.alt_standins_skipped}}), flush=True)
 
 
 def standins(cache: str) -> int:

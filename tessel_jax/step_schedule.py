@@ -229,6 +229,7 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
   guess = _guess_alt(step, costs, alt[2], alt_plan)
   if guess is not None and guess >= mine * (1 + ALT_STANDIN_MARGIN):
     theirs = guess   # cannot win: its stand-in is not compiled
+    model.alt_standins_skipped += 1
   else:
     theirs = price(alt[2], alt_plan)
   mine, theirs = _cost_model.agree([mine, theirs])

@@ -22,6 +22,7 @@ class _Model:
     self.full, self.guess, self.bound_last = full, guess, bound_last
     self.extra_last_s = 1e-4
     self.full_priced = []
+    self.alt_standins_skipped = 0
 
   def step_seconds(self, costs, run, plan, layout, mesh, pipe_axis):
     del costs, plan, layout, mesh, pipe_axis
@@ -52,7 +53,7 @@ def test_a_uniform_schedule_estimated_well_slower_times_no_standin():
   model = _Model({"measured": 0.010, "uniform": 0.008},
                  {"uniform": 0.0125})   # + 1 ms serial: 13.5 ms >= 11 ms
   plan, chosen, other_ms, picked = _pick(model)
-  assert model.full_priced == ["measured"]
+  assert model.full_priced == ["measured"] and model.alt_standins_skipped == 1
   assert (plan.name, chosen, picked) == ("measured", "measured", None)
   assert other_ms == pytest.approx(13.5)
 
