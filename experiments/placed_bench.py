@@ -23,6 +23,7 @@ stage and the head, 8.9M parameters, on device 1; ``param_layout="slots"``,
 
 from __future__ import annotations
 
+import collections
 import glob
 import gzip
 import json
@@ -34,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -42,6 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tessel_jax as tj
+from experiments import host_pages
 from experiments import lowering_bench_lib as lb
 from experiments import resnet
 from experiments import step_profile
@@ -80,13 +82,16 @@ def _mean_loss(fn: Callable, batch: Any, n: int) -> Callable:
   return mean_loss
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
+def _timed(fn: Callable[[], Any]) -> tuple[float, float, float, int]:
+  """``(wall s, process CPU s, of it system s, minor page faults)``."""
   r0 = resource.getrusage(resource.RUSAGE_SELF)
   t0 = time.perf_counter()
   jax.block_until_ready(fn())
   wall = time.perf_counter() - t0
   r1 = resource.getrusage(resource.RUSAGE_SELF)
-  return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+  sys_s = r1.ru_stime - r0.ru_stime
+  return (wall, (r1.ru_utime - r0.ru_utime) + sys_s, sys_s,
+          r1.ru_minflt - r0.ru_minflt)
 
 
 def critical_kernel_ms(step: Any) -> dict[str, Any]:
@@ -107,6 +112,47 @@ def critical_kernel_ms(step: Any) -> dict[str, Any]:
           "critical_ms": round(1e3 * float(per.max()), 2),
           "predicted_step_ms": built.report.predicted_step_ms
           if built.report is not None else None}
+
+
+def tick_bound_ms(ticks: Any, num_devices: int,
+                  kernel_s: Mapping[int, float]) -> dict[str, Any]:
+  """Kernel time along the ticks, from each kernel's in-program time.
+
+  ``kernel_s``: kernel id -> seconds its code ran in one traced step,
+  summed over its calls (``step_profile.kernel_seconds``). Each call is
+  charged the mean. A device's sum is the floor of a step if the devices
+  ran independently; ``lockstep_ms`` (the sum over ticks of the slowest
+  device's kernel) is the floor when every tick ends in a rendezvous
+  (a ``ppermute`` both devices enter), which XLA's CPU collectives are.
+
+  Args:
+    ticks: The plan's ticks (``.kernels``: kernel id or None per device).
+    num_devices: Devices of the pipe axis.
+    kernel_s: In-program seconds per kernel id.
+  """
+  calls = collections.Counter(k for t in ticks for k in t.kernels
+                              if k is not None)
+  per_call = {k: kernel_s.get(k, 0.0) / c for k, c in calls.items()}
+  per_dev = np.zeros(num_devices)
+  lockstep = 0.0
+  for t in ticks:
+    ms = [per_call[k] if k is not None else 0.0 for k in t.kernels]
+    per_dev += ms
+    lockstep += max(ms)
+  return {"in_program_kernel_ms_by_device": [round(1e3 * x, 1)
+                                             for x in per_dev],
+          "in_program_busiest_ms": round(1e3 * float(per_dev.max()), 1),
+          "lockstep_ms": round(1e3 * lockstep, 1)}
+
+
+def in_program_bound(step: Any, run: Callable[[], Any], hlo_text: str
+                     ) -> dict[str, Any]:
+  """:func:`tick_bound_ms` of the placed step, kernels from one trace."""
+  jax.block_until_ready(run())
+  events, _ = step_profile.trace_events(run)
+  plan = step.built.plan
+  return tick_bound_ms(plan.ticks, plan.num_devices,
+                       step_profile.kernel_seconds(events, hlo_text))
 
 
 def kernel_ms_by_thread(run: Callable[[], Any], hlo_text: str
@@ -185,11 +231,20 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     for k, ts in times.items():
       walls = sorted(t[0] for t in ts)
       cpus = sorted(t[1] for t in ts)
+      sys_s = sorted(t[2] for t in ts)
+      faults = sorted(t[3] for t in ts)
       row[k] = {"wall_ms": round(1e3 * walls[len(walls) // 2], 1),
                 "wall_min_ms": round(1e3 * walls[0], 1),
-                "cpu_ms": round(1e3 * cpus[len(cpus) // 2], 1)}
+                "cpu_ms": round(1e3 * cpus[len(cpus) // 2], 1),
+                "sys_ms": round(1e3 * sys_s[len(sys_s) // 2], 1),
+                "minor_faults": faults[len(faults) // 2]}
+    row["glibc_tunables"] = os.environ.get("GLIBC_TUNABLES", "")
+    row["temp_mb"] = round(
+        placed_c.memory_analysis().temp_size_in_bytes / 1e6, 1)
     row["kernel_ms_by_thread"] = kernel_ms_by_thread(runs["tessel_placed"],
                                                      placed_c.as_text())
+    row.update(in_program_bound(step, runs["tessel_placed"],
+                                placed_c.as_text()))
     row["profile"] = {
         "tessel_tree": step_profile.profile_step(
             runs["tessel_tree"], tree_c.as_text(), 2, 3),
@@ -285,7 +340,7 @@ def _spawn(worker_name: str, cores: list[int], args: Any) -> list[dict]:
          f"--placed_n={args.placed_n}", f"--repeats={args.repeats}",
          f"--placed_cost={args.placed_cost}",
          "--output="]
-  env = dict(os.environ)
+  env = host_pages.env(args.keep_pages)
   env.pop("XLA_FLAGS", None)
   taskset = shutil.which("taskset")
   if taskset:
@@ -325,8 +380,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
           "placed / no hoist (paired wall, CPU)",
           "train_step (fused, donated)",
           "kernels, busiest thread (trace)", "kernels alone, busiest device",
-          "placed / kernels", "tree pack/unpack ms", "placed pack/unpack ms",
-          "load"]
+          "placed / kernels", "kernels in program, busiest device",
+          "lockstep floor (ticks' slowest kernels)",
+          "placed / busiest device, / lockstep", "placed sys ms, faults",
+          "tree pack/unpack ms", "placed pack/unpack ms", "load"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     def cell(v: Any) -> str:
@@ -343,8 +400,20 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         f"{r.get('hoisted_over_plain_wall', '-')},"
         f" {r.get('hoisted_over_plain_cpu', '-')}",
         cell(r.get("train_step")), f"{thread:.0f}" if thread else "-",
-        f"{alone:.0f}" if alone else "-", ratio,
+        f"{alone:.0f}" if alone else "-", ratio, *_bound_cells(r),
         f"{r['profile']['tessel_tree']['pack/unpack']:.0f}",
         f"{r['profile']['tessel_placed']['pack/unpack']:.0f}",
         f"{r['load_average'][0]}-{r['load_average'][1]}"]) + " |")
   return "\n".join(lines)
+
+
+def _bound_cells(r: dict[str, Any]) -> list[str]:
+  """The in-program kernel floors and the placed step against them."""
+  busiest, lock = r.get("in_program_busiest_ms"), r.get("lockstep_ms")
+  wall = r["tessel_placed"]["wall_ms"]
+  placed = r["tessel_placed"]
+  return [f"{busiest:.0f}" if busiest else "-",
+          f"{lock:.0f}" if lock else "-",
+          f"{wall / busiest:.2f}x, {wall / lock:.2f}x" if busiest and lock
+          else "-",
+          f"{placed.get('sys_ms', '-')}, {placed.get('minor_faults', '-')}"]
