@@ -10,7 +10,11 @@ per round in shuffled order (wall and process CPU seconds, load average per
 round). Beside them: the sum of the kernels' measured times (each kernel
 compiled alone, ``tessel_jax.cost``) along the schedule's busiest device,
 and XLA-trace profiles of the tree and placed calls
-(``experiments.step_profile``). Plain jit on one device is also run in its
+(``experiments.step_profile``). The placed call is also lowered with its
+ticks compacted (``passes.tick_order``; paired against the placed call),
+and both are put beside two floors from their kernels' in-program times:
+the busiest device's sum and the tick lockstep's (each tick as long as
+its slowest kernel: the ``ppermute`` that ends it is a rendezvous). Plain jit on one device is also run in its
 own process pinned to 1 core and to 2 cores (default Eigen threading).
 
 Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
@@ -49,6 +53,7 @@ from experiments import resnet
 from experiments import step_profile
 from tessel_jax import placements
 from tessel_jax.passes import hoist
+from tessel_jax.passes import tick_order
 
 MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 # param_layout per model: ResNet's leaves have a different shape on each
@@ -59,7 +64,7 @@ MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_auto": "auto",
            "resnet18_flat": "flat"}
 VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step",
-            "placed_nohoist")
+            "placed_nohoist", "placed_ticks")
 
 
 def model(name: str, n: int) -> tuple[Callable, Any, Any]:
@@ -208,7 +213,13 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     if state is not None:
       runs["train_step"] = state
     runs["placed_nohoist"], nohoist_c = _nohoist(make, params, batch)
+    with tick_order.enabled():
+      ticks_step = make()
+      ticks_placed = ticks_step.place(params, batch)
+      ticks_c = ticks_step.lower(ticks_placed, batch).compile()
+    runs["placed_ticks"] = lambda: ticks_c(ticks_placed, batch)
     _check(step, runs, fn, params, batch, n)
+    _same_grads(step, runs["tessel_placed"], ticks_step, runs["placed_ticks"])
     for f in runs.values():
       jax.block_until_ready(f())
     times: dict[str, list] = {k: [] for k in runs}
@@ -245,6 +256,9 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
                                                      placed_c.as_text())
     row.update(in_program_bound(step, runs["tessel_placed"],
                                 placed_c.as_text()))
+    row["placed_ticks_bound"] = in_program_bound(
+        ticks_step, runs["placed_ticks"], ticks_c.as_text())
+    row["placed_ticks_lowered_as"] = ticks_step.built.plan.loop_summary()
     row["profile"] = {
         "tessel_tree": step_profile.profile_step(
             runs["tessel_tree"], tree_c.as_text(), 2, 3),
@@ -267,13 +281,19 @@ def _nohoist(make: Callable[[], Any], params: Any, batch: Any
 
 
 def _paired(times: dict[str, list]) -> dict[str, Any]:
-  """Median per-round ratio placed / placed without hoisting (wall, CPU):
-  both ran in every round, in shuffled order."""
-  a, b = times["tessel_placed"], times["placed_nohoist"]
-  wall = sorted(x[0] / y[0] for x, y in zip(a, b))
-  cpu = sorted(x[1] / max(y[1], 1e-9) for x, y in zip(a, b))
-  return {"hoisted_over_plain_wall": round(wall[len(wall) // 2], 3),
-          "hoisted_over_plain_cpu": round(cpu[len(cpu) // 2], 3)}
+  """Median per-round ratios (wall, CPU) placed / placed without hoisting
+  and placed with compacted ticks / placed: each ran in every round, in
+  shuffled order."""
+  out = {}
+  for name, (a, b) in {
+      "hoisted_over_plain": (times["tessel_placed"], times["placed_nohoist"]),
+      "ticks_over_placed": (times["placed_ticks"], times["tessel_placed"]),
+  }.items():
+    wall = sorted(x[0] / y[0] for x, y in zip(a, b))
+    cpu = sorted(x[1] / max(y[1], 1e-9) for x, y in zip(a, b))
+    out[f"{name}_wall"] = round(wall[len(wall) // 2], 3)
+    out[f"{name}_cpu"] = round(cpu[len(cpu) // 2], 3)
+  return out
 
 
 def _train_state(step: Any, params: Any, batch: Any) -> Any:
@@ -314,6 +334,18 @@ def _check(step: Any, runs: dict[str, Callable[[], Any]], fn: Callable,
       err = float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
       if err > 1e-4:
         raise AssertionError(f"gradient rel. error {err}")
+
+
+def _same_grads(step: Any, run: Callable[[], Any], other_step: Any,
+                other_run: Callable[[], Any]) -> None:
+  """Two placed programs of one model give the same gradients."""
+  got = other_step.unplace(other_run()[1])
+  want = step.unplace(run()[1])
+  for a, b in zip(jax.tree_util.tree_leaves(got),
+                  jax.tree_util.tree_leaves(want)):
+    err = float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+    if err > 1e-5:
+      raise AssertionError(f"compacted ticks: gradient rel. error {err}")
 
 
 def plain_worker(models: tuple[str, ...], n: int, rounds: int) -> None:
@@ -383,6 +415,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
           "placed / kernels", "kernels in program, busiest device",
           "lockstep floor (ticks' slowest kernels)",
           "placed / busiest device, / lockstep", "placed sys ms, faults",
+          "compacted ticks (tick_order)", "compacted / placed (paired wall,"
+          " CPU)", "compacted's lockstep floor",
           "tree pack/unpack ms", "placed pack/unpack ms", "load"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
@@ -401,6 +435,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         f" {r.get('hoisted_over_plain_cpu', '-')}",
         cell(r.get("train_step")), f"{thread:.0f}" if thread else "-",
         f"{alone:.0f}" if alone else "-", ratio, *_bound_cells(r),
+        cell(r.get("placed_ticks")),
+        f"{r.get('ticks_over_placed_wall', '-')},"
+        f" {r.get('ticks_over_placed_cpu', '-')}",
+        str(r.get("placed_ticks_bound", {}).get("lockstep_ms", "-")),
         f"{r['profile']['tessel_tree']['pack/unpack']:.0f}",
         f"{r['profile']['tessel_placed']['pack/unpack']:.0f}",
         f"{r['load_average'][0]}-{r['load_average'][1]}"]) + " |")
