@@ -39,6 +39,7 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import packing as _packing  # type: ignore
   from tessel_jax.passes import plan as _plan  # type: ignore
   from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
+  from tessel_jax.passes import tick_order as _tick_order  # type: ignore
 except ImportError:  # run from the repository root
   from passes import hoist as _hoist  # type: ignore
   from passes import kernels as _kernels  # type: ignore
@@ -46,6 +47,7 @@ except ImportError:  # run from the repository root
   from passes import packing as _packing  # type: ignore
   from passes import plan as _plan  # type: ignore
   from passes import shared_aux as _shared_aux  # type: ignore
+  from passes import tick_order as _tick_order  # type: ignore
 
 
 def build(step: Any, params: Any, batch: Any,
@@ -189,6 +191,7 @@ def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
                interpret_ramps: int | None, actions: Any) -> Any:
   """The tick plan of ``actions`` (``passes.plan.build_plan``);
   ``interpret_ramps`` resolved (``tessel_jax.ramps``)."""
+  actions = _tick_order.apply(ks.kernels, actions)
   return _plan.build_plan(ks, actions, n_local, num_devices, layout,
                           max_period=step.max_loop_period,
                           interpret_ramps=interpret_ramps,
