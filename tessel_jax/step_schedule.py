@@ -245,10 +245,9 @@ def _guess_alt(step: Any, costs: Any, run: UnrolledSchedule, p: Any
   model = step._costs  # pylint: disable=protected-access
   if not model.calibrated or model.bound_last or model.extra_last_s <= 0:
     return None
-  layout = _fsdp_tick.resolve(step.fsdp, p.layout, p)
   return model.replay_like(costs, run, p, step.mesh, step.pipe_axis,
                            model.extra_last_s) + sum(model.serial_seconds(
-                               costs, p, layout, step.mesh, step.pipe_axis))
+                               costs, p, p.layout, step.mesh, step.pipe_axis))
 
 
 def search_note(sched: Schedule | None, unrolled: UnrolledSchedule,
