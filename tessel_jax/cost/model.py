@@ -197,6 +197,9 @@ class CostModel:
     self.standin_ceiling_s: float | None = None
     self.bound_last = False
     self.standins_skipped = 0
+    # Uniform-span schedules not given a stand-in of their own
+    # (``step_schedule.pick_schedule``: estimated well slower).
+    self.alt_standins_skipped = 0
     # Seconds per tick the last prediction's stand-in added (0: none).
     self.extra_last_s = 0.0
     self._spent = 0.0
