@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments import peer_bench_perf as pbp
+from experiments import peer_bench_perf_lib as pbp
 
 REPORT = """\
 # Samples: 1K of event 'cpu-clock'
