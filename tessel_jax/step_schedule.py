@@ -23,10 +23,8 @@ from tessel_jax.schedule import Schedule, UnrolledSchedule
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import errors as _errors  # type: ignore
-  from tessel_jax.passes import fsdp_tick as _fsdp_tick  # type: ignore
 except ImportError:  # run from the repository root
   from passes import errors as _errors  # type: ignore
-  from passes import fsdp_tick as _fsdp_tick  # type: ignore
 
 MEMORY_UNITS = 16  # the largest block's stash is this many memory units
 
@@ -221,8 +219,7 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
 
   def price(run: UnrolledSchedule, p: Any) -> float:
     # The FSDP collectives included, as the build will gather them.
-    layout = _fsdp_tick.resolve(step.fsdp, p.layout, p)
-    return model.step_seconds(costs, run, p, layout, step.mesh,
+    return model.step_seconds(costs, run, p, p.layout, step.mesh,
                               step.pipe_axis)
 
   mine = price(unrolled, plan)
@@ -248,10 +245,9 @@ def _guess_alt(step: Any, costs: Any, run: UnrolledSchedule, p: Any
   model = step._costs  # pylint: disable=protected-access
   if not model.calibrated or model.bound_last or model.extra_last_s <= 0:
     return None
-  layout = _fsdp_tick.resolve(step.fsdp, p.layout, p)
   return model.replay_like(costs, run, p, step.mesh, step.pipe_axis,
                            model.extra_last_s) + sum(model.serial_seconds(
-                               costs, p, layout, step.mesh, step.pipe_axis))
+                               costs, p, p.layout, step.mesh, step.pipe_axis))
 
 
 def search_note(sched: Schedule | None, unrolled: UnrolledSchedule,

@@ -372,8 +372,8 @@ class CostModel:
 
     def idle(per_port: float) -> float:
       model = _ticks.tick_model(
-          plan, costs.link, dataclasses.replace(tick_costs,
-                                                per_port_s=per_port),
+          plan, costs.link, dataclasses.replace(
+              tick_costs, per_port_s=per_port, tick_ports=_ports.TICK_PORTS),
           rendezvous=rendezvous)
       return self._replay(costs, unrolled, model, idle=True).step_seconds
 
@@ -483,7 +483,7 @@ class CostModel:
     if not self.calibrated:  # else the plan's own stand-in prices ticks
       tick_costs = dataclasses.replace(tick_costs, per_port_s=(
           self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
-                            tick_costs)))
+                            tick_costs)), tick_ports=_ports.TICK_PORTS)
     return _ticks.tick_model(plan, costs.link, tick_costs,
                              rendezvous=rendezvous)
 
