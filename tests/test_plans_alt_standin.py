@@ -40,7 +40,7 @@ class _Model:
 
 
 def _pick(model):
-  step = types.SimpleNamespace(_costs=model, fsdp="per_step", mesh=None,
+  step = types.SimpleNamespace(_costs=model, mesh=None,
                                pipe_axis="pipe")
   mine = types.SimpleNamespace(actions="measured")
   alt = (None, None, types.SimpleNamespace(actions="uniform"))
