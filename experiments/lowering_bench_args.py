@@ -41,6 +41,12 @@ flags.DEFINE_integer("placed_n", 8, "Micro-batches of the placed part.")
 flags.DEFINE_enum("placed_cost", "uniform", ["measured", "uniform"],
                   "cost= of the placed part (measured: also the kernels'"
                   " times measured alone, summed along the busiest device).")
+flags.DEFINE_bool("keep_pages", False,
+                  "Run the placed and profile workers with glibc malloc"
+                  " keeping its pages between calls (one arena, no mmap, no"
+                  " trimming: experiments.host_pages), so XLA's per-call"
+                  " temp and output buffers are not page-faulted afresh"
+                  " every step.")
 flags.DEFINE_list("compile_n", ["8", "32", "128", "256"],
                   "Micro-batch counts for the compile-time part.")
 flags.DEFINE_string("placement", "vshape", "Placement of the compile and"
@@ -104,4 +110,5 @@ def from_flags() -> BenchArgs:
                    profile_plans=tuple(f.profile_plans),
                    profile_n=f.profile_n, profile_cost=f.profile_cost,
                    placed_models=tuple(f.placed_models),
-                   placed_n=f.placed_n, placed_cost=f.placed_cost)
+                   placed_n=f.placed_n, placed_cost=f.placed_cost,
+                   keep_pages=f.keep_pages)

@@ -46,6 +46,7 @@ class BenchArgs(NamedTuple):
   placed_models: tuple[str, ...] = ("wide", "resnet18")
   placed_n: int = 8
   placed_cost: str = "uniform"
+  keep_pages: bool = False
 
 
 # --- models -----------------------------------------------------------------

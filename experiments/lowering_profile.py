@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
+from experiments import host_pages
 from experiments import lowering_bench_lib as lb
 from experiments import resnet
 from experiments import step_profile
@@ -63,6 +65,20 @@ def model(name: str, n: int) -> tuple[Callable, Any, Any, str]:
   raise ValueError(f"unknown profile model {name!r}; choose from {MODELS}")
 
 
+def page_faults(run: Callable[[], Any], repeats: int) -> dict[str, Any]:
+  """Median minor page faults and system CPU ms of an untraced step."""
+  got = []
+  for _ in range(max(repeats, 3)):
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    jax.block_until_ready(run())
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    got.append((r1.ru_minflt - r0.ru_minflt,
+                1e3 * (r1.ru_stime - r0.ru_stime)))
+  got.sort()
+  return {"minor_faults": got[len(got) // 2][0],
+          "sys_ms": round(sorted(g[1] for g in got)[len(got) // 2], 1)}
+
+
 def worker(models: tuple[str, ...], plans: tuple[str, ...], n: int,
            cost: str, repeats: int) -> list[dict[str, Any]]:
   """Profiles every (model, plan) in this process (2 devices)."""
@@ -80,10 +96,11 @@ def worker(models: tuple[str, ...], plans: tuple[str, ...], n: int,
                            plan=None if plan == "searched" else plan)
         built = step.build(params, batch)
         compiled = built.jitted.lower(params, batch).compile()
-      prof = step_profile.profile_step(lambda: compiled(params, batch),
-                                       compiled.as_text(), 2, repeats)
+      run = lambda: compiled(params, batch)  # pylint: disable=cell-var-from-loop
+      prof = step_profile.profile_step(run, compiled.as_text(), 2, repeats)
       row = {"model": m, "plan": p, "n": n,
-             "lowered_as": built.plan.loop_summary(), **prof}
+             "lowered_as": built.plan.loop_summary(), **prof,
+             **page_faults(run, repeats)}
       print(json.dumps({"profiled": row}), flush=True)
       rows.append(row)
   return rows
@@ -97,7 +114,7 @@ def part_profile(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
          f"--profile_plans={','.join(args.profile_plans)}",
          f"--profile_n={args.profile_n}", f"--profile_cost={args.profile_cost}",
          f"--repeats={args.repeats}", "--output="]
-  env = dict(os.environ)
+  env = host_pages.env(args.keep_pages)
   env.pop("XLA_FLAGS", None)
   cores = sorted(os.sched_getaffinity(0))[:2]
   taskset = shutil.which("taskset")
@@ -111,7 +128,18 @@ def part_profile(args: Any, log: Callable[[str], None]) -> dict[str, Any]:
       log(f"profile {rows[-1]}")
   if proc.wait() or not rows:
     raise RuntimeError(f"profile worker failed (exit {proc.returncode})")
-  table = step_profile.markdown(rows)
+  table = step_profile.markdown(rows) + "\n\n" + faults_markdown(rows)
   log(table)
   return {"rows": rows, "table": table, "cores": cores,
           "load_average": os.getloadavg()}
+
+
+def faults_markdown(rows: list[dict[str, Any]]) -> str:
+  """Minor page faults and system CPU ms of an untraced step per row
+  (both devices together): the fresh pages of XLA's per-call buffers."""
+  lines = ["| model | plan | minor faults per step | system CPU ms per step |",
+           "|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['model']} | {r['plan']} | {r.get('minor_faults', '-')}"
+                 f" | {r.get('sys_ms', '-')} |")
+  return "\n".join(lines)

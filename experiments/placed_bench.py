@@ -10,7 +10,11 @@ per round in shuffled order (wall and process CPU seconds, load average per
 round). Beside them: the sum of the kernels' measured times (each kernel
 compiled alone, ``tessel_jax.cost``) along the schedule's busiest device,
 and XLA-trace profiles of the tree and placed calls
-(``experiments.step_profile``). Plain jit on one device is also run in its
+(``experiments.step_profile``). The placed call is also lowered with its
+ticks compacted (``passes.tick_order``; paired against the placed call),
+and both are put beside two floors from their kernels' in-program times:
+the busiest device's sum and the tick lockstep's (each tick as long as
+its slowest kernel: the ``ppermute`` that ends it is a rendezvous). Plain jit on one device is also run in its
 own process pinned to 1 core and to 2 cores (default Eigen threading).
 
 Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
@@ -23,6 +27,7 @@ stage and the head, 8.9M parameters, on device 1; ``param_layout="slots"``,
 
 from __future__ import annotations
 
+import collections
 import glob
 import gzip
 import json
@@ -34,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -42,11 +47,13 @@ import jax.numpy as jnp
 import numpy as np
 
 import tessel_jax as tj
+from experiments import host_pages
 from experiments import lowering_bench_lib as lb
 from experiments import resnet
 from experiments import step_profile
 from tessel_jax import placements
 from tessel_jax.passes import hoist
+from tessel_jax.passes import tick_order
 
 MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 # param_layout per model: ResNet's leaves have a different shape on each
@@ -57,7 +64,7 @@ MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_auto": "auto",
            "resnet18_flat": "flat"}
 VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step",
-            "placed_nohoist")
+            "placed_nohoist", "placed_ticks")
 
 
 def model(name: str, n: int) -> tuple[Callable, Any, Any]:
@@ -80,13 +87,16 @@ def _mean_loss(fn: Callable, batch: Any, n: int) -> Callable:
   return mean_loss
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, float]:
+def _timed(fn: Callable[[], Any]) -> tuple[float, float, float, int]:
+  """``(wall s, process CPU s, of it system s, minor page faults)``."""
   r0 = resource.getrusage(resource.RUSAGE_SELF)
   t0 = time.perf_counter()
   jax.block_until_ready(fn())
   wall = time.perf_counter() - t0
   r1 = resource.getrusage(resource.RUSAGE_SELF)
-  return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+  sys_s = r1.ru_stime - r0.ru_stime
+  return (wall, (r1.ru_utime - r0.ru_utime) + sys_s, sys_s,
+          r1.ru_minflt - r0.ru_minflt)
 
 
 def critical_kernel_ms(step: Any) -> dict[str, Any]:
@@ -107,6 +117,47 @@ def critical_kernel_ms(step: Any) -> dict[str, Any]:
           "critical_ms": round(1e3 * float(per.max()), 2),
           "predicted_step_ms": built.report.predicted_step_ms
           if built.report is not None else None}
+
+
+def tick_bound_ms(ticks: Any, num_devices: int,
+                  kernel_s: Mapping[int, float]) -> dict[str, Any]:
+  """Kernel time along the ticks, from each kernel's in-program time.
+
+  ``kernel_s``: kernel id -> seconds its code ran in one traced step,
+  summed over its calls (``step_profile.kernel_seconds``). Each call is
+  charged the mean. A device's sum is the floor of a step if the devices
+  ran independently; ``lockstep_ms`` (the sum over ticks of the slowest
+  device's kernel) is the floor when every tick ends in a rendezvous
+  (a ``ppermute`` both devices enter), which XLA's CPU collectives are.
+
+  Args:
+    ticks: The plan's ticks (``.kernels``: kernel id or None per device).
+    num_devices: Devices of the pipe axis.
+    kernel_s: In-program seconds per kernel id.
+  """
+  calls = collections.Counter(k for t in ticks for k in t.kernels
+                              if k is not None)
+  per_call = {k: kernel_s.get(k, 0.0) / c for k, c in calls.items()}
+  per_dev = np.zeros(num_devices)
+  lockstep = 0.0
+  for t in ticks:
+    ms = [per_call[k] if k is not None else 0.0 for k in t.kernels]
+    per_dev += ms
+    lockstep += max(ms)
+  return {"in_program_kernel_ms_by_device": [round(1e3 * x, 1)
+                                             for x in per_dev],
+          "in_program_busiest_ms": round(1e3 * float(per_dev.max()), 1),
+          "lockstep_ms": round(1e3 * lockstep, 1)}
+
+
+def in_program_bound(step: Any, run: Callable[[], Any], hlo_text: str
+                     ) -> dict[str, Any]:
+  """:func:`tick_bound_ms` of the placed step, kernels from one trace."""
+  jax.block_until_ready(run())
+  events, _ = step_profile.trace_events(run)
+  plan = step.built.plan
+  return tick_bound_ms(plan.ticks, plan.num_devices,
+                       step_profile.kernel_seconds(events, hlo_text))
 
 
 def kernel_ms_by_thread(run: Callable[[], Any], hlo_text: str
@@ -162,7 +213,13 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     if state is not None:
       runs["train_step"] = state
     runs["placed_nohoist"], nohoist_c = _nohoist(make, params, batch)
+    with tick_order.enabled():
+      ticks_step = make()
+      ticks_placed = ticks_step.place(params, batch)
+      ticks_c = ticks_step.lower(ticks_placed, batch).compile()
+    runs["placed_ticks"] = lambda: ticks_c(ticks_placed, batch)
     _check(step, runs, fn, params, batch, n)
+    _same_grads(step, runs["tessel_placed"], ticks_step, runs["placed_ticks"])
     for f in runs.values():
       jax.block_until_ready(f())
     times: dict[str, list] = {k: [] for k in runs}
@@ -185,11 +242,23 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     for k, ts in times.items():
       walls = sorted(t[0] for t in ts)
       cpus = sorted(t[1] for t in ts)
+      sys_s = sorted(t[2] for t in ts)
+      faults = sorted(t[3] for t in ts)
       row[k] = {"wall_ms": round(1e3 * walls[len(walls) // 2], 1),
                 "wall_min_ms": round(1e3 * walls[0], 1),
-                "cpu_ms": round(1e3 * cpus[len(cpus) // 2], 1)}
+                "cpu_ms": round(1e3 * cpus[len(cpus) // 2], 1),
+                "sys_ms": round(1e3 * sys_s[len(sys_s) // 2], 1),
+                "minor_faults": faults[len(faults) // 2]}
+    row["glibc_tunables"] = os.environ.get("GLIBC_TUNABLES", "")
+    row["temp_mb"] = round(
+        placed_c.memory_analysis().temp_size_in_bytes / 1e6, 1)
     row["kernel_ms_by_thread"] = kernel_ms_by_thread(runs["tessel_placed"],
                                                      placed_c.as_text())
+    row.update(in_program_bound(step, runs["tessel_placed"],
+                                placed_c.as_text()))
+    row["placed_ticks_bound"] = in_program_bound(
+        ticks_step, runs["placed_ticks"], ticks_c.as_text())
+    row["placed_ticks_lowered_as"] = ticks_step.built.plan.loop_summary()
     row["profile"] = {
         "tessel_tree": step_profile.profile_step(
             runs["tessel_tree"], tree_c.as_text(), 2, 3),
@@ -212,13 +281,19 @@ def _nohoist(make: Callable[[], Any], params: Any, batch: Any
 
 
 def _paired(times: dict[str, list]) -> dict[str, Any]:
-  """Median per-round ratio placed / placed without hoisting (wall, CPU):
-  both ran in every round, in shuffled order."""
-  a, b = times["tessel_placed"], times["placed_nohoist"]
-  wall = sorted(x[0] / y[0] for x, y in zip(a, b))
-  cpu = sorted(x[1] / max(y[1], 1e-9) for x, y in zip(a, b))
-  return {"hoisted_over_plain_wall": round(wall[len(wall) // 2], 3),
-          "hoisted_over_plain_cpu": round(cpu[len(cpu) // 2], 3)}
+  """Median per-round ratios (wall, CPU) placed / placed without hoisting
+  and placed with compacted ticks / placed: each ran in every round, in
+  shuffled order."""
+  out = {}
+  for name, (a, b) in {
+      "hoisted_over_plain": (times["tessel_placed"], times["placed_nohoist"]),
+      "ticks_over_placed": (times["placed_ticks"], times["tessel_placed"]),
+  }.items():
+    wall = sorted(x[0] / y[0] for x, y in zip(a, b))
+    cpu = sorted(x[1] / max(y[1], 1e-9) for x, y in zip(a, b))
+    out[f"{name}_wall"] = round(wall[len(wall) // 2], 3)
+    out[f"{name}_cpu"] = round(cpu[len(cpu) // 2], 3)
+  return out
 
 
 def _train_state(step: Any, params: Any, batch: Any) -> Any:
@@ -261,6 +336,18 @@ def _check(step: Any, runs: dict[str, Callable[[], Any]], fn: Callable,
         raise AssertionError(f"gradient rel. error {err}")
 
 
+def _same_grads(step: Any, run: Callable[[], Any], other_step: Any,
+                other_run: Callable[[], Any]) -> None:
+  """Two placed programs of one model give the same gradients."""
+  got = other_step.unplace(other_run()[1])
+  want = step.unplace(run()[1])
+  for a, b in zip(jax.tree_util.tree_leaves(got),
+                  jax.tree_util.tree_leaves(want)):
+    err = float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+    if err > 1e-5:
+      raise AssertionError(f"compacted ticks: gradient rel. error {err}")
+
+
 def plain_worker(models: tuple[str, ...], n: int, rounds: int) -> None:
   """Plain jit on one device in this process (its cores set from outside)."""
   for name in models:
@@ -285,7 +372,7 @@ def _spawn(worker_name: str, cores: list[int], args: Any) -> list[dict]:
          f"--placed_n={args.placed_n}", f"--repeats={args.repeats}",
          f"--placed_cost={args.placed_cost}",
          "--output="]
-  env = dict(os.environ)
+  env = host_pages.env(args.keep_pages)
   env.pop("XLA_FLAGS", None)
   taskset = shutil.which("taskset")
   if taskset:
@@ -325,8 +412,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
           "placed / no hoist (paired wall, CPU)",
           "train_step (fused, donated)",
           "kernels, busiest thread (trace)", "kernels alone, busiest device",
-          "placed / kernels", "tree pack/unpack ms", "placed pack/unpack ms",
-          "load"]
+          "placed / kernels", "kernels in program, busiest device",
+          "lockstep floor (ticks' slowest kernels)",
+          "placed / busiest device, / lockstep", "placed sys ms, faults",
+          "compacted ticks (tick_order)", "compacted / placed (paired wall,"
+          " CPU)", "compacted's lockstep floor",
+          "tree pack/unpack ms", "placed pack/unpack ms", "load"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     def cell(v: Any) -> str:
@@ -343,8 +434,24 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         f"{r.get('hoisted_over_plain_wall', '-')},"
         f" {r.get('hoisted_over_plain_cpu', '-')}",
         cell(r.get("train_step")), f"{thread:.0f}" if thread else "-",
-        f"{alone:.0f}" if alone else "-", ratio,
+        f"{alone:.0f}" if alone else "-", ratio, *_bound_cells(r),
+        cell(r.get("placed_ticks")),
+        f"{r.get('ticks_over_placed_wall', '-')},"
+        f" {r.get('ticks_over_placed_cpu', '-')}",
+        str(r.get("placed_ticks_bound", {}).get("lockstep_ms", "-")),
         f"{r['profile']['tessel_tree']['pack/unpack']:.0f}",
         f"{r['profile']['tessel_placed']['pack/unpack']:.0f}",
         f"{r['load_average'][0]}-{r['load_average'][1]}"]) + " |")
   return "\n".join(lines)
+
+
+def _bound_cells(r: dict[str, Any]) -> list[str]:
+  """The in-program kernel floors and the placed step against them."""
+  busiest, lock = r.get("in_program_busiest_ms"), r.get("lockstep_ms")
+  wall = r["tessel_placed"]["wall_ms"]
+  placed = r["tessel_placed"]
+  return [f"{busiest:.0f}" if busiest else "-",
+          f"{lock:.0f}" if lock else "-",
+          f"{wall / busiest:.2f}x, {wall / lock:.2f}x" if busiest and lock
+          else "-",
+          f"{placed.get('sys_ms', '-')}, {placed.get('minor_faults', '-')}"]

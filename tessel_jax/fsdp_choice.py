@@ -32,8 +32,9 @@ except ImportError:  # run from the repository root
   from passes import fsdp_comm as _fsdp_comm  # type: ignore
 
 AUTO, PER_BLOCK, PER_STEP = "auto", "per_block", "per_step"
-# find(layout) -> (schedule, unrolled, fits); raises InfeasibleMemory.
-Finder = Callable[[Any], tuple[Any, Any, bool]]
+# find(layout) -> (found, fits); raises InfeasibleMemory. ``found`` is
+# whatever the caller needs back for that layout (its schedule, ...).
+Finder = Callable[[Any], tuple[Any, bool]]
 
 
 def has_fsdp(layout: Any) -> bool:
@@ -61,10 +62,10 @@ def fits(step: Any, layout: Any, unit: int, unrolled: Any, costs: Any,
 
 
 def first_fitting(candidates: tuple[Any, ...], find: Finder
-                  ) -> tuple[Any, Any, Any]:
-  """``(layout, schedule, unrolled)`` of the first candidate layout with
-  a schedule that fits the memory limit; when a schedule was found but
-  none fits (a given ``plan``), the first one found.
+                  ) -> tuple[Any, Any]:
+  """``(layout, found)`` of the first candidate layout with a schedule
+  that fits the memory limit; when a schedule was found but none fits (a
+  given ``plan``), the first one found.
 
   Raises:
     step_schedule.InfeasibleMemory: no candidate has a schedule.
@@ -72,13 +73,13 @@ def first_fitting(candidates: tuple[Any, ...], find: Finder
   first, error = None, None
   for layout in candidates:
     try:
-      schedule, unrolled, ok = find(layout)
+      found, ok = find(layout)
     except step_schedule.InfeasibleMemory as err:
       error = err
       continue
     if ok:
-      return layout, schedule, unrolled
-    first = first or (layout, schedule, unrolled)
+      return layout, found
+    first = first or (layout, found)
   if first is not None:
     return first
   raise error

@@ -39,6 +39,7 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import packing as _packing  # type: ignore
   from tessel_jax.passes import plan as _plan  # type: ignore
   from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
+  from tessel_jax.passes import tick_order as _tick_order  # type: ignore
 except ImportError:  # run from the repository root
   from passes import hoist as _hoist  # type: ignore
   from passes import kernels as _kernels  # type: ignore
@@ -46,6 +47,7 @@ except ImportError:  # run from the repository root
   from passes import packing as _packing  # type: ignore
   from passes import plan as _plan  # type: ignore
   from passes import shared_aux as _shared_aux  # type: ignore
+  from passes import tick_order as _tick_order  # type: ignore
 
 
 def build(step: Any, params: Any, batch: Any,
@@ -69,7 +71,8 @@ def build(step: Any, params: Any, batch: Any,
       lambda: _cut(step, params, batch, n_total, num_devices, train,
                    split_leaves, clock))
   mesh_shape = dict(step.mesh.shape)
-  ks, layout, costs, sgraph, unit, schedule, unrolled = search_kernels(
+  (ks, layout, costs, sgraph, unit, schedule, unrolled,
+   hoisted) = search_kernels(
       step, graph, part, traced, local_parts, forward_of, shards, rows,
       n_total, n_local, num_devices, train, clock,
       split={l: (spec, spec_parts(spec, mesh_shape))
@@ -96,7 +99,6 @@ def build(step: Any, params: Any, batch: Any,
       _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
                             params) if calibrate and train else None)
   try:
-    hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
     plan, chosen, other_ms, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
         clock, hoisted)
@@ -189,6 +191,7 @@ def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
                interpret_ramps: int | None, actions: Any) -> Any:
   """The tick plan of ``actions`` (``passes.plan.build_plan``);
   ``interpret_ramps`` resolved (``tessel_jax.ramps``)."""
+  actions = _tick_order.apply(ks.kernels, actions)
   return _plan.build_plan(ks, actions, n_local, num_devices, layout,
                           max_period=step.max_loop_period,
                           interpret_ramps=interpret_ramps,
@@ -319,7 +322,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
   FSDP).
 
   Returns ``(kernels, layout, costs, search graph, memory unit, schedule,
-  unrolled)``.
+  unrolled, hoisted bytes)``; the last is :func:`hoisted_limit_bytes` of
+  the kernels found on the layout chosen, predicted once per layout tried.
   """
   seeds = _kernels.loss_seeds(part, n_total) if train else None
   keep = step_schedule.initial_keep(step, len(part.blocks))
@@ -336,22 +340,23 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                                         layout, data_sizes, n_local, clock)
     try:
       searches = step.searches
-      layout, schedule, unrolled = _fsdp_choice.first_fitting(
+      layout, (schedule, unrolled, hoisted) = _fsdp_choice.first_fitting(
           _fsdp_choice.layouts(step.fsdp, layout),  # fsdp="auto"
           functools.partial(_find_schedule, step, ks, traced, sgraph, unit,
                             n_local, costs))
       clock.lap("search", step_schedule.search_note(
           schedule, unrolled, step.searches > searches))
-      return ks, layout, costs, sgraph, unit, schedule, unrolled
+      return ks, layout, costs, sgraph, unit, schedule, unrolled, hoisted
     except step_schedule.InfeasibleMemory as err:
       _recompute_more(step, ks, keep, err)
 
 
 def _find_schedule(step: Any, ks: Any, traced: Any, sgraph: BlockGraph,
                    unit: int, n_local: int, costs: Any, layout: Any
-                   ) -> tuple[Any, Any, bool]:
-  """``(schedule, unrolled, fits)`` on ``layout`` (``fits``: within the
-  memory limit, ``fsdp_choice.fits``); the limit counts the hoisted bytes.
+                   ) -> tuple[tuple[Any, Any, int], bool]:
+  """``((schedule, unrolled, hoisted bytes), fits)`` on ``layout``
+  (``fits``: within the memory limit, ``fsdp_choice.fits``); the limit
+  counts the hoisted bytes (:func:`hoisted_limit_bytes`).
 
   Raises:
     step_schedule.InfeasibleMemory: no schedule fits the memory limit.
@@ -359,8 +364,8 @@ def _find_schedule(step: Any, ks: Any, traced: Any, sgraph: BlockGraph,
   hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
   schedule, unrolled = step_schedule.find_schedule(
       step, sgraph, unit, layout, n_local, costs, hoisted)
-  return schedule, unrolled, _fsdp_choice.fits(step, layout, unit, unrolled,
-                                               costs, hoisted)
+  fits = _fsdp_choice.fits(step, layout, unit, unrolled, costs, hoisted)
+  return (schedule, unrolled, hoisted), fits
 
 
 def _recompute_more(step: Any, ks: Any, keep: dict[int, bool],

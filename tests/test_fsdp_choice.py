@@ -39,7 +39,7 @@ def _finder(results: dict[str, Any]) -> Any:
     got = results[layout.fsdp_mode]
     if isinstance(got, Exception):
       raise got
-    return f"schedule {layout.fsdp_mode}", "unrolled", got
+    return f"schedule {layout.fsdp_mode}", got
   return find
 
 
@@ -55,7 +55,7 @@ def _finder(results: dict[str, Any]) -> Any:
     ({"per_step": step_schedule.InfeasibleMemory("x"), "per_block": False},
      "per_block")])
 def test_the_first_fitting_layout_is_kept(results: dict, kept: str) -> None:
-  layout, schedule, _ = fsdp_choice.first_fitting(
+  layout, schedule = fsdp_choice.first_fitting(
       fsdp_choice.layouts("auto", _Layout()), _finder(results))
   assert layout.fsdp_mode == kept and schedule == f"schedule {kept}"
 

@@ -1,0 +1,39 @@
+"""experiments.placed_bench's kernel floors and experiments.host_pages."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from experiments import host_pages
+from experiments import placed_bench
+
+
+def _ticks(*kernels):
+  return [types.SimpleNamespace(kernels=k) for k in kernels]
+
+
+def test_lockstep_floor_charges_each_tick_its_slowest_kernel():
+  # device 0 runs kernel 0 (2 calls, 10 ms each) and 3 (1 call, 30 ms);
+  # device 1 runs kernel 1 (2 calls, 20 ms each).
+  ticks = _ticks((0, None), (3, 1), (0, 1))
+  got = placed_bench.tick_bound_ms(ticks, 2, {0: 0.020, 1: 0.040, 3: 0.030})
+  assert got["in_program_kernel_ms_by_device"] == [50.0, 40.0]
+  assert got["in_program_busiest_ms"] == 50.0
+  assert got["lockstep_ms"] == 10.0 + 30.0 + 20.0
+
+
+def test_a_kernel_on_two_devices_is_charged_per_call():
+  ticks = _ticks((2, 2), (0, None))
+  got = placed_bench.tick_bound_ms(ticks, 2, {2: 0.010, 0: 0.004})
+  assert got["in_program_kernel_ms_by_device"] == [9.0, 5.0]
+  assert got["lockstep_ms"] == pytest.approx(9.0)
+
+
+def test_keep_pages_sets_the_tunables_and_keeps_others():
+  env = host_pages.env(True, {"GLIBC_TUNABLES": "glibc.x=1", "A": "b"})
+  assert env["GLIBC_TUNABLES"] == "glibc.x=1:" + host_pages.KEEP_PAGES
+  assert env["A"] == "b"
+  assert "GLIBC_TUNABLES" not in host_pages.env(False, {"A": "b"})
+  assert "glibc.malloc.mmap_max=0" in host_pages.KEEP_PAGES
