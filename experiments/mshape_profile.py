@@ -4,6 +4,7 @@ Usage (4 fake devices)::
 
   python -m experiments.mshape_profile --n=8 --repeats=3
   python -m experiments.mshape_profile --variants=tj_gpipe,tj_mshape,tj_zbv
+  python -m experiments.mshape_profile --ab_straight_order=6
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -27,6 +28,11 @@ from experiments import cli, xla_env
 
 flags.DEFINE_integer("n", 8, "Micro-batches per step.")
 flags.DEFINE_integer("repeats", 3, "Profiled steps per variant.")
+flags.DEFINE_integer("ab_straight_order", 0, "If > 0: instead of the"
+                     " profile, this many interleaved rounds timing each"
+                     " variant's CPU per step with unrolled ticks' stash"
+                     " writes ordered (the default) and unordered"
+                     " (passes.tick_runs.STRAIGHT_ORDER), paired ratio.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -92,12 +98,74 @@ def profile(n: int = 8, repeats: int = 3,
   print("load", os.getloadavg())
 
 
+def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
+                      ) -> None:
+  """CPU per step with unrolled ticks' stash writes ordered / unordered,
+  both built in this process and timed alternately (shuffled per round)."""
+  # pylint: disable=import-outside-toplevel
+  import random
+
+  import jax
+  import numpy as np
+
+  import tessel_jax as tj
+  from experiments import lowering_bench_lib as lb
+  from experiments import peer_bench_lib as pbl
+  from experiments import peer_gpipe as pg
+  from tessel_jax.passes import tick_runs
+  params = pg.mlp_params(8, 1024, 0)
+  batch = lb.make_batch(n * 256, 1024, 1)
+  mesh = jax.make_mesh((4,), ("pipe",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  runs = {}
+  for name in variants:
+    for ordered in (True, False):
+      placement, blocks = pbl.tj_layout(name, 8, 4)
+      tick_runs.STRAIGHT_ORDER.append(ordered)
+      try:  # as peer_bench builds its tj variants
+        built = tj.schedule(
+            pbl.marked_loss(blocks), mesh=mesh, placement=placement,
+            num_microbatches=n, plan="gpipe" if name == "tj_gpipe" else None,
+            cut="markers", interpret_ramps=8).build(params, batch)
+        compiled = built.jitted.lower(params, batch).compile()
+      finally:
+        tick_runs.STRAIGHT_ORDER.pop()
+      runs[(name, ordered)] = compiled
+      print(json.dumps({"variant": name, "ordered": ordered,
+                        "lowered_as": built.plan.loop_summary(),
+                        "temp_mb": round(compiled.memory_analysis()
+                                         .temp_size_in_bytes / 1e6, 1)}),
+            flush=True)
+  cpu = {k: [] for k in runs}
+  rng = random.Random(0)
+  for _ in range(rounds):
+    keys = list(runs)
+    rng.shuffle(keys)
+    for k in keys:
+      jax.block_until_ready(runs[k](params, batch))
+      c0 = _cpu_s()
+      jax.block_until_ready(runs[k](params, batch))
+      cpu[k].append(1e3 * (_cpu_s() - c0))
+  for name in variants:
+    on, off = cpu[(name, True)], cpu[(name, False)]
+    print(json.dumps({
+        "variant": name, "cpu_ms_ordered": round(float(np.median(on)), 1),
+        "cpu_ms_unordered": round(float(np.median(off)), 1),
+        "paired_ratio": round(float(np.median(
+            [a / b for a, b in zip(on, off)])), 4),
+        "load_average": os.getloadavg()}), flush=True)
+
+
 def main(argv: list[str]) -> None:
   """The binary: 4 fake CPU devices, then :func:`main` on the flags."""
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
-  profile(flags.FLAGS.n, flags.FLAGS.repeats, tuple(flags.FLAGS.variants))
+  f = flags.FLAGS
+  if f.ab_straight_order > 0:
+    ab_straight_order(f.n, f.ab_straight_order, tuple(f.variants))
+  else:
+    profile(f.n, f.repeats, tuple(f.variants))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,11 @@ from .plan import Tick
 from .tick_ctx import SCOPES, SEGMENT_SCOPES, Ctx
 
 
+#: ``[-1]`` False: unrolled ticks unordered, as before 2026-11-26 (the A/B
+#: of ``experiments.mshape_profile --ab_straight_order``).
+STRAIGHT_ORDER = [True]
+
+
 def straight(low: LowerContext, ctx: Ctx, ticks: Sequence[int],
              state: tuple, it: Any, pbuf: dict[Any, Any],
              slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:
@@ -49,10 +54,16 @@ def straight(low: LowerContext, ctx: Ctx, ticks: Sequence[int],
   pbuf = _fsdp_tick.run_scope(low.layout, pbuf, pools)  # gathers per run
   flushes = _flushes.remote_flushes(ticks_of, run)
   held: dict[int, Sequence[Any]] = {}
-  # Only a loop body needs the writes ordered after the reads (its
-  # carried stash must stay in place); unrolled ticks are left alone.
-  order = (_stash_order.Order(ctx.dev)
-           if not isinstance(it, (int, np.integer)) else None)
+  # Writes ordered after the reads before them, in a loop body (its
+  # carried stash must stay in place) and in unrolled ticks too: there XLA
+  # copied the whole stash where a switch-free kernel's reads and a later
+  # write had no data dependence, or after a loop or ramp whose reads it
+  # could not see (mshape(4), N = 8: two 20 MB copies per device and step).
+  order: _stash_order.Order | None = _stash_order.Order(ctx.dev)
+  if isinstance(it, (int, np.integer)) and not STRAIGHT_ORDER[-1]:
+    order = None
+  elif isinstance(it, (int, np.integer)):
+    order.after(list(pools) + jax.tree_util.tree_leaves(accs))
   for i, t in enumerate(run):
     if i:
       _io.sends(low, ctx, ticks_of[run[i - 1]], held[i - 1], pools, it,
@@ -62,8 +73,12 @@ def straight(low: LowerContext, ctx: Ctx, ticks: Sequence[int],
     accs, tacc, held[i] = _compute.compute(low, ctx, tick, pools, accs, tacc,
                                            it, pbuf, slots, batch)
     if order is not None and any(rp.kind == "pool" for rp in tick.reads):
-      # One output of the switch is enough: it follows all its reads.
-      order.after(held[i][:1])
+      # One output of a switch is enough: it follows all its reads. A
+      # kernel run without a switch has reads that feed only some outputs
+      # or only its gradients: every output and accumulator then.
+      order.after(held[i][:1] if len(tick.branches) > 1 or
+                  not STRAIGHT_ORDER[-1] else
+                  list(held[i]) + jax.tree_util.tree_leaves(accs))
   if run:
     _io.sends(low, ctx, ticks_of[run[-1]], held[len(run) - 1], pools, it,
               remote=False, order=order)

@@ -16,8 +16,9 @@ import jax
 import pytest
 
 import tessel_jax as tj
-from experiments import hlo_count, lowering_bench_lib
+from experiments import hlo_count, lowering_bench_lib, peer_bench_lib, peer_gpipe
 from tessel_jax import placements
+from tessel_jax.passes import tick_runs
 
 import test_lowering_models as M
 
@@ -45,3 +46,29 @@ def test_loops_do_not_copy_the_stash(plan):
                             shapes)
   assert ops["loop"]["copy"] == 0, (plan_.loop_summary(), ops)
   assert ops["loop_branches"]["copy"] == 0, (plan_.loop_summary(), ops)
+
+
+def test_unrolled_ticks_do_not_copy_the_stash():
+  """mshape(4): an all-device kernel runs without a switch in unrolled
+  ticks, and unrolled ticks follow a loop. With the unrolled ticks'
+  writes unordered (``tick_runs.STRAIGHT_ORDER`` False, as before
+  2026-11-26) XLA copies a whole pool 7 times per step here (checked
+  2026-11-26: ``16 + loop(3x5) + 13``, 7 copies; ordered: none)."""
+  params = peer_gpipe.mlp_params(6, HIDDEN, 0)
+  batch = lowering_bench_lib.make_batch(8 * ROWS, HIDDEN)
+  mesh = jax.make_mesh((4,), ("pipe",), devices=jax.devices()[:4])
+  fn = peer_bench_lib.marked_loss([2, 1, 1, 1, 1])
+  assert tick_runs.STRAIGHT_ORDER[-1]
+  step = tj.schedule(fn, mesh=mesh, placement=placements.mshape(4),
+                     num_microbatches=8, cut="markers", cost="uniform",
+                     interpret_ramps=None)  # loops and unrolled ticks only
+  loss, grads = step(params, batch)
+  text = step.lower(params, batch).compile().as_text()
+  ref_loss, ref_grads = M.reference(fn, params, batch, 8)
+  assert M.max_rel_err(loss, ref_loss) <= 1e-5
+  assert M.max_rel_err(grads, ref_grads) <= 1e-5
+  plan_ = step.built.plan
+  shapes = [(p.slots + 1,) + tuple(p.aval.shape) for p in plan_.pools]
+  ops = hlo_count.param_ops(text, shapes)
+  assert any(s.is_loop for s in plan_.segments), plan_.loop_summary()
+  assert sum(ops[k]["copy"] for k in ops) == 0, (plan_.loop_summary(), ops)
