@@ -1,4 +1,4 @@
-"""One cold ``placement="auto"`` choice on the README GPT, in this process.
+"""One cold ``placement="auto"`` choice on the README GPT, then warm ones.
 
   python -m experiments.auto_plan_cold --cost=measured
   python -m experiments.auto_plan_cold --cost=calibrated --memory_limit=6MiB
@@ -7,13 +7,18 @@ Builds ``tj.schedule(fn, placement="auto", num_microbatches=8, ...)`` on a
 fresh measurement and schedule cache (4 fake CPU devices; vshape,
 interleaved, mshape, mllm, zbv; CP-SAT 5 s; 2 optimizer slots) and prints
 one JSON line: wall and process CPU seconds of the choice, load average,
-the plan chosen and its prediction. Run it once per process, alternating
-the code versions compared (a second choice in one process reuses the
-priced plans).
+the plan chosen and its prediction, whether the cache was cold and the
+stand-in programs timed into it (``cost="calibrated"``). Then
+(``--warm_runs``, default 1) runs itself again in new processes on the
+same cache: the warm choice of a user's second run (profiles, stand-ins,
+schedules and the priced frontier read from disk). Run it once per code
+version compared, alternating them (a second choice in one process would
+reuse the priced plans in memory).
 """
 
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -28,38 +33,70 @@ flags.DEFINE_string("memory_limit", "none",
                     "Bytes per device: none, 6MiB, 512KiB, 123 ...")
 flags.DEFINE_list("placements", ["vshape", "interleaved", "mshape", "mllm",
                                  "zbv"], "Placements tried.")
+flags.DEFINE_string("cache_dir", None,
+                    "Measurement and schedule cache (default: a fresh"
+                    " temporary directory, so the first choice is cold).")
+flags.DEFINE_integer("warm_runs", 1,
+                     "Choices made after the first, each in a new process"
+                     " on the same cache (warm).")
 
 
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
+  if f.warm_runs < 0:
+    raise app.UsageError(f"--warm_runs must be >= 0, got {f.warm_runs}")
+  cache = f.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cold_")
+  choose(f.cost, f.memory_limit, tuple(f.placements), cache)
+  for _ in range(f.warm_runs):
+    subprocess.run([sys.executable, "-m", "experiments.auto_plan_cold",
+                    f"--cost={f.cost}", f"--memory_limit={f.memory_limit}",
+                    f"--placements={','.join(f.placements)}",
+                    f"--cache_dir={cache}", "--warm_runs=0"], check=True)
+  sys.exit(0)
+
+
+def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
+           cache: str) -> None:
+  """One choice on ``cache`` in this process; prints its JSON line."""
+  cold = not os.path.isdir(cache) or not os.listdir(cache)
   from experiments import xla_env  # pylint: disable=import-outside-toplevel
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
   import jax  # pylint: disable=import-outside-toplevel
   import tessel_jax as tj  # pylint: disable=import-outside-toplevel
   from experiments import auto_plan_lib as apl  # pylint: disable=import-outside-toplevel
   from tessel_jax import plans  # pylint: disable=import-outside-toplevel
-  args = apl.AutoPlanArgs(placements=tuple(f.placements), time_limit=5)
+  args = apl.AutoPlanArgs(placements=placements, time_limit=5)
   fn, params, batch, has_aux = apl.program(args)
   plans.DEFAULT_PLACEMENTS = args.placements
   step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
                      placement="auto", num_microbatches=args.microbatches,
-                     memory_limit=apl.parse_limit(f.memory_limit),
-                     cache_dir=tempfile.mkdtemp(prefix="auto_plan_cold_"),
-                     solver_time_limit_s=args.time_limit, cost=f.cost,
-                     optimizer_slots=2, has_aux=has_aux)
+                     memory_limit=apl.parse_limit(memory_limit),
+                     cache_dir=cache, solver_time_limit_s=args.time_limit,
+                     cost=cost, optimizer_slots=2, has_aux=has_aux)
   load0 = os.getloadavg()[0]
   t0, c0 = time.perf_counter(), time.process_time()
   step.build(params, batch)
   wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+  model = step.choice.step._costs  # pylint: disable=protected-access
   print(json.dumps({
-      "cost": f.cost, "memory_limit": f.memory_limit, "wall_s": round(wall, 2),
+      "cost": cost, "memory_limit": memory_limit, "cache": (
+          "cold" if cold else "warm"), "wall_s": round(wall, 2),
       "cpu_s": round(cpu, 2), "load": [load0, os.getloadavg()[0]],
       "chose": step.choice.winner.label,
       "predicted_ms": round(step.choice.winner.step, 3),
-      "plans": len(step.choice.frontier.plans)}), flush=True)
-  sys.exit(0)
+      "plans": len(step.choice.frontier.plans),
+      "standins_on_disk": standins(cache),
+      "standins_skipped": {  # bounded / uniform-span schedules estimated
+          "bound": model.standins_skipped,
+          "uniform_spans": model.alt_standins_skipped}}), flush=True)
+
+
+def standins(cache: str) -> int:
+  """Stand-in programs timed into ``cache`` so far (``cost.calibrate``)."""
+  return sum(1 for _, _, files in os.walk(cache) for name in files
+             if name.startswith("standin-"))
 
 
 if __name__ == "__main__":

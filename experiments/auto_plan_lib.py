@@ -8,7 +8,9 @@ plans are remembered in the process), with its phase split, then for each
 memory limit lowers the chosen plan and the other candidates (all of them,
 or the ``measure_top`` fastest predicted ones), compiles each and times
 them in interleaved rounds (shuffled order per round, wall and process CPU
-seconds), and records whether the chosen plan measures within 5% of the
+seconds) beside the plain step (``jit(value_and_grad(fn))`` on one device,
+the reference that makes absolute times comparable between processes and
+sessions), and records whether the chosen plan measures within 5% of the
 fastest measured candidate that fits the limit.
 """
 
@@ -198,7 +200,11 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
                        rows: list[dict[str, Any]],
                        has_aux: bool = False) -> list[dict[str, Any]]:
   """Compiles and times the chosen plan and the other candidates (the
-  chosen one first), appending to ``rows`` as they are measured."""
+  chosen one first), appending to ``rows`` as they are measured; the
+  plain step (:func:`reference_program`) is timed in the same rounds, as
+  the last row (``"reference": True``), and every row gets its step over
+  the reference's (``x_reference``, wall and CPU), comparable between
+  processes and sessions."""
   choice = step.choice
   order = to_measure(choice.frontier.plans, choice.winner,
                      choice.memory_limit, args.measure_top)
@@ -219,26 +225,55 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
     new_rows.append(row)
+  compiled[len(new_rows)] = reference_program(fn, params, batch, has_aux)
+  new_rows.append({"label": REFERENCE, "reference": True, "chosen": False})
+  _time_rows(compiled, new_rows, params, batch, args.repeats)
+  for row in new_rows:
+    rows.append(row)
+    log(f"  {'*' if row['chosen'] else ' '} {row['label']:<42} predicted"
+        f" {row.get('predicted_ms', float('nan')):8.3f} ms  measured"
+        f" {row.get('measured_ms', float('nan')):8.3f} ms (CPU"
+        f" {row.get('measured_cpu_ms', float('nan')):8.3f} ms) x reference"
+        f" {row.get('x_reference', [float('nan')] * 2)[0]:6.3f}")
+  return rows
+
+
+#: The label of the reference row of ``measure_candidates``.
+REFERENCE = "reference: jit(value_and_grad(fn)) on device 0"
+
+
+def reference_program(fn: Callable[..., Any], params: Any, batch: Any,
+                      has_aux: bool = False) -> Callable[..., Any]:
+  """The plain step, ``jax.jit(jax.value_and_grad(fn))`` compiled for the
+  first device of this process: its time moves with the machine and the
+  process (threads, load), not with the plans."""
+  return jax.jit(jax.value_and_grad(fn, has_aux=has_aux)).lower(
+      params, batch).compile()
+
+
+def _time_rows(compiled: dict[int, Callable[..., Any]],
+               rows: list[dict[str, Any]], params: Any, batch: Any,
+               repeats: int) -> None:
+  """Times ``compiled`` (:func:`interleaved_steps`) into ``rows`` (by
+  index; the last row is the reference): medians, per-round times and
+  ``x_reference``."""
   per_round: dict[int, list[tuple[float, float]]] = {}
   try:
-    times = interleaved_steps(compiled, params, batch, args.repeats,
+    times = interleaved_steps(compiled, params, batch, repeats,
                               rounds=per_round)
   except Exception as err:  # pylint: disable=broad-except
     times = {}
-    for row in new_rows:
+    for row in rows:
       row.setdefault("error", f"{type(err).__name__}: {str(err)[:200]}")
+  ref = times.get(len(rows) - 1)
   for i, (wall, cpu) in times.items():
-    new_rows[i]["measured_ms"] = round(1e3 * wall, 4)
-    new_rows[i]["measured_cpu_ms"] = round(1e3 * cpu, 4)
-    new_rows[i]["rounds_ms"] = [[round(1e3 * w, 3), round(1e3 * c, 3)]
-                                for w, c in per_round.get(i, [])]
-  for p, row in zip(order, new_rows):
-    rows.append(row)
-    log(f"  {'*' if row['chosen'] else ' '} {p.label:<42} predicted"
-        f" {p.step:8.3f} ms  measured {row.get('measured_ms', float('nan')):8.3f}"
-        f" ms (CPU {row.get('measured_cpu_ms', float('nan')):8.3f} ms)"
-        f"  peak {p.peak_bytes / 2**20:7.3f} MiB")
-  return rows
+    rows[i]["measured_ms"] = round(1e3 * wall, 4)
+    rows[i]["measured_cpu_ms"] = round(1e3 * cpu, 4)
+    rows[i]["rounds_ms"] = [[round(1e3 * w, 3), round(1e3 * c, 3)]
+                            for w, c in per_round.get(i, [])]
+    if ref is not None:
+      rows[i]["x_reference"] = [round(wall / ref[0], 4),
+                                round(cpu / ref[1], 4)]
 
 
 def to_measure(priced: Any, winner: Any, limit: int | None, top: int
@@ -286,7 +321,7 @@ def record_searches(args: AutoPlanArgs) -> Iterator[list[dict[str, Any]]]:
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
   """Chosen against the fastest measured candidate (all fit the limit)."""
-  ok = [r for r in rows if "measured_ms" in r]
+  ok = [r for r in rows if "measured_ms" in r and not r.get("reference")]
   chosen = next((r for r in ok if r["chosen"]), None)
   if chosen is None or not ok:
     return {"error": "the chosen plan was not measured"}
@@ -297,7 +332,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "fastest_measured": fastest["label"],
           "fastest_measured_ms": fastest["measured_ms"],
           "chosen_over_fastest": round(ratio, 4),
-          "within_target": ratio <= TARGET, **_cpu_ratio(ok, chosen),
+          "within_target": ratio <= TARGET, **_reference(rows),
+          **_cpu_ratio(ok, chosen),
           **paired_ratios(ok, chosen)}
 
 
@@ -323,6 +359,15 @@ def paired_ratios(ok: list[dict[str, Any]], chosen: dict[str, Any]
   return {"paired_wall_cpu": out,
           "chosen_over_best_paired": max(v[0] for v in out.values()),
           "chosen_over_best_paired_cpu": max(v[1] for v in out.values())}
+
+
+def _reference(rows: list[dict[str, Any]]) -> dict[str, Any]:
+  """The reference row's step (wall, CPU ms), when measured."""
+  ref = next((r for r in rows if r.get("reference") and "measured_ms" in r),
+             None)
+  if ref is None:
+    return {}
+  return {"reference_ms": [ref["measured_ms"], ref["measured_cpu_ms"]]}
 
 
 def _cpu_ratio(ok: list[dict[str, Any]], chosen: dict[str, Any]
@@ -398,7 +443,8 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
     got = summarise(case["candidates"])
     log(f"  chosen / fastest: {got.get('chosen_over_fastest')} wall,"
         f" {got.get('chosen_over_fastest_cpu')} CPU (medians); paired per"
-        f" round (wall, CPU): {got.get('paired_wall_cpu')}; load"
+        f" round (wall, CPU): {got.get('paired_wall_cpu')}; plain step"
+        f" (wall, CPU ms) {got.get('reference_ms')}; load"
         f" {os.getloadavg()[0]:.1f}")
   return record
 

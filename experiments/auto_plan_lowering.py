@@ -67,17 +67,13 @@ def main(argv: list[str]) -> None:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
   devices = f.pipe * f.dp
-  from experiments import xla_env  # pylint: disable=import-outside-toplevel
-  xla_env.add_xla_flags(xla_env.cpu_flags(devices))
-  import jax  # pylint: disable=import-outside-toplevel
+  from experiments import auto_plan_start  # pylint: disable=import-outside-toplevel
+  s = auto_plan_start.start(devices, microbatches=f.microbatches)
   from experiments import auto_plan_lib as apl  # pylint: disable=import-outside-toplevel
   from experiments import step_profile  # pylint: disable=import-outside-toplevel
   from tessel_jax import plans  # pylint: disable=import-outside-toplevel
-
-  args = apl.AutoPlanArgs(devices=devices, microbatches=f.microbatches)
-  fn, params, batch, has_aux = apl.program(args)
-  mesh = jax.make_mesh((devices,), ("pipe",))
-  markers = plans.marker_blocks(fn, params, batch, {"has_aux": has_aux})
+  fn, params, batch, has_aux = s.fn, s.params, s.batch, s.has_aux
+  mesh, markers = s.mesh, s.markers
   rows, compiled = [], {}
   for text in f.interpret_ramps:
     ramps = int(text) if text.isdigit() else text   # e.g. "auto"

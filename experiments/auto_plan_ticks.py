@@ -35,24 +35,18 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   f = flags.FLAGS
-  devices = f.pipe * f.dp
-  from experiments import xla_env  # pylint: disable=import-outside-toplevel
-  xla_env.add_xla_flags(xla_env.cpu_flags(devices))
-  import jax  # pylint: disable=import-outside-toplevel
-  from experiments import auto_plan_lib as apl  # pylint: disable=import-outside-toplevel
+  from experiments import auto_plan_start  # pylint: disable=import-outside-toplevel
+  s = auto_plan_start.start(f.pipe * f.dp)
   from tessel_jax import plans  # pylint: disable=import-outside-toplevel
   from tessel_jax.cost import ticks  # pylint: disable=import-outside-toplevel
   from tessel_jax.search import baselines  # pylint: disable=import-outside-toplevel
-  args = apl.AutoPlanArgs(devices=devices)
-  fn, params, batch, has_aux = apl.program(args)
+  args, params, batch = s.args, s.params, s.batch
   ff = plans.FrontierFunction(
-      fn, mesh=jax.make_mesh((devices,), ("pipe",)), pipe_axis="pipe",
-      mode="train", cost=f.cost, solver_time_limit_s=5, optimizer_slots=2,
-      has_aux=has_aux,
+      s.fn, mesh=s.mesh, pipe_axis="pipe", mode="train", cost=f.cost,
+      solver_time_limit_s=5, optimizer_slots=2, has_aux=s.has_aux,
       cache_dir=f.cache_dir or tempfile.mkdtemp(prefix="auto_plan_ticks_"))
-  markers = plans.marker_blocks(fn, params, batch, {"has_aux": has_aux})
   step = ff.step_for(plans.Candidate(f.placement, f.pipe, f.dp,
-                                     args.microbatches), markers)
+                                     args.microbatches), s.markers)
   built = step.build(params, batch)
   rr = step.replay_run
   print(json.dumps({"stand-in per tick ms": round(rr.extra_s * 1e3, 4),

@@ -3,22 +3,27 @@ paired in one process.
 
   python -m experiments.fsdp_compact_bench
   python -m experiments.fsdp_compact_bench --configs=pipe2_data2_fsdp_block --repeats=9
+  python -m experiments.fsdp_compact_bench --configs=pipe2_data2_fsdp,pipe2_data2_fsdp_il \
+      --interpret_ramps=0 --fsdp=per_step,per_block,auto --microbatches=8
 
 Each config (a ``tp_bench`` FSDP mesh: ``pipe2_data2_fsdp`` per step,
 ``pipe2_data2_fsdp_block`` per block, ``_il`` the interleaved placement) is
 built once per lowering (``tj.schedule(interpret_ramps=...)``: 0 compact,
-the default; 8 loops), checked against ``jax.value_and_grad``, and timed
-with every variant run once per round in a shuffled order. Prints the
-step's wall and process-CPU medians, each round's wall and CPU ratio of
-every lowering to the first one (median over rounds), the compiled
-argument + output + temp bytes per device and the predicted bytes
-(``passes.program_bytes``). JSON to ``--output``.
+the default; 8 loops) and, with ``--fsdp``, once per FSDP mode (instead of
+the config's own), checked against ``jax.value_and_grad``, and timed with
+every variant run once per round in a shuffled order. Prints the step's
+wall and process-CPU medians, each round's wall and CPU ratio of every
+variant to the config's first one (median over rounds), the compiled
+argument + output + temp bytes per device, the predicted bytes
+(``passes.program_bytes``) and how the FSDP parameters were gathered
+(``step.report.lowering``). JSON to ``--output``.
 """
 
 import json
 import os
 import sys
 import time
+from typing import Any
 
 import jax
 import numpy as np
@@ -33,6 +38,8 @@ flags.DEFINE_list("configs", list(FSDP_CONFIGS), "tp_bench FSDP configs.")
 flags.DEFINE_list("interpret_ramps", ["0", "8"],
                   "Lowerings (tj.schedule's interpret_ramps); ratios are to"
                   " the first.")
+flags.DEFINE_list("fsdp", [], "tj.schedule fsdp modes to build each config"
+                  " with (ratios to the first); empty: the config's own.")
 flags.DEFINE_integer("repeats", 7, "Timing rounds (each variant once per"
                      " round, shuffled).")
 flags.DEFINE_integer("microbatches", 4, "Micro-batches per step (tp_bench's"
@@ -55,45 +62,61 @@ def _timed(runs: dict, rounds: int) -> dict:
   return out
 
 
+def _variants(ramps: list[int], modes: list[str]) -> list[tuple[int, Any]]:
+  """``(interpret_ramps, fsdp or None)`` per variant, the first the
+  reference of the ratios."""
+  return [(r, m) for r in ramps for m in (modes or [None])]
+
+
+def _key(name: str, ramps: int, mode: str | None) -> str:
+  return f"{name}@{ramps}" + (f"/{mode}" if mode else "")
+
+
+def _row(rec: dict, t: dict, first: dict) -> dict:
+  """One variant's JSON row: its record ``rec``, its times ``t`` and
+  ratios to the config's first variant's times ``first``."""
+  return {"plan": rec["plan"], "lowering": rec["lowering"],
+          "err": rec["max_rel_err_vs_value_and_grad"],
+          "wall_ms": 1e3 * float(np.median(t["wall"])),
+          "cpu_ms": 1e3 * float(np.median(t["cpu"])),
+          "wall_ratio": float(np.median(np.divide(t["wall"], first["wall"]))),
+          "cpu_ratio": float(np.median(np.divide(t["cpu"], first["cpu"]))),
+          "compile_s": rec["compile_s"],
+          "mib": rec["total_bytes_per_device"] / 2**20,
+          "predicted_mib": rec["predicted_bytes_per_device"] / 2**20}
+
+
 def run(configs: list[str], ramps: list[int], repeats: int,
-        microbatches: int = 4) -> dict:
-  """Builds, checks and times every (config, lowering); returns the
-  record (also printed)."""
+        microbatches: int = 4, modes: list[str] | None = None) -> dict:
+  """Builds, checks and times every (config, lowering, FSDP mode);
+  returns the record (also printed)."""
   base = tb.BenchArgs(cost="uniform", microbatches=microbatches)
   model, batch = tb.gpt(base), tb.make_batch(base)
   reference = jax.jit(jax.value_and_grad(model[2](1)))(model[0], batch)
+  variants = _variants(ramps, list(modes or []))
   recs, runs = {}, {}
   for name in configs:
-    for r in ramps:
-      key = f"{name}@{r}"
+    for r, m in variants:
+      key = _key(name, r, m)
       recs[key], runs[key] = tb.measure(
-          name, base._replace(interpret_ramps=r), model, batch, reference)
+          name, base._replace(interpret_ramps=r, fsdp=m), model, batch,
+          reference)
   load0 = os.getloadavg()[0]
   times = _timed(runs, repeats)
   record = {"load_average": [load0, os.getloadavg()[0]],
             "microbatches": microbatches, "repeats": repeats, "rows": {}}
   for name in configs:
-    first = times[f"{name}@{ramps[0]}"]
-    for r in ramps:
-      key, t = f"{name}@{r}", times[f"{name}@{r}"]
-      rec = recs[key]
-      row = {"plan": rec["plan"], "err": rec["max_rel_err_vs_value_and_grad"],
-             "wall_ms": 1e3 * float(np.median(t["wall"])),
-             "cpu_ms": 1e3 * float(np.median(t["cpu"])),
-             "wall_ratio": float(np.median(np.divide(t["wall"],
-                                                     first["wall"]))),
-             "cpu_ratio": float(np.median(np.divide(t["cpu"], first["cpu"]))),
-             "compile_s": rec["compile_s"],
-             "mib": rec["total_bytes_per_device"] / 2**20,
-             "predicted_mib": rec["predicted_bytes_per_device"] / 2**20}
-      record["rows"][key] = row
-      print(f"{name:26s} ramps={r}: wall {row['wall_ms']:7.2f} ms"
-            f" CPU {row['cpu_ms']:7.2f} ms, x ramps={ramps[0]}:"
+    first = times[_key(name, *variants[0])]
+    for r, m in variants:
+      key = _key(name, r, m)
+      row = record["rows"][key] = _row(recs[key], times[key], first)
+      print(f"{key:36s}: wall {row['wall_ms']:7.2f} ms"
+            f" CPU {row['cpu_ms']:7.2f} ms, x {_key(name, *variants[0])}:"
             f" wall {row['wall_ratio']:.3f} CPU {row['cpu_ratio']:.3f};"
             f" {row['mib']:6.2f} MiB (predicted {row['predicted_mib']:6.2f},"
             f" {row['predicted_mib'] / row['mib']:.2f}x); compile"
             f" {row['compile_s']:.1f} s; err {row['err']:.1e};"
-            f" {row['plan']}", flush=True)
+            f" {row['plan']}; {row['lowering']}", flush=True)
   print(f"load average {record['load_average'][0]:.1f} ->"
         f" {record['load_average'][1]:.1f}")
   return record
@@ -113,7 +136,7 @@ def main(argv: list[str]) -> None:
                   "--xla_force_host_platform_device_count=8"] if x)
   os.environ.setdefault("JAX_PLATFORMS", "cpu")
   record = run(list(f.configs), [int(r) for r in f.interpret_ramps],
-               f.repeats, f.microbatches)
+               f.repeats, f.microbatches, list(f.fsdp))
   if f.output:
     os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
     with open(f.output, "w", encoding="utf-8") as fh:

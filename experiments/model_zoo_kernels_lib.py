@@ -195,6 +195,11 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
   return {
       "model": name, "lowered_as": plan.loop_summary(),
       "predicted_ms": round(rep.predicted_step_ms, 3),
+      "predicted_outside_ms": round(rep.outside_ms, 3),
+      "predicted_ticks_ms": round(
+          rep.predicted_step_ms - rep.outside_ms - prof, 3),
+      "tick_overhead_ms": round(rep.tick_overhead_ms, 4),
+      "ticks": rep.ticks,
       "real_ms": round(1e3 * real, 3),
       "standin_ms": None if standin is None else round(1e3 * standin, 3),
       "kernels_profiled_ms": round(prof, 3),

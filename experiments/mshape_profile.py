@@ -1,13 +1,17 @@
-"""Where the 4-stage mshape and zbv programs of ``peer_bench`` spend a step.
+"""Where the 4-stage programs of ``peer_bench`` spend a step.
 
 Usage (4 fake devices)::
 
   python -m experiments.mshape_profile --n=8 --repeats=3
+  python -m experiments.mshape_profile --variants=tj_gpipe,tj_mshape,tj_zbv
 
-Builds ``peer_bench``'s ``tj_mshape`` and ``tj_zbv`` (8 layers of width
-1024, 256 rows per micro-batch) in one process and splits one step of each
-by part (``experiments.step_profile``), alternating the two per round.
-Prints one JSON line per variant and a markdown table.
+Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
+``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
+micro-batch) in one process and splits one step of each by part
+(``experiments.step_profile``). Beside the split, each plan's shape as
+lowered (:func:`plan_counts`: ticks, device-ticks with no kernel, kernel
+runs, remote and local message rounds, gradient ports). Prints one JSON
+line per variant and a markdown table.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+from typing import Any
 
 from absl import app, flags
 
@@ -22,6 +27,9 @@ from experiments import cli, xla_env
 
 flags.DEFINE_integer("n", 8, "Micro-batches per step.")
 flags.DEFINE_integer("repeats", 3, "Profiled steps per variant.")
+flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
+                  "peer_bench variants to profile (tj_gpipe, tj_mshape,"
+                  " tj_zbv).")
 
 
 def _cpu_s() -> float:
@@ -30,8 +38,22 @@ def _cpu_s() -> float:
   return r.ru_utime + r.ru_stime
 
 
+def plan_counts(plan: Any) -> dict[str, int]:
+  """What a tick plan does per step, counted from its static tables."""
+  ticks = plan.ticks
+  return {
+      "ticks": len(ticks),
+      "idle_device_ticks": sum(k is None for t in ticks for k in t.kernels),
+      "kernel_runs": sum(k is not None for t in ticks for k in t.kernels),
+      "remote_rounds": sum(r.remote for t in ticks for r in t.sends),
+      "local_rounds": sum(not r.remote for t in ticks for r in t.sends),
+      "grad_ports": sum(len(t.grads) for t in ticks),
+      "stash_mb": round(plan.stash_bytes / 2**20, 1)}
+
+
 def profile(n: int = 8, repeats: int = 3,
-            variants: tuple[str, ...] = ("tj_mshape", "tj_zbv")) -> None:
+            variants: tuple[str, ...] = ("tj_gpipe", "tj_mshape", "tj_zbv")
+            ) -> None:
   """Profiles ``variants`` at ``n`` micro-batches; prints the table."""
   # pylint: disable=import-outside-toplevel
   import jax
@@ -50,18 +72,20 @@ def profile(n: int = 8, repeats: int = 3,
     placement, blocks = pbl.tj_layout(name, 8, 4)
     step = tj.schedule(pbl.marked_loss(blocks), mesh=mesh,
                        placement=placement, num_microbatches=n,
+                       plan="gpipe" if name == "tj_gpipe" else None,
                        cut="markers")
     built = step.build(params, batch)
     compiled = built.jitted.lower(params, batch).compile()
-    runs[name] = (compiled, built.plan.loop_summary())
+    runs[name] = (compiled, built.plan.loop_summary(),
+                  plan_counts(built.plan))
   rows = []
-  for name, (compiled, summary) in runs.items():
+  for name, (compiled, summary, counts) in runs.items():
     c0 = _cpu_s()
     prof = step_profile.profile_step(lambda c=compiled: c(params, batch),
                                      compiled.as_text(), 4, repeats)
     cpu = (_cpu_s() - c0) / (repeats + 1)
     row = {"model": "mlp8", "plan": name, "n": n, "lowered_as": summary,
-           "cpu_ms_per_step": round(1e3 * cpu, 1), **prof}
+           "cpu_ms_per_step": round(1e3 * cpu, 1), **counts, **prof}
     print(json.dumps({"profiled": row}), flush=True)
     rows.append(row)
   print(step_profile.markdown(rows))
@@ -73,7 +97,7 @@ def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
-  profile(flags.FLAGS.n, flags.FLAGS.repeats)
+  profile(flags.FLAGS.n, flags.FLAGS.repeats, tuple(flags.FLAGS.variants))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,7 @@ class BenchArgs(NamedTuple):
   output: str | None = "out/tp_bench.json"
   realtime: bool = False
   kernel_spans: bool = False
+  fsdp: str | None = None  # tj.schedule's fsdp (None: per the config name)
 
 
 # --- the model: the README's GPT with Megatron MLP layers --------------------
@@ -184,7 +185,8 @@ def _program(name: str, args: BenchArgs, params: Any, specs: Any,
                        data_axes=data, cost=args.cost,
                        interpret_ramps=(None if name.endswith("_unrolled")
                                         else args.interpret_ramps),
-                       fsdp="per_block" if name in PER_BLOCK else "per_step")
+                       fsdp=args.fsdp or ("per_block" if name in PER_BLOCK
+                                          else "per_step"))
     return step, placed, batch, step
   fn = make_fn(1)
   batch_spec = P(data) if data else P()
@@ -234,6 +236,7 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
     rec["predicted_outside_ms"] = r.outside_ms
     rec["ticks"] = r.ticks
     rec["plan"] = step.built.plan.loop_summary()
+    rec["lowering"] = r.lowering
     if args.kernel_spans:
       shape, _, data, _ = CONFIGS[name]
       replicas = int(np.prod([shape[a] for a in data]))

@@ -1,7 +1,8 @@
 """ZeRO-3 per block: FSDP slots gathered at the tick of the kernel reading them.
 
 With ``Layout.fsdp_mode == "per_block"`` (``tj.schedule(fsdp=...)``:
-``"per_block"``, or ``"auto"`` where ``resolve`` picks it) an FSDP slot class
+``"per_block"``, or ``"auto"`` where only per block fits the memory limit,
+``tessel_jax.fsdp_choice``) an FSDP slot class
 (``packing.SlotClass.fsdp``) stays stored split over its data axes for the
 whole step. At every tick, before the kernels run (outside every switch
 branch and every 0/1-trip loop, where every device of a data group runs the
@@ -49,7 +50,6 @@ The gathers and scatters are ``passes.fsdp.gather`` / ``scatter`` (nested
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -184,18 +184,6 @@ def gather_tick(layout: Any, kernels: Any, ctx: Any, tick: Any,
   return out
 
 
-def resolve(option: str, layout: Any, plan: Any) -> Any:
-  """``layout`` with ``tj.schedule``'s ``fsdp`` option resolved: ``"auto"``
-  gathers per block (the layout was made per step, so the search's memory
-  limit was the conservative one). In an interpreted segment each kernel
-  gathers its own leaves inside its 0/1-trip loop (``passes.fsdp_kernel``);
-  ``plan`` is kept for the signature's callers."""
-  del plan
-  if option != "auto" or not any(c.fsdp for c in layout.classes):
-    return layout
-  return dataclasses.replace(layout, fsdp_mode=PER_BLOCK)
-
-
 def run_scope(layout: Any, pbuf: dict, state: Any) -> dict:
   """``pbuf`` for one straight run of ticks: with an empty gather cache
   (per block), so gathers are reused within the run only, and a token of
@@ -327,6 +315,6 @@ def end_run(lowering: Any, ctx: Any, pbuf: dict, accs: tuple) -> tuple:
 
 
 __all__ = ["CACHE", "KEY", "PER_BLOCK", "after_tick",
-           "before_tick", "end_run", "gather_tick", "resolve", "run_scope",
+           "before_tick", "end_run", "gather_tick", "run_scope",
            "grad_key", "init_accumulator", "param", "per_block",
            "role_buffers", "scatter_tick", "slot_grads", "tick_keys"]

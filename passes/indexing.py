@@ -68,20 +68,35 @@ def dynamic_update_slice(x: Any, value: Any, starts: Any) -> Any:
                                   allow_negative_indices=False)
 
 
+ROWS = 8
+
+
 def lookup(values: np.ndarray, at: tuple[Any, ...], dtype: Any = jnp.int32
            ) -> Any:
   """``values[at]`` of a numpy table at traced, in-range positions.
+
+  A table of two or more axes is padded to a multiple of :data:`ROWS`
+  along its first (an interpreted segment's ticks ``T`` or boundaries
+  ``T + 1``): every lookup of a segment then has the same shapes, so XLA
+  compiles one kernel for all of them (XLA compiles identical fused
+  computations once; each distinct one, even a scalar lookup, costs
+  about as much to compile as a small elementwise kernel).
 
   Args:
     values: The table (one axis per position in ``at``).
     at: One scalar index per axis (ints or traced).
     dtype: Dtype of the constant.
   """
-  table = jnp.asarray(values, dtype)
+  values = np.asarray(values)
   if len(at) == 1:
-    return index(table, at[0])
+    return index(jnp.asarray(values, dtype), at[0])
+  pad = -values.shape[0] % ROWS
+  if pad:
+    values = np.concatenate(
+        [values, np.zeros((pad,) + values.shape[1:], values.dtype)])
+  table = jnp.asarray(values, dtype)
   return dynamic_slice(table, at, (1,) * len(at)).reshape(())
 
 
-__all__ = ["dynamic_slice", "dynamic_update_slice", "index", "lookup",
+__all__ = ["ROWS", "dynamic_slice", "dynamic_update_slice", "index", "lookup",
            "slice_in_dim", "update_index", "update_slice_in_dim"]

@@ -155,8 +155,11 @@ def map_specs(low: LowerContext) -> tuple[Any, Any]:
                      for j in range(len(low.ks.terminals)))
   if not low.train:
     return in_specs, term_specs
-  out_specs = ({dt: P(pipe) for dt in layout.dtypes},
-               tuple(_fsdp.slot_spec(c, pipe, True) for c in layout.classes),
+  slot_specs = (tuple(tuple(_fsdp.slot_spec(c, pipe)
+                            for _ in range(c.count)) for c in layout.classes)
+                if low.per_slot_grads else
+                tuple(_fsdp.slot_spec(c, pipe, True) for c in layout.classes))
+  out_specs = ({dt: P(pipe) for dt in layout.dtypes}, slot_specs,
                shard_specs, term_specs)
   return in_specs, out_specs
 
@@ -167,6 +170,12 @@ def program(low: Any) -> Callable[[Any, Any], Any]:
   Sets ``low.smap`` and ``low.map_specs`` (``tessel_jax.placed`` maps
   ``low.body`` itself, on already-placed params).
   """
+  # Slot gradients leave the map one array per slot where no class is
+  # FSDP: stacked per class, the stack and the unpack's slices of it were
+  # two copies of every gradient, and each slice ``buf[d, j]`` its own
+  # XLA kernel (per slot, ``col[d]``: the same D slices for every slot).
+  low.per_slot_grads = low.train and not any(c.fsdp
+                                             for c in low.layout.classes)
   in_specs, out_specs = map_specs(low)
   axes = {low.pipe, *low.data_axes}
   smap = jax.shard_map(low.body, mesh=low.mesh, in_specs=in_specs,

@@ -578,13 +578,13 @@ def flat_pieces(layout: Layout) -> Iterator[tuple[str, int, int, int, int]]:
 
 def _replicated_classes(layout: Layout, slots: Sequence[Any],
                         mesh: Any) -> list[Any]:
-  """Per class, its gradient buffer replicated on every device of ``mesh``
-  (one ``all-gather`` of the class), where that moves only what the
-  outputs need: a plain class (no GSPMD or FSDP spec, no pipe-sharded
-  leaf) whose every slot on every device holds a distinct leaf. Other
-  classes as they are (empty slots would be moved too: on mshape(4) most
-  devices hold few of a class's slots; a leaf held on several devices is
-  reduced in place).
+  """Per class, its gradient buffer (or, per slot, each slot's)
+  replicated on every device of ``mesh`` (one ``all-gather`` per buffer),
+  where that moves only what the outputs need: a plain class (no GSPMD or
+  FSDP spec, no pipe-sharded leaf) whose every slot on every device holds
+  a distinct leaf. Other classes as they are (empty slots would be moved
+  too: on mshape(4) most devices hold few of a class's slots; a leaf held
+  on several devices is reduced in place).
 
   Without it each leaf ``buf[d, j]`` of a buffer split over the pipe axis
   became its own transfer: on ``peer_bench``'s MLP (2 devices, 2 classes
@@ -592,12 +592,11 @@ def _replicated_classes(layout: Layout, slots: Sequence[Any],
   one all-reduce of every gradient, 81 HLO instructions more than the 2
   ``all-gather``s here.
   """
-  out = []
-  for c, buf in zip(layout.classes, slots):
-    out.append(jax.lax.with_sharding_constraint(
-        buf, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
-               if gathered_whole(layout, c) else buf)
-  return out
+  rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return [jax.tree_util.tree_map(
+      lambda b: jax.lax.with_sharding_constraint(b, rep), buf)
+          if gathered_whole(layout, c) else buf
+          for c, buf in zip(layout.classes, slots)]
 
 
 def gathered_whole(layout: Layout, c: SlotClass) -> bool:
@@ -619,7 +618,8 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
   Args:
     layout: The layout.
     flat: Flat gradient buffers ``(D, size)`` by dtype.
-    slots: Per class, gradient buffers ``(D, S, *shape)``.
+    slots: Per class, gradient buffers ``(D, S, *shape)``, or a sequence
+      of ``S`` buffers ``(D, *shape)`` (one per slot).
     param_avals: Flat parameter avals.
     mesh: The program's mesh, if the buffers are split over it (outside
       the map): plain classes are then gathered whole first
@@ -651,7 +651,7 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
       # device's row moves that leaf alone, not the device's whole slot
       # array (``buf[d, j]`` did: mshape(4), 8 x 1024^2 MLP, 300 MB moved
       # outside the program per step, now 12 MB; see BENCHMARKS.md).
-      col = buf[:, j]
+      col = buf[j] if isinstance(buf, (tuple, list)) else buf[:, j]
       held = {c.assign[d][j] for d in range(layout.num_devices)}
       l = min(held)
       if len(held) == 1 and l >= 0 and l not in layout.shards:

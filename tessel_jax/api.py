@@ -70,170 +70,89 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              data_axes: Any = None, fsdp: str = "auto") -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
+  Every option is named here with its values and default; the details live
+  with the code that implements them (named per option) and in README.md.
+
   Args:
-    fn: ``fn(params, microbatch)``; in training it returns a scalar loss
-      (``(loss, aux)`` with ``has_aux=True``).
-      Omit it to use ``schedule`` as a decorator.
-    mesh: A ``jax.sharding.Mesh`` with the pipe axis; ``data_axes`` says
-      which other axes split the batch, the rest are left to GSPMD.
-    placement: A ``tj.placements`` BlockGraph (e.g. ``mshape(4)``), its name
+    fn: ``fn(params, microbatch)`` returning a scalar loss in training
+      (``(loss, aux)`` with ``has_aux``). Omit it to use a decorator.
+    mesh: A ``jax.sharding.Mesh`` with the pipe axis.
+    placement: A ``tj.placements`` BlockGraph (``mshape(4)``), its name
       (``"mshape"``), a :class:`Placement`, a list of device tuples per
-      block, or ``"auto"``: every plan that makes sense on this mesh (named
-      placements that fit, ``pipe x data`` widths of a 1-D mesh, micro-batch
-      counts, searched and classic schedules) is priced with the cost model
-      (``tj.frontier``) and the fastest predicted one whose peak fits
-      ``memory_limit`` is lowered; ``step.report.chosen_plan`` names it, its
-      predicted step and peak and the runner-up (``step.choice`` has every
-      plan).
-    num_microbatches: ``N``; the batch is split along axis 0 into ``N``
-      micro-batches (divided evenly over data-parallel replicas). None with
-      ``placement="auto"``: the counts that divide the batch are tried.
-    mode: ``"train"``: ``(loss, grads)`` equal to ``jax.value_and_grad`` of
-      the mean of ``fn`` over micro-batches. ``"infer"``: ``fn``'s outputs
-      for every micro-batch, concatenated along axis 0 (scalars stacked).
-    has_aux: As in ``jax.value_and_grad(has_aux=True)``: ``fn`` returns
-      ``(loss, aux)`` with ``aux`` a pytree of arrays (metrics, BatchNorm
-      running statistics, RNG state). Training returns ``((loss, aux),
-      grads)``: ``loss`` the mean over micro-batches, ``aux`` with every
-      leaf stacked per micro-batch, shape ``(N, ...)`` over all ``N``
-      micro-batches (data-parallel replicas in order), not differentiated.
-      Inference returns ``(outputs, aux)``: ``outputs`` as without
-      ``has_aux``, ``aux`` stacked per micro-batch the same way. Aux values
-      may be computed anywhere in ``fn`` (non-affine and non-differentiable
-      code is fine); one without a batch axis computed in a block whose
-      rows are split over several devices must be a float mean over the rows
-      (anything else is refused by name, ``passes.shared_aux``).
+      block, or ``"auto"``: every plan that fits the mesh is priced and the
+      fastest one whose peak fits ``memory_limit`` is lowered
+      (``tessel_jax.plans``; ``step.report.chosen_plan``, ``step.choice``).
+    num_microbatches: ``N``: the batch is split along axis 0 (evenly over
+      data replicas). None with ``placement="auto"``: each count that
+      divides the batch is tried.
+    mode: ``"train"`` (default): ``(loss, grads)`` equal to
+      ``jax.value_and_grad`` of the mean of ``fn`` over micro-batches;
+      ``"infer"``: the outputs of every micro-batch concatenated on axis 0.
     memory_limit: Bytes per device (default: what the device reports; none
       on CPU). The stash gets what is left after the parameters, their
-      gradients, ``optimizer_slots`` optimiser arrays and (measured costs)
-      the largest kernel workspace.
-    pipe_axis: Mesh axis of the pipeline.
-    data_axes: Mesh axes that split the batch (data parallel): each data
-      replica runs the pipeline on its share of the micro-batches and the
-      gradients are summed over them once at the end. Every other axis is
-      left to GSPMD inside the blocks (the program's ``shard_map`` is
-      manual over the pipe and data axes only): parameters sharded over it
-      (a ``NamedSharding`` on the arrays or ``param_sharding=``, e.g.
-      Megatron's ``P(None, "model")`` / ``P("model", None)``) stay sharded
-      inside every block, each device storing its shard,
-      ``jax.lax.with_sharding_constraint`` in ``fn`` is honoured, and the
-      gradients come back with the parameters' shardings. A parameter
-      sharded over a data axis (``P("data", None)``, or
-      ``P(("data", "model"), None)`` with tensor parallelism) is FSDP
-      (ZeRO-3): each data replica stores its shard, the program gathers it
-      (once per step, or per block: ``fsdp``) and reduce-scatters its
-      gradient. None (default): the axes no
-      parameter sharding names split the batch and the others are left to
-      GSPMD, with a warning when the mesh has axes besides ``pipe_axis``.
-    solver_time_limit_s: CP-SAT time budget.
+      gradients, ``optimizer_slots`` optimiser arrays, hoisted values and
+      (measured costs) the largest kernel workspace; blocks recompute their
+      activations until a schedule fits (``step_schedule``).
+    pipe_axis: Mesh axis of the pipeline (default ``"pipe"``).
+    solver_time_limit_s: CP-SAT time budget (default 30 s).
     plan: None (search), a classic schedule by name (``"gpipe"``,
-      ``"1f1b"``, ``"interleaved_1f1b"`` alias ``"interleaved"``,
-      ``"chimera"``, ``"zb_h1"`` alias ``"zb"``, ``"dualpipev"``,
-      ``"zbv"``; see
-      ``tessel_jax.search.baselines`` for the placements each fits), a
-      ``Schedule`` or an ``UnrolledSchedule`` to lower instead.
-    recompute: None (keep residuals; recompute the largest blocks only if
-      the memory limit requires it), True (recompute all), or forward block
-      indices to recompute.
+      ``"1f1b"``, ``"interleaved_1f1b"``/``"interleaved"``, ``"chimera"``,
+      ``"zb_h1"``/``"zb"``, ``"dualpipev"``, ``"zbv"``:
+      ``tessel_jax.search.baselines``), or a ``Schedule`` /
+      ``UnrolledSchedule`` to lower as given.
+    recompute: None (keep residuals; recompute the largest blocks only where
+      the memory limit needs it), True (all), or forward block indices.
     seed: CP-SAT seed.
     max_loop_period: Longest loop body (ticks) the lowering looks for.
-    param_layout: ``"auto"`` (slot arrays for parameter shapes that are
-      balanced over the devices, and for leaves of 64 KiB or more with at
-      most half of their slot rows empty; a flat buffer for the rest),
-      ``"slots"`` or ``"flat"``; see ``passes.packing``.
-    interpret_ramps: Which ticks run as one table-driven loop over a switch
-      of their kernels (``passes.interp``). ``"auto"`` (default): 0, the
-      compact lowering (FSDP parameters included: each kernel gathers its
-      own inside its loop); ``step.report.lowering`` says which, why, and how FSDP parameters
-      are gathered. 0 (compact): every tick in that one loop, remote messages
-      held in outboxes until due, so each kernel body is compiled once: the
-      smallest program and first call (quiet, 2 stages: step 0.91/0.92x a
-      hand-written shard_map GPipe at N = 8/32, first call 1.17-1.26x it;
-      BENCHMARKS.md "Quiet re-measure, session 27"). k > 0 (loops): the repetend runs
-      as a ``fori_loop`` unrolling one period, straight-line stretches
-      (warmup, cooldown) of at least k ticks are interpreted, shorter ones
-      unrolled pruned ticks (the default with FSDP parameters, which
-      interpreted ticks gather once per step, ``fsdp``); pass 8 to compare
-      with the loop lowering. None: loops, every ramp unrolled.
-    param_sharding: Parameters to shard over the pipe axis: a pytree like
-      ``params`` (or a prefix of it) of ``jax.sharding.PartitionSpec`` or
-      None, e.g. ``{"wte": P("pipe", None), "layers": None}`` for a
-      vocab-sharded embedding. A spec names the pipe axis on at most one
-      dimension (divisible by the pipe axis size) and None elsewhere. When
-      omitted, leaves that are arrays with a ``NamedSharding`` whose spec
-      names the pipe axis are sharded the same way. A sharded leaf is stored
-      as 1/D of it per device (the layout's byte counts and the memory limit
-      follow). A block on *every* device of the pipe axis (mshape's ``F0``,
-      mllm's first and last blocks) gathers it with one ``all_gather`` over
-      the pipe axis at its tick (any code works; the block still splits the
-      micro-batch rows over the devices) and its gradient is reduced and
-      re-sharded with one ``psum_scatter``. A block on a strict subset
-      (mshape's head reading a tied embedding) reads the full leaf gathered
-      onto its devices with static ``ppermute``s before the first tick, its
-      gradient scattered back to the shards after the last, both outside
-      every branch (``passes.gather``; the full-leaf buffer is counted in
-      the layout's bytes on every device). The returned gradient has the
-      leaf's full shape.
-    cost: ``"measured"`` (default): every kernel is compiled alone and timed
-      on the mesh's first device (median of repeats, cached on disk), and
-      the search runs on the measured seconds (quantised to
-      ``time_resolution``), stash bytes and communication delays; the
-      schedule searched on uniform spans is searched too, and the one with
-      the smaller predicted step time is lowered (``step.report`` says
-      which).
-      ``"calibrated"``: as ``"measured"``, and each candidate schedule's
-      program is also compiled with its kernels replaced by stand-ins of the
-      same shapes and timed, so the prediction includes what the program
-      pays per tick around its kernels (``tessel_jax.cost.calibrate``;
-      cached on disk by the program's shape). One more compile per
-      candidate: for comparing plans (``placement="auto"``, ``tj.frontier``,
-      ``experiments.model_zoo_spans``) rather than a first call.
-      ``"uniform"``: spans F=1, B=2, W=1, nothing measured. When omitted,
-      the ``TESSEL_JAX_COST`` environment variable decides (default
-      ``"measured"``).
-    time_resolution: Seconds per search step (None: the coarsest step that
-      keeps the rounding error of the blocks within 5%, with at most 24
-      steps per micro-batch on the busiest device).
+    param_layout: ``"auto"`` (default), ``"slots"`` or ``"flat"``: how
+      parameters are packed per device (``passes.packing``).
+    interpret_ramps: Which ticks run as one table-driven loop over their
+      kernels: ``"auto"`` (default: 0, the compact lowering), an integer
+      ``k >= 0`` or None (``tessel_jax.ramps``). ``step.report.lowering``
+      says which lowering was built and why.
+    param_sharding: Leaves to shard over the pipe axis: a pytree (or
+      prefix) of ``PartitionSpec`` or None naming the pipe axis on at most
+      one dimension, e.g. ``{"wte": P("pipe", None)}``; default: the
+      leaves' own ``NamedSharding``. Gathered where a block reads them,
+      gradients returned whole (``tessel_jax.param_sharding``,
+      ``passes.gather``; README "What runs where").
+    cost: ``"measured"`` (kernels timed on the mesh's first device, cached
+      on disk; the schedules searched on measured and on uniform spans
+      are both priced and the faster is lowered), ``"calibrated"`` (also
+      times each candidate program with stand-in kernels: for comparing
+      plans) or ``"uniform"`` (spans F=1, B=2, W=1, nothing measured).
+      Default: ``$TESSEL_JAX_COST``, else ``"measured"``
+      (``tessel_jax.cost``; README "Measured costs").
+    time_resolution: Seconds per search step (None: the coarsest that keeps
+      the blocks' rounding within 5%, at most 24 steps per micro-batch).
     reprofile: Measure again even when the cache has the kernels.
-    link: Communication model for edge delays: None (defaults of the
-      backend, ``tessel_jax.cost.link.DEFAULTS``), a
-      ``tessel_jax.cost.LinkModel``, or ``"measure"`` (a ``ppermute``
-      microbenchmark on the mesh, cached).
-    cache_dir: Directory of the measurement cache and of the searched
-      schedules (``tessel_jax.schedule_cache``: a second process with the
-      same search graph, memory limit, N, time limit and seed reuses the
-      schedule after validating it) (None: ``$TESSEL_JAX_CACHE`` or
-      ``~/.cache/tessel_jax``).
+    link: Edge delays' communication model: None (backend defaults), a
+      ``tessel_jax.cost.LinkModel`` or ``"measure"`` (``ppermute``
+      microbenchmark, cached).
+    cache_dir: Directory of measurements and searched schedules (None:
+      ``$TESSEL_JAX_CACHE`` or ``~/.cache/tessel_jax``;
+      ``tessel_jax.schedule_cache``).
     optimizer_slots: Parameter-sized optimiser arrays per parameter (Adam:
-      2), subtracted from the memory limit and counted in the report's peak.
-    cut: How ``fn`` is cut into the placement's forward blocks. None
-      (default): at its ``tj.boundary`` markers when it has any, else
-      automatically; ``"auto"``: automatically, ignoring any markers;
-      ``"markers"``: at the markers only (their count must match). The
-      automatic cut (``passes.autocut``) is an optimal dynamic programme
-      over the positions between top-level operations (nested ``jax.jit``
-      inlined): it minimises the busiest block's forward(+backward) time
-      (measured per group of operations on the mesh's first device; a
-      roofline estimate with ``cost="uniform"``; a block shared by ``g``
-      devices counts ``1/g``), then, within 3% of that, the bytes live
-      across the cuts.
-    verbose: Show the first call's progress on stderr, one line per phase
-      with its time (trace, cut, kernels, profile, search, lower, compile).
-      They are INFO records of the ``"tessel_jax"`` logger either way, so an
-      application logging at INFO shows them without this.
-    fsdp: When FSDP parameters (sharded over a data axis) are gathered:
-      ``"per_block"`` (ZeRO-3): at the ticks of the blocks reading them,
-      outside every branch (reused over a run of ticks moving the same
-      slots), gradients reduce-scattered into shard-sized accumulators, so
-      a device holds its shards and only the running block's gathered
-      weights and gradients; ``"per_step"``: once before the first tick,
-      kept for the step, gradients reduce-scattered after the last tick;
-      ``"auto"`` (default): per block. In interpreted ticks
-      (``interpret_ramps``, the compact default) each kernel gathers its
-      own leaves (again only where the device switches block) and
-      reduce-scatters its gradients inside its 0/1-trip loop, which every
-      device of a data group enters or skips together
-      (``passes.fsdp_kernel``).
+      2), held against the memory limit and counted in the report's peak.
+    cut: How ``fn`` is cut into forward blocks: None (default: at its
+      ``tj.boundary`` markers if any, else automatically), ``"auto"``
+      (automatically, ignoring markers: ``passes.autocut``) or
+      ``"markers"``.
+    has_aux: As in ``jax.value_and_grad(has_aux=True)``: ``aux`` comes back
+      stacked per micro-batch, not differentiated (README "State and
+      metrics: has_aux"; ``passes.shared_aux``).
+    verbose: Log the first call's phases with their times on stderr (INFO
+      records of the ``"tessel_jax"`` logger either way).
+    data_axes: Mesh axes that split the batch (data parallel; gradients
+      summed once at the end); every other axis is left to GSPMD inside
+      the blocks (tensor parallel). A parameter sharded over a data axis is
+      FSDP (``fsdp``). None: the axes no parameter sharding names, with a
+      warning (README "Pipeline x tensor x data").
+    fsdp: When FSDP parameters are gathered: ``"per_step"`` (once before
+      the first tick), ``"per_block"`` (ZeRO-3: at each block, gradients
+      reduce-scattered into shard-sized accumulators; ``passes.fsdp_tick``)
+      or ``"auto"`` (default: per step unless only per block fits the
+      memory limit; ``tessel_jax.fsdp_choice``).
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).

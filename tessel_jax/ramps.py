@@ -9,12 +9,19 @@ or looped over the repetend. Its default, ``"auto"``, resolves to
   once: the smallest program and the fastest first call (quiet peer_bench,
   2026-11-26 08:05: step 0.84/0.88x the hand-written GPipe at N = 8/32,
   first call 1.44/1.31x it, HLO 170 vs 381 kchars of the looped lowering).
-  With FSDP parameters (sharded over a data axis) and ``fsdp="auto"`` or
-  ``"per_block"``, each kernel gathers its own leaves inside its 0/1-trip
-  loop and reduce-scatters its gradients there (``passes.fsdp_kernel``):
-  ZeRO-3 per block, as in the loop lowering.
+  With FSDP parameters (sharded over a data axis) gathered per block
+  (``fsdp="per_block"``, or ``"auto"`` where only that fits the memory
+  limit, ``tessel_jax.fsdp_choice``), each kernel gathers its own leaves
+  inside its 0/1-trip loop and reduce-scatters its gradients there
+  (``passes.fsdp_kernel``): ZeRO-3 per block, as in the loop lowering.
 
-An explicit integer (or None: unroll every ramp) is used as given.
+An explicit value is used as given: ``0`` is the compact lowering; an
+integer ``k > 0`` the *loop* lowering (the repetend runs as a ``fori_loop``
+unrolling one period, straight-line stretches such as warmup and cooldown
+of at least ``k`` ticks are interpreted, shorter ones unrolled as pruned
+ticks; pass 8 to compare with the compact one); None: loops, every ramp
+unrolled. ``step.report.lowering`` says which lowering was built, why, and
+how FSDP parameters are gathered (``with_fsdp``).
 """
 
 from __future__ import annotations
@@ -81,14 +88,15 @@ def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
                         f" auto)")
 
 
-def with_fsdp(note: str, layout: Any) -> str:
+def with_fsdp(note: str, layout: Any, why: str = "") -> str:
   """``note`` plus how the built layout gathers its FSDP parameters (per
-  block, or once per step where ``fsdp="per_step"``)."""
+  block or once per step) and ``why`` (``tessel_jax.fsdp_choice.why``)."""
   if not _has_fsdp(layout):
     return note
   how = ("per block" if getattr(layout, "fsdp_per_block", False) else
          "once per step")
-  return f"{note}; FSDP parameters gathered {how}"
+  return f"{note}; FSDP parameters gathered {how}" + (
+      f" ({why})" if why else "")
 
 
 __all__ = ["AUTO", "COMPACT", "LOOPS", "Ramps", "check", "resolve",

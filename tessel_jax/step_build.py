@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from tessel_jax import compat
+from tessel_jax import fsdp_choice as _fsdp_choice
 from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
@@ -32,7 +33,6 @@ from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import forward_reach
 
 try:  # installed: passes/ is tessel_jax.passes
-  from tessel_jax.passes import fsdp_tick as _fsdp_tick  # type: ignore
   from tessel_jax.passes import hoist as _hoist  # type: ignore
   from tessel_jax.passes import kernels as _kernels  # type: ignore
   from tessel_jax.passes import lower as _lower  # type: ignore
@@ -41,7 +41,6 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import shared_aux as _shared_aux  # type: ignore
   from tessel_jax.passes import tick_order as _tick_order  # type: ignore
 except ImportError:  # run from the repository root
-  from passes import fsdp_tick as _fsdp_tick  # type: ignore
   from passes import hoist as _hoist  # type: ignore
   from passes import kernels as _kernels  # type: ignore
   from passes import lower as _lower  # type: ignore
@@ -72,7 +71,8 @@ def build(step: Any, params: Any, batch: Any,
       lambda: _cut(step, params, batch, n_total, num_devices, train,
                    split_leaves, clock))
   mesh_shape = dict(step.mesh.shape)
-  ks, layout, costs, sgraph, unit, schedule, unrolled = search_kernels(
+  (ks, layout, costs, sgraph, unit, schedule, unrolled,
+   hoisted) = search_kernels(
       step, graph, part, traced, local_parts, forward_of, shards, rows,
       n_total, n_local, num_devices, train, clock,
       split={l: (spec, spec_parts(spec, mesh_shape))
@@ -99,17 +99,17 @@ def build(step: Any, params: Any, batch: Any,
       _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
                             params) if calibrate and train else None)
   try:
-    hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
     plan, chosen, other_ms, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
         clock, hoisted)
     if picked is not None:
       sgraph, schedule, unrolled = picked
-    layout = _fsdp_tick.resolve(step.fsdp, layout, plan)  # fsdp="auto"
     lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
                                       train, n_total, traced)
     report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                     other_ms, _ramps.with_fsdp(ramps.note, layout), hoisted)
+                     other_ms, _ramps.with_fsdp(
+                         ramps.note, layout,
+                         _fsdp_choice.why(step, layout, plan)), hoisted)
     report = _with_hoisted(report, lowering, traced)
     step.replay_run = (None if costs is None else _run_replay(
         step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
@@ -219,8 +219,7 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
     # The same tick plan, so the same prediction: not planned twice.
     # Priced as pick_schedule prices (FSDP and outside terms included).
     ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
-        costs, unrolled, plan, _fsdp_tick.resolve(step.fsdp, layout, plan),
-        step.mesh, step.pipe_axis)
+        costs, unrolled, plan, layout, step.mesh, step.pipe_axis)
     clock.lap("search on uniform spans", "the same order as on measured"
               " spans")
     return plan, "measured", ms, None
@@ -323,7 +322,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
   FSDP).
 
   Returns ``(kernels, layout, costs, search graph, memory unit, schedule,
-  unrolled)``.
+  unrolled, hoisted bytes)``; the last is :func:`hoisted_limit_bytes` of
+  the kernels found on the layout chosen, predicted once per layout tried.
   """
   seeds = _kernels.loss_seeds(part, n_total) if train else None
   keep = step_schedule.initial_keep(step, len(part.blocks))
@@ -340,14 +340,32 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                                         layout, data_sizes, n_local, clock)
     try:
       searches = step.searches
-      schedule, unrolled = step_schedule.find_schedule(
-          step, sgraph, unit, layout, n_local, costs,
-          hoisted_limit_bytes(step, ks, layout, traced, n_local))
+      layout, (schedule, unrolled, hoisted) = _fsdp_choice.first_fitting(
+          _fsdp_choice.layouts(step.fsdp, layout),  # fsdp="auto"
+          functools.partial(_find_schedule, step, ks, traced, sgraph, unit,
+                            n_local, costs))
       clock.lap("search", step_schedule.search_note(
           schedule, unrolled, step.searches > searches))
-      return ks, layout, costs, sgraph, unit, schedule, unrolled
+      return ks, layout, costs, sgraph, unit, schedule, unrolled, hoisted
     except step_schedule.InfeasibleMemory as err:
       _recompute_more(step, ks, keep, err)
+
+
+def _find_schedule(step: Any, ks: Any, traced: Any, sgraph: BlockGraph,
+                   unit: int, n_local: int, costs: Any, layout: Any
+                   ) -> tuple[tuple[Any, Any, int], bool]:
+  """``((schedule, unrolled, hoisted bytes), fits)`` on ``layout``
+  (``fits``: within the memory limit, ``fsdp_choice.fits``); the limit
+  counts the hoisted bytes (:func:`hoisted_limit_bytes`).
+
+  Raises:
+    step_schedule.InfeasibleMemory: no schedule fits the memory limit.
+  """
+  hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
+  schedule, unrolled = step_schedule.find_schedule(
+      step, sgraph, unit, layout, n_local, costs, hoisted)
+  fits = _fsdp_choice.fits(step, layout, unit, unrolled, costs, hoisted)
+  return (schedule, unrolled, hoisted), fits
 
 
 def _recompute_more(step: Any, ks: Any, keep: dict[int, bool],

@@ -23,10 +23,8 @@ from tessel_jax.schedule import Schedule, UnrolledSchedule
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import errors as _errors  # type: ignore
-  from tessel_jax.passes import fsdp_tick as _fsdp_tick  # type: ignore
 except ImportError:  # run from the repository root
   from passes import errors as _errors  # type: ignore
-  from passes import fsdp_tick as _fsdp_tick  # type: ignore
 
 MEMORY_UNITS = 16  # the largest block's stash is this many memory units
 
@@ -190,13 +188,26 @@ def uniform_candidate(step: Any, graph: BlockGraph, ks: Any, unit: int,
   return alt_graph, alt_sched, alt_unrolled
 
 
+#: ``pick_schedule``: the schedule searched on uniform spans is first
+#: priced with the per-tick seconds of the measured-spans plan's stand-in
+#: (``CostModel.replay_like``); its own stand-in program is compiled and
+#: timed only when that estimate is below ``1 + ALT_STANDIN_MARGIN`` times
+#: the measured-spans plan's price. Two schedules of one build's kernels
+#: had stand-in figures up to ~30% apart per tick (README GPT, interleaved
+#: pipe2 x dp2), about a third of the price: 10% keeps every close call
+#: calibrated. README GPT, 4 devices, cold choice: most second stand-ins
+#: were of schedules that lost.
+ALT_STANDIN_MARGIN = 0.10
+
+
 def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
                   plan: Any, alt: Any, make_plan: Callable[[Any], Any]
                   ) -> tuple:
   """The integer search sees blocks on independent devices; the
   prediction also knows the lowering's per-tick costs, rendezvous and
   shared CPU cores. Lowers whichever of the schedules searched on the
-  measured and on uniform spans (``alt``) it predicts faster.
+  measured and on uniform spans (``alt``) it predicts faster; the uniform
+  one's stand-in is timed only when it may win (``ALT_STANDIN_MARGIN``).
 
   Returns ``(plan, "measured" | "uniform", other's predicted ms,
   (graph, schedule, unrolled) of the uniform one or None)``.
@@ -208,16 +219,35 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
 
   def price(run: UnrolledSchedule, p: Any) -> float:
     # The FSDP collectives included, as the build will gather them.
-    layout = _fsdp_tick.resolve(step.fsdp, p.layout, p)
-    return model.step_seconds(costs, run, p, layout, step.mesh,
+    return model.step_seconds(costs, run, p, p.layout, step.mesh,
                               step.pipe_axis)
 
-  mine, theirs = _cost_model.agree([price(unrolled, plan),
-                                    price(alt[2], alt_plan)])
+  mine = price(unrolled, plan)
+  guess = _guess_alt(step, costs, alt[2], alt_plan)
+  if guess is not None and guess >= mine * (1 + ALT_STANDIN_MARGIN):
+    theirs = guess   # cannot win: its stand-in is not compiled
+    model.alt_standins_skipped += 1
+  else:
+    theirs = price(alt[2], alt_plan)
+  mine, theirs = _cost_model.agree([mine, theirs])
   # every process lowers the same schedule
   if theirs < mine:
     return alt_plan, "uniform", mine * 1e3, alt
   return plan, "measured", theirs * 1e3, None
+
+
+def _guess_alt(step: Any, costs: Any, run: UnrolledSchedule, p: Any
+               ) -> float | None:
+  """Seconds of ``run`` lowered as ``p`` with the per-tick stand-in seconds
+  of the plan the cost model priced last (``CostModel.extra_last_s``), or
+  None where that plan's stand-in was not timed (not calibrated, a lower
+  bound, a multi-process run)."""
+  model = step._costs  # pylint: disable=protected-access
+  if not model.calibrated or model.bound_last or model.extra_last_s <= 0:
+    return None
+  return model.replay_like(costs, run, p, step.mesh, step.pipe_axis,
+                           model.extra_last_s) + sum(model.serial_seconds(
+                               costs, p, p.layout, step.mesh, step.pipe_axis))
 
 
 def search_note(sched: Schedule | None, unrolled: UnrolledSchedule,

@@ -71,6 +71,46 @@ def test_compact_ticks_are_priced_with_their_own_ports_and_rounds():
         without[t.step] + 2e-6 * sum(per) / len(per))
 
 
+def test_every_tick_pays_its_fixed_ports_on_every_device():
+  """``TickCosts.tick_ports``: each tick, on each device, costs that many
+  port operations more (``ports.TICK_PORTS`` in a measured prediction)."""
+  plan = _plan("auto")
+  link = cost_link.LinkModel(1e-3, 1e9)
+  priced = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6)
+  fixed = ticks.TickCosts(fixed_s=1e-4, per_byte_s=1e-9, per_port_s=2e-6,
+                          tick_ports=ports.TICK_PORTS)
+  assert fixed.seconds(0, 3) == pytest.approx(
+      1e-4 + 2e-6 * (3 + ports.TICK_PORTS))
+  a = ticks.tick_model(plan, link, priced)
+  b = ticks.tick_model(plan, link, fixed)
+  extra = 2e-6 * ports.TICK_PORTS
+  assert ports.TICK_PORTS > 0 and a.device_costs
+  for step, cost in a.tick_costs.items():
+    assert b.tick_costs[step] == pytest.approx(cost + extra)
+  for step, per in a.device_costs.items():
+    assert b.device_costs[step] == pytest.approx([c + extra for c in per])
+
+
+def test_a_measured_prediction_prices_the_fixed_tick_ports(monkeypatch):
+  """``CostModel``'s tick model carries ``ports.TICK_PORTS`` with the
+  machine's per-port figure."""
+  from tessel_jax.cost import model as cost_model  # pylint: disable=import-outside-toplevel
+  seen = []
+  orig = ticks.tick_model
+
+  def spy(plan, link, costs=None, rendezvous=False):
+    seen.append(costs)
+    return orig(plan, link, costs, rendezvous=rendezvous)
+
+  monkeypatch.setattr(cost_model._ticks, "tick_model", spy)  # pylint: disable=protected-access
+  fn, params, batch = _tiny(kinds=("embed", "head"))
+  step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=placements.vshape(2), num_microbatches=4,
+                     cost="measured", solver_time_limit_s=10)
+  step.build(params, batch)
+  assert seen and all(c.tick_ports == ports.TICK_PORTS for c in seen)
+
+
 @pytest.mark.parametrize("bend", [0.0, 0.3])
 def test_solve_inverts_the_replay(bend):
   # 500 port operations on the critical path over 2 ms of kernels; a bend

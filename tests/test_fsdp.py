@@ -2,7 +2,8 @@
 
 Megatron MLP layers pipelined over ``pipe`` with weights split over
 ``data`` (and ``model``): each data replica stores its shard, with
-``fsdp="per_step"`` the program gathers it once before the first tick and
+``fsdp="per_step"`` (or ``"auto"`` without a memory limit) the program
+gathers it once before the first tick and
 reduce-scatters its gradient after the last (per block:
 ``test_fsdp_per_block.py``). Checked: loss and gradients equal ``jax.value_and_grad``, the
 gradients carry the parameters' shardings, the HLO reduce-scatters the FSDP
@@ -53,8 +54,8 @@ def _collectives(text: str, op: str) -> list[tuple[tuple[int, ...], str]]:
 
 
 def _run(mesh_shape: dict[str, int], layer: dict[str, Any],
-         data_axes: tuple[str, ...] = ("data",), n: int = 2
-         ) -> tuple[Any, str, Any]:
+         data_axes: tuple[str, ...] = ("data",), n: int = 2,
+         fsdp: str = "per_step") -> tuple[Any, str, Any]:
   """Runs the pipelined MLP with weights placed by ``layer``, compiled once;
   checks it against ``jax.value_and_grad`` and the gradients' shardings;
   returns the step, the compiled HLO text and the gradients."""
@@ -64,7 +65,7 @@ def _run(mesh_shape: dict[str, int], layer: dict[str, Any],
   batch = _batch(4 * n, False)
   step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
       2, mode="train"), num_microbatches=n, plan="1f1b", data_axes=data_axes,
-                     fsdp="per_step")
+                     fsdp=fsdp)
   compiled = step.lower(sharded, batch).compile()
   loss, grads = compiled(sharded, batch)
   assert max_rel_err((loss, grads), reference(fn, params, batch, n)) <= TOL
@@ -76,12 +77,21 @@ def _run(mesh_shape: dict[str, int], layer: dict[str, Any],
   return step, text, grads
 
 
-@pytest.mark.parametrize("mesh_shape,layer", [
-    ({"pipe": 2, "data": 2}, DATA_ONLY),
-    ({"pipe": 2, "data": 2, "model": 2}, DATA_MODEL)])
+@pytest.mark.parametrize("mesh_shape,layer,fsdp", [
+    # "auto" (the default) without a memory limit: per step
+    # (tessel_jax.fsdp_choice; under a limit: test_fsdp_compact.py).
+    ({"pipe": 2, "data": 2}, DATA_ONLY, "auto"),
+    ({"pipe": 2, "data": 2, "model": 2}, DATA_MODEL, "per_step")])
 def test_fsdp_equals_value_and_grad(mesh_shape: dict[str, int],
-                                    layer: dict[str, Any]) -> None:
-  step, text, _ = _run(mesh_shape, layer)
+                                    layer: dict[str, Any], fsdp: str) -> None:
+  step, text, _ = _run(mesh_shape, layer, fsdp=fsdp)
+  assert step.built.layout.fsdp_mode == "per_step"
+  if fsdp == "auto":
+    assert re.fullmatch(
+        r"lowering compact \(interpret_ramps=0, auto\); FSDP parameters"
+        r" gathered once per step \(fsdp='auto': no memory limit; per step"
+        r" [\d.]+ MiB fixed per device and \d+ FSDP collectives, per block"
+        r" [\d.]+ MiB and \d+\)", step.report.lowering), step.report.lowering
   model = mesh_shape.get("model", 1)
   # Per device: the weight stored split over data (and model), gathered
   # over data only.

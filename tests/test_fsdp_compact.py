@@ -1,45 +1,29 @@
 """FSDP under the compact lowering (the default ``interpret_ramps="auto"``).
 
 Every tick is interpreted (one table-driven loop), each kernel in its own
-0/1-trip while loop; per block (``fsdp="auto"``) a kernel gathers its own
-FSDP leaves and reduce-scatters its gradients inside that loop
-(``passes.fsdp_kernel``). Checked: loss and gradients equal
-``jax.value_and_grad`` with the parameters' shardings for ``fsdp="auto"``
-and ``"per_step"``; per block every whole-weight all-gather and every
-reduce-scatter sits in a kernel's loop inside the tick loop, none before
-the first tick (per step: all before it), and the compiled bytes per
-device are below per step's, near the shards plus one block gathered.
+0/1-trip while loop; per block a kernel gathers its own FSDP leaves and
+reduce-scatters its gradients inside that loop (``passes.fsdp_kernel``).
+``fsdp="auto"`` gathers once per step unless only per block fits the
+memory limit (``tessel_jax.fsdp_choice``; without a limit:
+``test_fsdp.py``). Checked: loss and gradients equal
+``jax.value_and_grad`` with the parameters' shardings; "auto" is per step
+without a limit and per block under a limit only per block fits; per
+block every whole-weight all-gather and every reduce-scatter sits in a
+kernel's loop inside the tick loop, none before the first tick (per step:
+all before it), and the compiled bytes per device are below per step's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
-
-import pytest
+from typing import Any
 
 import tessel_jax as tj
 
-from test_fsdp import DATA_ONLY, _specs
 from test_fsdp_per_block import WIDE_F, WIDE_H, _check, wide_case
-from test_tensor_parallel import _batch, _mesh, mlp_model
 
 KERNEL_LOOP = "tj_seg_interp/while/body/closed_call/while/body/"
-
-
-@pytest.mark.parametrize("fsdp,how", [("auto", "per block"),
-                                      ("per_step", "once per step")])
-def test_compact_fsdp_equals_value_and_grad(fsdp: str, how: str) -> None:
-  params, _, fn = mlp_model()
-  mesh = _mesh({"pipe": 2, "data": 2})
-  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=4, plan="1f1b", data_axes=("data",),
-                     fsdp=fsdp)
-  _check(step, fn, params, _specs(DATA_ONLY), mesh, _batch(16, False), 4)
-  built = step.built
-  assert [s.kind for s in built.plan.segments] == ["interp"]
-  assert built.report.lowering == (
-      f"lowering compact (interpret_ramps=0, auto); FSDP parameters"
-      f" gathered {how}")
 
 
 def _collectives(text: str, op: str) -> list[tuple[str, str]]:
@@ -68,26 +52,44 @@ def _one_leaf(dims: str) -> bool:
              for s in leaves)
 
 
-def test_compact_per_block_gathers_in_the_kernel_loops() -> None:
-  """Interleaved placement, four blocks per device, compact: per block the
-  gathers and reduce-scatters run in the kernels' loops inside the tick
-  loop, each moves one weight (no gathered copy of every parameter), and
-  the program holds fewer bytes than per step."""
+def _limit_only_per_block_fits(step: Any) -> int:
+  """A memory limit (bytes per device) between per block's fixed bytes
+  plus ``step``'s stash peak and per step's fixed bytes."""
+  built = step.built
+  per_step = max(built.layout.fixed_bytes_per_device(0))
+  per_block = max(dataclasses.replace(
+      built.layout, fsdp_mode="per_block").fixed_bytes_per_device(0))
+  stash = max(built.unrolled.peak_memory) * built.memory_unit
+  assert per_block + stash < per_step, (per_block, stash, per_step)
+  return (per_block + stash + per_step) // 2
+
+
+def test_auto_per_block_under_a_limit_gathers_in_the_kernel_loops() -> None:
+  """Interleaved placement, four blocks per device, compact,
+  ``fsdp="auto"``: per step without a limit; per block under a limit only
+  per block fits. Per block the gathers and reduce-scatters run in the
+  kernels' loops inside the tick loop, each moves one weight (no gathered
+  copy of every parameter), and the program holds fewer bytes than per
+  step. Both equal ``jax.value_and_grad``."""
   params, fn, specs, mesh, batch = wide_case()
-  total, text = {}, {}
-  for mode in ("auto", "per_step"):
+  total, text, limit = {}, {}, None
+  for mode in ("per_step", "per_block"):
     step = tj.schedule(fn, mesh=mesh, placement=tj.placements.interleaved(
         2, chunks=4, mode="train"), num_microbatches=4, data_axes=("data",),
-                       fsdp=mode)
+                       memory_limit=limit)
     compiled = _check(step, fn, params, specs, mesh, batch, 4)
+    assert step.built.layout.fsdp_mode == mode
     assert [s.kind for s in step.built.plan.segments] == ["interp"]
     mem = compiled.memory_analysis()
     total[mode] = (mem.argument_size_in_bytes + mem.output_size_in_bytes +
                    mem.temp_size_in_bytes)
     text[mode] = compiled.as_text()
-  gathers = [c for c in _collectives(text["auto"], "all-gather")
+    limit = limit or _limit_only_per_block_fits(step)
+  assert "(fsdp='auto': only per block fits the memory limit;" in (
+      step.report.lowering)
+  gathers = [c for c in _collectives(text["per_block"], "all-gather")
              if c[1].endswith("all_gather")]
-  scatters = _collectives(text["auto"], "reduce-scatter")
+  scatters = _collectives(text["per_block"], "reduce-scatter")
   assert gathers and scatters
   for dims, name in gathers + scatters:
     assert KERNEL_LOOP in name, (dims, name)
@@ -97,4 +99,4 @@ def test_compact_per_block_gathers_in_the_kernel_loops() -> None:
   step_gathers = [c for c in _collectives(text["per_step"], "all-gather")
                   if _whole_weight(c[0])]
   assert step_gathers and not any("/while/" in n for _, n in step_gathers)
-  assert total["auto"] < 0.85 * total["per_step"], total
+  assert total["per_block"] < 0.85 * total["per_step"], total

@@ -161,33 +161,10 @@ def test_per_block_gathers_in_loops_and_holds_fewer_bytes() -> None:
   assert max(stp.fixed_bytes_per_device(2)) == 3 * shards + 2 * 4 * layer
 
 
-def test_auto_mode_and_unknown_mode() -> None:
-  """``fsdp="auto"`` (the default) gathers per block, in interpreted
-  segments too; an unknown mode is refused."""
-  params, _, fn = mlp_model()
-  mesh = _mesh({"pipe": 2, "data": 2})
-  step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-      2, mode="train"), num_microbatches=2, plan="1f1b", data_axes=("data",))
-  built = step.build(_put(params, _specs(DATA_ONLY), mesh), _batch(8, False))
-  assert built.layout.fsdp_per_block and built.lowering.layout.fsdp_per_block
-  # The default interpret_ramps="auto" lowers compact, FSDP parameters
-  # gathered per block inside each kernel's loop (passes.fsdp_kernel).
-  assert built.report.lowering == (
-      "lowering compact (interpret_ramps=0, auto); FSDP parameters gathered"
-      " per block")
-  assert [s.kind for s in built.plan.segments] == ["interp"]
-  wide, wide_fn = _wide_model()
-  step = tj.schedule(wide_fn, mesh=mesh, placement=tj.placements.interleaved(
-      2, chunks=4, mode="train"), num_microbatches=4, data_axes=("data",),
-                     interpret_ramps=2)
-  built = step.build(_put(wide, {"layers": [WIDE] * LAYERS_WIDE}, mesh),
-                     {k: jnp.zeros((8, WIDE_H)) for k in ("x", "y")})
-  assert any(s.kind == "interp" for s in built.plan.segments)
-  assert built.layout.fsdp_per_block  # interpreted ticks too
-  assert built.report.lowering == (
-      "lowering loops (interpret_ramps=2, given); FSDP parameters gathered"
-      " per block")
-
+def test_unknown_mode_is_refused() -> None:
+  """An unknown ``fsdp`` mode is refused by name (``"auto"``: see
+  ``tests/test_fsdp_compact.py``)."""
+  _, _, fn = mlp_model()
   with pytest.raises(tj.TesselError, match=r"fsdp='zero3'; use 'per_block'"):
     tj.schedule(fn, mesh=_mesh({"pipe": 2, "data": 2}), placement="vshape",
                 num_microbatches=2, plan="1f1b", data_axes=("data",),

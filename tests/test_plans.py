@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 import tessel_jax as tj
@@ -130,6 +131,24 @@ def test_auto_plan_runner_summary_and_limits():
   assert got["paired_wall_cpu"] == {"b": [1.1, 1.2]}
   assert got["chosen_over_best_paired"] == 1.1
   assert got["chosen_over_best_paired_cpu"] == 1.2
+  # The plain step timed beside them is a reference, never a candidate.
+  rows.append({"label": A.REFERENCE, "reference": True, "chosen": False,
+               "measured_ms": 1.0, "measured_cpu_ms": 2.0})
+  got = A.summarise(rows)
+  assert got["fastest_measured"] == "b" and got["fastest_cpu"] == "b"
+  assert got["reference_ms"] == [1.0, 2.0]
+  assert A.REFERENCE not in got["paired_wall_cpu"]
+
+
+def test_auto_plan_runner_times_rows_against_the_reference():
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  rows = [{"label": "a"}, {"label": "b"}, {"label": A.REFERENCE,
+                                           "reference": True}]
+  zero = lambda p, b: jnp.zeros(())  # pylint: disable=unnecessary-lambda-assignment
+  A._time_rows({0: zero, 2: zero}, rows, None, None, 3)  # pylint: disable=protected-access
+  assert len(rows[0]["rounds_ms"]) == 3 and "measured_ms" not in rows[1]
+  assert rows[2]["x_reference"] == [1.0, 1.0]
+  assert all(x > 0 for x in rows[0]["x_reference"])
 
 
 def test_auto_plan_runner_measures_each_placements_fastest():

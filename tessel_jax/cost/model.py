@@ -197,6 +197,9 @@ class CostModel:
     self.standin_ceiling_s: float | None = None
     self.bound_last = False
     self.standins_skipped = 0
+    # Uniform-span schedules not given a stand-in of their own
+    # (``step_schedule.pick_schedule``: estimated well slower).
+    self.alt_standins_skipped = 0
     # Seconds per tick the last prediction's stand-in added (0: none).
     self.extra_last_s = 0.0
     self._spent = 0.0
@@ -369,8 +372,8 @@ class CostModel:
 
     def idle(per_port: float) -> float:
       model = _ticks.tick_model(
-          plan, costs.link, dataclasses.replace(tick_costs,
-                                                per_port_s=per_port),
+          plan, costs.link, dataclasses.replace(
+              tick_costs, per_port_s=per_port, tick_ports=_ports.TICK_PORTS),
           rendezvous=rendezvous)
       return self._replay(costs, unrolled, model, idle=True).step_seconds
 
@@ -480,7 +483,7 @@ class CostModel:
     if not self.calibrated:  # else the plan's own stand-in prices ticks
       tick_costs = dataclasses.replace(tick_costs, per_port_s=(
           self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
-                            tick_costs)))
+                            tick_costs)), tick_ports=_ports.TICK_PORTS)
     return _ticks.tick_model(plan, costs.link, tick_costs,
                              rendezvous=rendezvous)
 

@@ -16,7 +16,8 @@ table, a dynamic slice or update, a select among candidates, the branch's
 port), fused into a few thunks of XLA's CPU runtime each.
 
 So a measured prediction prices ``per_port_s`` seconds per port operation
-on every device at every tick (``TickCosts.per_port_s``), measured once per
+on every device at every tick (``TickCosts.per_port_s``), and every tick
+as :data:`TICK_PORTS` more port operations (its fixed cost), measured once per
 machine (backend, device kind, mesh size, XLA flags, cores) on the first
 plan built there: its stand-in program compiled and timed
 (``calibrate.time_step``), ``per_port_s`` solved so that the prediction of
@@ -46,8 +47,21 @@ from tessel_jax.cost import ticks
 
 #: Bump when the port count or what the terms cover changes (5: solved
 #: over ticks priced in one device's core-seconds; an interp tick priced
-#: per device, with its own kernels' ports and its segment's rounds).
-PORTS_VERSION = 5
+#: per device, with its own kernels' ports and its segment's rounds; 6:
+#: every tick also pays :data:`TICK_PORTS`).
+PORTS_VERSION = 6
+#: Port operations' worth of fixed cost every tick pays on every device
+#: beyond its own ports (the tick loop's step, its table lookups, the
+#: kernels' 0/1-trip loop conditions), priced at the machine's per-port
+#: figure (``ticks.TickCosts.tick_ports``). Fitted on the stand-ins of the
+#: five zoo models and the batch-norm CNN, timed interleaved in one process
+#: (load 14.5, 2 devices, ``vshape(2)``, N = 8, 25 ticks): the seconds per
+#: port each stand-in implies fell with its ports per tick, 1.96 us at 18
+#: (eqx_mlp) to 1.01-1.18 us at 107-172 (the transformers), 1.45 us for
+#: the CNN at 45; a fixed cost per tick worth 21 ports (least squares)
+#: plus ~0.97 us per port fits all six within 16% of their program around
+#: the kernels, where one per-port figure missed by -26% to +44%.
+TICK_PORTS = 20.0
 #: Largest seconds per port operation taken as a machine's figure: twice
 #: the largest measured on the model zoo (1.07 us, load 6-9).
 MAX_PER_PORT_S = 2e-6

@@ -70,15 +70,19 @@ class TickCosts:
       read, out, gradient and message ports), what a real program pays
       per port beyond the microbenchmark's toy tick (0: not known; see
       ``cost.model.CostModel.port_seconds``).
+    tick_ports: Port operations' worth every tick pays beyond its own
+      ports, priced at ``per_port_s`` (``cost.ports.TICK_PORTS``).
   """
 
   fixed_s: float = 0.0
   per_byte_s: float = 0.0
   source: str = "none"
   per_port_s: float = 0.0
+  tick_ports: float = 0.0
 
   def seconds(self, traffic: int, ports: int = 0) -> float:
-    return self.fixed_s + self.per_byte_s * traffic + self.per_port_s * ports
+    return (self.fixed_s + self.per_byte_s * traffic +
+            self.per_port_s * (ports + self.tick_ports))
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)

@@ -1,0 +1,115 @@
+"""``tj.schedule(fsdp="auto")``: when FSDP parameters are gathered.
+
+FSDP parameters (sharded over a data axis) are gathered either once per
+step (every slot before the first tick, gradients reduce-scattered after
+the last) or per block (ZeRO-3, ``passes.fsdp_tick``: each block gathers
+its own slots and reduce-scatters its gradients, in the compact lowering
+inside its kernel's loop, ``passes.fsdp_kernel``). Per block holds only
+the running block's gathered weights and gradients, but it pays a
+collective per block run: at N = 8 it cost 13-20% more CPU than per step
+for 3-14% fewer bytes (``experiments.fsdp_compact_bench``, BENCHMARKS.md).
+
+So ``"auto"`` gathers once per step unless the memory limit (given, or
+what the device reports) needs per block: the search tries the per-step
+layout first, then per block, before any block is made to recompute its
+activations (``step_build.search_kernels``). :func:`why` says which and
+why for ``step.report.lowering``, with both modes' fixed bytes per device
+(``passes.packing.Layout.fixed_bytes_per_device``) and FSDP collectives a
+step (``passes.fsdp_comm``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from tessel_jax import step_schedule
+
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import fsdp_comm as _fsdp_comm  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import fsdp_comm as _fsdp_comm  # type: ignore
+
+AUTO, PER_BLOCK, PER_STEP = "auto", "per_block", "per_step"
+# find(layout) -> (found, fits); raises InfeasibleMemory. ``found`` is
+# whatever the caller needs back for that layout (its schedule, ...).
+Finder = Callable[[Any], tuple[Any, bool]]
+
+
+def has_fsdp(layout: Any) -> bool:
+  """Whether ``layout`` has FSDP slots."""
+  return any(c.fsdp for c in layout.classes)
+
+
+def layouts(option: str, layout: Any) -> tuple[Any, ...]:
+  """The layouts the search tries, in order: ``layout`` (made per step
+  unless ``fsdp="per_block"``), then with ``"auto"`` and FSDP slots the
+  same layout gathered per block."""
+  if option != AUTO or not has_fsdp(layout):
+    return (layout,)
+  return (dataclasses.replace(layout, fsdp_mode=PER_STEP),
+          dataclasses.replace(layout, fsdp_mode=PER_BLOCK))
+
+
+def fits(step: Any, layout: Any, unit: int, unrolled: Any, costs: Any,
+         hoisted: int) -> bool:
+  """Whether ``unrolled``'s stash peak (memory units of ``unit`` bytes)
+  fits what the memory limit leaves beside ``layout``'s fixed bytes (a
+  searched schedule always does; a given ``plan`` may not)."""
+  limit = step_schedule.memory_units(step, unit, layout, costs, hoisted)
+  return limit is None or max(unrolled.peak_memory, default=0) <= limit
+
+
+def first_fitting(candidates: tuple[Any, ...], find: Finder
+                  ) -> tuple[Any, Any]:
+  """``(layout, found)`` of the first candidate layout with a schedule
+  that fits the memory limit; when a schedule was found but none fits (a
+  given ``plan``), the first one found.
+
+  Raises:
+    step_schedule.InfeasibleMemory: no candidate has a schedule.
+  """
+  first, error = None, None
+  for layout in candidates:
+    try:
+      found, ok = find(layout)
+    except step_schedule.InfeasibleMemory as err:
+      error = err
+      continue
+    if ok:
+      return layout, found
+    first = first or (layout, found)
+  if first is not None:
+    return first
+  raise error
+
+
+def _mib(nbytes: int) -> str:
+  return f"{nbytes / 2**20:.2f} MiB"
+
+
+def why(step: Any, layout: Any, plan: Any) -> str:
+  """Why ``layout`` gathers its FSDP parameters as it does, with both
+  modes' fixed bytes per device (parameters, gradients, optimiser slots)
+  and FSDP collectives a step of ``plan``; "" without FSDP slots or
+  with the mode given."""
+  if step.fsdp != AUTO or not has_fsdp(layout):
+    return ""
+  modes = {m: dataclasses.replace(layout, fsdp_mode=m)
+           for m in (PER_STEP, PER_BLOCK)}
+  fixed = {m: max(l.fixed_bytes_per_device(int(step.optimizer_slots)))
+           for m, l in modes.items()}
+  count = {m: len(_fsdp_comm.collectives(l, plan)) for m, l in modes.items()}
+  limit = ("no memory limit" if
+           step_schedule.memory_limit_bytes(step, layout) is None else
+           "per step fits the memory limit")
+  if layout.fsdp_mode == PER_BLOCK:
+    limit = "only per block fits the memory limit"
+  return (f"fsdp='auto': {limit}; per step {_mib(fixed[PER_STEP])} fixed"
+          f" per device and {count[PER_STEP]} FSDP collectives, per block"
+          f" {_mib(fixed[PER_BLOCK])} and {count[PER_BLOCK]}")
+
+
+__all__ = ["AUTO", "PER_BLOCK", "PER_STEP", "first_fitting", "fits",
+           "has_fsdp", "layouts", "why"]

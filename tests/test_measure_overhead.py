@@ -1,0 +1,65 @@
+"""A kernel's profile leaves out what its call costs (``cost.measure``).
+
+Inside the pipelined program a kernel is inlined: no call, and its inputs
+and outputs are stash slots, not arrays. Timed alone, each call also pays
+per input and output array; ``measure.call_overhead`` measures that once
+per process and ``time_kernel`` takes it off.
+"""
+
+from __future__ import annotations
+
+import jax
+
+import tessel_jax as tj
+from tessel_jax.cost import measure
+
+import test_lowering_models as M
+
+
+def _kernels():
+  mesh = jax.make_mesh((2,), ("pipe",))
+  kinds = ["embed", "layer", "head"]
+  fn = M.chain_fn(kinds)
+  params = M.make_params(M.num_layers(kinds))
+  step = tj.schedule(fn, mesh=mesh, placement=tj.Placement([0, 0, 1]),
+                     num_microbatches=4, cost="uniform")
+  built = step.build(params, M.make_batch(16))
+  return built.kernels.kernels, built.partition.traced.param_avals
+
+
+def test_call_overhead_prices_each_further_array():
+  over = measure.CallOverhead(empty_s=5e-6, per_input_s=0.5e-6,
+                              per_output_s=1e-6)
+  assert over.seconds(1, 1) == 5e-6
+  assert over.seconds(0, 0) == 5e-6
+  assert abs(over.seconds(11, 21) - (5e-6 + 10 * 0.5e-6 + 20 * 1e-6)) < 1e-12
+
+
+def test_kernel_time_takes_off_the_overhead_of_its_arrays(monkeypatch):
+  kernels, avals = _kernels()
+  dev = jax.devices()[0]
+  over = measure.CallOverhead(empty_s=4e-6, per_input_s=1e-6,
+                              per_output_s=2e-6)
+  cores = 1 if measure.cpu_cores() else None
+  monkeypatch.setitem(measure._OVERHEAD,  # pylint: disable=protected-access
+                      (dev.platform, dev.id, cores, None), over)
+  monkeypatch.setattr(measure, "_time_calls",
+                      lambda fn, repeats, warmup, cpu_clock=False: (1e-3, 1))
+  seen = set()
+  for k in kernels.values():
+    rec = measure.time_kernel(k, avals, dev, rounds=1)
+    inputs = len(k.params) + len(k.in_avals)
+    outputs = len(k.out_avals) + len(k.grads)
+    seen.add((inputs, outputs))
+    assert rec["raw_seconds"] == 1e-3
+    assert abs(rec["seconds"] - (1e-3 - over.seconds(inputs, outputs))) < 1e-12
+  assert len(seen) > 1           # kernels with different array counts
+
+
+def test_profile_version_joins_the_kernel_key(monkeypatch):
+  kernels, avals = _kernels()
+  k = next(iter(kernels.values()))
+  dev = jax.devices()[0]
+  before = measure.kernel_key(k, avals, dev)
+  monkeypatch.setattr(measure, "PROFILE_VERSION", measure.PROFILE_VERSION + 1)
+  assert measure.kernel_key(k, avals, dev) != before
