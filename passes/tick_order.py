@@ -12,17 +12,19 @@ per-device order packs into two, ``F0 B1 | B0 F1``.
 :func:`compact` keeps every device's order of blocks (so its memory, by
 the project's convention, is unchanged) and gives each action the first
 tick after its device's previous action and after every value it reads
-was made. Switched on with :func:`enabled` (off by default).
+was made. Switched on with :func:`enabled`, or for a whole process with
+``TESSEL_JAX_TICK_ORDER=1`` (off by default).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-_ENABLED = [False]
+_ENABLED = [os.environ.get("TESSEL_JAX_TICK_ORDER", "") == "1"]
 
 
 @contextlib.contextmanager

@@ -3,11 +3,13 @@
 vshape(2) with uniform spans (F 1, B 2) is planned as three ticks a period,
 ``F0 | B0 F1 | B1``; compacted, the same per-device order runs in two,
 ``F0 B1 | B0 F1``. The compacted program equals ``jax.value_and_grad``
-(compact and loop lowering, 4 micro-batches) and is off by default.
+(compact and loop lowering, 4 micro-batches). Off unless
+``tick_order.enabled()`` or ``TESSEL_JAX_TICK_ORDER=1``.
 """
 
 from __future__ import annotations
 
+import os
 import types
 
 import jax
@@ -72,9 +74,12 @@ def test_compact_waits_for_values_from_the_other_device():
     assert got[(3, m)] > got[(2, m)]
 
 
-def test_off_by_default():
+def test_off_unless_enabled():
   acts = _three_tick(2)
-  assert tick_order.apply(_KERNELS, acts) is acts
+  if os.environ.get("TESSEL_JAX_TICK_ORDER", "") != "1":
+    assert not tick_order.is_enabled()
+  with tick_order.enabled(False):
+    assert tick_order.apply(_KERNELS, acts) is acts
   with tick_order.enabled():
     assert tick_order.apply(_KERNELS, acts) is not acts
 

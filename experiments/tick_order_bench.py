@@ -1,0 +1,105 @@
+"""Compacted ticks (``passes.tick_order``) against the default, paired.
+
+  python -m experiments.tick_order_bench --model=mlp --n=8 --rounds=9
+
+One process, 2 fake single-threaded CPU devices (pin it to 2 cores with
+``taskset``), ``vshape(2)``: the searched schedule lowered as planned and
+with its ticks compacted, both checked equal (loss and gradients), then
+timed once per round in shuffled order. Prints and writes (JSON) each
+one's ticks, median wall and process CPU ms, the paired per-round ratios
+and the load average. Models: ``mlp`` (the issue's 4 x 1024 MLP, 256 rows
+per micro-batch) and ``resnet18`` (``experiments.resnet``, the placed
+part's ResNet18, placed once).
+"""
+
+import json
+import os
+import random
+
+from absl import app, flags
+
+from experiments import cli, xla_env
+
+flags.DEFINE_enum("model", "mlp", ["mlp", "resnet18"], "Model.")
+flags.DEFINE_integer("n", 8, "Micro-batches.")
+flags.DEFINE_integer("rounds", 9, "Timed rounds (each variant once each).")
+flags.DEFINE_string("output", "out/tick_order_bench.json",
+                    "Where to write the JSON results ('': stdout only).")
+
+
+def _variant(on, fn, params, batch, n, placed):
+  """``(run, step)`` of the schedule lowered with compaction ``on``."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
+  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
+  from tessel_jax.passes import tick_order  # pylint: disable=import-outside-toplevel
+  mesh = jax.make_mesh((2,), ("pipe",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  with tick_order.enabled(on):
+    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                       num_microbatches=n, cut="markers", cost="uniform")
+    p = step.place(params, batch) if placed else params
+    compiled = step.lower(p, batch).compile()
+  return (lambda: compiled(p, batch)), step
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
+  xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True))
+  import jax  # pylint: disable=import-outside-toplevel
+  from experiments import lowering_bench_lib as lb  # pylint: disable=import-outside-toplevel
+  from experiments import placed_bench as pb  # pylint: disable=import-outside-toplevel
+  if f.model == "mlp":
+    fn, params = lb.chain_model(2, 1024, 2)
+    batch = lb.make_batch(f.n * 256, 1024)
+  else:
+    fn, params, batch = pb.model("resnet18_auto", f.n)
+  placed = f.model == "resnet18"
+  runs, steps = {}, {}
+  for on, name in ((False, "planned"), (True, "compacted")):
+    runs[name], steps[name] = _variant(on, fn, params, batch, f.n, placed)
+  outs = {k: r() for k, r in runs.items()}
+  grads = {k: steps[k].unplace(o[1]) if placed else o[1]
+           for k, o in outs.items()}
+  err = lb_max_rel(grads["compacted"], grads["planned"])
+  if err > 1e-5 or float(outs["compacted"][0]) != float(outs["planned"][0]):
+    raise AssertionError(f"compacted ticks differ: gradient rel. err {err}")
+  times = {k: [] for k in runs}
+  for _ in range(f.rounds):
+    order = list(runs)
+    random.shuffle(order)
+    for k in order:
+      times[k].append(pb._timed(runs[k]))  # pylint: disable=protected-access
+  med = lambda xs: sorted(xs)[len(xs) // 2]
+  row = {"model": f.model, "n": f.n, "rounds": f.rounds,
+         "load_average": os.getloadavg()}
+  for k, ts in times.items():
+    row[k] = {"ticks": steps[k].built.plan.loop_summary(),
+              "wall_ms": round(1e3 * med([t[0] for t in ts]), 1),
+              "cpu_ms": round(1e3 * med([t[1] for t in ts]), 1)}
+  pairs = list(zip(times["compacted"], times["planned"]))
+  row["paired_wall"] = round(med([a[0] / b[0] for a, b in pairs]), 3)
+  row["paired_cpu"] = round(med([a[1] / b[1] for a, b in pairs]), 3)
+  text = json.dumps(row)
+  print(text, flush=True)
+  del jax
+  if f.output:
+    os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
+    with open(f.output, "w") as out:
+      out.write(text)
+
+
+def lb_max_rel(got, want) -> float:
+  """Largest ``max|a-b| / max|b|`` over the leaves of two gradient trees."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  return max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+             for a, b in zip(jax.tree_util.tree_leaves(got),
+                             jax.tree_util.tree_leaves(want)))
+
+
+if __name__ == "__main__":
+  cli.run(main)
