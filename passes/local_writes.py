@@ -12,10 +12,17 @@ and 0 elsewhere: a device writes only the messages its kernel made. The
 payload is taken from the out ports (never from the stash the loop
 writes), and the loop's trip count follows the previous kernels' loops
 (``stash_order``), so the stash is updated in place.
+
+Where the tick's kernels each run in their own 0/1-trip loop
+(``passes.predicated``), :class:`KernelWriter` goes further: each kernel's
+loop writes the messages it made right after it runs, and the boundary
+runs no write loop at all (fewer while loops, and fewer distinct XLA
+kernels to compile).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -100,9 +107,9 @@ class _NextBoundary(Ctx):
     return super().table(values[1:] if values.ndim == 2 else values, dtype)
 
 
-def kernel_writer(tick: Any, sends: Mapping[int, Sequence[Any]],
-                  pools: Sequence[Any]) -> Any:
-  """Writes of each kernel's local rounds inside its own 0/1-trip loop.
+@dataclasses.dataclass(frozen=True)
+class KernelWriter:
+  """Each kernel's local rounds, written inside its own 0/1-trip loop.
 
   A device runs one kernel per tick, so the local messages written at
   boundary ``tau + 1`` are exactly those its kernel made at tick ``tau``:
@@ -110,17 +117,39 @@ def kernel_writer(tick: Any, sends: Mapping[int, Sequence[Any]],
   of their own runs at the boundary (``peer_bench``'s MLP: 2 of the outer
   loop body's 8 while loops, with their carried tuples and counters).
 
+  Attributes:
+    tick: The interp tick.
+    groups: ``kid -> `` its local rounds grouped
+      (``stash_groups.write_groups``), for each kernel writing any.
+  """
+
+  tick: Any
+  groups: Mapping[int, Sequence[Sequence[Any]]]
+
+  @property
+  def kernels(self) -> frozenset[int]:
+    """The kernels writing local rounds (their loops carry the stash)."""
+    return frozenset(self.groups)
+
+  def write(self, ctx: Any, kid: int, ports: Mapping[int, Any],
+            stash: Sequence[Any], salt: Any) -> tuple[Any, ...]:
+    """``stash`` with kernel ``kid``'s local rounds of tick ``ctx.tau``
+    written (``ports``: its out port indices -> their new values; ``salt``
+    the loop's trip counter, 0 on its one trip)."""
+    stash = list(stash)
+    _write_groups(_NextBoundary(ctx.dev, ctx.tau), self.tick,
+                  self.groups[kid], ports, stash, salt, None)
+    return tuple(stash)
+
+
+def kernel_writer(tick: Any, sends: Mapping[int, Sequence[Any]],
+                  pools: Sequence[Any]) -> KernelWriter:
+  """The :class:`KernelWriter` of interp tick ``tick``.
+
   Args:
     tick: The interp tick.
     sends: ``kid -> KernelSend``s of each kernel of the tick.
     pools: The stash (for its slot shapes and sinks).
-
-  Returns:
-    ``write(ctx, kid, ports, stash, salt) -> stash | None``: ``ctx`` at the
-    kernel's tick, ``ports`` a mapping from the kernel's out port indices
-    to their new values, ``stash`` the pools carried by the kernel's loop;
-    None where the kernel writes no local round (its loop need not carry
-    the stash).
   """
   shapes = [p.shape[1:] for p in pools]
   sinks = [p.shape[0] - 1 for p in pools]
@@ -130,17 +159,7 @@ def kernel_writer(tick: Any, sends: Mapping[int, Sequence[Any]],
     if kid is not None and mine:
       groups[kid] = _stash_groups.write_groups(tick, mine, _ran(tick, b),
                                                shapes, sinks)
-
-  def write(ctx: Any, kid: int, ports: Any, stash: Sequence[Any],
-            salt: Any) -> Any:
-    if kid not in groups:
-      return None
-    stash = list(stash)
-    _write_groups(_NextBoundary(ctx.dev, ctx.tau), tick, groups[kid], ports,
-                  stash, salt, None)
-    return tuple(stash)
-  write.kernels = frozenset(groups)
-  return write
+  return KernelWriter(tick, groups)
 
 
 def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
@@ -189,4 +208,4 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     pools[:] = list(new)
 
 
-__all__ = ["kernel_writer", "write_locals"]
+__all__ = ["KernelWriter", "kernel_writer", "write_locals"]

@@ -81,7 +81,7 @@ def _pinned(lowering: Any, key: tuple, value: Any) -> Any:
 
 def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
                 ports: Sequence[Any], accs: tuple, order: Order,
-                pools: Sequence[Any] = (), write: Callable | None = None
+                pools: Sequence[Any] = (), write: Any = None
                 ) -> tuple[tuple, list[Any], tuple]:
   """Runs the interp tick's kernels, each in its own 0/1-trip while loop.
 
@@ -97,10 +97,9 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
     accs: ``(flat and gathered accumulators, slot accumulators)``.
     order: Token of what this tick must follow.
     pools: The stash.
-    write: ``(ctx, kid, {port: value}, pools, salt) -> pools | None``
-      (``passes.local_writes.kernel_writer``): the kernel's local
-      messages written into the stash inside its loop, which then carries
-      the stash; None: no kernel writes.
+    write: A ``passes.local_writes.KernelWriter``: the local messages of
+      each kernel in ``write.kernels`` written into the stash inside its
+      loop, which then carries the stash; None: no kernel writes.
 
   Returns:
     ``(accs, ports, pools)`` after the tick.
@@ -130,7 +129,7 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
       new = tuple(v.astype(tick.out_ports[o].dtype)
                   for o, v in zip(outs, vals))
       if writes:
-        stash = write(ctx, kid, dict(zip(outs, new)), stash, i)
+        stash = write.write(ctx, kid, dict(zip(outs, new)), stash, i)
       return (i + 1, new, tuple(_pinned(lowering, k, acc[k]) for k in own),
               stash)
 

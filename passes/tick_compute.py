@@ -110,10 +110,10 @@ def compute_interp(low: LowerContext, ctx: Ctx, tick: Tick,
                    pbuf: dict[Any, Any], slots: Sequence[Sequence[Any]],
                    batch: Sequence[Any], ports: Sequence[Any],
                    order: _stash_order.Order,
-                   write: Callable | None = None) -> tuple:
+                   write: Any = None) -> tuple:
   """An interp tick: every kernel in a 0/1-trip while loop updating its
   out ports and accumulators in place (``passes.predicated``), and with
-  ``write`` (``local_writes.kernel_writer``) writing its local messages
+  ``write`` (a ``local_writes.KernelWriter``) writing its local messages
   into the stash; no switch, no pass-through copies, no zero-filled ports.
   Returns ``(accs, terminal accs, out ports, pools)``."""
   if len(tick.branches) == 1:
