@@ -132,7 +132,12 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
   if _kernel_sends.writes_in_kernels(spec, sinks):
     sends = {kid: _kernel_sends.kernel_sends(spec, kid, b, sinks)
              for b, kid in enumerate(spec.branches) if kid is not None}
-    if len(spec.branches) > 1:
+    # Not where GSPMD splits values over other mesh axes: a loop carry
+    # loses its sharding, and the stash carried by a kernel's loop was
+    # copied twice per trip (``hlo_copies --model=tp``).
+    manual = {low.pipe, *low.data_axes}
+    if (len(spec.branches) > 1 and
+        all(a in manual for a in low.mesh.axis_names)):
       write = _local_writes.kernel_writer(spec, sends, state[0])
   in_kernels = write is not None
 
