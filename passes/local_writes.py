@@ -26,7 +26,7 @@ from jax import lax
 from . import indexing as _indexing
 from . import stash_groups as _stash_groups
 from .stash_order import Order
-from .tick_ctx import Ctx, scoped
+from .tick_ctx import scoped
 from .tick_io import write_targets
 
 
@@ -64,85 +64,6 @@ def _write_stacked(ctx: Any, tick: Any, group: Sequence[Any],
       stash[tg.pool], value, (slot,) + (0,) * (value.ndim - 1))
 
 
-def _ran(tick: Any, branch: int) -> np.ndarray:
-  """``(boundaries, devices)``: 1 where the kernel of ``branch`` ran at the
-  tick before the boundary."""
-  ticks, devices = tick.branch_of.shape
-  ran = np.zeros((ticks + 1, devices), np.int32)
-  ran[1:] = tick.branch_of == branch
-  return ran
-
-
-def _write_groups(ctx: Any, tick: Any, groups: Sequence[Sequence[Any]],
-                  ports: Any, stash: list[Any], salt: Any,
-                  slot_order: Order | None) -> None:
-  """Writes a kernel's local rounds, grouped (``stash_groups``), into
-  ``stash`` (updated); ``salt`` is a traced 0 that the payloads depend on."""
-  for group in groups:
-    if len(group) > 1:
-      _write_stacked(ctx, tick, group, ports, stash, salt, slot_order)
-      continue
-    rd = tick.sends[group[0].round]
-    # ``salt`` in the indices: XLA cannot hoist the select out of the
-    # loop and run it on every device.
-    v = _payload(ctx, rd, group[0], ports, salt)
-    write_targets(ctx, rd, v, stash, 0, slot_order)
-
-
-class _NextBoundary(Ctx):
-  """A tick's context reading boundary tables (``(ticks + 1, devices)``)
-  at boundary ``tau + 1``: row 0 dropped and looked up at ``tau``, so each
-  lookup is the same XLA kernel as every other table lookup of the tick
-  (a lookup at ``tau + 1`` is a kernel of its own)."""
-
-  def table(self, values: np.ndarray, dtype: Any = jnp.int32) -> Any:
-    values = np.asarray(values)
-    return super().table(values[1:] if values.ndim == 2 else values, dtype)
-
-
-def kernel_writer(tick: Any, sends: Mapping[int, Sequence[Any]],
-                  pools: Sequence[Any]) -> Any:
-  """Writes of each kernel's local rounds inside its own 0/1-trip loop.
-
-  A device runs one kernel per tick, so the local messages written at
-  boundary ``tau + 1`` are exactly those its kernel made at tick ``tau``:
-  the kernel's loop writes them right after the kernel runs, and no loop
-  of their own runs at the boundary (``peer_bench``'s MLP: 2 of the outer
-  loop body's 8 while loops, with their carried tuples and counters).
-
-  Args:
-    tick: The interp tick.
-    sends: ``kid -> KernelSend``s of each kernel of the tick.
-    pools: The stash (for its slot shapes and sinks).
-
-  Returns:
-    ``write(ctx, kid, ports, stash, salt) -> stash | None``: ``ctx`` at the
-    kernel's tick, ``ports`` a mapping from the kernel's out port indices
-    to their new values, ``stash`` the pools carried by the kernel's loop;
-    None where the kernel writes no local round (its loop need not carry
-    the stash).
-  """
-  shapes = [p.shape[1:] for p in pools]
-  sinks = [p.shape[0] - 1 for p in pools]
-  groups = {}
-  for b, kid in enumerate(tick.branches):
-    mine = [ks for ks in sends.get(kid, ()) if ks.outbox < 0]
-    if kid is not None and mine:
-      groups[kid] = _stash_groups.write_groups(tick, mine, _ran(tick, b),
-                                               shapes, sinks)
-
-  def write(ctx: Any, kid: int, ports: Any, stash: Sequence[Any],
-            salt: Any) -> Any:
-    if kid not in groups:
-      return None
-    stash = list(stash)
-    _write_groups(_NextBoundary(ctx.dev, ctx.tau), tick, groups[kid], ports,
-                  stash, salt, None)
-    return tuple(stash)
-  write.kernels = frozenset(groups)
-  return write
-
-
 def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
                  pools: list[Any], order: Order,
                  sends: Mapping[int, Sequence[Any]]) -> None:
@@ -156,11 +77,13 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     order: Token the writes follow (the previous tick's kernel loops).
     sends: ``kid -> KernelSend``s of each kernel of the tick.
   """
+  ticks, devices = tick.branch_of.shape
   for b, kid in enumerate(tick.branches):
     mine = [ks for ks in sends.get(kid, ()) if ks.outbox < 0]
     if kid is None or not mine:
       continue
-    ran = _ran(tick, b)
+    ran = np.zeros((ticks + 1, devices), np.int32)
+    ran[1:] = tick.branch_of == b
     trips = ctx.table(ran)
     if isinstance(trips, int) and not trips:
       continue
@@ -176,7 +99,15 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     def body(carry: tuple, groups: Sequence[Any] = groups) -> tuple:
       k, stash = carry
       stash = list(stash)
-      _write_groups(ctx, tick, groups, ports, stash, k, slot_order)
+      for group in groups:
+        if len(group) > 1:
+          _write_stacked(ctx, tick, group, ports, stash, k, slot_order)
+          continue
+        rd = tick.sends[group[0].round]
+        # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
+        # select out of the loop and run it on every device.
+        v = _payload(ctx, rd, group[0], ports, k)
+        write_targets(ctx, rd, v, stash, 0, slot_order)
       return k + 1, tuple(stash)
 
     init = (jnp.int32(0), tuple(pools))
@@ -189,4 +120,4 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     pools[:] = list(new)
 
 
-__all__ = ["kernel_writer", "write_locals"]
+__all__ = ["write_locals"]

@@ -80,34 +80,26 @@ def _pinned(lowering: Any, key: tuple, value: Any) -> Any:
 
 
 def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
-                ports: Sequence[Any], accs: tuple, order: Order,
-                pools: Sequence[Any] = (), write: Callable | None = None
-                ) -> tuple[tuple, list[Any], tuple]:
+                ports: Sequence[Any], accs: tuple, order: Order
+                ) -> tuple[tuple, list[Any]]:
   """Runs the interp tick's kernels, each in its own 0/1-trip while loop.
 
   Args:
     lowering: The ``passes.lower.Lowering``.
     ctx: Its per-device context at this tick.
     tick: The interp tick.
-    run_kernel: ``(kid, accs dict, salt, pools) -> outs`` runs a kernel
-      (reads from ``pools`` with ``salt`` added to their indices, params,
-      call, gradients added into the dict in place) and returns its
-      outputs.
+    run_kernel: ``(kid, accs dict, salt) -> outs`` runs a kernel (reads
+      with ``salt`` added to their indices, params, call, gradients added
+      into the dict in place) and returns its outputs.
     ports: The out ports (buffers reused in place).
     accs: ``(flat and gathered accumulators, slot accumulators)``.
     order: Token of what this tick must follow.
-    pools: The stash.
-    write: ``(ctx, kid, {port: value}, pools, salt) -> pools | None``
-      (``passes.local_writes.kernel_writer``): the kernel's local
-      messages written into the stash inside its loop, which then carries
-      the stash; None: no kernel writes.
 
   Returns:
-    ``(accs, ports, pools)`` after the tick.
+    ``(accs, ports)`` after the tick.
   """
   gacc, sacc = dict(accs[0]), [list(g) for g in accs[1]]
   ports = list(ports)
-  pools = tuple(pools)
   for b, kid in enumerate(tick.branches):
     if kid is None:
       continue
@@ -118,28 +110,22 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
     # A 0/1 table per kernel, not ``branch_of == b``: every kernel's trip
     # count is then the same lookup (one XLA kernel, not one per ``b``).
     trips = order.slot(ctx.table((tick.branch_of == b).astype(np.int32)))
-    writes = write is not None and kid in write.kernels
 
     def body(carry: tuple, kid: int = kid, own: tuple = own,
-             outs: tuple = outs, writes: bool = writes) -> tuple:
-      i, _, kaccs, stash = carry
+             outs: tuple = outs) -> tuple:
+      i, _, kaccs = carry
       acc = {k: _pinned(lowering, k, v) for k, v in zip(own, kaccs)}
       # The reads depend on the trip counter (0 when the body runs), so XLA
       # cannot hoist the kernel out of the loop as loop-invariant code.
-      vals = run_kernel(kid, acc, i, stash if writes else pools)
+      vals = run_kernel(kid, acc, i)
       new = tuple(v.astype(tick.out_ports[o].dtype)
                   for o, v in zip(outs, vals))
-      if writes:
-        stash = write(ctx, kid, dict(zip(outs, new)), stash, i)
-      return (i + 1, new, tuple(_pinned(lowering, k, acc[k]) for k in own),
-              stash)
+      return i + 1, new, tuple(_pinned(lowering, k, acc[k]) for k in own)
 
     init = (jnp.int32(0), tuple(ports[o] for o in outs),
-            tuple(_get(gacc, sacc, k) for k in own), pools if writes else ())
-    done, new_ports, new_accs, stash = lax.while_loop(
-        lambda c, n=trips: c[0] < n, body, init)
-    if writes:
-      pools = stash
+            tuple(_get(gacc, sacc, k) for k in own))
+    done, new_ports, new_accs = lax.while_loop(lambda c, n=trips: c[0] < n,
+                                               body, init)
     for o, v in zip(outs, new_ports):
       ports[o] = v
     for k, v in zip(own, new_accs):
@@ -147,7 +133,7 @@ def run_kernels(lowering: Any, ctx: Any, tick: Any, run_kernel: Callable,
     # What comes next (the next kernel's loop, the next tick's stash
     # writes) follows this loop: its trip counter is the token.
     order.follow(done)
-  return (gacc, tuple(tuple(g) for g in sacc)), ports, pools
+  return (gacc, tuple(tuple(g) for g in sacc)), ports
 
 
 __all__ = ["owned_keys", "run_kernels"]

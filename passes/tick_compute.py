@@ -109,27 +109,23 @@ def compute_interp(low: LowerContext, ctx: Ctx, tick: Tick,
                    pools: Sequence[Any], accs: tuple, tacc: Sequence[Any],
                    pbuf: dict[Any, Any], slots: Sequence[Sequence[Any]],
                    batch: Sequence[Any], ports: Sequence[Any],
-                   order: _stash_order.Order,
-                   write: Callable | None = None) -> tuple:
+                   order: _stash_order.Order) -> tuple:
   """An interp tick: every kernel in a 0/1-trip while loop updating its
-  out ports and accumulators in place (``passes.predicated``), and with
-  ``write`` (``local_writes.kernel_writer``) writing its local messages
-  into the stash; no switch, no pass-through copies, no zero-filled ports.
-  Returns ``(accs, terminal accs, out ports, pools)``."""
+  out ports and accumulators in place (``passes.predicated``); no switch,
+  no pass-through copies, no zero-filled ports."""
   if len(tick.branches) == 1:
-    return compute(low, ctx, tick, pools, accs, tacc, 0, pbuf, slots,
-                   batch) + (tuple(pools),)
+    return compute(low, ctx, tick, pools, accs, tacc, 0, pbuf, slots, batch)
   _check_no_collective(low, tick, "interp tick", "on only some devices")
-  vals = {"batch": tuple(batch), "index": _io.read_index(ctx, tick, 0)}
+  vals = {"pools": tuple(pools), "batch": tuple(batch),
+          "index": _io.read_index(ctx, tick, 0)}
   # FSDP per block: each kernel gathers its own leaves inside its loop.
-  accs, ports, pools = _predicated.run_kernels(
+  accs, ports = _predicated.run_kernels(
       low, ctx, tick,
-      lambda kid, acc, salt, stash: run_kernel(
-          low, ctx, tick, kid, {**vals, "pools": stash}, acc, pbuf, slots,
-          salt),
-      ports, accs, order, pools, write)
+      lambda kid, acc, salt: run_kernel(low, ctx, tick, kid, vals, acc,
+                                        pbuf, slots, salt),
+      ports, accs, order)
   tacc = terminals(low, ctx, tick, ports, list(tacc), 0)
-  return accs, tuple(tacc), tuple(ports), tuple(pools)
+  return accs, tuple(tacc), tuple(ports)
 
 
 def compute(low: LowerContext, ctx: Ctx, tick: Tick, pools: Sequence[Any],

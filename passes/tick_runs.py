@@ -120,14 +120,13 @@ def flush(low: LowerContext, ctx: Ctx, run: Sequence[int],
 
 def _boundary(low: LowerContext, spec: Tick, sends: Any, c: Ctx,
               ports: Sequence[Any], pools: list[Any], outbox: Sequence[Any],
-              order: _stash_order.Order, locals_written: bool) -> Any:
+              order: _stash_order.Order) -> Any:
   """One boundary of an interp segment: the tick's local messages written
-  (per kernel where ``sends`` is given; none where the kernels' loops
-  wrote them, ``locals_written``), its remote ones held or flushed;
+  (per kernel where ``sends`` is given), its remote ones held or flushed;
   returns the outboxes."""
   if sends is None:
     _io.sends(low, c, spec, ports, pools, 0, remote=False, order=order)
-  elif not locals_written:
+  else:
     _local_writes.write_locals(c, spec, ports, pools, order, sends)
   return _outbox.hold_and_flush(low, c, spec, ports, pools, outbox, order,
                                 SCOPES["ppermute"])
@@ -137,19 +136,14 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
            pbuf: dict[Any, Any], slots: Sequence[Sequence[Any]],
            batch: Sequence[Any]) -> tuple:
   """A table-driven segment: fori_loop over its ticks (passes.interp);
-  remote messages held in outboxes until a flush (passes.held). Where
-  every message is made by a kernel's loop, the loop writes its local
-  ones (``local_writes.kernel_writer``), so no boundary writes them."""
+  remote messages held in outboxes until a flush (passes.held)."""
   spec = low.plan.interps[seg.start]
   ports0 = tuple(jnp.zeros(a.shape, a.dtype) for a in spec.out_ports)
   sinks = [p.slots for p in low.plan.pools]
-  sends, write = None, None
+  sends = None
   if _kernel_sends.writes_in_kernels(spec, sinks):
     sends = {kid: _kernel_sends.kernel_sends(spec, kid, b, sinks)
              for b, kid in enumerate(spec.branches) if kid is not None}
-    if len(spec.branches) > 1:
-      write = _local_writes.kernel_writer(spec, sends, state[0])
-  in_kernels = write is not None
 
   def body(tau: Any, carry: tuple) -> tuple:
     pools, accs, tacc, ports, outbox, token = carry
@@ -159,13 +153,11 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
     # the kernels' in-place loops follow this tick's sends (port reads).
     order = _stash_order.Order(c.dev)
     order.add(token)
-    outbox = _boundary(low, spec, sends, c, ports, pools, outbox, order,
-                       in_kernels)
+    outbox = _boundary(low, spec, sends, c, ports, pools, outbox, order)
     order.after(pools)
     order.after(outbox)
-    accs, tacc, ports, pools = _compute.compute_interp(
-        low, c, spec, pools, accs, tacc, pbuf, slots, batch, ports, order,
-        write)
+    accs, tacc, ports = _compute.compute_interp(
+        low, c, spec, pools, accs, tacc, pbuf, slots, batch, ports, order)
     return tuple(pools), accs, tacc, ports, outbox, order.token
 
   state = _fsdp_kernel.with_cache(low.layout, low.plan.kernels, spec, state)
@@ -175,7 +167,7 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
   pools, accs, tacc = _fsdp_kernel.drop_cache((pools, accs, tacc))
   pools = list(pools)
   _boundary(low, spec, sends, ctx.at(seg.period), ports, pools, outbox,
-            _stash_order.Order(ctx.dev), in_kernels)
+            _stash_order.Order(ctx.dev))
   return tuple(pools), accs, tacc
 
 
