@@ -57,6 +57,20 @@ def _restricted_repetend_is_valid(graph, sub, period, sol, limit):
 @hypothesis.settings(max_examples=40, deadline=None, suppress_health_check=[
     hypothesis.HealthCheck.filter_too_much])
 @hypothesis.given(random_placements(), st.integers(0, 2), st.integers(0, 6))
+@hypothesis.example(  # without wrap-around, pinned at its first block's
+    # phase, the subgraph on devices 1 and 2 "proved" P = 3 infeasible
+    case=(placements.BlockGraph(
+        name="random", num_devices=3,
+        blocks=(placements.Block(0, "F", 1, 0, (0,)),
+                placements.Block(1, "F", 1, 1, (1,)),
+                placements.Block(2, "F", 1, 0, (2,)),
+                placements.Block(3, "B", 2, 0, (2,)),
+                placements.Block(4, "B", 2, -1, (1,)),
+                placements.Block(5, "B", 1, 0, (0,))),
+        edges=(placements.Edge(1, 2, 0), placements.Edge(3, 4, 0),
+               placements.Edge(0, 5, 0), placements.Edge(1, 4, 0),
+               placements.Edge(2, 3, 0))), None, False),
+    delay=0, slack=0)
 def test_relaxation_never_rules_out_a_period_the_placement_reaches(
     case, delay, slack):
   graph, limit, wrap = case

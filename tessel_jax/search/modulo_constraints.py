@@ -60,8 +60,16 @@ def add_schedule(model: cp_model.CpModel, graph: BlockGraph, period: int,
   for e in graph.edges:
     src, dst = pos[e.src], pos[e.dst]
     model.Add(start[dst] >= start[src] + blocks[src].span + e.delay)
-  # Symmetry: rotating all phases is free, so pin one block at phase 0.
-  model.Add(phase[pos[graph.topological_order()[0]]] == 0)
+  # Symmetry. With wrap-around, rotating all phases is free, so one block
+  # is pinned at phase 0. Without it a rotation can carry a block across
+  # the end of the period, so the pin is the smallest phase instead: every
+  # repetend without wrap-around, its phases all lowered by their minimum,
+  # is one still (pinning a block there ruled out repetends, and made the
+  # relaxations' proofs of infeasibility wrong: tests/test_relaxation.py).
+  if allow_wrap:
+    model.Add(phase[pos[graph.topological_order()[0]]] == 0)
+  else:
+    model.AddMinEquality(0, phase)
   # One block at a time per device, modulo P.
   intervals = []
   for i, b in enumerate(blocks):
@@ -154,18 +162,20 @@ def add_complete_hint(model: cp_model.CpModel, graph: BlockGraph,
                       period: int, hint: "ModuloSolution", offset: list,
                       phase: list, order_literals: list,
                       first: cp_model.IntVar,
-                      last: cp_model.IntVar) -> None:
+                      last: cp_model.IntVar, *, allow_wrap: bool = True
+                      ) -> None:
   """Hints a latency solve with all of ``hint``, a repetend at ``period``.
 
   Every variable is hinted (the phase order literals and the latency's
-  ends too), after rotating the repetend so the symmetry pin's block is at
-  phase 0, so CP-SAT loads it as a solution (a valid repetend within the
+  ends too), after rotating the repetend as the symmetry pin wants (its
+  block at phase 0; without ``allow_wrap``, the smallest phase at 0), so CP-SAT loads it as a solution (a valid repetend within the
   model's horizon) and a short solve returns it or better. With only
   offsets and phases hinted, 0.012 deterministic s on mllm (4 devices,
   limit 12, P = 12) returned latency 96 from a start of 72; hinted in
   full, 68.
   """
-  pin = hint.phases[graph.index(graph.topological_order()[0])]
+  pin = (hint.phases[graph.index(graph.topological_order()[0])]
+         if allow_wrap else min(hint.phases))  # the symmetry pin's rotation
   starts = [k * period + r - pin for k, r in zip(hint.offsets, hint.phases)]
   shift = min(starts) // period * period  # smallest offset back to 0
   starts = [s - shift for s in starts]

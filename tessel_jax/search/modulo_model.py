@@ -225,7 +225,8 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
     model.Minimize(v.peak)
   if hint is not None and hint.found and objective == "latency":
     add_complete_hint(model, graph, period, hint, v.offset, v.phase,
-                      v.order_literals, v.first, v.last)
+                      v.order_literals, v.first, v.last,
+                      allow_wrap=allow_wrap)
   elif hint is not None and hint.found:
     for var, value in zip(v.offset + v.phase, hint.offsets + hint.phases):
       model.AddHint(var, value)
