@@ -48,12 +48,14 @@ def main(argv: list[str]) -> None:
   if f.warm_runs < 0:
     raise app.UsageError(f"--warm_runs must be >= 0, got {f.warm_runs}")
   cache = f.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cold_")
+  env = dict(os.environ)  # as the user started it: choose() adds XLA flags
   choose(f.cost, f.memory_limit, tuple(f.placements), cache)
   for _ in range(f.warm_runs):
     subprocess.run([sys.executable, "-m", "experiments.auto_plan_cold",
                     f"--cost={f.cost}", f"--memory_limit={f.memory_limit}",
                     f"--placements={','.join(f.placements)}",
-                    f"--cache_dir={cache}", "--warm_runs=0"], check=True)
+                    f"--cache_dir={cache}", "--warm_runs=0"], check=True,
+                   env=env)
   sys.exit(0)
 
 

@@ -104,7 +104,10 @@ def frontier_key(digest: str, params: Any, batch: Any, mesh: Any,
       "mesh": mesh_fields(mesh),
       "options": {k: repr(v) for k, v in sorted(options.items())},
       "cost_env": os.environ.get(COST_ENV, ""),
-      "xla_flags": os.environ.get("XLA_FLAGS", ""),
+      # a flag given twice acts once: a child process that appended its
+      # parent's flags again must find the parent's frontier
+      "xla_flags": " ".join(dict.fromkeys(
+          os.environ.get("XLA_FLAGS", "").split())),
       "jax": jax.__version__, "code": code_digest()})
 
 

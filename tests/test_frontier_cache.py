@@ -133,3 +133,22 @@ def test_prices_stored_by_other_code_are_not_read(tmp_path, priced,
   monkeypatch.setattr(FC, "code_digest", lambda: "another version")
   _ff(tmp_path)(params, batch)
   assert len(priced) == 2
+
+
+def test_a_flag_given_twice_keys_as_given_once(monkeypatch):
+  # A child process that appends its parent's XLA flags again (the warm run
+  # of experiments.auto_plan_cold did) must read the parent's frontier and
+  # kernel profiles.
+  from tessel_jax.cost import measure  # pylint: disable=import-outside-toplevel
+  mesh = jax.make_mesh((2,), ("pipe",))
+  params, batch = {"w": jnp.ones((4, 4))}, jnp.ones((8, 4))
+  keys, speeds = [], []
+  for flags in ("--xla_force_host_platform_device_count=8 --xla_a=1",
+                "--xla_force_host_platform_device_count=8 --xla_a=1 "
+                "--xla_force_host_platform_device_count=8 --xla_a=1"):
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    keys.append(FC.frontier_key("digest", params, batch, mesh, {}))
+    speeds.append(measure.speed_flags())
+  assert keys[0] == keys[1] and speeds == ["--xla_a=1"] * 2
+  monkeypatch.setenv("XLA_FLAGS", "--xla_a=2")
+  assert FC.frontier_key("digest", params, batch, mesh, {}) != keys[0]

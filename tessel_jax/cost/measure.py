@@ -147,10 +147,11 @@ def _aval_list(avals: Sequence[Any]) -> list[list[Any]]:
 
 
 def speed_flags() -> str:
-  """XLA flags that change speed (the fake device count does not)."""
+  """XLA flags that change speed (the fake device count does not), each
+  once: a flag given twice acts once."""
   flags = os.environ.get("XLA_FLAGS", "").split()
-  keep = [f for f in flags
-          if not f.startswith("--xla_force_host_platform_device_count")]
+  keep = {f for f in flags
+          if not f.startswith("--xla_force_host_platform_device_count")}
   return " ".join(sorted(keep))
 
 
