@@ -57,22 +57,28 @@ def plan_counts(plan: Any) -> dict[str, int]:
       "stash_mb": round(plan.stash_bytes / 2**20, 1)}
 
 
+def _inputs(n: int) -> tuple:
+  """``(params, batch, mesh)`` of peer_bench's 4-stage MLP (8 layers of
+  width 1024, 256 rows per micro-batch) at ``n`` micro-batches."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+
+  from experiments import lowering_bench_lib as lb
+  from experiments import peer_gpipe as pg
+  mesh = jax.make_mesh((4,), ("pipe",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  return pg.mlp_params(8, 1024, 0), lb.make_batch(n * 256, 1024, 1), mesh
+
+
 def profile(n: int = 8, repeats: int = 3,
             variants: tuple[str, ...] = ("tj_gpipe", "tj_mshape", "tj_zbv")
             ) -> None:
   """Profiles ``variants`` at ``n`` micro-batches; prints the table."""
   # pylint: disable=import-outside-toplevel
-  import jax
-
   import tessel_jax as tj
-  from experiments import lowering_bench_lib as lb
   from experiments import peer_bench_lib as pbl
-  from experiments import peer_gpipe as pg
   from experiments import step_profile
-  params = pg.mlp_params(8, 1024, 0)
-  batch = lb.make_batch(n * 256, 1024, 1)
-  mesh = jax.make_mesh((4,), ("pipe",),
-                       axis_types=(jax.sharding.AxisType.Auto,))
+  params, batch, mesh = _inputs(n)
   runs = {}
   for name in variants:
     placement, blocks = pbl.tj_layout(name, 8, 4)
@@ -109,14 +115,9 @@ def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
   import numpy as np
 
   import tessel_jax as tj
-  from experiments import lowering_bench_lib as lb
   from experiments import peer_bench_lib as pbl
-  from experiments import peer_gpipe as pg
   from tessel_jax.passes import tick_runs
-  params = pg.mlp_params(8, 1024, 0)
-  batch = lb.make_batch(n * 256, 1024, 1)
-  mesh = jax.make_mesh((4,), ("pipe",),
-                       axis_types=(jax.sharding.AxisType.Auto,))
+  params, batch, mesh = _inputs(n)
   runs = {}
   for name in variants:
     for ordered in (True, False):
