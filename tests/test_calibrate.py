@@ -102,6 +102,28 @@ def test_measured_cost_times_one_standin_per_machine(
       rep.predicted_step_ms, rel=0.2)
 
 
+def test_the_per_port_solve_leaves_the_serial_part_to_its_own_term(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+  # The stand-in program's step holds the packing and unpacking around the
+  # ticks (cost.outside), which every prediction adds apart: the per-port
+  # solve takes it off first, so the timed plan is predicted at its
+  # stand-in's 250 ms plus its kernels, not 250 ms plus the outside again
+  # (PORTS_VERSION 6 priced it twice: >= 300 ms here).
+  from tessel_jax.cost import outside  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(ports, "MAX_PER_PORT_S", 1.0)
+  monkeypatch.setattr(outside, "time_outside",
+                      lambda run, parallel, **kw: 0.05)
+  step, calls, _ = _build(tmp_path, monkeypatch, 0.25, cost="measured")
+  assert len(calls) == 1
+  rep = step.report
+  assert rep.outside_ms == pytest.approx(50.0)
+  timed = max(rep.predicted_step_ms, rep.alternative_ms or 0.0)
+  assert 250.0 <= timed < 275.0
+  (rec_path,) = tmp_path.glob("ports-*")
+  rec = step._costs.cache.get("ports", rec_path.stem.split("-", 1)[1])  # pylint: disable=protected-access
+  assert rec["serial_s"] == pytest.approx(0.05)
+
+
 def test_measured_cost_without_a_timing_prices_no_ports(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
   # A stand-in that cannot be timed: logged, the build goes on without a
