@@ -124,6 +124,21 @@ def test_the_per_port_solve_leaves_the_serial_part_to_its_own_term(
   assert rec["serial_s"] == pytest.approx(0.05)
 
 
+def test_a_calibrated_plan_pays_its_serial_part_once(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
+  # cost="calibrated": the stand-in's step holds the packing and unpacking
+  # (cost.outside), added apart by the prediction; the per-tick extra is
+  # solved on the rest (before: 250 + 50 ms again, >= 300 ms).
+  from tessel_jax.cost import outside  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(outside, "time_outside",
+                      lambda run, parallel, **kw: 0.05)
+  step, calls, _ = _build(tmp_path, monkeypatch, 0.25)
+  assert calls
+  rep = step.report
+  assert rep.outside_ms == pytest.approx(50.0)
+  assert 250.0 <= rep.predicted_step_ms < 275.0
+
+
 def test_measured_cost_without_a_timing_prices_no_ports(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
   # A stand-in that cannot be timed: logged, the build goes on without a

@@ -392,8 +392,12 @@ class CostModel:
     standin = (self._standin_seconds(plan, mesh, pipe_axis) if calibrate
                else None)
     if standin is not None:
+      # The stand-in's step holds the serial part (packing, unpacking,
+      # FSDP collectives), which step_seconds adds itself.
+      ticks_s = standin - sum(self.serial_seconds(costs, plan, plan.layout,
+                                                  mesh, pipe_axis))
       extra = _calibrate.extra_tick_seconds(
-          standin, lambda x: self._replay(costs, unrolled,
+          ticks_s, lambda x: self._replay(costs, unrolled,
                                           tick_model.plus(x),
                                           idle=True).step_seconds)
       tick_model = tick_model.plus(extra)
