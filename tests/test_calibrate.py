@@ -35,7 +35,8 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
   calls: list = []
 
   def fake_timer(make_program, params, batch, repeats=7):
-    def run(plan):
+    def run(plan, fastest=False):
+      del fastest
       calls.append(plan)
       # Every kernel is a stand-in and the program still builds.
       assert all(k.fn.__name__ == "standin" for k in plan.kernels.values())
@@ -137,6 +138,20 @@ def test_a_calibrated_plan_pays_its_serial_part_once(
   rep = step.report
   assert rep.outside_ms == pytest.approx(50.0)
   assert 250.0 <= rep.predicted_step_ms < 275.0
+
+
+def test_time_step_keeps_the_fastest_sample_where_asked(
+    monkeypatch: pytest.MonkeyPatch) -> None:
+  # A record kept for the machine (the per-port stand-in) takes the fastest
+  # sample: a neighbour slows samples, never speeds them up.
+  clock = iter([0.0, 1e-3] + [0.0, 4e-3, 0.0, 2e-3, 0.0, 3e-3] * 10)
+  monkeypatch.setattr(calibrate.time, "perf_counter", lambda: next(clock))
+  monkeypatch.setattr(calibrate, "cpu_cores_of", lambda out: 0)
+  assert calibrate.time_step(lambda: None, repeats=3, rounds=1,
+                             fastest=True) == pytest.approx(2e-3)
+  clock = iter([0.0, 1e-3] + [0.0, 4e-3, 0.0, 2e-3, 0.0, 3e-3] * 10)
+  assert calibrate.time_step(lambda: None, repeats=3,
+                             rounds=1) == pytest.approx(3e-3)
 
 
 def test_measured_cost_without_a_timing_prices_no_ports(

@@ -54,12 +54,15 @@ def _measure(model: Any, costs: Any, unrolled: Any, plan: Any, mesh: Any,
     return model._replay(costs, unrolled, tick_model,  # pylint: disable=protected-access
                          idle=True).step_seconds
 
+  # The record is kept for the machine: its fastest sample, the least
+  # disturbed by whatever else runs at that moment (calibrate.time_step).
   standin_s = _processes.agree([model.time_program(
-      _calibrate.standin_plan(plan))])[0]
+      _calibrate.standin_plan(plan), fastest=True)])[0]
   serial_s = sum(model.serial_seconds(costs, plan, plan.layout, mesh,
                                       pipe_axis))
   return {"per_port_s": _ports.solve(standin_s - serial_s, idle, 0.0, 1e-6),
           "standin_s": standin_s, "serial_s": serial_s,
+          "statistic": "fastest sample",
           "plan": plan.loop_summary(),
           "ports": sum(_ticks.tick_ports(t) for t in plan.ticks),
           "idle_before_s": idle(0.0)}
