@@ -11,9 +11,9 @@ unpacking around them and any FSDP collectives (``CostModel.serial_seconds``),
 which every prediction adds to the replay of the ticks itself. Until
 ``ports.PORTS_VERSION`` 7 the solve gave the ticks the stand-in's whole
 step, so the outside was paid twice in every measured prediction: on the
-reference batch-norm CNN (2 CPU devices, ``vshape(2)``, N = 8) 0.3-0.5 ms of
-a 2.2 ms stand-in, whose ticks, zero-time kernels, price 0.9 ms: the
-per-port figure came out 1.3-1.6x what the ports cost.
+reference batch-norm CNN (2 CPU devices, ``vshape(2)``, N = 8, three runs
+at load 10-21) 0.68-0.71 ms of a 2.5-4.2 ms stand-in whose ticks price
+0.6-1.6 ms at zero per port, so the per-port figure came out 1.4-1.9x.
 """
 
 from __future__ import annotations
