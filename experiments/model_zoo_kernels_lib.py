@@ -202,6 +202,10 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
       "ticks": rep.ticks,
       "real_ms": round(1e3 * real, 3),
       "standin_ms": None if standin is None else round(1e3 * standin, 3),
+      # What the kernels add to the program around them (its stand-in),
+      # beside their profiled and in-program figures.
+      "real_minus_standin_ms": (None if standin is None else
+                                round(1e3 * (real - standin), 3)),
       "kernels_profiled_ms": round(prof, 3),
       "kernels_in_program_ms": round(inprog, 3),
       "outside_kernels_ms": round(1e3 * real - inprog, 3),
@@ -214,7 +218,8 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
   """One line per model (ms per step; busier device for the kernels)."""
   head = ["model", "lowered as", "predicted", "real", "kernels profiled",
           "kernels in program", "in program / profiled",
-          "real - kernels in program", "stand-in", "thunks / device (kernels)"]
+          "real - kernels in program", "stand-in", "real - stand-in",
+          "thunks / device (kernels)"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     if "error" in r:
@@ -226,6 +231,8 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
              f"{r['kernels_in_program_ms']:.2f}", f"{ratio:.2f}",
              f"{r['outside_kernels_ms']:.2f}",
              "-" if r["standin_ms"] is None else f"{r['standin_ms']:.2f}",
+             "-" if r.get("real_minus_standin_ms") is None
+             else f"{r['real_minus_standin_ms']:.2f}",
              f"{r['thunks_per_device']:.0f} ({r['kernel_thunks_per_device']:.0f})"]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)

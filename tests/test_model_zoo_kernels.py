@@ -48,3 +48,18 @@ def test_busier_device_sums_its_kernels_runs():
              3: _K("B0", (0,))}
   ms = {"F0": 1.0, "F1": 2.0, "B1": 2.5, "B0": 1.5}
   assert lib.busier(ms, kernels, 8) == 8 * 4.5
+
+
+def test_the_table_says_what_the_kernels_add_to_their_stand_in():
+  row = {"model": "m", "lowered_as": "interp(25)", "predicted_ms": 10.0,
+         "real_ms": 8.0, "kernels_profiled_ms": 4.0,
+         "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
+         "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
+         "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
+  head, _, line = lib.markdown([row]).splitlines()
+  cells = dict(zip(head.strip("| ").split(" | "),
+                   line.strip("| ").split(" | ")))
+  assert cells["real - stand-in"] == "2.50"
+  assert cells["stand-in"] == "5.50"
+  assert lib.markdown([{**row, "standin_ms": None,
+                        "real_minus_standin_ms": None}]).count(" - |") == 2
