@@ -33,6 +33,7 @@ import jax
 from tessel_jax import frontier_cache as _frontier_cache
 from tessel_jax import frontier_refine as _frontier_refine
 from tessel_jax import placements as _placements
+from tessel_jax import plan_pricing as _plan_pricing
 from tessel_jax.cost import estimate as _estimate
 from tessel_jax.frontier_cache import FrontierCache
 from tessel_jax.frontier_refine import full_scale  # noqa: F401
@@ -130,6 +131,7 @@ class FrontierFunction:
     self._best_ms: float | None = None
     self._key: Any = None
     self._fronts: dict[Any, dict[Any, Any]] = {}  # see step_for
+    self._searched_replays = _plan_pricing.SearchedReplays()
 
   def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
     t0 = time.perf_counter()
@@ -404,8 +406,10 @@ class FrontierFunction:
     """A classic schedule priced on the searched plan ``base`` of the same
     placement, width and N (``plan_pricing.baseline_price``)."""
     step = self.steps[base.candidate]
-    return baseline_price(step.built, c, base,
-                          getattr(step, "replay_run", None))
+    replay_run = getattr(step, "replay_run", None)
+    base_s = (None if replay_run is None or base.unit != "ms" else
+              self._searched_replays(step.built, replay_run))
+    return baseline_price(step.built, c, base, replay_run, base_s)
 
   def _baseline(self, c: Candidate, base: PricedPlan, params: Any,
                 batch: Any, markers: int | None) -> PricedPlan:
