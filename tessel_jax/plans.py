@@ -342,22 +342,9 @@ class FrontierFunction:
     timed, see :meth:`_standin_ceiling`)."""
     key = (None if self._key is None else
            (self._key, c, self._screen_tag(screen)))
-    hit = _MEMO.get(key) if key is not None else None
-    if hit is not None and hit[0].bound and (
-        not ceiling or self._best_ms is None or hit[0].step < self._best_ms):
-      hit = None  # a lower bound that may win here: priced in full now
+    hit = self._remembered(key, c, ceiling)
     if hit is not None:
-      _MEMO.move_to_end(key)
-      self.memo_hits += 1
-      self.steps[c] = hit[1]
-      return hit[0]
-    known = (_MEMO.get((self._key, c, "bound"))
-             if self.prune and self._key is not None else None)
-    if known is not None:
-      self._check_bound(c, known[0])
-    failed = _MEMO.get((key, "error")) if key is not None else None
-    if failed is not None:
-      raise failed[0]  # this plan could not be built in this process
+      return hit
     t0 = time.perf_counter()
     step = self.step_for(c, markers, screen)
     estimating = screen and self.estimator is not None
@@ -375,9 +362,42 @@ class FrontierFunction:
     finally:
       self.costs.estimator = None
       self.costs.standin_ceiling_s = None
+    out = self._priced_plan(c, built, screen, time.perf_counter() - t0)
+    if key is not None:
+      _MEMO[key] = (out, step)
+      while len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return out
+
+  def _remembered(self, key: Any, c: Candidate,
+                  ceiling: bool) -> PricedPlan | None:
+    """``c``'s price from ``_MEMO`` (None: build it). Raises
+    :class:`Pruned` when its remembered lower bound cannot beat the best
+    so far, and the remembered error when it could not be built."""
+    hit = _MEMO.get(key) if key is not None else None
+    if hit is not None and hit[0].bound and (
+        not ceiling or self._best_ms is None or hit[0].step < self._best_ms):
+      hit = None  # a lower bound that may win here: priced in full now
+    if hit is not None:
+      _MEMO.move_to_end(key)
+      self.memo_hits += 1
+      self.steps[c] = hit[1]
+      return hit[0]
+    known = (_MEMO.get((self._key, c, "bound"))
+             if self.prune and self._key is not None else None)
+    if known is not None:
+      self._check_bound(c, known[0])
+    failed = _MEMO.get((key, "error")) if key is not None else None
+    if failed is not None:
+      raise failed[0]  # this plan could not be built in this process
+    return None
+
+  def _priced_plan(self, c: Candidate, built: Any, screen: bool,
+                   seconds: float) -> PricedPlan:
+    """The :class:`PricedPlan` of ``c`` read from its build's report."""
     rep = built.report
     measured = rep is not None and rep.predicted_step_ms is not None
-    out = PricedPlan(
+    return PricedPlan(
         candidate=c,
         step=rep.predicted_step_ms if measured else float(
             built.unrolled.makespan),
@@ -385,14 +405,9 @@ class FrontierFunction:
         peak_bytes_per_device=tuple(int(b) for b in rep.peak_memory_bytes),
         source=built.unrolled.source,
         blocks=len(built.partition.blocks),
-        build_seconds=time.perf_counter() - t0,
+        build_seconds=seconds,
         screened=screen and measured and c.plan is None,
         bound=measured and bool(getattr(self.costs, "bound_last", False)))
-    if key is not None:
-      _MEMO[key] = (out, step)
-      while len(_MEMO) > MEMO_SIZE:
-        _MEMO.popitem(last=False)
-    return out
 
   def _standin_ceiling(self, screen: bool) -> float | None:
     """Seconds at or above which a full build's plan is priced by its
