@@ -161,9 +161,12 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
     return tuple(pools), accs, tacc, ports, outbox, order.token
 
   state = _fsdp_kernel.with_cache(low.layout, low.plan.kernels, spec, state)
-  pools, accs, tacc, ports, outbox, _ = lax.fori_loop(
-      0, seg.period, body,
-      state + (ports0, _outbox.empty(spec), jnp.int32(0)))
+  # A while loop, not ``fori_loop`` (a scan at a static trip count): the
+  # scan's body is a closed call, whose name then sat in the op_name of
+  # every instruction of the segment (~4 kchars of the MLP's HLO).
+  _, (pools, accs, tacc, ports, outbox, _) = lax.while_loop(
+      lambda c: c[0] < seg.period, lambda c: (c[0] + 1, body(c[0], c[1])),
+      (jnp.int32(0), state + (ports0, _outbox.empty(spec), jnp.int32(0))))
   pools, accs, tacc = _fsdp_kernel.drop_cache((pools, accs, tacc))
   pools = list(pools)
   _boundary(low, spec, sends, ctx.at(seg.period), ports, pools, outbox,
