@@ -12,7 +12,8 @@ GPipe and tessel_jax's program are compiled side by side in the same
 minutes of a loaded machine; the ratio of a round (tessel_jax / hand, or
 version / base version) is paired, and its median over rounds is what to
 read. Compile runs on one thread, so its CPU seconds barely move with the
-load, unlike its wall time.
+load, unlike its wall time. Each program's HLO is split by kind
+(``experiments.hlo_parts``) in a second table.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from experiments import workers
+from experiments import hlo_parts, workers
 
 
 class CompileArgs(NamedTuple):
@@ -65,10 +66,11 @@ def _program(name: str, n: int, args: CompileArgs) -> tuple[Callable, tuple]:
   return jitted.__wrapped__, inputs
 
 
-def compile_once(fn: Callable, inputs: tuple) -> dict[str, Any]:
+def compile_once(fn: Callable, inputs: tuple, text: bool = False
+                 ) -> dict[str, Any]:
   """Lowers a fresh jit of ``fn`` and compiles it: the compile's wall and
   process CPU seconds (``wall_s``, ``cpu_s``), the lowering's wall, and the
-  compiled HLO's size."""
+  compiled HLO's size (and ``text`` itself if asked)."""
   import jax  # pylint: disable=import-outside-toplevel
   t0 = time.perf_counter()
   lowered = jax.jit(lambda *a: fn(*a)).lower(*inputs)
@@ -76,8 +78,9 @@ def compile_once(fn: Callable, inputs: tuple) -> dict[str, Any]:
   c0, t0 = workers.cpu_s(), time.perf_counter()
   compiled = lowered.compile()
   wall, cpu = time.perf_counter() - t0, workers.cpu_s() - c0
+  hlo = compiled.as_text()
   return {"wall_s": wall, "cpu_s": cpu, "lower_s": round(lower_s, 3),
-          "hlo_chars": len(compiled.as_text())}
+          "hlo_chars": len(hlo), **({"text": hlo} if text else {})}
 
 
 def worker(args: CompileArgs) -> int:
@@ -87,8 +90,10 @@ def worker(args: CompileArgs) -> int:
   for name in args.variants:
     for n in args.ns:
       progs[(name, n)] = _program(name, n, args)
-      compile_once(*progs[(name, n)])  # XLA's one-time start-up costs
-      print(json.dumps({"built": {"variant": name, "n": n}}), flush=True)
+      text = compile_once(*progs[(name, n)], text=True)["text"]
+      print(json.dumps({"built": {"variant": name, "n": n,
+                                  "hlo": hlo_parts.summary(text)}}),
+            flush=True)
   import tessel_jax  # pylint: disable=import-outside-toplevel
   print(json.dumps({"ready": True, "tessel_jax": os.path.dirname(
       tessel_jax.__file__)}), flush=True)
@@ -207,7 +212,9 @@ def main(args: CompileArgs) -> int:
       for w in procs.values():
         w.close()
   summary = summarise(rounds, args)
-  table = markdown(summary)
+  built = {f"{l} {b['variant']} {b['n']}": b["hlo"]
+           for l, w in procs.items() for b in w.built}
+  table = markdown(summary) + "\n\n" + hlo_parts.parts_table(built)
   log(table)
   loads = [r["load_average"] for r in rounds]
   log(f"load average {min(loads):.1f}-{max(loads):.1f} over"
@@ -215,5 +222,5 @@ def main(args: CompileArgs) -> int:
   if args.output:
     runs.write_record(args.output, {"args": args._asdict(),
                                     "summary": summary, "rounds": rounds,
-                                    "table": table}, table)
+                                    "hlo": built, "table": table}, table)
   return 0
