@@ -79,8 +79,8 @@ def _fusion_kind(block: str) -> str:
 
 
 def parts(text: str) -> dict[str, int]:
-  """Characters of ``text`` per kind (keys sum to ``len(text)`` less the
-  blank lines between computations)."""
+  """Characters of ``text`` per kind (they sum to ``len(text)`` less the
+  two newlines between each computation and the next)."""
   out: collections.Counter = collections.Counter()
   roles = _roles(text)
   for name, block in _blocks(text):
@@ -94,7 +94,8 @@ def parts(text: str) -> dict[str, int]:
     if role == "fusion":
       out[f"fusion:{_fusion_kind(bare)}"] += len(bare)
       continue
-    for i, line in enumerate(bare.split("\n")):
+    lines = bare.split("\n")
+    for i, line in enumerate(lines):
       m = _OPCODE.match(line)
       op = m.group(1) if m else ""
       if i == 0 or not m:
@@ -105,7 +106,7 @@ def parts(text: str) -> dict[str, int]:
         kind = "fusion_calls"
       else:
         kind = "ops"
-      out[f"{role}:{kind}"] += len(line) + 1
+      out[f"{role}:{kind}"] += len(line) + (i + 1 < len(lines))
   return dict(out)
 
 

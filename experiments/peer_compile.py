@@ -59,6 +59,12 @@ def _args():
     label, sep, path = v.partition("=")
     if not sep or not label:
       raise app.UsageError(f"--versions entries are label=path: {v!r}")
+    if path and not all(os.path.isdir(os.path.join(path, d))
+                        for d in ("tessel_jax", "passes")):
+      raise app.UsageError(
+          f"--versions {label}={path}: not a tessel_jax source tree (no"
+          " tessel_jax/ and passes/ in it); give the root of a checkout or"
+          " of a `git archive` of one")
     versions.append((label, path))
   return CompileArgs(variants=tuple(f.variants), ns=ns, rounds=f.rounds,
                      versions=tuple(versions), hidden=f.hidden, rows=f.rows,
