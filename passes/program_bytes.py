@@ -83,8 +83,7 @@ def all_gathered(layout: Layout, plan: Any) -> bool:
   """Every FSDP slot is gathered at once (per step; per block only the
   running block's, in every lowering). ``plan``: kept for the callers."""
   del plan
-  return (any(c.fsdp for c in layout.classes) and
-          not layout.fsdp_per_block)
+  return layout.has_fsdp and not layout.fsdp_per_block
 
 
 def interpreted_kernels(plan: Any) -> bool:
@@ -108,10 +107,9 @@ def _fsdp_extra(layout: Layout, plan: Any) -> int:
   (in the compact lowering the buffers carried across ticks,
   ``fsdp_kernel.CACHE``) and its gathered gradients (a run's pending role
   buffers; a kernel's before their reduce-scatter)."""
-  fsdp = [c for c in layout.classes if c.fsdp]
-  if not fsdp or layout.fsdp_per_block or interpreted_kernels(plan):
+  if not all_gathered(layout, plan) or interpreted_kernels(plan):
     return 0
-  return max(c.count * c.gathered_nbytes for c in fsdp)
+  return max(c.count * c.gathered_nbytes for c in layout.classes if c.fsdp)
 
 
 def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],

@@ -37,16 +37,11 @@ AUTO, PER_BLOCK, PER_STEP = "auto", "per_block", "per_step"
 Finder = Callable[[Any], tuple[Any, bool]]
 
 
-def has_fsdp(layout: Any) -> bool:
-  """Whether ``layout`` has FSDP slots."""
-  return any(c.fsdp for c in layout.classes)
-
-
 def layouts(option: str, layout: Any) -> tuple[Any, ...]:
   """The layouts the search tries, in order: ``layout`` (made per step
   unless ``fsdp="per_block"``), then with ``"auto"`` and FSDP slots the
   same layout gathered per block."""
-  if option != AUTO or not has_fsdp(layout):
+  if option != AUTO or not layout.has_fsdp:
     return (layout,)
   return (dataclasses.replace(layout, fsdp_mode=PER_STEP),
           dataclasses.replace(layout, fsdp_mode=PER_BLOCK))
@@ -94,7 +89,7 @@ def why(step: Any, layout: Any, plan: Any) -> str:
   modes' fixed bytes per device (parameters, gradients, optimiser slots)
   and FSDP collectives a step of ``plan``; "" without FSDP slots or
   with the mode given."""
-  if step.fsdp != AUTO or not has_fsdp(layout):
+  if step.fsdp != AUTO or not layout.has_fsdp:
     return ""
   modes = {m: dataclasses.replace(layout, fsdp_mode=m)
            for m in (PER_STEP, PER_BLOCK)}
@@ -112,4 +107,4 @@ def why(step: Any, layout: Any, plan: Any) -> str:
 
 
 __all__ = ["AUTO", "PER_BLOCK", "PER_STEP", "first_fitting", "fits",
-           "has_fsdp", "layouts", "why"]
+           "layouts", "why"]
