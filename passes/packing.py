@@ -221,6 +221,14 @@ class Layout:
     return any(c.fsdp for c in self.classes)
 
   @property
+  def grads_per_slot(self) -> bool:
+    """Training slot gradients leave the program's ``shard_map`` one
+    array per slot (no FSDP class), not stacked per class
+    (``passes.lower_program``: the stack and the unpack's slices of it
+    were two copies of every gradient)."""
+    return not self.has_fsdp
+
+  @property
   def fsdp_per_block(self) -> bool:
     """FSDP slots are gathered per block (``fsdp_mode``) and there are
     some."""
