@@ -315,10 +315,11 @@ def run(args: Any, log=print) -> dict[str, Any]:
       loss, grads = compiled(params, batch)
       loss = float(loss)
     dt = time.perf_counter() - t0
-    params, state = adam(params, grads, state, args.lr)
     record["losses"].append(round(loss, 5))
     record["step_seconds"].append(round(dt, 4))
+    # Shown before the update: adam's first call compiles (~0.5 s).
     log(f"step {i:3d}  loss {loss:.4f}  ({dt * 1e3:.0f} ms)")
+    params, state = adam(params, grads, state, args.lr)
     if i == 0 and args.check:  # after the first step, so it shows at once
       _check(setup.step, setup.params, batch0, record, log)
   if args.check and not args.steps:

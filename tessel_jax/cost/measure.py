@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import os
 import re
 import statistics
@@ -52,7 +51,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
-from tessel_jax.cost import ahead as _ahead
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost.cache import ProfileCache, make_key
 
@@ -440,38 +438,9 @@ def _stage_inputs(kernel: Any, p: Sequence[Any], d: Sequence[Any],
           [put(a, ()) for a in d])
 
 
-@dataclasses.dataclass(frozen=True)
-class PreparedKernel:
-  """A kernel compiled for timing (:func:`prepare_kernel`): its example
-  inputs, the compiled program, its flops (single device) and compile
-  seconds."""
-
-  pv: Any
-  dv: Any
-  compiled: Any
-  flops: Any
-  compile_seconds: float
-
-
-def prepare_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
-                   seed: int = 0, stage: Any = None) -> PreparedKernel:
-  """Example inputs of ``kernel`` and the kernel compiled for ``device``
-  (or ``stage``, see :func:`time_kernel`), not yet run."""
-  p, d = kernel_avals(kernel, param_avals)
-  rng = np.random.default_rng(seed)
-  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
-  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
-  t0 = time.perf_counter()
-  lowered = jax.jit(fn).lower(pv, dv)
-  flops = analysed_flops(lowered) if stage is None else None
-  compiled = lowered.compile()
-  return PreparedKernel(pv, dv, compiled, flops, time.perf_counter() - t0)
-
-
 def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                 repeats: int = 5, warmup: int = 2, seed: int = 0,
-                rounds: int = ROUNDS, stage: Any = None,
-                prepared: PreparedKernel | None = None) -> dict[str, Any]:
+                rounds: int = ROUNDS, stage: Any = None) -> dict[str, Any]:
   """Compiles ``kernel`` alone for ``device`` and times it.
 
   With ``stage`` (``cost.stage.Stage``) it is compiled for the stage's
@@ -493,15 +462,16 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
     call's overhead taken off, :func:`call_overhead`, never below 5% of
     the raw figure), single-core seconds, the raw median per call, cores of the
     process (CPU), XLA temp bytes, compile seconds.
-
-  ``prepared``: :func:`prepare_kernel`'s result for these arguments
-  (compiled earlier, e.g. beside other kernels); None compiles here.
   """
-  if prepared is None:
-    prepared = prepare_kernel(kernel, param_avals, device, seed=seed,
-                              stage=stage)
-  pv, dv, compiled = prepared.pv, prepared.dv, prepared.compiled
-  flops, compile_s = prepared.flops, prepared.compile_seconds
+  p, d = kernel_avals(kernel, param_avals)
+  rng = np.random.default_rng(seed)
+  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
+  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
+  t0 = time.perf_counter()
+  lowered = jax.jit(fn).lower(pv, dv)
+  flops = analysed_flops(lowered) if stage is None else None
+  compiled = lowered.compile()
+  compile_s = time.perf_counter() - t0
   temp = 0
   try:
     ma = compiled.memory_analysis()
@@ -643,10 +613,6 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
   from_disk: set[str] = set()
   measured = estimated = 0
   out: dict[int, KernelProfile] = {}
-  # Without an estimator every kernel missing here is measured: compile
-  # them all together first (``cost.ahead``), then time one by one.
-  ahead = ({} if estimator is not None else _ahead.compile_together(
-      _to_measure(ks, param_avals, device, by_key, cache, part, stage)))
   for bid in sorted(ks.kernels):
     k = ks.kernels[bid]
     block = part.blocks[k.fwd] if part is not None else None
@@ -663,10 +629,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
         out[bid] = _kernel_profile(bid, k, rec, key, False)
         continue
     if rec is None:
-      early = ahead.pop(key, None)
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
-                        stage=stage,
-                        prepared=None if early is None else early.get())
+                        stage=stage)
       rec.update(label=k.label, backend=device.platform,
                  device_kind=device.device_kind)
       measured += 1
@@ -682,27 +646,6 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
                  from_cache=len(from_disk), estimated=estimated)
-
-
-def _to_measure(ks: Any, param_avals: Sequence[Any], device: Any,
-                by_key: Mapping[str, Any], cache: ProfileCache | None,
-                part: Any, stage: Any
-                ) -> dict[str, Callable[[], PreparedKernel]]:
-  """Key -> :func:`prepare_kernel` thunk of each distinct kernel of ``ks``
-  that is neither in ``by_key`` nor stored in ``cache`` (a stored record
-  that turns out bad is compiled later, on its own)."""
-  todo: dict[str, Callable[[], PreparedKernel]] = {}
-  for bid in sorted(ks.kernels):
-    k = ks.kernels[bid]
-    block = part.blocks[k.fwd] if part is not None else None
-    key = kernel_key(k, param_avals, device, block, stage)
-    if key in by_key or key in todo or (
-        cache is not None and not cache.reprofile and
-        os.path.exists(cache.path("kernel", key))):
-      continue
-    todo[key] = functools.partial(prepare_kernel, k, param_avals, device,
-                                  stage=stage)
-  return todo
 
 
 def _kernel_profile(bid: int, k: Any, rec: Mapping[str, Any], key: str,
