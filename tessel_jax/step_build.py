@@ -215,18 +215,24 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
     return plan, None, None, None
   alt = step_schedule.uniform_candidate(step, graph, ks, unit, layout,
                                         n_local, costs, hoisted)
-  if alt is not None and same_order(alt[2].actions, unrolled.actions):
+  same = alt is not None and same_order(alt[2].actions, unrolled.actions)
+  clock.lap("search on uniform spans", "none" if alt is None
+            else "the same order as on measured spans" if same else
+            "another order")
+  # The first price of a process also measures the lowering's per-tick
+  # and packing costs on this machine (cost.ticks, cost.outside; cached).
+  if same:
     # The same tick plan, so the same prediction: not planned twice.
     # Priced as pick_schedule prices (FSDP and outside terms included).
     ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
         costs, unrolled, plan, layout, step.mesh, step.pipe_axis)
-    clock.lap("search on uniform spans", "the same order as on measured"
-              " spans")
+    clock.lap("price", "one schedule")
     return plan, "measured", ms, None
   plan, chosen, other_ms, picked = step._pick_schedule(  # pylint: disable=protected-access
       costs, unrolled, plan, alt, make_plan)
-  clock.lap("search on uniform spans", f"lowering the schedule searched"
-            f" on {chosen} spans, predicted faster")
+  clock.lap("price", f"lowering the schedule searched on {chosen} spans,"
+            f" predicted faster" if alt is not None else
+            "the schedule searched on measured spans")
   return plan, chosen, other_ms, picked
 
 
