@@ -68,19 +68,25 @@ def uniform_graph(graph: BlockGraph, ks: Any) -> tuple[BlockGraph, int]:
   return dataclasses.replace(graph, blocks=tuple(blocks)), unit
 
 
+def memory_limit(step: Any) -> int | None:
+  """Bytes per device ``step`` may use: its ``memory_limit``, or what the
+  device reports (None: no limit)."""
+  if step.memory_limit is not None:
+    return step.memory_limit
+  return compat.device_memory_limit(step.mesh.devices.flat[0])
+
+
 def memory_limit_bytes(step: Any, layout: Any, costs: Any = None,
                        hoisted: int = 0) -> int | None:
   """Bytes per device left for the stash (None: no limit).
 
-  ``memory_limit`` (or what the device reports) less the parameters, their
-  gradient accumulators and ``optimizer_slots`` parameter-sized optimiser
-  arrays, ``hoisted`` bytes (the kernels' parameter-only values computed
-  before the ticks, ``passes.hoist``) and (measured costs) the largest
-  kernel workspace (XLA temp bytes).
+  :func:`memory_limit` less the parameters, their gradient accumulators
+  and ``optimizer_slots`` parameter-sized optimiser arrays, ``hoisted``
+  bytes (the kernels' parameter-only values computed before the ticks,
+  ``passes.hoist``) and (measured costs) the largest kernel workspace (XLA
+  temp bytes).
   """
-  limit = step.memory_limit
-  if limit is None:
-    limit = compat.device_memory_limit(step.mesh.devices.flat[0])
+  limit = memory_limit(step)
   if limit is None:
     return None
   fixed = max(layout.fixed_bytes_per_device(int(step.optimizer_slots)))
