@@ -32,7 +32,8 @@ flags.DEFINE_integer("ab_straight_order", 0, "If > 0: instead of the"
                      " profile, this many interleaved rounds timing each"
                      " variant's CPU per step with unrolled ticks' stash"
                      " writes ordered (the default) and unordered"
-                     " (passes.tick_runs.STRAIGHT_ORDER), paired ratio.")
+                     " (Switches.straight_order, passes.switches), paired"
+                     " ratio.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -116,21 +117,18 @@ def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
 
   import tessel_jax as tj
   from experiments import peer_bench_lib as pbl
-  from tessel_jax.passes import tick_runs
+  from tessel_jax.passes.switches import Switches
   params, batch, mesh = _inputs(n)
   runs = {}
   for name in variants:
     for ordered in (True, False):
       placement, blocks = pbl.tj_layout(name, 8, 4)
-      tick_runs.STRAIGHT_ORDER.append(ordered)
-      try:  # as peer_bench builds its tj variants
-        built = tj.schedule(
-            pbl.marked_loss(blocks), mesh=mesh, placement=placement,
-            num_microbatches=n, plan="gpipe" if name == "tj_gpipe" else None,
-            cut="markers", interpret_ramps=8).build(params, batch)
-        compiled = built.jitted.lower(params, batch).compile()
-      finally:
-        tick_runs.STRAIGHT_ORDER.pop()
+      built = tj.schedule(  # as peer_bench builds its tj variants
+          pbl.marked_loss(blocks), mesh=mesh, placement=placement,
+          num_microbatches=n, plan="gpipe" if name == "tj_gpipe" else None,
+          cut="markers", interpret_ramps=8,
+          switches=Switches(straight_order=ordered)).build(params, batch)
+      compiled = built.jitted.lower(params, batch).compile()
       runs[(name, ordered)] = compiled
       print(json.dumps({"variant": name, "ordered": ordered,
                         "lowered_as": built.plan.loop_summary(),
