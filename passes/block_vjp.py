@@ -22,6 +22,8 @@ import numpy as np
 
 from tessel_jax import compat
 
+from . import residual_trim
+
 def sds(shape: Sequence[int], dtype: Any) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(tuple(shape), dtype)
 
@@ -51,6 +53,8 @@ class _Residuals:
   treedef: Any = None
   alias: tuple[int | None, ...] = ()   # leaf -> diff position (param) or None
   avals: tuple[jax.ShapeDtypeStruct, ...] = ()
+  # Which residuals are stashed; B rebuilds the rest (passes.residual_trim).
+  recipe: Any = None
   # The vjp closure's structure as traced under each context mesh: it holds
   # the block's linearised program, whose sharding constraints name the
   # mesh they were traced under (the lowering's shard_map differs from the
@@ -132,7 +136,8 @@ def _probe_key(blk: Any, diff_pos: Sequence[int]) -> tuple | None:
           tuple((r.kind, r.leaf if r.kind == "param" else None)
                 for r in blk.ins),
           tuple((tuple(a.shape), str(a.dtype)) for a in blk.local_in),
-          tuple(blk.params), tuple(diff_pos), compat.context_mesh())
+          tuple(blk.params), tuple(diff_pos), compat.context_mesh(),
+          residual_trim.enabled())
 
 
 class Vjp:
@@ -188,15 +193,20 @@ class Vjp:
     hit = _PROBES.get(key) if key is not None else None
     if hit is not None:
       _PROBES.move_to_end(key)
-      self.res.treedef, self.res.alias, self.res.avals = hit
+      (self.res.treedef, self.res.alias, self.res.avals,
+       self.res.recipe) = hit
       return self.res.avals
     pv = [blk.local_in[[q for q, r in enumerate(blk.ins)
                         if r.kind == "param" and r.leaf == l][0]]
           for l in blk.params]
-    kept = jax.eval_shape(self._probe, pv, list(blk.data_avals))
+    closed, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
+    recipe = residual_trim.find(closed, len(pv))
+    kept = recipe.keep(closed.out_avals)
+    self.res.recipe = recipe
     self.res.avals = tuple(sds(a.shape, a.dtype) for a in kept)
     if key is not None:
-      _PROBES[key] = (self.res.treedef, self.res.alias, self.res.avals)
+      _PROBES[key] = (self.res.treedef, self.res.alias, self.res.avals,
+                      recipe)
       while len(_PROBES) > PROBES_SIZE:
         _PROBES.popitem(last=False)
     return self.res.avals
@@ -212,8 +222,8 @@ class Vjp:
     if len(leaves) != len(self.res.alias):
       raise AssertionError("vjp residual structure changed between traces")
     self.res.treedefs[compat.context_mesh()] = treedef
-    return list(ys) + [leaf for leaf, a in zip(leaves, self.res.alias)
-                       if a is None], []
+    return list(ys) + self.res.recipe.keep(
+        [leaf for leaf, a in zip(leaves, self.res.alias) if a is None]), []
 
   def backward(self, ctx: Any, pvals: Sequence[Any], rvals: Sequence[Any],
                ybar: Sequence[Any], *, acts: bool = True, grads: bool = True
@@ -224,7 +234,7 @@ class Vjp:
     """
     if self.keep:
       by_leaf = dict(zip(self.blk.params, pvals))
-      it = iter(rvals)
+      it = iter(self.res.recipe.rebuild(rvals, pvals))
       leaves = [next(it) if a is None else
                 by_leaf[self.blk.ins[self.diff_pos[a]].leaf]
                 for a in self.res.alias]
