@@ -10,12 +10,11 @@ of width 1664, 11.1M parameters, 32 rows per micro-batch) and ResNet18
 (``experiments.resnet``, 11.7M parameters, 4 images of 16 x 16 per
 micro-batch, cut after stage 3 as in the placed part). A plan named
 ``<plan>_nohoist`` is lowered without hoisting the kernels' parameter-only
-work out of the tick loop (``passes.hoist.disabled``).
+work out of the tick loop (``Switches(hoist=False)``, ``passes.switches``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import resource
@@ -35,7 +34,7 @@ from experiments import resnet
 from experiments import step_profile
 from experiments import train_lib
 from tessel_jax import placements
-from tessel_jax.passes import hoist
+from tessel_jax.passes.switches import Switches
 
 MODELS = ("mlp", "gpt", "wide", "resnet18")
 PLANS = ("searched", "gpipe", "1f1b", "searched_nohoist", "gpipe_nohoist",
@@ -89,13 +88,13 @@ def worker(models: tuple[str, ...], plans: tuple[str, ...], n: int,
     fn, params, batch, cut = model(m, n)
     for p in plans:
       plan = p.removesuffix("_nohoist")
-      with (hoist.disabled() if p.endswith("_nohoist") else
-            contextlib.nullcontext()):
-        step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                           num_microbatches=n, cut=cut, cost=cost,
-                           plan=None if plan == "searched" else plan)
-        built = step.build(params, batch)
-        compiled = built.jitted.lower(params, batch).compile()
+      step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                         num_microbatches=n, cut=cut, cost=cost,
+                         plan=None if plan == "searched" else plan,
+                         switches=Switches(
+                             hoist=not p.endswith("_nohoist")))
+      built = step.build(params, batch)
+      compiled = built.jitted.lower(params, batch).compile()
       run = lambda: compiled(params, batch)  # pylint: disable=cell-var-from-loop
       prof = step_profile.profile_step(run, compiled.as_text(), 2, repeats)
       row = {"model": m, "plan": p, "n": n,

@@ -33,12 +33,13 @@ flags.DEFINE_integer("ab_straight_order", 0, "If > 0: instead of the"
                      " profile, this many interleaved rounds timing each"
                      " variant's CPU per step with unrolled ticks' stash"
                      " writes ordered (the default) and unordered"
-                     " (passes.tick_runs.STRAIGHT_ORDER), paired ratio.")
+                     " (Switches.straight_order, passes.switches), paired"
+                     " ratio.")
 flags.DEFINE_integer("ab_residual_trim", 0, "If > 0: instead of the"
                      " profile, this many interleaved rounds timing each"
                      " variant's CPU per step with the vjp residuals that B"
                      " rebuilds left out of the stash (the default) and all"
-                     " stashed (passes.residual_trim.disabled), both on the"
+                     " stashed (Switches.residual_trim), both on the"
                      " schedule searched with all stashed, paired ratio.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
@@ -111,43 +112,20 @@ def profile(n: int = 8, repeats: int = 3,
   print("load", os.getloadavg())
 
 
-def _straight_unordered() -> Any:
-  """Context: unrolled ticks' stash writes left unordered."""
-  # pylint: disable=import-outside-toplevel
-  import contextlib
-
-  from tessel_jax.passes import tick_runs
-
-  @contextlib.contextmanager
-  def ctx():
-    tick_runs.STRAIGHT_ORDER.append(False)
-    try:
-      yield
-    finally:
-      tick_runs.STRAIGHT_ORDER.pop()
-  return ctx()
-
-
-def _all_residuals() -> Any:
-  """Context: every vjp residual stashed."""
-  # pylint: disable=import-outside-toplevel
-  from tessel_jax.passes import residual_trim
-  return residual_trim.disabled()
-
-
 def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
                       ) -> None:
   """CPU per step with unrolled ticks' stash writes ordered / unordered,
   both built in this process and timed alternately (shuffled per round)."""
-  ab(n, rounds, variants, _straight_unordered, ("ordered", "unordered"))
+  ab(n, rounds, variants, {"straight_order": False}, ("ordered", "unordered"))
 
 
-def ab(n: int, rounds: int, variants: tuple[str, ...], off: Any,
+def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
        names: tuple[str, str]) -> None:
-  """CPU per step of each variant built as by default (``names[0]``) and
-  inside the context ``off()`` (``names[1]``), on one schedule (the one
-  searched inside ``off()``), in this process, timed alternately (shuffled
-  per round); prints the medians and the paired ratio on / off."""
+  """CPU per step of each variant built with the library's switches
+  (``names[0]``) and with ``Switches(**off)`` (``names[1]``), on one
+  schedule (the one searched with ``off``), in this process, timed
+  alternately (shuffled per round); prints the medians and the paired
+  ratio on / off."""
   # pylint: disable=import-outside-toplevel
   import random
 
@@ -156,19 +134,21 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: Any,
 
   import tessel_jax as tj
   from experiments import peer_bench_lib as pbl
+  from tessel_jax.passes.switches import Switches
   params, batch, mesh = _inputs(n)
   runs = {}
   for name in variants:
     sched = None
     for on in (False, True):
       placement, blocks = pbl.tj_layout(name, 8, 4)
-      plan = sched or ("gpipe" if name == "tj_gpipe" else None)
-      step = tj.schedule(pbl.marked_loss(blocks), mesh=mesh,
-                         placement=placement, num_microbatches=n, plan=plan,
-                         cut="markers", interpret_ramps=8)  # as peer_bench
-      with _maybe(off, not on):
-        built = step.build(params, batch)
-        compiled = built.jitted.lower(params, batch).compile()
+      built = tj.schedule(  # as peer_bench builds its tj variants
+          pbl.marked_loss(blocks), mesh=mesh, placement=placement,
+          num_microbatches=n,
+          plan=sched or ("gpipe" if name == "tj_gpipe" else None),
+          cut="markers", interpret_ramps=8,
+          switches=Switches() if on else Switches(**off)
+          ).build(params, batch)
+      compiled = built.jitted.lower(params, batch).compile()
       sched = built.unrolled
       runs[(name, on)] = compiled
       print(json.dumps({"variant": name, names[1 - on]: True,
@@ -188,20 +168,13 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: Any,
       jax.block_until_ready(runs[k](params, batch))
       cpu[k].append(1e3 * (_cpu_s() - c0))
   for name in variants:
-    on, off_ = cpu[(name, True)], cpu[(name, False)]
+    on_, off_ = cpu[(name, True)], cpu[(name, False)]
     print(json.dumps({
-        "variant": name, f"cpu_ms_{names[0]}": round(float(np.median(on)), 1),
+        "variant": name, f"cpu_ms_{names[0]}": round(float(np.median(on_)), 1),
         f"cpu_ms_{names[1]}": round(float(np.median(off_)), 1),
         "paired_ratio": round(float(np.median(
-            [a / b for a, b in zip(on, off_)])), 4),
+            [a / b for a, b in zip(on_, off_)])), 4),
         "load_average": os.getloadavg()}), flush=True)
-
-
-def _maybe(ctx: Any, use: bool) -> Any:
-  """``ctx()`` when ``use``, else a context that does nothing."""
-  # pylint: disable=import-outside-toplevel
-  import contextlib
-  return ctx() if use else contextlib.nullcontext()
 
 
 def main(argv: list[str]) -> None:
@@ -213,7 +186,7 @@ def main(argv: list[str]) -> None:
   if f.ab_straight_order > 0:
     ab_straight_order(f.n, f.ab_straight_order, tuple(f.variants))
   elif f.ab_residual_trim > 0:
-    ab(f.n, f.ab_residual_trim, tuple(f.variants), _all_residuals,
+    ab(f.n, f.ab_residual_trim, tuple(f.variants), {"residual_trim": False},
        ("trimmed", "all_stashed"))
   else:
     profile(f.n, f.repeats, tuple(f.variants))

@@ -33,6 +33,9 @@ variant is timed once per round in shuffled order; ``/proc/stat`` is read
 around each timing and a round is kept only when the rest of the machine
 used under ``--quiet_cores`` cores throughout (if none is, all rounds are
 used and the JSON says so). JSON to ``--output``, a Markdown table beside it.
+The compile column is one compile per variant; ``experiments.peer_compile``
+compiles the hand GPipe and tessel_jax's program side by side over many
+rounds (paired ratios, also between code versions).
 """
 
 import sys

@@ -52,8 +52,7 @@ from experiments import lowering_bench_lib as lb
 from experiments import resnet
 from experiments import step_profile
 from tessel_jax import placements
-from tessel_jax.passes import hoist
-from tessel_jax.passes import tick_order
+from tessel_jax.passes.switches import Switches
 
 MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 # param_layout per model: ResNet's leaves have a different shape on each
@@ -192,9 +191,10 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
                        axis_types=(jax.sharding.AxisType.Auto,))
   for name in models:
     fn, params, batch = model(name, n)
-    make = lambda: tj.schedule(  # pylint: disable=cell-var-from-loop
+    make = lambda switches=None: tj.schedule(  # pylint: disable=cell-var-from-loop
         fn, mesh=mesh, placement=placements.vshape(2), num_microbatches=n,
-        cut="markers", cost=cost, param_layout=LAYOUTS[name])
+        cut="markers", cost=cost, param_layout=LAYOUTS[name],
+        switches=switches)
     step = make()
     t0 = time.perf_counter()
     tree_c = step.lower(params, batch).compile()
@@ -213,10 +213,9 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     if state is not None:
       runs["train_step"] = state
     runs["placed_nohoist"], nohoist_c = _nohoist(make, params, batch)
-    with tick_order.enabled():
-      ticks_step = make()
-      ticks_placed = ticks_step.place(params, batch)
-      ticks_c = ticks_step.lower(ticks_placed, batch).compile()
+    ticks_step = make(Switches(tick_order=True))
+    ticks_placed = ticks_step.place(params, batch)
+    ticks_c = ticks_step.lower(ticks_placed, batch).compile()
     runs["placed_ticks"] = lambda: ticks_c(ticks_placed, batch)
     _check(step, runs, fn, params, batch, n)
     _same_grads(step, runs["tessel_placed"], ticks_step, runs["placed_ticks"])
@@ -269,14 +268,13 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     print(json.dumps({"placed": row}), flush=True)
 
 
-def _nohoist(make: Callable[[], Any], params: Any, batch: Any
+def _nohoist(make: Callable[[Switches], Any], params: Any, batch: Any
              ) -> tuple[Callable[[], Any], Any]:
   """The placed step lowered without hoisting the kernels' parameter-only
-  work (``passes.hoist.disabled``): ``(run, compiled)``."""
-  with hoist.disabled():
-    step = make()
-    placed = step.place(params, batch)
-    compiled = step.lower(placed, batch).compile()
+  work (``Switches(hoist=False)``): ``(run, compiled)``."""
+  step = make(Switches(hoist=False))
+  placed = step.place(params, batch)
+  compiled = step.lower(placed, batch).compile()
   return (lambda: compiled(placed, batch)), compiled
 
 

@@ -32,14 +32,14 @@ def _variant(on, fn, params, batch, n, placed):
   import jax  # pylint: disable=import-outside-toplevel
   import tessel_jax as tj  # pylint: disable=import-outside-toplevel
   from tessel_jax import placements  # pylint: disable=import-outside-toplevel
-  from tessel_jax.passes import tick_order  # pylint: disable=import-outside-toplevel
+  from tessel_jax.passes.switches import Switches  # pylint: disable=import-outside-toplevel
   mesh = jax.make_mesh((2,), ("pipe",),
                        axis_types=(jax.sharding.AxisType.Auto,))
-  with tick_order.enabled(on):
-    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                       num_microbatches=n, cut="markers", cost="uniform")
-    p = step.place(params, batch) if placed else params
-    compiled = step.lower(p, batch).compile()
+  step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                     num_microbatches=n, cut="markers", cost="uniform",
+                     switches=Switches(tick_order=on))
+  p = step.place(params, batch) if placed else params
+  compiled = step.lower(p, batch).compile()
   return (lambda: compiled(p, batch)), step
 
 

@@ -111,7 +111,8 @@ _PROBES: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
 PROBES_SIZE = 512
 
 
-def _probe_key(blk: Any, diff_pos: Sequence[int]) -> tuple | None:
+def _probe_key(blk: Any, diff_pos: Sequence[int], trim: bool
+               ) -> tuple | None:
   """What decides a block's vjp residuals: its equations (printed, names
   by position), constants, input kinds and avals, parameter order, the
   differentiated positions and the context mesh; None (not shared) for a
@@ -136,8 +137,7 @@ def _probe_key(blk: Any, diff_pos: Sequence[int]) -> tuple | None:
           tuple((r.kind, r.leaf if r.kind == "param" else None)
                 for r in blk.ins),
           tuple((tuple(a.shape), str(a.dtype)) for a in blk.local_in),
-          tuple(blk.params), tuple(diff_pos), compat.context_mesh(),
-          residual_trim.enabled())
+          tuple(blk.params), tuple(diff_pos), compat.context_mesh(), trim)
 
 
 class Vjp:
@@ -150,10 +150,12 @@ class Vjp:
     ``jax.vjp`` again.
   """
 
-  def __init__(self, blk: Any, diff_pos: Sequence[int], keep: bool):
+  def __init__(self, blk: Any, diff_pos: Sequence[int], keep: bool,
+               trim: bool = True):
     self.blk = blk
     self.diff_pos = tuple(diff_pos)
     self.keep = keep
+    self.trim = trim  # residuals B rebuilds left out (passes.residual_trim)
     self.res = _Residuals()
     self.grad_leaves = tuple(blk.ins[p].leaf for p in diff_pos
                              if blk.ins[p].kind == "param")
@@ -189,7 +191,7 @@ class Vjp:
     blk = self.blk
     if not self.keep:
       return blk.data_avals
-    key = _probe_key(blk, self.diff_pos)
+    key = _probe_key(blk, self.diff_pos, self.trim)
     hit = _PROBES.get(key) if key is not None else None
     if hit is not None:
       _PROBES.move_to_end(key)
@@ -200,7 +202,7 @@ class Vjp:
                         if r.kind == "param" and r.leaf == l][0]]
           for l in blk.params]
     closed, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
-    recipe = residual_trim.find(closed, len(pv))
+    recipe = residual_trim.find(closed, len(pv), self.trim)
     kept = recipe.keep(closed.out_avals)
     self.res.recipe = recipe
     self.res.avals = tuple(sds(a.shape, a.dtype) for a in kept)

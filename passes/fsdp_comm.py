@@ -117,12 +117,12 @@ def _per_block(layout: Any, plan: Any) -> list[Collective]:
 def collectives(layout: Any, plan: Any) -> list[Collective]:
   """The FSDP collectives of one step of ``plan`` on ``layout`` (empty
   without FSDP slots); see the module docstring."""
-  fsdp = [c for c in layout.classes if c.fsdp]
-  if not fsdp:
+  if not layout.has_fsdp:
     return []
   if fsdp_tick.per_block(layout):
     return _per_block(layout, plan)
   last = plan.ticks[-1].step if plan.ticks else 0
+  fsdp = [c for c in layout.classes if c.fsdp]
   return ([Collective(-1, "gather", _received(c, c.count)) for c in fsdp] +
           [Collective(last, "scatter", _received(c, c.count)) for c in fsdp])
 

@@ -67,7 +67,7 @@ CACHE = ("fsdp", "run")  # ``pbuf`` key of a straight run's gathered slots
 
 def per_block(layout: Any) -> bool:
   """The layout has FSDP classes gathered per block."""
-  return bool(getattr(layout, "fsdp_per_block", False))
+  return layout.fsdp_per_block
 
 
 def _fsdp_class(layout: Any, leaf: int, device: int) -> tuple[int, int] | None:

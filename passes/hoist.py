@@ -14,15 +14,15 @@ the same values are parameter-only, and evaluates the kernel with them
 given, so the loop body no longer holds their producers.
 
 The values are live for the whole step: ``nbytes`` is what the memory
-model adds (``passes.program_bytes``).
+model adds (``passes.program_bytes``). ``Switches(hoist=False)``
+(``passes.switches``) lowers a step without it, for A/B runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -37,18 +37,6 @@ from .lower_context import LowerContext
 from .tick_ctx import INPLACE, Ctx, scoped
 
 HOISTED = ("hoisted",)
-_ENABLED = [True]
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-  """Programs lowered inside this context hoist nothing (the A/B runs of
-  ``experiments.lowering_bench`` and the tests)."""
-  _ENABLED.append(False)
-  try:
-    yield
-  finally:
-    _ENABLED.pop()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -152,7 +140,7 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
             slots: Sequence[Sequence[Any]]) -> dict[int, Prepared]:
   """Every hoistable kernel's parameter-only values, computed once."""
   out: dict[int, Prepared] = {}
-  if not _ENABLED[-1]:
+  if not low.switches.hoist:  # off for A/B runs (passes.switches)
     return out
   shared: dict[tuple, Any] = {}
   for kid, kernel in sorted(low.plan.kernels.items()):
@@ -177,11 +165,12 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
 
 def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
                     param_avals: Sequence[Any], num_microbatches: int,
-                    inplace: bool = False) -> int:
+                    inplace: bool = False, hoist: bool = True) -> int:
   """Bytes per device of the distinct values :func:`prepare` computes
   (every device computes every kernel's; live for the whole step), from
-  abstract traces of the kernels."""
-  if not _ENABLED[-1]:
+  abstract traces of the kernels; 0 where ``hoist`` is off
+  (``Switches.hoist``)."""
+  if not hoist:
     return 0
   local = layout.local_avals(param_avals)
   sizes: dict[tuple, int] = {}

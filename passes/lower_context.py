@@ -16,6 +16,7 @@ from .kernels import KernelSet
 from .packing import Layout
 from .partition import Partition
 from .plan import Plan
+from .switches import Switches
 
 
 class LowerContext:
@@ -31,12 +32,15 @@ class LowerContext:
       order; the axes besides these and the pipe axis are left to GSPMD.
     train: Training or inference.
     total_microbatches: N over all data replicas.
+    switches: Optional lowering steps (``passes.switches``; default: the
+      library's).
   """
 
   def __init__(self, plan: Plan, part: Partition, layout: Layout, mesh: Any,
                pipe_axis: str, data_axes: Sequence[str], train: bool,
-               total_microbatches: int):
+               total_microbatches: int, switches: Switches = Switches()):
     self.plan = plan
+    self.switches = switches
     self.part = part
     self.layout = layout
     self.mesh = mesh

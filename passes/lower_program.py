@@ -174,8 +174,7 @@ def program(low: Any) -> Callable[[Any, Any], Any]:
   # FSDP: stacked per class, the stack and the unpack's slices of it were
   # two copies of every gradient, and each slice ``buf[d, j]`` its own
   # XLA kernel (per slot, ``col[d]``: the same D slices for every slot).
-  low.per_slot_grads = low.train and not any(c.fsdp
-                                             for c in low.layout.classes)
+  low.per_slot_grads = low.train and low.layout.grads_per_slot
   in_specs, out_specs = map_specs(low)
   axes = {low.pipe, *low.data_axes}
   smap = jax.shard_map(low.body, mesh=low.mesh, in_specs=in_specs,

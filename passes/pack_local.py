@@ -30,8 +30,8 @@ from . import packing as _packing
 from .packing import Layout
 
 
-def _pick(dev: Any, rows: Sequence[Any]) -> Any:
-  """``rows[dev]`` without stacking: a switch over the distinct rows."""
+def _distinct(rows: Sequence[Any]) -> tuple[list[Any], tuple[int, ...]]:
+  """``(distinct rows, index of each row among them)`` (by identity)."""
   distinct: list[Any] = []
   index = []
   for r in rows:
@@ -42,10 +42,36 @@ def _pick(dev: Any, rows: Sequence[Any]) -> Any:
     else:
       index.append(len(distinct))
       distinct.append(r)
-  if len(distinct) == 1:
-    return distinct[0]
-  which = jnp.asarray(index, jnp.int32)[dev]
-  return lax.switch(which, [lambda x=x: x for x in distinct])
+  return distinct, tuple(index)
+
+
+def _pick_all(dev: Any, picks: Sequence[Sequence[Any]]) -> list[Any]:
+  """``rows[dev]`` of every ``rows`` in ``picks``, without stacking.
+
+  Picks whose rows repeat in the same pattern over the devices (on
+  ``vshape`` every slot: device 0 its first leaf, device 1 its second)
+  share one ``lax.switch`` returning all of them: one conditional and one
+  branch per distinct row, not one of each per slot (each conditional and
+  its branch computations is HLO text, and a conditional of its own).
+  """
+  out: list[Any] = [None] * len(picks)
+  groups: dict[tuple[int, ...], list[tuple[int, list[Any]]]] = {}
+  for i, rows in enumerate(picks):
+    distinct, index = _distinct(rows)
+    if len(distinct) == 1:
+      out[i] = distinct[0]
+    else:
+      groups.setdefault(index, []).append((i, distinct))
+  for index, members in groups.items():
+    # Each device its own row (vshape): the device index itself, no
+    # lookup (a clamped gather of a constant: a kernel of its own).
+    which = (dev if index == tuple(range(len(index))) else
+             jnp.asarray(index, jnp.int32)[dev])
+    branches = [lambda k=k: tuple(d[k] for _, d in members)
+                for k in range(max(index) + 1)]
+    for (i, _), v in zip(members, lax.switch(which, branches)):
+      out[i] = v
+  return out
 
 
 def _leaf_spec(layout: Layout, leaf: int, pipe: str,
@@ -64,7 +90,7 @@ def _body(layout: Layout, used: Sequence[int], pipe: str) -> Any:
   def body(leaves: Sequence[Any]) -> Any:
     by_leaf = dict(zip(used, leaves))
     dev = lax.axis_index(pipe)
-    flat = {}
+    picks = []
     for dt in layout.dtypes:
       rows = []
       for d in range(layout.num_devices):
@@ -75,16 +101,19 @@ def _body(layout: Layout, used: Sequence[int], pipe: str) -> Any:
         n = sum(int(p.size) for p in parts)
         parts.append(jnp.zeros((layout.size[dt] - n,), dt))
         rows.append(jnp.concatenate(parts))
-      flat[dt] = _pick(dev, rows)[None]
-    slots = []
+      picks.append(rows)
     for c in layout.classes:
       zeros = jnp.zeros(tuple(by_leaf[next(l for row in c.assign for l in row
                                            if l >= 0)].shape), c.dtype)
-      slots.append([
-          _pick(dev, [by_leaf[c.assign[d][j]].astype(c.dtype)
-                      if c.assign[d][j] >= 0 else zeros
-                      for d in range(layout.num_devices)])[None]
-          for j in range(c.count)])
+      picks.extend([by_leaf[c.assign[d][j]].astype(c.dtype)
+                    if c.assign[d][j] >= 0 else zeros
+                    for d in range(layout.num_devices)]
+                   for j in range(c.count))
+    # One switch per pattern of distinct rows over the devices.
+    picked = iter(_pick_all(dev, picks))
+    flat = {dt: next(picked)[None] for dt in layout.dtypes}
+    slots = [[next(picked)[None] for _ in range(c.count)]
+             for c in layout.classes]
     return flat, slots
   return body
 

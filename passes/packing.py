@@ -215,10 +215,24 @@ class Layout:
   fsdp_block_bytes: tuple[int, ...] = ()
 
   @property
+  def has_fsdp(self) -> bool:
+    """Some slot class is FSDP (stored split over data axes, gathered for
+    the blocks that read it): the one test every caller uses."""
+    return any(c.fsdp for c in self.classes)
+
+  @property
+  def grads_per_slot(self) -> bool:
+    """Training slot gradients leave the program's ``shard_map`` one
+    array per slot (no FSDP class), not stacked per class
+    (``passes.lower_program``: the stack and the unpack's slices of it
+    were two copies of every gradient)."""
+    return not self.has_fsdp
+
+  @property
   def fsdp_per_block(self) -> bool:
     """FSDP slots are gathered per block (``fsdp_mode``) and there are
     some."""
-    return self.fsdp_mode == "per_block" and any(c.fsdp for c in self.classes)
+    return self.fsdp_mode == "per_block" and self.has_fsdp
 
   def fsdp_live_bytes(self, d: int) -> int:
     """Gathered FSDP bytes live on device ``d`` at once: every gathered

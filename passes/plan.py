@@ -78,81 +78,12 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
       reading a sharded parameter); ticks running one are never put in an
       ``interp`` segment (its switch would hold the collective).
   """
-  D = num_devices
-  n = num_microbatches
-  b = ks.microbatch_rows
+  D, n, b = num_devices, num_microbatches, ks.microbatch_rows
   kernels = ks.kernels
-
-  # Ticks: the steps at which something starts.
-  steps = sorted({a.start for a in actions})
-  tick_at = {s: t for t, s in enumerate(steps)}
-  T = len(steps)
-  run = [[None] * D for _ in range(T)]
-  mbs = np.full((T, D), -1, np.int64)
-  tick_of: dict[tuple[int, int], int] = {}
-  for a in actions:
-    t = tick_at[a.start]
-    k = kernels[a.block]
-    tick_of[(a.block, a.microbatch)] = t
-    for d in k.devices:
-      if run[t][d] is not None:
-        raise PlanError(f"device {d} runs two blocks at step {a.start}")
-      run[t][d] = a.block
-      mbs[t, d] = a.microbatch
-
-  # Producers and consumers of every value.
-  producer: dict[Key, int] = {}
-  for kid, k in kernels.items():
-    for key in k.outputs:
-      producer[key] = kid
-  readers: dict[tuple[Key, int], list[tuple[int, int]]] = {}
-  for kid, k in kernels.items():
-    for r, ref in enumerate(k.inputs):
-      if ref.kind == "value":
-        if ref.key not in producer:
-          raise PlanError(f"{k.label} reads {ref.key}, which nobody produces")
-        for d in k.devices:
-          readers.setdefault((ref.key, d), []).append((kid, r))
-
-  # Stores: rows held, slots needed.
-  store_rows: dict[tuple[Key, int], tuple[int, int] | None] = {}
-  store_aval: dict[tuple[Key, int], Aval] = {}
-  store_slots: dict[tuple[Key, int], int] = {}
-  first_read: dict[tuple[Key, int, int], int] = {}
-  for (key, d), uses in sorted(readers.items(), key=lambda kv: (str(kv[0][0]),
-                                                                kv[0][1])):
-    full = ks.value_avals[key]
-    local_residual = key[0] == "r"
-    if local_residual or not is_rowed(full, b):
-      rows = None
-      aval = Aval.of(kernels[uses[0][0]].in_avals[uses[0][1]])
-    else:
-      needs = {rows_of(kernels[kid], d, b) if kernels[kid].in_split[r]
-               else (0, b)
-               for kid, r in uses}
-      rows = needs.pop() if len(needs) == 1 else (0, b)
-      aval = Aval.of(full).with_rows(rows[1] - rows[0])
-    store_rows[(key, d)] = rows
-    store_aval[(key, d)] = aval
-    pid = producer[key]
-    writes, reads = [], []
-    for m in range(n):
-      w = tick_of[(pid, m)] + 1
-      r = max(tick_of[(kid, m)] for kid, _ in uses)
-      if r < w:
-        raise PlanError(
-            f"value {key} of micro-batch {m} is read at tick {r} before it is"
-            f" written at tick {w}")
-      writes.append(w)
-      reads.append(r)
-    for m in range(n):
-      first_read[(key, d, m)] = min(tick_of[(kid, m)] for kid, _ in uses)
-    slots = 1
-    for m in range(n):
-      last = bisect.bisect_right(writes, reads[m]) - 1
-      slots = max(slots, last - m + 1)
-    store_slots[(key, d)] = slots
-
+  steps, run, mbs, tick_of = _tick_tables(kernels, actions, D)
+  producer, readers = _producers_readers(kernels)
+  store_rows, store_aval, store_slots, first_read = _store_needs(
+      ks, readers, producer, tick_of, n)
   _widen_split_reads(kernels, store_rows, store_aval, ks.value_avals, b)
 
   # Pools: one per stored shape; a kernel's stores of one pool on a device
@@ -167,19 +98,131 @@ def build_plan(ks: KernelSet, actions: Sequence[Any], num_microbatches: int,
   env = Env(D=D, n=n, b=b, kernels=kernels, stores=stores,
              stores_of_key=stores_of_key, pools=pools, layout=layout,
              terminal_index=terminal_index, first_read=first_read)
-  ticks = [_make_tick(env, steps[t], tuple(run[t]), mbs[t]) for t in range(T)]
-  if interpret_ramps == 0:
-    segments = [Segment(0, T, 1)] if T else []
-  else:
-    segments = find_loops(ticks, max_period=max_period)
-  if interpret_ramps is not None:
-    segments = interp_segments(segments, ticks, max(interpret_ramps, 1),
-                               collective)
+  ticks = [_make_tick(env, steps[t], tuple(run[t]), mbs[t])
+           for t in range(len(steps))]
+  segments = _segments(ticks, max_period, interpret_ramps, collective)
   interps = {seg.start: build_interp(env, ticks, seg.start, seg.end)
              for seg in segments if seg.kind == "interp"}
   return Plan(num_devices=D, num_microbatches=n, ticks=tuple(ticks),
               segments=tuple(segments), pools=pools, stores=stores,
               kernels=kernels, kernel_set=ks, layout=layout, interps=interps)
+
+
+def _tick_tables(kernels: Mapping[int, Kernel], actions: Sequence[Any],
+                 D: int) -> tuple[list[int], list[list[int | None]],
+                                  np.ndarray, dict[tuple[int, int], int]]:
+  """Ticks, the steps at which something starts: ``(steps, run, mbs,
+  tick_of)``, per tick its step, the kernel each device runs (None:
+  idle) and its micro-batch (-1: idle), and the tick of every
+  ``(kernel, micro-batch)``."""
+  steps = sorted({a.start for a in actions})
+  tick_at = {s: t for t, s in enumerate(steps)}
+  run: list[list[int | None]] = [[None] * D for _ in steps]
+  mbs = np.full((len(steps), D), -1, np.int64)
+  tick_of: dict[tuple[int, int], int] = {}
+  for a in actions:
+    t = tick_at[a.start]
+    tick_of[(a.block, a.microbatch)] = t
+    for d in kernels[a.block].devices:
+      if run[t][d] is not None:
+        raise PlanError(f"device {d} runs two blocks at step {a.start}")
+      run[t][d] = a.block
+      mbs[t, d] = a.microbatch
+  return steps, run, mbs, tick_of
+
+
+def _producers_readers(kernels: Mapping[int, Kernel]
+                       ) -> tuple[dict[Key, int],
+                                  dict[tuple[Key, int], list[tuple[int, int]]]]:
+  """The kernel producing every value, and per ``(value, device)`` the
+  ``(kernel, input index)`` reading it there."""
+  producer: dict[Key, int] = {}
+  for kid, k in kernels.items():
+    for key in k.outputs:
+      producer[key] = kid
+  readers: dict[tuple[Key, int], list[tuple[int, int]]] = {}
+  for kid, k in kernels.items():
+    for r, ref in enumerate(k.inputs):
+      if ref.kind == "value":
+        if ref.key not in producer:
+          raise PlanError(f"{k.label} reads {ref.key}, which nobody produces")
+        for d in k.devices:
+          readers.setdefault((ref.key, d), []).append((kid, r))
+  return producer, readers
+
+
+def _store_needs(ks: KernelSet,
+                 readers: Mapping[tuple[Key, int], list[tuple[int, int]]],
+                 producer: Mapping[Key, int],
+                 tick_of: Mapping[tuple[int, int], int], n: int
+                 ) -> tuple[dict, dict, dict, dict]:
+  """Per store ``(value, device)``: the rows it holds (None: the whole
+  value), its aval and its slots; and the first tick reading each
+  ``(value, device, micro-batch)``."""
+  store_rows: dict[tuple[Key, int], tuple[int, int] | None] = {}
+  store_aval: dict[tuple[Key, int], Aval] = {}
+  store_slots: dict[tuple[Key, int], int] = {}
+  first_read: dict[tuple[Key, int, int], int] = {}
+  for (key, d), uses in sorted(readers.items(), key=lambda kv: (str(kv[0][0]),
+                                                                kv[0][1])):
+    store_rows[(key, d)], store_aval[(key, d)] = _store_shape(
+        ks, key, d, uses)
+    for m in range(n):
+      first_read[(key, d, m)] = min(tick_of[(kid, m)] for kid, _ in uses)
+    store_slots[(key, d)] = _slots_needed(key, producer[key], uses, tick_of,
+                                          n)
+  return store_rows, store_aval, store_slots, first_read
+
+
+def _store_shape(ks: KernelSet, key: Key, d: int,
+                 uses: Sequence[tuple[int, int]]
+                 ) -> tuple[tuple[int, int] | None, Aval]:
+  """``(rows, aval)`` of the store of ``key`` on device ``d``: the rows
+  its readers there need (None: not rowed, or a local residual)."""
+  kernels, b = ks.kernels, ks.microbatch_rows
+  full = ks.value_avals[key]
+  if key[0] == "r" or not is_rowed(full, b):  # local residual: as read
+    return None, Aval.of(kernels[uses[0][0]].in_avals[uses[0][1]])
+  needs = {rows_of(kernels[kid], d, b) if kernels[kid].in_split[r]
+           else (0, b)
+           for kid, r in uses}
+  rows = needs.pop() if len(needs) == 1 else (0, b)
+  return rows, Aval.of(full).with_rows(rows[1] - rows[0])
+
+
+def _slots_needed(key: Key, pid: int, uses: Sequence[tuple[int, int]],
+                  tick_of: Mapping[tuple[int, int], int], n: int) -> int:
+  """Slots a store of ``key`` needs: the most micro-batches written
+  (the tick after ``pid`` makes one) and not yet read at once."""
+  writes, reads = [], []
+  for m in range(n):
+    w = tick_of[(pid, m)] + 1
+    r = max(tick_of[(kid, m)] for kid, _ in uses)
+    if r < w:
+      raise PlanError(
+          f"value {key} of micro-batch {m} is read at tick {r} before it is"
+          f" written at tick {w}")
+    writes.append(w)
+    reads.append(r)
+  slots = 1
+  for m in range(n):
+    last = bisect.bisect_right(writes, reads[m]) - 1
+    slots = max(slots, last - m + 1)
+  return slots
+
+
+def _segments(ticks: Sequence[Tick], max_period: int,
+              interpret_ramps: int | None, collective: frozenset[int]
+              ) -> list[Segment]:
+  """The plan's segments (``build_plan``'s ``interpret_ramps``)."""
+  if interpret_ramps == 0:
+    segments = [Segment(0, len(ticks), 1)] if ticks else []
+  else:
+    segments = find_loops(ticks, max_period=max_period)
+  if interpret_ramps is not None:
+    segments = interp_segments(segments, ticks, max(interpret_ramps, 1),
+                               collective)
+  return segments
 
 
 def _widen_split_reads(kernels: Mapping[int, Kernel],
@@ -215,7 +258,10 @@ def _widen_split_reads(kernels: Mapping[int, Kernel],
 
 def _make_tick(env: Env, step: int, kern: tuple[int | None, ...],
                mb: np.ndarray) -> Tick:
-  D, b, kernels = env.D, env.b, env.kernels
+  """One tick: device ``d`` runs kernel ``kern[d]`` (None: idle) on
+  micro-batch ``mb[d]``; its read ports, out ports, message rounds,
+  gradient ports and terminal accumulations."""
+  b, kernels = env.b, env.kernels
   present = sorted({k for k in kern if k is not None})
   idle = any(k is None for k in kern)
   branches = ((None,) if idle else ()) + tuple(present)
@@ -238,7 +284,29 @@ def _make_tick(env: Env, step: int, kern: tuple[int | None, ...],
   messages = tick_messages(env, kern, mb, out_map)
   messages.sort(key=lambda m: (not m.remote, m.payload.shape, m.payload.dtype,
                                m.src, m.store.device, str(m.store.key)))
-  rounds_raw: list[dict] = []
+  sends = _rounds(env, messages)
+
+  grads, grad_map = grad_ports(env, present)
+  terms = _terms(env, kern, present, out_map, mb)
+  return Tick(step=step, kernels=kern, mb=mb, branches=branches,
+              branch_of=branch_of, reads=tuple(reads), in_map=in_map,
+              out_ports=tuple(out_ports), out_map=out_map, sends=tuple(sends),
+              grads=tuple(grads), grad_map=grad_map, terms=tuple(terms),
+              row_offset=row_offset)
+
+
+def _rounds(env: Env, messages: Sequence[Any]) -> list[Round]:
+  """A tick's messages (sorted) coloured into rounds: each a partial
+  permutation of one payload (remote: one ``ppermute``) or local writes,
+  at most one message per source (and, remote, per receiver)."""
+  return [_round(env, rd) for rd in _colour(messages)]
+
+
+def _colour(messages: Sequence[Any]) -> list[dict[str, Any]]:
+  """Messages grouped greedily, in order, into the first round of their
+  kind and payload that neither their source nor (remote) their receiver
+  is in yet."""
+  rounds_raw: list[dict[str, Any]] = []
   for msg in messages:
     for rd in rounds_raw:
       if rd["remote"] != msg.remote or rd["payload"] != msg.payload:
@@ -254,42 +322,38 @@ def _make_tick(env: Env, step: int, kern: tuple[int | None, ...],
     rd["srcs"].add(msg.src)
     rd["dsts"].add(msg.store.device)
     rd["msgs"].append(msg)
-  sends = []
-  for rd in rounds_raw:
-    cands = tuple(sorted({m.port for m in rd["msgs"]}))
-    cand = np.zeros(D, np.int64)
-    src_row = np.zeros(D, np.int64)
-    perm = []
-    by_pool: dict[int, dict[int, tuple[Store, int]]] = {}
-    rows_by_pool: dict[int, np.ndarray] = {}
-    rowed = False
-    for m in rd["msgs"]:
-      cand[m.src] = cands.index(m.port)
-      src_row[m.src] = m.src_row
-      rowed = rowed or m.rowed
-      if rd["remote"]:
-        perm.append((m.src, m.store.device))
-      by_pool.setdefault(m.store.pool, {})[m.store.device] = (m.store, m.mb)
-      rows_by_pool.setdefault(m.store.pool, np.zeros(D, np.int64))[
-          m.store.device] = m.dst_row
-    targets = tuple(
-        Target(pool=p, slot=slot_dyn(D, entries, env.pools[p]),
-               row=rows_by_pool[p])
-        for p, entries in sorted(by_pool.items()))
-    dues = [env.first_read.get((m.store.key, m.store.device, m.mb), -1)
-            for m in rd["msgs"]]
-    sends.append(Round(remote=rd["remote"], payload=rd["payload"],
-                       rowed=rowed, candidates=cands, cand=cand,
-                       src_row=src_row, perm=tuple(sorted(perm)),
-                       targets=targets, due=min(dues) if dues else -1))
+  return rounds_raw
 
-  grads, grad_map = grad_ports(env, present)
-  terms = _terms(env, kern, present, out_map, mb)
-  return Tick(step=step, kernels=kern, mb=mb, branches=branches,
-              branch_of=branch_of, reads=tuple(reads), in_map=in_map,
-              out_ports=tuple(out_ports), out_map=out_map, sends=tuple(sends),
-              grads=tuple(grads), grad_map=grad_map, terms=tuple(terms),
-              row_offset=row_offset)
+
+def _round(env: Env, rd: Mapping[str, Any]) -> Round:
+  """The :class:`Round` of one group of :func:`_colour`."""
+  D = env.D
+  cands = tuple(sorted({m.port for m in rd["msgs"]}))
+  cand = np.zeros(D, np.int64)
+  src_row = np.zeros(D, np.int64)
+  perm = []
+  by_pool: dict[int, dict[int, tuple[Store, int]]] = {}
+  rows_by_pool: dict[int, np.ndarray] = {}
+  rowed = False
+  for m in rd["msgs"]:
+    cand[m.src] = cands.index(m.port)
+    src_row[m.src] = m.src_row
+    rowed = rowed or m.rowed
+    if rd["remote"]:
+      perm.append((m.src, m.store.device))
+    by_pool.setdefault(m.store.pool, {})[m.store.device] = (m.store, m.mb)
+    rows_by_pool.setdefault(m.store.pool, np.zeros(D, np.int64))[
+        m.store.device] = m.dst_row
+  targets = tuple(
+      Target(pool=p, slot=slot_dyn(D, entries, env.pools[p]),
+             row=rows_by_pool[p])
+      for p, entries in sorted(by_pool.items()))
+  dues = [env.first_read.get((m.store.key, m.store.device, m.mb), -1)
+          for m in rd["msgs"]]
+  return Round(remote=rd["remote"], payload=rd["payload"], rowed=rowed,
+               candidates=cands, cand=cand, src_row=src_row,
+               perm=tuple(sorted(perm)), targets=targets,
+               due=min(dues) if dues else -1)
 
 
 def _terms(env: Env, kern: Sequence[int | None], present: Sequence[int],

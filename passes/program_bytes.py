@@ -15,9 +15,16 @@ once:
 - **the unpack**: each replicated leaf's gradient is read from the one
   pipe device holding it, so the packed gradients are gathered over the
   pipe axis: up to ``D x`` one device's packed bytes (FSDP slots at their
-  shard size; the gathered buffers are dead by then), plus the device's
-  own packed bytes where plain classes are gathered whole
-  (``packing.gathered_whole``: their sources stay live meanwhile).
+  shard size; the gathered buffers are dead by then), plus, where plain
+  classes are gathered whole (``packing.gathered_whole``), the sources
+  live meanwhile: the device's own packed bytes where slot gradients
+  leave the map stacked per class (FSDP layouts), one slot array where
+  they leave per slot (``Layout.grads_per_slot``: each slot is gathered
+  on its own; measured 1.002x the gathered bytes on a 4-layer MLP on
+  ``vshape(4)``, against 1.25x stacked);
+- **XLA's tables**: the tuple pointer tables of loop states and scalar
+  temps, beside both phases (2.3-2.6 KB measured on the test MLPs;
+  :data:`XLA_TABLE_BYTES`).
 
 Per block, a device holds gathered only the block it runs (in an
 interpreted tick, inside the kernel's own loop, ``passes.fsdp_kernel``):
@@ -39,6 +46,11 @@ import numpy as np
 
 from .packing import Layout, gathered_whole
 
+#: XLA's own temp bytes beside the step's arrays (tuple pointer tables of
+#: while-loop states, scalars): 2.3-2.6 KB in the compiled 4-layer MLPs of
+#: ``tests/test_program_bytes.py``, with margin.
+XLA_TABLE_BYTES = 8 << 10
+
 
 @dataclasses.dataclass(frozen=True)
 class ProgramBytes:
@@ -50,6 +62,7 @@ class ProgramBytes:
     loop: Packed parameters, accumulators, stash, reduce-scatter input.
     unpack: The packed gradients gathered over the pipe axis.
     stash: The stash's peak (part of ``loop``).
+    tables: XLA's tuple tables and scalars (:data:`XLA_TABLE_BYTES`).
   """
 
   placed: int
@@ -57,11 +70,13 @@ class ProgramBytes:
   loop: int
   unpack: int
   stash: int
+  tables: int = XLA_TABLE_BYTES
 
   @property
   def total(self) -> int:
-    """Arguments and outputs plus the larger phase."""
-    return self.placed + self.batch + max(self.loop, self.unpack)
+    """Arguments and outputs plus the larger phase and XLA's tables."""
+    return (self.placed + self.batch + max(self.loop, self.unpack) +
+            self.tables)
 
   def to_dict(self) -> dict[str, int]:
     """Every part and the total, for JSON."""
@@ -83,8 +98,7 @@ def all_gathered(layout: Layout, plan: Any) -> bool:
   """Every FSDP slot is gathered at once (per step; per block only the
   running block's, in every lowering). ``plan``: kept for the callers."""
   del plan
-  return (any(c.fsdp for c in layout.classes) and
-          not layout.fsdp_per_block)
+  return layout.has_fsdp and not layout.fsdp_per_block
 
 
 def interpreted_kernels(plan: Any) -> bool:
@@ -108,10 +122,23 @@ def _fsdp_extra(layout: Layout, plan: Any) -> int:
   (in the compact lowering the buffers carried across ticks,
   ``fsdp_kernel.CACHE``) and its gathered gradients (a run's pending role
   buffers; a kernel's before their reduce-scatter)."""
-  fsdp = [c for c in layout.classes if c.fsdp]
-  if not fsdp or layout.fsdp_per_block or interpreted_kernels(plan):
+  if not all_gathered(layout, plan) or interpreted_kernels(plan):
     return 0
-  return max(c.count * c.gathered_nbytes for c in fsdp)
+  return max(c.count * c.gathered_nbytes for c in layout.classes if c.fsdp)
+
+
+def _whole_sources(layout: Layout, packed: int) -> int:
+  """Bytes of the gradient sources live while plain classes are gathered
+  whole (0: none is): stacked per class, the device's ``packed`` bytes
+  (measured: a 4-layer MLP on (pipe=2, model=2) with replicated weights,
+  temp 1.25x the gathered bytes; this bound 1.5x); per slot, the largest
+  slot array of such a class (each slot gathered on its own)."""
+  whole = [c for c in layout.classes if gathered_whole(layout, c)]
+  if not whole:
+    return 0
+  if not layout.grads_per_slot:
+    return packed
+  return max(c.device_nbytes for c in whole)
 
 
 def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],
@@ -130,11 +157,7 @@ def predict(layout: Layout, plan: Any, param_avals: Sequence[Any],
   loop = 2 * per_dev[d] + _fsdp_extra(layout, plan) + int(
       stash_peak_bytes)
   unpack = layout.num_devices * (per_dev[d] - layout.fsdp_live_bytes(d))
-  if any(gathered_whole(layout, c) for c in layout.classes):
-    # The device's packed gradients stay live while classes are gathered
-    # whole (measured: a 4-layer MLP on (pipe=2, model=2) with replicated
-    # weights, temp 1.25x the gathered bytes; this bound 1.5x).
-    unpack += per_dev[d]
+  unpack += _whole_sources(layout, per_dev[d])
   placed = 2 * placed_param_bytes(layout, param_avals)
   return ProgramBytes(placed=placed, batch=int(batch_bytes), loop=loop,
                       unpack=unpack, stash=int(stash_peak_bytes))

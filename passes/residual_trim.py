@@ -22,9 +22,8 @@ stash and the abstract probe would not.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from tessel_jax import compat
@@ -42,25 +41,6 @@ CHEAP = frozenset({
 
 MAX_EQNS = 16
 """Longest recomputation per residual (equations)."""
-
-_ENABLED = [True]
-
-
-@contextlib.contextmanager
-def disabled() -> Iterator[None]:
-  """Blocks built inside this context stash every residual (A/B runs of
-  ``experiments.mshape_profile`` and the tests)."""
-  _ENABLED.append(False)
-  try:
-    yield
-  finally:
-    _ENABLED.pop()
-
-
-def enabled() -> bool:
-  """Whether blocks built now leave rebuildable residuals out."""
-  return _ENABLED[-1]
-
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Recipe:
@@ -109,21 +89,22 @@ def keep_all(count: int) -> Recipe:
   return Recipe(count, tuple(range(count)))
 
 
-def find(closed: Any, num_params: int) -> Recipe:
+def find(closed: Any, num_params: int, enabled: bool = True) -> Recipe:
   """The recipe of a probe jaxpr.
 
   Args:
     closed: ``ClosedJaxpr`` with the block's parameters (first
       ``num_params`` invars) and data inputs in, residuals out.
     num_params: Parameter invars.
+    enabled: False: every residual kept (``Switches.residual_trim``).
 
   Returns:
-    The :class:`Recipe`; every residual kept when disabled or nothing is
-    cheap to rebuild.
+    The :class:`Recipe`; every residual kept when not ``enabled`` or
+    nothing is cheap to rebuild.
   """
   jaxpr = closed.jaxpr
   outs = list(jaxpr.outvars)
-  if not enabled() or jaxpr.constvars:
+  if not enabled or jaxpr.constvars:
     return keep_all(len(outs))
   producer = {v: e for e in jaxpr.eqns for v in e.outvars}
   params = {v: q for q, v in enumerate(jaxpr.invars[:num_params])}

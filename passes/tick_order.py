@@ -12,40 +12,24 @@ per-device order packs into two, ``F0 B1 | B0 F1``.
 :func:`compact` keeps every device's order of blocks (so its memory, by
 the project's convention, is unchanged) and gives each action the first
 tick after its device's previous action and after every value it reads
-was made. Switched on with :func:`enabled`, or for a whole process with
-``TESSEL_JAX_TICK_ORDER=1`` (off by default).
+was made. Switched on per step with ``tj.schedule(...,
+switches=Switches(tick_order=True))``, or for steps made without
+``switches`` by ``TESSEL_JAX_TICK_ORDER=1`` (``passes.switches``; off by
+default).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-_ENABLED = [os.environ.get("TESSEL_JAX_TICK_ORDER", "") == "1"]
 
-
-@contextlib.contextmanager
-def enabled(on: bool = True) -> Iterator[None]:
-  """Programs planned inside this context have their ticks compacted."""
-  _ENABLED.append(on)
-  try:
-    yield
-  finally:
-    _ENABLED.pop()
-
-
-def is_enabled() -> bool:
-  """Whether :func:`apply` compacts (see :func:`enabled`)."""
-  return _ENABLED[-1]
-
-
-def apply(kernels: Mapping[int, Any], actions: Sequence[Any]
+def apply(kernels: Mapping[int, Any], actions: Sequence[Any], on: bool
           ) -> Sequence[Any]:
-  """``actions`` compacted when :func:`enabled`, else unchanged."""
-  return compact(kernels, actions) if is_enabled() else actions
+  """``actions`` compacted when ``on`` (``Switches.tick_order``), else
+  unchanged."""
+  return compact(kernels, actions) if on else actions
 
 
 def compact(kernels: Mapping[int, Any], actions: Sequence[Any]

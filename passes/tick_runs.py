@@ -34,11 +34,6 @@ from .plan import Tick
 from .tick_ctx import SCOPES, SEGMENT_SCOPES, Ctx
 
 
-#: ``[-1]`` False: unrolled ticks unordered, as before 2026-11-26 (the A/B
-#: of ``experiments.mshape_profile --ab_straight_order``).
-STRAIGHT_ORDER = [True]
-
-
 def straight(low: LowerContext, ctx: Ctx, ticks: Sequence[int],
              state: tuple, it: Any, pbuf: dict[Any, Any],
              slots: Sequence[Sequence[Any]], batch: Sequence[Any]) -> tuple:
@@ -60,7 +55,7 @@ def straight(low: LowerContext, ctx: Ctx, ticks: Sequence[int],
   # write had no data dependence, or after a loop or ramp whose reads it
   # could not see (mshape(4), N = 8: two 20 MB copies per device and step).
   order: _stash_order.Order | None = _stash_order.Order(ctx.dev)
-  if isinstance(it, (int, np.integer)) and not STRAIGHT_ORDER[-1]:
+  if isinstance(it, (int, np.integer)) and not low.switches.straight_order:
     order = None
   elif isinstance(it, (int, np.integer)):
     order.after(list(pools) + jax.tree_util.tree_leaves(accs))
@@ -77,7 +72,7 @@ def straight(low: LowerContext, ctx: Ctx, ticks: Sequence[int],
       # kernel run without a switch has reads that feed only some outputs
       # or only its gradients: every output and accumulator then.
       order.after(held[i][:1] if len(tick.branches) > 1 or
-                  not STRAIGHT_ORDER[-1] else
+                  not low.switches.straight_order else
                   list(held[i]) + jax.tree_util.tree_leaves(accs))
   if run:
     _io.sends(low, ctx, ticks_of[run[-1]], held[len(run) - 1], pools, it,
@@ -161,9 +156,12 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
     return tuple(pools), accs, tacc, ports, outbox, order.token
 
   state = _fsdp_kernel.with_cache(low.layout, low.plan.kernels, spec, state)
-  pools, accs, tacc, ports, outbox, _ = lax.fori_loop(
-      0, seg.period, body,
-      state + (ports0, _outbox.empty(spec), jnp.int32(0)))
+  # A while loop, not ``fori_loop`` (a scan at a static trip count): the
+  # scan's body is a closed call, whose name then sat in the op_name of
+  # every instruction of the segment (~4 kchars of the MLP's HLO).
+  _, (pools, accs, tacc, ports, outbox, _) = lax.while_loop(
+      lambda c: c[0] < seg.period, lambda c: (c[0] + 1, body(c[0], c[1])),
+      (jnp.int32(0), state + (ports0, _outbox.empty(spec), jnp.int32(0))))
   pools, accs, tacc = _fsdp_kernel.drop_cache((pools, accs, tacc))
   pools = list(pools)
   _boundary(low, spec, sends, ctx.at(seg.period), ports, pools, outbox,

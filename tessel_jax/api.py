@@ -67,7 +67,8 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
              link: Any = None, cache_dir: str | None = None,
              optimizer_slots: int = 0, cut: str | None = None,
              has_aux: bool = False, verbose: bool = False,
-             data_axes: Any = None, fsdp: str = "auto") -> Any:
+             data_axes: Any = None, fsdp: str = "auto",
+             switches: Any = None) -> Any:
   """Pipelines ``fn(params, batch)`` over mesh axis ``pipe_axis``.
 
   Every option is named here with its values and default; the details live
@@ -153,6 +154,10 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       reduce-scattered into shard-sized accumulators; ``passes.fsdp_tick``)
       or ``"auto"`` (default: per step unless only per block fits the
       memory limit; ``tessel_jax.fsdp_choice``).
+    switches: Optional lowering steps of this step, for A/B runs
+      (``passes.switches.Switches``: hoisting, ordered stash writes, tick
+      compaction); None: the library's (``TESSEL_JAX_TICK_ORDER=1``
+      compacts ticks). A named placement only.
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).
@@ -167,7 +172,8 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
                 cost=cost, time_resolution=time_resolution,
                 reprofile=reprofile, link=link, cache_dir=cache_dir,
                 optimizer_slots=optimizer_slots, cut=cut, has_aux=has_aux,
-                verbose=verbose, data_axes=data_axes, fsdp=fsdp)
+                verbose=verbose, data_axes=data_axes, fsdp=fsdp,
+                switches=switches)
   if fn is None:
     return lambda f: ScheduledFunction(f, **kwargs)
   return ScheduledFunction(fn, **kwargs)

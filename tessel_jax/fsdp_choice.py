@@ -37,16 +37,11 @@ AUTO, PER_BLOCK, PER_STEP = "auto", "per_block", "per_step"
 Finder = Callable[[Any], tuple[Any, bool]]
 
 
-def has_fsdp(layout: Any) -> bool:
-  """Whether ``layout`` has FSDP slots."""
-  return any(c.fsdp for c in layout.classes)
-
-
 def layouts(option: str, layout: Any) -> tuple[Any, ...]:
   """The layouts the search tries, in order: ``layout`` (made per step
   unless ``fsdp="per_block"``), then with ``"auto"`` and FSDP slots the
   same layout gathered per block."""
-  if option != AUTO or not has_fsdp(layout):
+  if option != AUTO or not layout.has_fsdp:
     return (layout,)
   return (dataclasses.replace(layout, fsdp_mode=PER_STEP),
           dataclasses.replace(layout, fsdp_mode=PER_BLOCK))
@@ -89,27 +84,37 @@ def _mib(nbytes: int) -> str:
   return f"{nbytes / 2**20:.2f} MiB"
 
 
+def _reason(step: Any, layout: Any) -> str:
+  """Why ``"auto"`` kept ``layout``'s mode (``first_fitting``'s order:
+  per step unless only per block fits)."""
+  if layout.fsdp_mode == PER_BLOCK:
+    return "only per block fits the memory limit"
+  if step_schedule.memory_limit(step) is None:
+    return "no memory limit"
+  return "per step fits the memory limit"
+
+
+def _cost(step: Any, layout: Any, plan: Any, mode: str) -> tuple[str, int]:
+  """``layout`` gathered ``mode``: its largest fixed bytes per device
+  (parameters, gradients, optimiser slots) and FSDP collectives a step of
+  ``plan``."""
+  as_mode = dataclasses.replace(layout, fsdp_mode=mode)
+  fixed = max(as_mode.fixed_bytes_per_device(int(step.optimizer_slots)))
+  return _mib(fixed), len(_fsdp_comm.collectives(as_mode, plan))
+
+
 def why(step: Any, layout: Any, plan: Any) -> str:
   """Why ``layout`` gathers its FSDP parameters as it does, with both
-  modes' fixed bytes per device (parameters, gradients, optimiser slots)
-  and FSDP collectives a step of ``plan``; "" without FSDP slots or
-  with the mode given."""
-  if step.fsdp != AUTO or not has_fsdp(layout):
+  modes' fixed bytes per device and FSDP collectives a step of ``plan``;
+  "" without FSDP slots or with the mode given."""
+  if step.fsdp != AUTO or not layout.has_fsdp:
     return ""
-  modes = {m: dataclasses.replace(layout, fsdp_mode=m)
-           for m in (PER_STEP, PER_BLOCK)}
-  fixed = {m: max(l.fixed_bytes_per_device(int(step.optimizer_slots)))
-           for m, l in modes.items()}
-  count = {m: len(_fsdp_comm.collectives(l, plan)) for m, l in modes.items()}
-  limit = ("no memory limit" if
-           step_schedule.memory_limit_bytes(step, layout) is None else
-           "per step fits the memory limit")
-  if layout.fsdp_mode == PER_BLOCK:
-    limit = "only per block fits the memory limit"
-  return (f"fsdp='auto': {limit}; per step {_mib(fixed[PER_STEP])} fixed"
-          f" per device and {count[PER_STEP]} FSDP collectives, per block"
-          f" {_mib(fixed[PER_BLOCK])} and {count[PER_BLOCK]}")
+  step_mib, step_count = _cost(step, layout, plan, PER_STEP)
+  block_mib, block_count = _cost(step, layout, plan, PER_BLOCK)
+  return (f"fsdp='auto': {_reason(step, layout)}; per step {step_mib}"
+          f" fixed per device and {step_count} FSDP collectives, per block"
+          f" {block_mib} and {block_count}")
 
 
 __all__ = ["AUTO", "PER_BLOCK", "PER_STEP", "first_fitting", "fits",
-           "has_fsdp", "layouts", "why"]
+           "layouts", "why"]

@@ -275,7 +275,7 @@ class Layouts:
     ``unpack_grads``: here that stack and its slices would be two copies
     of every gradient)."""
     low = self.lowering
-    if not low.train or any(c.fsdp for c in self.layout.classes):
+    if not low.train or not self.layout.grads_per_slot:
       return low.smap
     low = copy.copy(low)
     low.per_slot_grads = True

@@ -23,9 +23,7 @@ process).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import os
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -33,9 +31,12 @@ from typing import Any
 import jax
 
 from tessel_jax import frontier_cache as _frontier_cache
+from tessel_jax import frontier_refine as _frontier_refine
 from tessel_jax import placements as _placements
+from tessel_jax import plan_pricing as _plan_pricing
 from tessel_jax.cost import estimate as _estimate
 from tessel_jax.frontier_cache import FrontierCache
+from tessel_jax.frontier_refine import full_scale  # noqa: F401
 # The pieces, re-exported: tessel_jax.plans stays the one import for users.
 from tessel_jax.frontier_result import (Candidate, PricedPlan,  # noqa: F401
                                         ProgramFrontier, choose_index,
@@ -60,17 +61,6 @@ DEFAULT_PLACEMENTS = tuple(_placements.PLACEMENTS)
 _MEMO: collections.OrderedDict[Any, tuple[PricedPlan, Any]] = (
     collections.OrderedDict())
 MEMO_SIZE = 512
-
-
-def full_scale(pairs: Sequence[tuple[float, float]]) -> float:
-  """Median full / screened price over plans priced both ways (1 with
-  none). Screened prices and full ones are on different scales: a full
-  build with ``cost="calibrated"`` also times a stand-in of the program,
-  which screening skips (README GPT, 4 devices, at load 14: vshape pipe2 x
-  dp2 screened at 114.9 ms, 45.7 ms in full), so a screened price is
-  compared with full ones only after this factor."""
-  ratios = [f / s for s, f in pairs if s > 0 and f > 0]
-  return statistics.median(ratios) if ratios else 1.0
 
 
 def clear_memo() -> None:
@@ -141,6 +131,7 @@ class FrontierFunction:
     self._best_ms: float | None = None
     self._key: Any = None
     self._fronts: dict[Any, dict[Any, Any]] = {}  # see step_for
+    self._searched_replays = _plan_pricing.SearchedReplays()
 
   def __call__(self, params: Any, batch: Any) -> ProgramFrontier:
     t0 = time.perf_counter()
@@ -269,67 +260,9 @@ class FrontierFunction:
   def _refine(self, priced: list[PricedPlan], params: Any, batch: Any,
               markers: int | None,
               skipped: list[tuple[str, str]] | None = None) -> None:
-    """Builds in full (in place) the ``refine`` fastest fitting screened
-    plans, then the fastest fitting plan until it is a full build, and
-    every fitting screened plan priced within ``refine_margin`` of the
-    fastest fitting full build, its screened price first put on the full
-    builds' scale (:func:`full_scale`). A plan whose full build is pruned
-    by its lower bound (it cannot beat a plan built in full) is dropped
-    with its classic baselines."""
-    tried: set[Candidate] = set()
-    pairs: list[tuple[float, float]] = []   # (screened, full) of one plan
-    while True:
-      i = self._next_refine(priced, tried, full_scale(pairs))
-      if i is None:
-        # The plans left screened are reported on the full builds' scale.
-        scale = full_scale(pairs)
-        priced[:] = [dataclasses.replace(q, step=q.step * scale)
-                     if q.screened and q.unit == "ms" else q for q in priced]
-        return
-      base = base_of(priced[i].candidate)
-      tried.add(base)
-      screened = next((q.step for q in priced if q.candidate == base), None)
-      try:
-        full = self.price(base, params, batch, markers, screen=False)
-      except Pruned as err:
-        gone = [q for q in priced if base_of(q.candidate) == base]
-        priced[:] = [q for q in priced if base_of(q.candidate) != base]
-        if skipped is not None:
-          skipped.extend((q.label, f"Pruned: {err}") for q in gone)
-        continue
-      except Exception:  # pylint: disable=broad-except
-        continue  # the screened price stands
-      if screened is not None and full.unit == "ms" and not full.bound:
-        pairs.append((screened, full.step))
-      self._note_best(full)  # prunes the refines that cannot beat it
-      for j, q in enumerate(priced):
-        if base_of(q.candidate) != base:
-          continue
-        priced[j] = (full if q.candidate == base else
-                     self._baseline(q.candidate, full, params, batch,
-                                    markers))
-
-  def _next_refine(self, priced: Sequence[PricedPlan], tried: set[Candidate],
-                   scale: float) -> int | None:
-    """Index of the next plan :meth:`_refine` builds in full (None: done)."""
-    def on_full_scale(i: int) -> float:
-      return priced[i].step * (scale if priced[i].screened else 1.0)
-    fits = sorted((i for i, p in enumerate(priced)
-                   if self.memory_limit is None or
-                   p.peak_bytes <= self.memory_limit),
-                  key=lambda i: (on_full_scale(i), priced[i].peak_bytes, i))
-    want = [i for i in fits if priced[i].screened and
-            base_of(priced[i].candidate) not in tried]
-    done_full = [i for i in fits if not priced[i].screened]
-    if want and len(tried) < self.refine:
-      return want[0]
-    if fits and fits[0] in want:
-      return fits[0]   # the fastest fitting plan is always a full build
-    if not want or not done_full:
-      return None
-    i = min(want, key=on_full_scale)
-    limit = (1 + self.refine_margin) * priced[done_full[0]].step
-    return i if on_full_scale(i) < limit else None
+    """Builds the screened plans worth it in full, in place
+    (``frontier_refine.refine``)."""
+    _frontier_refine.refine(self, priced, params, batch, markers, skipped)
 
   def step_for(self, c: Candidate, markers: int | None = None,
                screen: bool = False) -> Any:
@@ -409,22 +342,9 @@ class FrontierFunction:
     timed, see :meth:`_standin_ceiling`)."""
     key = (None if self._key is None else
            (self._key, c, self._screen_tag(screen)))
-    hit = _MEMO.get(key) if key is not None else None
-    if hit is not None and hit[0].bound and (
-        not ceiling or self._best_ms is None or hit[0].step < self._best_ms):
-      hit = None  # a lower bound that may win here: priced in full now
+    hit = self._remembered(key, c, ceiling)
     if hit is not None:
-      _MEMO.move_to_end(key)
-      self.memo_hits += 1
-      self.steps[c] = hit[1]
-      return hit[0]
-    known = (_MEMO.get((self._key, c, "bound"))
-             if self.prune and self._key is not None else None)
-    if known is not None:
-      self._check_bound(c, known[0])
-    failed = _MEMO.get((key, "error")) if key is not None else None
-    if failed is not None:
-      raise failed[0]  # this plan could not be built in this process
+      return hit
     t0 = time.perf_counter()
     step = self.step_for(c, markers, screen)
     estimating = screen and self.estimator is not None
@@ -442,9 +362,42 @@ class FrontierFunction:
     finally:
       self.costs.estimator = None
       self.costs.standin_ceiling_s = None
+    out = self._priced_plan(c, built, screen, time.perf_counter() - t0)
+    if key is not None:
+      _MEMO[key] = (out, step)
+      while len(_MEMO) > MEMO_SIZE:
+        _MEMO.popitem(last=False)
+    return out
+
+  def _remembered(self, key: Any, c: Candidate,
+                  ceiling: bool) -> PricedPlan | None:
+    """``c``'s price from ``_MEMO`` (None: build it). Raises
+    :class:`Pruned` when its remembered lower bound cannot beat the best
+    so far, and the remembered error when it could not be built."""
+    hit = _MEMO.get(key) if key is not None else None
+    if hit is not None and hit[0].bound and (
+        not ceiling or self._best_ms is None or hit[0].step < self._best_ms):
+      hit = None  # a lower bound that may win here: priced in full now
+    if hit is not None:
+      _MEMO.move_to_end(key)
+      self.memo_hits += 1
+      self.steps[c] = hit[1]
+      return hit[0]
+    known = (_MEMO.get((self._key, c, "bound"))
+             if self.prune and self._key is not None else None)
+    if known is not None:
+      self._check_bound(c, known[0])
+    failed = _MEMO.get((key, "error")) if key is not None else None
+    if failed is not None:
+      raise failed[0]  # this plan could not be built in this process
+    return None
+
+  def _priced_plan(self, c: Candidate, built: Any, screen: bool,
+                   seconds: float) -> PricedPlan:
+    """The :class:`PricedPlan` of ``c`` read from its build's report."""
     rep = built.report
     measured = rep is not None and rep.predicted_step_ms is not None
-    out = PricedPlan(
+    return PricedPlan(
         candidate=c,
         step=rep.predicted_step_ms if measured else float(
             built.unrolled.makespan),
@@ -452,14 +405,9 @@ class FrontierFunction:
         peak_bytes_per_device=tuple(int(b) for b in rep.peak_memory_bytes),
         source=built.unrolled.source,
         blocks=len(built.partition.blocks),
-        build_seconds=time.perf_counter() - t0,
+        build_seconds=seconds,
         screened=screen and measured and c.plan is None,
         bound=measured and bool(getattr(self.costs, "bound_last", False)))
-    if key is not None:
-      _MEMO[key] = (out, step)
-      while len(_MEMO) > MEMO_SIZE:
-        _MEMO.popitem(last=False)
-    return out
 
   def _standin_ceiling(self, screen: bool) -> float | None:
     """Seconds at or above which a full build's plan is priced by its
@@ -473,8 +421,10 @@ class FrontierFunction:
     """A classic schedule priced on the searched plan ``base`` of the same
     placement, width and N (``plan_pricing.baseline_price``)."""
     step = self.steps[base.candidate]
-    return baseline_price(step.built, c, base,
-                          getattr(step, "replay_run", None))
+    replay_run = getattr(step, "replay_run", None)
+    base_s = (None if replay_run is None or base.unit != "ms" else
+              self._searched_replays(step.built, replay_run))
+    return baseline_price(step.built, c, base, replay_run, base_s)
 
   def _baseline(self, c: Candidate, base: PricedPlan, params: Any,
                 batch: Any, markers: int | None) -> PricedPlan:

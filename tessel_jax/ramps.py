@@ -61,10 +61,6 @@ def check(option: Any) -> str | None:
   return None
 
 
-def _has_fsdp(layout: Any) -> bool:
-  return any(getattr(c, "fsdp", ()) for c in getattr(layout, "classes", ()))
-
-
 def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
   """The ``interpret_ramps`` to lower with.
 
@@ -91,10 +87,9 @@ def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
 def with_fsdp(note: str, layout: Any, why: str = "") -> str:
   """``note`` plus how the built layout gathers its FSDP parameters (per
   block or once per step) and ``why`` (``tessel_jax.fsdp_choice.why``)."""
-  if not _has_fsdp(layout):
+  if not layout.has_fsdp:
     return note
-  how = ("per block" if getattr(layout, "fsdp_per_block", False) else
-         "once per step")
+  how = "per block" if layout.fsdp_per_block else "once per step"
   return f"{note}; FSDP parameters gathered {how}" + (
       f" ({why})" if why else "")
 

@@ -30,8 +30,10 @@ from tessel_jax.schedule import Schedule, UnrolledSchedule
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import errors as _errors  # type: ignore
+  from tessel_jax.passes import switches as _switches  # type: ignore
 except ImportError:  # run from the repository root
   from passes import errors as _errors  # type: ignore
+  from passes import switches as _switches  # type: ignore
 
 COST_ENV = "TESSEL_JAX_COST"  # default of ``cost=`` when it is not given
 
@@ -62,8 +64,9 @@ class ScheduledFunction:
                cache_dir: str | None = None, optimizer_slots: int = 0,
                cut: str | None = None, has_aux: bool = False,
                verbose: bool = False, data_axes: Any = None,
-               fsdp: str = "auto"):
+               fsdp: str = "auto", switches: Any = None):
     self.fn = fn
+    self.switches = _switches.from_env() if switches is None else switches
     self.data_axes = data_axes
     self.fsdp = fsdp
     self.auto = isinstance(placement, str) and placement == "auto"

@@ -191,7 +191,7 @@ def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
                interpret_ramps: int | None, actions: Any) -> Any:
   """The tick plan of ``actions`` (``passes.plan.build_plan``);
   ``interpret_ramps`` resolved (``tessel_jax.ramps``)."""
-  actions = _tick_order.apply(ks.kernels, actions)
+  actions = _tick_order.apply(ks.kernels, actions, step.switches.tick_order)
   return _plan.build_plan(ks, actions, n_local, num_devices, layout,
                           max_period=step.max_loop_period,
                           interpret_ramps=interpret_ramps,
@@ -215,18 +215,24 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
     return plan, None, None, None
   alt = step_schedule.uniform_candidate(step, graph, ks, unit, layout,
                                         n_local, costs, hoisted)
-  if alt is not None and same_order(alt[2].actions, unrolled.actions):
+  same = alt is not None and same_order(alt[2].actions, unrolled.actions)
+  clock.lap("search on uniform spans", "none" if alt is None
+            else "the same order as on measured spans" if same else
+            "another order")
+  # The first price of a process also measures the lowering's per-tick
+  # and packing costs on this machine (cost.ticks, cost.outside; cached).
+  if same:
     # The same tick plan, so the same prediction: not planned twice.
     # Priced as pick_schedule prices (FSDP and outside terms included).
     ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
         costs, unrolled, plan, layout, step.mesh, step.pipe_axis)
-    clock.lap("search on uniform spans", "the same order as on measured"
-              " spans")
+    clock.lap("price", "one schedule")
     return plan, "measured", ms, None
   plan, chosen, other_ms, picked = step._pick_schedule(  # pylint: disable=protected-access
       costs, unrolled, plan, alt, make_plan)
-  clock.lap("search on uniform spans", f"lowering the schedule searched"
-            f" on {chosen} spans, predicted faster")
+  clock.lap("price", f"lowering the schedule searched on {chosen} spans,"
+            f" predicted faster" if alt is not None else
+            "the schedule searched on measured spans")
   return plan, chosen, other_ms, picked
 
 
@@ -246,7 +252,8 @@ def _program_of(step: Any, part: Any, layout: Any, data_axes: Sequence[str],
   """The lowered (unjitted) program of tick plan ``plan``: what
   ``tessel_jax.cost.calibrate`` times with its kernels stood in for."""
   prog = _lower.Lowering(plan, part, layout, compat.auto_mesh(step.mesh),
-                         step.pipe_axis, data_axes, train, n_total).program()
+                         step.pipe_axis, data_axes, train, n_total,
+                         step.switches).program()
   return (prog if traced.leaf_split is None else
           traced.leaf_split.wrap(prog, train))
 
@@ -257,7 +264,7 @@ def _lower_program(step: Any, plan: Any, part: Any, layout: Any,
   """``(passes.lower.Lowering, jitted program)`` of ``plan``."""
   lowering = _lower.Lowering(plan, part, layout,
                              compat.auto_mesh(step.mesh), step.pipe_axis,
-                             data_axes, train, n_total)
+                             data_axes, train, n_total, step.switches)
   program = lowering.program()
   out_shardings = (lowering.out_shardings(step.mesh)
                    if compat.has_explicit_axes(step.mesh) else None)
@@ -292,7 +299,8 @@ def _with_hoisted(report: Any, lowering: Any, traced: Any) -> Any:
   plan = lowering.plan
   nbytes = _hoist.predicted_bytes(plan.kernels, lowering.layout,
                                   traced.param_avals, plan.num_microbatches,
-                                  inplace=lowering.inplace_params)
+                                  inplace=lowering.inplace_params,
+                                  hoist=lowering.switches.hoist)
   return dataclasses.replace(
       report, hoisted_bytes=nbytes,
       peak_memory_bytes=tuple(b + nbytes for b in report.peak_memory_bytes))
@@ -306,7 +314,7 @@ def hoisted_limit_bytes(step: Any, ks: Any, layout: Any, traced: Any,
   if step_schedule.memory_limit_bytes(step, layout) is None:
     return 0
   return _hoist.predicted_bytes(ks.kernels, layout, traced.param_avals,
-                                n_local)
+                                n_local, hoist=step.switches.hoist)
 
 
 def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
@@ -332,7 +340,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                 lambda keep=dict(keep): _kernels.build_kernels(
                     part, graph, train=train, microbatch_rows=rows,
                     keep=keep, seeds=seeds, forward_of=forward_of,
-                    local_parts=local_parts))
+                    local_parts=local_parts,
+                    trim=step.switches.residual_trim))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)
     clock.lap("kernels", f"{len(ks.kernels)} kernels")

@@ -17,8 +17,10 @@ from tessel_jax import ramps as _ramps
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import autocut as _autocut  # type: ignore
+  from tessel_jax.passes import switches as _switches  # type: ignore
 except ImportError:  # run from the repository root
   from passes import autocut as _autocut  # type: ignore
+  from passes import switches as _switches  # type: ignore
 
 MODES = ("train", "infer")
 
@@ -55,6 +57,23 @@ def check_options(step: Any) -> None:
                f" gathered at each block's tick, ZeRO-3), 'per_step'"
                f" (gathered once per step) or 'auto' (per block unless the"
                f" plan interprets ticks of FSDP blocks)")
+  check_switches(step)
+
+
+def check_switches(step: Any) -> None:
+  """Refuses ``switches`` that are not a ``passes.switches.Switches``, or
+  given with ``placement="auto"`` (its candidates lower with the
+  library's)."""
+  fail = step._error  # pylint: disable=protected-access
+  if not isinstance(step.switches, _switches.Switches):
+    raise fail(f"switches={step.switches!r}; use"
+               f" tessel_jax.passes.switches.Switches(hoist=...,"
+               f" straight_order=..., tick_order=..., residual_trim=...) or None (the"
+               f" library's)")
+  if step.auto and step.switches != _switches.from_env():
+    raise fail("switches= applies to a named placement; placement='auto'"
+               " lowers its candidates with the library's switches: drop"
+               " switches=, or name the placement")
 
 
 def check_numbers(step: Any) -> None:

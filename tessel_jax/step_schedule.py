@@ -68,19 +68,25 @@ def uniform_graph(graph: BlockGraph, ks: Any) -> tuple[BlockGraph, int]:
   return dataclasses.replace(graph, blocks=tuple(blocks)), unit
 
 
+def memory_limit(step: Any) -> int | None:
+  """Bytes per device ``step`` may use: its ``memory_limit``, or what the
+  device reports (None: no limit)."""
+  if step.memory_limit is not None:
+    return step.memory_limit
+  return compat.device_memory_limit(step.mesh.devices.flat[0])
+
+
 def memory_limit_bytes(step: Any, layout: Any, costs: Any = None,
                        hoisted: int = 0) -> int | None:
   """Bytes per device left for the stash (None: no limit).
 
-  ``memory_limit`` (or what the device reports) less the parameters, their
-  gradient accumulators and ``optimizer_slots`` parameter-sized optimiser
-  arrays, ``hoisted`` bytes (the kernels' parameter-only values computed
-  before the ticks, ``passes.hoist``) and (measured costs) the largest
-  kernel workspace (XLA temp bytes).
+  :func:`memory_limit` less the parameters, their gradient accumulators
+  and ``optimizer_slots`` parameter-sized optimiser arrays, ``hoisted``
+  bytes (the kernels' parameter-only values computed before the ticks,
+  ``passes.hoist``) and (measured costs) the largest kernel workspace (XLA
+  temp bytes).
   """
-  limit = step.memory_limit
-  if limit is None:
-    limit = compat.device_memory_limit(step.mesh.devices.flat[0])
+  limit = memory_limit(step)
   if limit is None:
     return None
   fixed = max(layout.fixed_bytes_per_device(int(step.optimizer_slots)))
@@ -217,18 +223,20 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
   alt_plan = make_plan(alt[2].actions)
   model = step._costs  # pylint: disable=protected-access
 
-  def price(run: UnrolledSchedule, p: Any) -> float:
-    # The FSDP collectives included, as the build will gather them.
-    return model.step_seconds(costs, run, p, p.layout, step.mesh,
-                              step.pipe_axis)
+  def price(run: UnrolledSchedule, p: Any) -> tuple[float, float | None]:
+    # The FSDP collectives included, as the build will gather them; with
+    # the per-tick figure its stand-in measured (standin_extra).
+    seconds = model.step_seconds(costs, run, p, p.layout, step.mesh,
+                                 step.pipe_axis)
+    return seconds, standin_extra(model)
 
-  mine = price(unrolled, plan)
-  guess = _guess_alt(step, costs, alt[2], alt_plan)
+  mine, extra_s = price(unrolled, plan)
+  guess = _guess_alt(step, costs, alt[2], alt_plan, extra_s)
   if guess is not None and guess >= mine * (1 + ALT_STANDIN_MARGIN):
     theirs = guess   # cannot win: its stand-in is not compiled
     model.alt_standins_skipped += 1
   else:
-    theirs = price(alt[2], alt_plan)
+    theirs, _ = price(alt[2], alt_plan)
   mine, theirs = _cost_model.agree([mine, theirs])
   # every process lowers the same schedule
   if theirs < mine:
@@ -236,17 +244,26 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
   return plan, "measured", theirs * 1e3, None
 
 
-def _guess_alt(step: Any, costs: Any, run: UnrolledSchedule, p: Any
-               ) -> float | None:
-  """Seconds of ``run`` lowered as ``p`` with the per-tick stand-in seconds
-  of the plan the cost model priced last (``CostModel.extra_last_s``), or
-  None where that plan's stand-in was not timed (not calibrated, a lower
-  bound, a multi-process run)."""
-  model = step._costs  # pylint: disable=protected-access
+def standin_extra(model: Any) -> float | None:
+  """Per-tick seconds the stand-in of the plan ``model`` priced last added
+  (``CostModel.extra_last_s``), or None where that plan's stand-in was not
+  timed (not calibrated, a lower bound, a multi-process run). Call it
+  right after the pricing whose figure it reads."""
   if not model.calibrated or model.bound_last or model.extra_last_s <= 0:
     return None
+  return float(model.extra_last_s)
+
+
+def _guess_alt(step: Any, costs: Any, run: UnrolledSchedule, p: Any,
+               extra_s: float | None) -> float | None:
+  """Seconds of ``run`` lowered as ``p`` with ``extra_s`` per-tick stand-in
+  seconds (another plan's, :func:`standin_extra`) instead of a stand-in of
+  its own; None when ``extra_s`` is None (nothing to estimate with)."""
+  if extra_s is None:
+    return None
+  model = step._costs  # pylint: disable=protected-access
   return model.replay_like(costs, run, p, step.mesh, step.pipe_axis,
-                           model.extra_last_s) + sum(model.serial_seconds(
+                           extra_s) + sum(model.serial_seconds(
                                costs, p, p.layout, step.mesh, step.pipe_axis))
 
 

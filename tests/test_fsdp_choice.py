@@ -4,32 +4,35 @@ programs: ``tests/test_fsdp_compact.py``."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import pytest
 
 from tessel_jax import fsdp_choice, step_schedule
 
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import packing  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import packing  # type: ignore
 
-@dataclasses.dataclass(frozen=True)
-class _Class:
-  fsdp: tuple = ()
 
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-  classes: tuple = (_Class(), _Class(fsdp=(("data",), ())))
-  fsdp_mode: str = "per_step"
+def _layout(classes: tuple = ((), (("data",),)),
+            fsdp_mode: str = "per_step") -> Any:
+  """A ``packing.Layout`` of one-slot classes, each FSDP over the axes
+  in ``classes`` (``()``: not FSDP)."""
+  return packing.Layout(
+      dtypes=(), size={}, regions={}, used={}, slot_of={}, num_devices=1,
+      classes=tuple(packing.SlotClass((2,), "float32", 1, ((0,),), fsdp=f)
+                    for f in classes), fsdp_mode=fsdp_mode)
 
 
 def test_auto_tries_per_step_then_per_block() -> None:
-  tried = fsdp_choice.layouts("auto", _Layout())
+  tried = fsdp_choice.layouts("auto", _layout())
   assert [l.fsdp_mode for l in tried] == ["per_step", "per_block"]
-  plain = _Layout(classes=(_Class(),))
+  plain = _layout(classes=((),))
   assert fsdp_choice.layouts("auto", plain) == (plain,)
   for mode in ("per_step", "per_block"):
-    given = _Layout(fsdp_mode=mode)
+    given = _layout(fsdp_mode=mode)
     assert fsdp_choice.layouts(mode, given) == (given,)
 
 
@@ -56,7 +59,7 @@ def _finder(results: dict[str, Any]) -> Any:
      "per_block")])
 def test_the_first_fitting_layout_is_kept(results: dict, kept: str) -> None:
   layout, schedule = fsdp_choice.first_fitting(
-      fsdp_choice.layouts("auto", _Layout()), _finder(results))
+      fsdp_choice.layouts("auto", _layout()), _finder(results))
   assert layout.fsdp_mode == kept and schedule == f"schedule {kept}"
 
 
@@ -64,6 +67,6 @@ def test_no_schedule_in_any_layout_raises_the_last_error() -> None:
   last = step_schedule.InfeasibleMemory("per block too")
   with pytest.raises(step_schedule.InfeasibleMemory, match="per block too"):
     fsdp_choice.first_fitting(
-        fsdp_choice.layouts("auto", _Layout()),
+        fsdp_choice.layouts("auto", _layout()),
         _finder({"per_step": step_schedule.InfeasibleMemory("per step"),
                  "per_block": last}))

@@ -23,7 +23,8 @@ import tessel_jax as tj
 
 from test_fsdp_per_block import WIDE_F, WIDE_H, _check, wide_case
 
-KERNEL_LOOP = "tj_seg_interp/while/body/closed_call/while/body/"
+# The interp segment is a while loop whose body holds each kernel's loop.
+KERNEL_LOOP = "tj_seg_interp/while/body/while/body/"
 
 
 def _collectives(text: str, op: str) -> list[tuple[str, str]]:

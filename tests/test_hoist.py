@@ -4,13 +4,11 @@ A 4-layer conv net cut in 2 blocks on vshape(2), N = 4: every input-gradient
 convolution reverses its weight (``rev``, the conv transpose rule). With
 ``passes.hoist`` no ``rev`` is left inside the tick loops (the program's
 ``while``/``cond`` bodies) and one per distinct weight is computed before
-them; without it (``hoist.disabled()``) they sit inside. Both programs equal
+them; without it (``Switches(hoist=False)``) they sit inside. Both programs equal
 ``jax.value_and_grad``, under the default (compact) and the loop lowering.
 """
 
 from __future__ import annotations
-
-import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -18,7 +16,8 @@ import numpy as np
 import pytest
 
 import tessel_jax as tj
-from tessel_jax.passes import hoist, param_only
+from tessel_jax.passes import param_only
+from tessel_jax.passes.switches import Switches
 from tessel_jax import compat, placements
 
 import test_lowering_models as M
@@ -69,14 +68,14 @@ def test_conv_weight_reverse_leaves_the_tick_loop(interpret_ramps):
   mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
   ref_loss, ref_grads = M.reference(fn, params, batch, N)
   counts = {}
-  for name, ctx in (("hoisted", contextlib.nullcontext()), ("plain", hoist.disabled())):
-    with ctx:
-      step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                         num_microbatches=N, cut="markers",
-                         interpret_ramps=interpret_ramps)
-      loss, grads = step(params, batch)
-      counts[name] = _revs(step, params, batch)
-      hoisted_bytes = step.built.report.hoisted_bytes
+  for name, on in (("hoisted", True), ("plain", False)):
+    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                       num_microbatches=N, cut="markers",
+                       interpret_ramps=interpret_ramps,
+                       switches=Switches(hoist=on))
+    loss, grads = step(params, batch)
+    counts[name] = _revs(step, params, batch)
+    hoisted_bytes = step.built.report.hoisted_bytes
     # the memory model counts the 2 reversed weights (below) per device
     assert hoisted_bytes == (2 * 9 * CH * CH * 4 if name == "hoisted" else 0)
     assert M.max_rel_err(loss, ref_loss) <= 1e-5, name
@@ -145,13 +144,12 @@ def test_hoisted_values_are_held_against_the_memory_limit():
   fn, params, batch = conv_model()
   mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
   limits = {}
-  for name, ctx in (("hoisted", contextlib.nullcontext()),
-                    ("plain", hoist.disabled())):
-    with ctx:
-      step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                         num_microbatches=N, cut="markers",
-                         memory_limit=2**20, cost="uniform")
-      rep = step.build(params, batch).report
-      limits[name] = rep.memory_limit_bytes
-      assert max(rep.peak_memory_bytes) <= 2**20, name
+  for name, on in (("hoisted", True), ("plain", False)):
+    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                       num_microbatches=N, cut="markers",
+                       memory_limit=2**20, cost="uniform",
+                       switches=Switches(hoist=on))
+    rep = step.build(params, batch).report
+    limits[name] = rep.memory_limit_bytes
+    assert max(rep.peak_memory_bytes) <= 2**20, name
   assert limits["plain"] - limits["hoisted"] == 2 * 9 * CH * CH * 4

@@ -5,6 +5,7 @@ included; explicit values win; bad values are refused by name."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -13,20 +14,23 @@ import pytest
 import tessel_jax as tj
 from tessel_jax import ramps
 
-
-@dataclasses.dataclass(frozen=True)
-class _Class:
-  fsdp: tuple = ()
-
-
-@dataclasses.dataclass(frozen=True)
-class _Layout:
-  classes: tuple = ()
-  fsdp_per_block: bool = False
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes import packing  # type: ignore
+except ImportError:  # run from the repository root
+  from passes import packing  # type: ignore
 
 
-PLAIN = _Layout((_Class(), _Class()))
-FSDP = _Layout((_Class(), _Class(fsdp=(("data",), ()))))
+def _layout(*fsdp: tuple) -> Any:
+  """A ``packing.Layout`` of one-slot classes, each FSDP over the axes in
+  ``fsdp`` (``()``: not FSDP)."""
+  return packing.Layout(
+      dtypes=(), size={}, regions={}, used={}, slot_of={}, num_devices=1,
+      classes=tuple(packing.SlotClass((2,), "float32", 1, ((0,),), fsdp=f)
+                    for f in fsdp))
+
+
+PLAIN = _layout((), ())
+FSDP = _layout((), (("data",),))
 
 
 @pytest.mark.parametrize("layout,fsdp", [
@@ -56,7 +60,7 @@ def test_the_note_says_how_fsdp_is_gathered():
   assert ramps.with_fsdp(note, PLAIN) == note
   assert ramps.with_fsdp(note, FSDP) == (
       f"{note}; FSDP parameters gathered once per step")
-  per_block = dataclasses.replace(FSDP, fsdp_per_block=True)
+  per_block = dataclasses.replace(FSDP, fsdp_mode="per_block")
   assert ramps.with_fsdp(note, per_block) == (
       f"{note}; FSDP parameters gathered per block")
 

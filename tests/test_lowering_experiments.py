@@ -7,13 +7,19 @@ import jax
 from experiments import lowering_bench_lib, train_lib
 
 
-def test_train_lib_runs_checks_and_learns(tmp_path):
+def test_train_lib_runs_checks_and_learns(tmp_path, monkeypatch):
   args = train_lib.TrainArgs(
       placement="vshape", devices=2, layers=2, d_model=16, heads=2, seq=8,
       microbatches=4, microbatch_size=2, steps=4, lr=1e-2, time_limit=10.0,
       plot=str(tmp_path / "s.png"), output=None, grid_steps=16)
   lines = []
+  adam = train_lib.adam
+  monkeypatch.setattr(train_lib, "adam", lambda *a: (
+      lines.append("<adam>"), adam(*a))[1])
   record = train_lib.run(args, log=lines.append)
+  # The first step shows before the optimiser's first (compiling) call.
+  assert lines.index("<adam>") > next(
+      i for i, l in enumerate(lines) if l.startswith("step   0"))
   assert record["check_grad_rel_err"] <= 1e-5
   assert record["check_loss_rel_err"] <= 1e-5
   assert record["losses"][-1] < record["losses"][0]

@@ -73,3 +73,28 @@ def test_no_estimate_from_a_bound_price():
   _, chosen, _, _ = _pick(model)
   assert model.full_priced == ["measured", "uniform"]
   assert chosen == "measured"
+
+
+def test_guess_reads_only_the_figure_it_is_given():
+  # The model's own last figure is stale (another plan priced since): the
+  # estimate must use the figure passed in, and none without one.
+  model = _Model({}, {"uniform": 0.0125})
+  model.extra_last_s = 7.0
+  seen = []
+  model.replay_like = lambda costs, run, plan, mesh, pipe_axis, extra_s: (
+      seen.append(extra_s) or model.guess[run.actions])
+  step = types.SimpleNamespace(_costs=model, mesh=None, pipe_axis="pipe")
+  run = types.SimpleNamespace(actions="uniform")
+  p = types.SimpleNamespace(layout=None)
+  assert S._guess_alt(step, None, run, p, 2e-4) == pytest.approx(0.0135)
+  assert seen == [2e-4]
+  assert S._guess_alt(step, None, run, p, None) is None and seen == [2e-4]
+
+
+def test_standin_extra_none_without_a_timed_standin():
+  model = _Model({}, {})
+  assert S.standin_extra(model) == pytest.approx(1e-4)
+  model.bound_last = True
+  assert S.standin_extra(model) is None
+  model.bound_last, model.extra_last_s = False, 0.0
+  assert S.standin_extra(model) is None

@@ -19,9 +19,11 @@ from experiments import lowering_bench_lib, peer_bench_lib, peer_gpipe
 from tessel_jax import compat, placements
 
 try:
-  from tessel_jax.passes import block_vjp, residual_trim
+  from tessel_jax.passes import residual_trim
+  from tessel_jax.passes.switches import Switches
 except ImportError:  # run from the repository root
-  from passes import block_vjp, residual_trim
+  from passes import residual_trim
+  from passes.switches import Switches
 
 import test_lowering_models as M
 
@@ -54,8 +56,8 @@ def test_tanh_chain_keeps_input_and_outputs_only():
   got = recipe.rebuild(recipe.keep(full), ws)
   for a, b in zip(got, full):
     np.testing.assert_array_equal(a, b)
-  with residual_trim.disabled():
-    assert residual_trim.find(closed, len(ws)).kept == tuple(range(7))
+  assert residual_trim.find(closed, len(ws), enabled=False).kept == tuple(
+      range(7))
 
 
 def test_a_value_kept_twice_is_stashed_once():
@@ -87,15 +89,10 @@ def test_mshape_stashes_less_and_stays_exact():
   sched = None
   res = {}
   for trim in (False, True):
-    block_vjp._PROBES.clear()  # pylint: disable=protected-access
     step = tj.schedule(fn, mesh=mesh, placement=placements.mshape(4),
                        num_microbatches=8, cut="markers", cost="uniform",
-                       plan=sched)
-    if trim:
-      loss, grads = step(params, batch)
-    else:
-      with residual_trim.disabled():
-        loss, grads = step(params, batch)
+                       plan=sched, switches=Switches(residual_trim=trim))
+    loss, grads = step(params, batch)
     sched = step.built.unrolled   # the same schedule for both
     ref_loss, ref_grads = M.reference(fn, params, batch, 8)
     assert M.max_rel_err(loss, ref_loss) <= 1e-5

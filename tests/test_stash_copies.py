@@ -18,7 +18,6 @@ import pytest
 import tessel_jax as tj
 from experiments import hlo_count, lowering_bench_lib, peer_bench_lib, peer_gpipe
 from tessel_jax import placements
-from tessel_jax.passes import tick_runs
 
 import test_lowering_models as M
 
@@ -51,14 +50,13 @@ def test_loops_do_not_copy_the_stash(plan):
 def test_unrolled_ticks_do_not_copy_the_stash():
   """mshape(4): an all-device kernel runs without a switch in unrolled
   ticks, and unrolled ticks follow a loop. With the unrolled ticks'
-  writes unordered (``tick_runs.STRAIGHT_ORDER`` False, as before
+  writes unordered (``Switches(straight_order=False)``, as before
   2026-11-26) XLA copies a whole pool 7 times per step here (checked
   2026-11-26: ``16 + loop(3x5) + 13``, 7 copies; ordered: none)."""
   params = peer_gpipe.mlp_params(6, HIDDEN, 0)
   batch = lowering_bench_lib.make_batch(8 * ROWS, HIDDEN)
   mesh = jax.make_mesh((4,), ("pipe",), devices=jax.devices()[:4])
   fn = peer_bench_lib.marked_loss([2, 1, 1, 1, 1])
-  assert tick_runs.STRAIGHT_ORDER[-1]
   step = tj.schedule(fn, mesh=mesh, placement=placements.mshape(4),
                      num_microbatches=8, cut="markers", cost="uniform",
                      interpret_ramps=None)  # loops and unrolled ticks only

@@ -4,12 +4,12 @@ vshape(2) with uniform spans (F 1, B 2) is planned as three ticks a period,
 ``F0 | B0 F1 | B1``; compacted, the same per-device order runs in two,
 ``F0 B1 | B0 F1``. The compacted program equals ``jax.value_and_grad``
 (compact and loop lowering, 4 micro-batches). Off unless
-``tick_order.enabled()`` or ``TESSEL_JAX_TICK_ORDER=1``.
+``switches=Switches(tick_order=True)``, or ``TESSEL_JAX_TICK_ORDER=1`` for
+steps made without ``switches`` (``passes.switches``).
 """
 
 from __future__ import annotations
 
-import os
 import types
 
 import jax
@@ -17,7 +17,7 @@ import pytest
 
 import tessel_jax as tj
 from tessel_jax import placements
-from tessel_jax.passes import tick_order
+from tessel_jax.passes import switches, tick_order
 from tessel_jax.schedule import Action
 
 import test_hoist as H
@@ -74,14 +74,13 @@ def test_compact_waits_for_values_from_the_other_device():
     assert got[(3, m)] > got[(2, m)]
 
 
-def test_off_unless_enabled():
+def test_off_unless_switched_on():
   acts = _three_tick(2)
-  if os.environ.get("TESSEL_JAX_TICK_ORDER", "") != "1":
-    assert not tick_order.is_enabled()
-  with tick_order.enabled(False):
-    assert tick_order.apply(_KERNELS, acts) is acts
-  with tick_order.enabled():
-    assert tick_order.apply(_KERNELS, acts) is not acts
+  assert tick_order.apply(_KERNELS, acts, False) is acts
+  assert tick_order.apply(_KERNELS, acts, True) is not acts
+  assert not switches.Switches().tick_order
+  assert not switches.from_env({}).tick_order
+  assert switches.from_env({switches.TICK_ORDER_ENV: "1"}).tick_order
 
 
 @pytest.mark.parametrize("interpret_ramps,n", [("auto", 4), (None, 4)])
@@ -92,11 +91,11 @@ def test_compacted_program_equals_value_and_grad(interpret_ramps, n):
   ref_loss, ref_grads = M.reference(fn, params, batch, n)
   ticks = {}
   for on in (False, True):
-    with tick_order.enabled(on):
-      step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                         num_microbatches=n, cut="markers", cost="uniform",
-                         interpret_ramps=interpret_ramps)
-      loss, grads = step(params, batch)
+    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                       num_microbatches=n, cut="markers", cost="uniform",
+                       interpret_ramps=interpret_ramps,
+                       switches=switches.Switches(tick_order=on))
+    loss, grads = step(params, batch)
     ticks[on] = len(step.built.plan.ticks)
     assert M.max_rel_err(loss, ref_loss) <= 1e-5, on
     assert M.max_rel_err(grads, ref_grads) <= 1e-5, on

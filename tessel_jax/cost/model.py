@@ -27,7 +27,8 @@ from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import measure as _measure
 from tessel_jax.cost import outside as _outside
-from tessel_jax.cost import ports as _ports
+from tessel_jax.cost import port_pricing as _port_pricing
+from tessel_jax.cost import processes as _processes
 from tessel_jax.cost import predict as _predict
 from tessel_jax.cost import quantize as _quantize
 from tessel_jax.cost import ticks as _ticks
@@ -43,33 +44,9 @@ COSTS = ("measured", "calibrated", "uniform")
 _LOG = logging.getLogger("tessel_jax.cost")
 
 
-def _local_mesh(mesh: Any, pipe_axis: str) -> Any:
-  """``mesh``, or in a multi-process run the devices this process holds as
-  a one-axis mesh (microbenchmarks must not span processes)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  if jax.process_count() == 1:
-    return mesh
-  mine = [d for d in mesh.devices.flat
-          if d.process_index == jax.process_index()]
-  return jax.sharding.Mesh(np.array(mine), (pipe_axis,))
-
-
-def _single_process() -> bool:
-  import jax  # pylint: disable=import-outside-toplevel
-  return jax.process_count() == 1
-
-
-def agree(values: Any) -> Any:
-  """Process 0's values on every process (measurements differ between
-  hosts, but every process must search the same schedule)."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  if jax.process_count() == 1:
-    return values
-  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
-  arr = np.asarray(values, np.float64)
-  return multihost_utils.broadcast_one_to_all(arr).tolist()
+_local_mesh = _processes.local_mesh
+_single_process = _processes.single_process
+agree = _processes.agree
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -309,14 +286,9 @@ class CostModel:
   # --- report -----------------------------------------------------------------
 
   def _mesh_fields(self, mesh: Any, pipe_axis: str) -> dict[str, Any]:
-    """What a per-tick measurement on ``mesh`` depends on (cache key)."""
-    device = mesh.devices.flat[0]
-    return {"backend": device.platform, "device_kind": device.device_kind,
-            "pipe": int(dict(mesh.shape)[pipe_axis]),
-            "devices": len(mesh.devices.flat),
-            "xla_flags": _measure.speed_flags(),
-            "cpu_cores": (_measure.cpu_cores() if device.platform == "cpu"
-                          else None)}
+    """What a per-tick measurement on ``mesh`` depends on (cache key;
+    ``processes.mesh_fields``)."""
+    return _processes.mesh_fields(mesh, pipe_axis)
 
   def tick_costs(self, mesh: Any, pipe_axis: str) -> _ticks.TickCosts:
     """Per-tick costs of the lowering on this mesh (microbenchmark, cached;
@@ -363,59 +335,21 @@ class CostModel:
                    tick_costs: _ticks.TickCosts) -> float:
     """Seconds per port operation of lowered programs on this machine
     (``cost.ports``): from the disk cache, else measured on ``plan``'s
-    stand-in program (one compile, once per machine) where
-    :attr:`time_program` is set; 0 where neither (screening builds,
-    multi-process runs)."""
+    stand-in program, its serial part (:meth:`serial_seconds`) taken off
+    (one compile, once per machine) where :attr:`time_program` is set; 0
+    where neither (screening builds, multi-process runs). See
+    ``cost.port_pricing``."""
     if self._per_port is not None:
       return self._per_port
-    rendezvous = mesh.devices.flat[0].platform in _ticks.RENDEZVOUS_BACKENDS
-
-    def idle(per_port: float) -> float:
-      model = _ticks.tick_model(
-          plan, costs.link, dataclasses.replace(
-              tick_costs, per_port_s=per_port, tick_ports=_ports.TICK_PORTS),
-          rendezvous=rendezvous)
-      return self._replay(costs, unrolled, model, idle=True).step_seconds
-
-    def measure() -> dict[str, Any]:
-      standin_s = agree([self.time_program(
-          _calibrate.standin_plan(plan))])[0]
-      return {"per_port_s": _ports.solve(standin_s, idle, 0.0, 1e-6),
-              "standin_s": standin_s, "plan": plan.loop_summary(),
-              "ports": sum(_ticks.tick_ports(t) for t in plan.ticks),
-              "idle_before_s": idle(0.0)}
-
-    can = (self.time_program is not None and _single_process() and
-           _ports.is_reference(plan))
-    fields = self._mesh_fields(_local_mesh(mesh, pipe_axis), pipe_axis)
-    plan_key = _cache.make_key({"what": "portsplan",
-                                "version": _ports.PORTS_VERSION, **fields,
-                                "plan": _calibrate.plan_signature(plan)})
-    t0 = time.perf_counter()
-    try:
-      rec, hit = _ports.cached_terms(self.cache, fields,
-                                     measure if can else None, plan_key)
-    except Exception as err:  # pylint: disable=broad-except
-      # The prediction stays usable without it; say why, once.
-      _LOG.warning("tessel_jax: the stand-in program of plan %s could not"
-                   " be timed (%s: %s); the prediction prices no per-port"
-                   " cost", plan.loop_summary(), type(err).__name__, err)
-      rec, hit = {"per_port_s": 0.0}, True
-    if rec is None:
-      # Not measured here, or this plan is no per-port reference: priced 0
-      # for this build; a later plan may measure the machine.
-      if can:  # tried: not again in this build
-        self._spent += time.perf_counter() - t0
-        self._per_port = 0.0
-      return 0.0
-    if not hit:
-      self._spent += time.perf_counter() - t0
+    got = _port_pricing.port_seconds(self, costs, unrolled, plan, mesh,
+                                     pipe_axis, tick_costs)
+    if got.spent_s is not None:
+      self._spent += got.spent_s
+    if got.measured:
       self._hit = False
-      _LOG.info("tessel_jax: lowered programs on this machine pay %.3g us"
-                " per port operation (measured on the stand-in of plan %s,"
-                " cached)", rec["per_port_s"] * 1e6, plan.loop_summary())
-    self._per_port = float(rec["per_port_s"])
-    return self._per_port
+    if got.final:
+      self._per_port = got.per_port_s
+    return got.per_port_s
 
   def _replay(self, costs: SearchCosts, unrolled: Any,
               tick_model: _ticks.TickModel, idle: bool = False
@@ -458,8 +392,12 @@ class CostModel:
     standin = (self._standin_seconds(plan, mesh, pipe_axis) if calibrate
                else None)
     if standin is not None:
+      # The stand-in's step holds the serial part (packing, unpacking,
+      # FSDP collectives), which step_seconds adds itself.
+      ticks_s = standin - sum(self.serial_seconds(costs, plan, plan.layout,
+                                                  mesh, pipe_axis))
       extra = _calibrate.extra_tick_seconds(
-          standin, lambda x: self._replay(costs, unrolled,
+          ticks_s, lambda x: self._replay(costs, unrolled,
                                           tick_model.plus(x),
                                           idle=True).step_seconds)
       tick_model = tick_model.plus(extra)
@@ -481,9 +419,8 @@ class CostModel:
           tick_costs, fixed_s=g * tick_costs.fixed_s,
           per_byte_s=g * tick_costs.per_byte_s)
     if not self.calibrated:  # else the plan's own stand-in prices ticks
-      tick_costs = dataclasses.replace(tick_costs, per_port_s=(
-          self.port_seconds(costs, unrolled, plan, mesh, pipe_axis,
-                            tick_costs)), tick_ports=_ports.TICK_PORTS)
+      tick_costs = _port_pricing.priced(tick_costs, self.port_seconds(
+          costs, unrolled, plan, mesh, pipe_axis, tick_costs))
     return _ticks.tick_model(plan, costs.link, tick_costs,
                              rendezvous=rendezvous)
 

@@ -21,7 +21,9 @@ as :data:`TICK_PORTS` more port operations (its fixed cost), measured once per
 machine (backend, device kind, mesh size, XLA flags, cores) on the first
 plan built there: its stand-in program compiled and timed
 (``calibrate.time_step``), ``per_port_s`` solved so that the prediction of
-the program with zero-time kernels equals it (:func:`solve`), cached on
+its ticks with zero-time kernels equals it less the part of the step
+serial with the ticks (packing, unpacking, FSDP collectives, which every
+prediction adds apart: ``cost.port_pricing``; :func:`solve`), cached on
 disk (kind ``"ports"``). Every later plan and model on that machine uses
 it.
 
@@ -48,8 +50,10 @@ from tessel_jax.cost import ticks
 #: Bump when the port count or what the terms cover changes (5: solved
 #: over ticks priced in one device's core-seconds; an interp tick priced
 #: per device, with its own kernels' ports and its segment's rounds; 6:
-#: every tick also pays :data:`TICK_PORTS`).
-PORTS_VERSION = 6
+#: every tick also pays :data:`TICK_PORTS`; 7: the stand-in's serial part,
+#: packing, unpacking and FSDP collectives, taken off before the solve:
+#: every prediction adds it itself, ``cost.port_pricing``).
+PORTS_VERSION = 7
 #: Port operations' worth of fixed cost every tick pays on every device
 #: beyond its own ports (the tick loop's step, its table lookups, the
 #: kernels' 0/1-trip loop conditions), priced at the machine's per-port

@@ -291,89 +291,23 @@ def plan_graph(model: ModelCosts, placement: str, pipe: int, dp: int, *,
       model with fewer layers than the placement's groups.
     ValueError: when ``microbatches`` does not divide over ``dp``.
   """
-  if mode not in _placements.MODES:
-    raise ValueError(f"mode is {mode!r}; use 'train' or 'infer'")
+  _check_args(mode, pipe, dp, microbatches)
   train = mode == "train"
-  if dp < 1 or pipe < 1:
-    raise ValueError(f"pipe and dp must be >= 1, got pipe={pipe}, dp={dp}")
-  if microbatches % dp:
-    raise ValueError(f"{microbatches} micro-batches do not divide over {dp}"
-                     " data-parallel replicas")
   base = _placements.get(placement, pipe, mode=mode)
   slot_of, num_groups = slots(base, placement)
   layers = model.layers
   times = [l.forward_s + (l.backward_s if train else 0.0) for l in layers]
   groups = group_layers(times, base, slot_of, num_groups)
-  f_s = [sum(l.forward_s for l in layers[a:b]) for a, b in groups]
-  b_s = [sum(l.backward_s for l in layers[a:b]) for a, b in groups]
-  act = [sum(l.activation_bytes for l in layers[a:b]) for a, b in groups]
-  par = [sum(l.param_bytes for l in layers[a:b]) for a, b in groups]
-  out = [layers[b - 1].output_bytes for a, b in groups]
-
+  sums = _GroupSums.of(layers, groups)
   fwd_of = _placements.backward_of(base)   # B/W id -> F id
-  # Per group: devices holding it, and whether sharded among them.
-  holders: dict[int, list[tuple[int, ...]]] = {g: [] for g in range(num_groups)}
-  for bid, s in slot_of.items():
-    holders[s.group].append(base.block(bid).devices)
-  split_w = {f for b, f in fwd_of.items() if base.block(b).kind == "W"}
-
-  seconds: dict[int, float] = {}
-  memory: dict[int, int] = {}
-  for blk in base.blocks:
-    fid = blk.id if blk.kind == "F" else fwd_of[blk.id]
-    s = slot_of[fid]
-    k = len(blk.devices)
-    sharded = shard_shared and k > 1
-    gather = allgather_seconds(par[s.group], k, link) if sharded else 0.0
-    stash = int(math.ceil(s.rows * act[s.group] / k))
-    if blk.kind == "F":
-      seconds[blk.id] = s.rows * f_s[s.group] / k + gather
-      memory[blk.id] = stash if train else 0
-    else:
-      share = 0.5 if fid in split_w else 1.0
-      extra = gather if blk.kind == "B" else 0.0
-      if sharded and (blk.kind == "W" or fid not in split_w):
-        extra += allgather_seconds(par[s.group], k, link)  # reduce-scatter
-      seconds[blk.id] = share * s.rows * b_s[s.group] / k + extra
-      # Split backward: W frees the stash (it needs the activations), B
-      # frees nothing (as in tessel_jax.cost.model.block_memory_bytes).
-      memory[blk.id] = 0 if (fid in split_w and blk.kind == "B") else -stash
-    if seconds[blk.id] <= 0:
-      raise ValueError(f"block {blk.label} of {base.name} has no time; give"
-                       " every layer backward_s > 0 for training")
-
-  delays: dict[tuple[int, int], float] = {}
-  for e in base.edges:
-    src, dst = base.block(e.src), base.block(e.dst)
-    if set(src.devices) == set(dst.devices):
-      continue
-    # The forward edge u -> v and its backward v' -> u' carry u's output.
-    fu = e.src if src.kind == "F" else fwd_of[e.dst]
-    su = slot_of[fu]
-    delays[(e.src, e.dst)] = link.seconds(
-        int(math.ceil(su.rows * out[su.group] / len(dst.devices))))
-
-  q = _quantize.quantize(base, seconds, memory, delays,
+  seconds, memory = _block_costs(base, slot_of, fwd_of, sums, train, link,
+                                 shard_shared)
+  q = _quantize.quantize(base, seconds, memory,
+                         _edge_delays(base, slot_of, fwd_of, sums, link),
                          memory_units=memory_units)
-
-  params = [0] * pipe
-  workspace = [0] * pipe
-  allreduce = [0.0] * pipe
-  for g, devsets in holders.items():
-    sets = list(dict.fromkeys(devsets))        # distinct device sets
-    union = sorted({d for devs in sets for d in devs})
-    for d in union:
-      k = max(len(devs) for devs in sets if d in devs)
-      sharded = shard_shared and k > 1
-      own = int(math.ceil(par[g] / k)) if sharded else par[g]
-      params[d] += own
-      if sharded:
-        workspace[d] = max(workspace[d], par[g] - own)
-      # Sharded: a shard's copies are one per device set and replica;
-      # replicated: every holder and replica has the whole group.
-      copies = dp * (len(sets) if sharded else len(union))
-      if train:
-        allreduce[d] += ring_allreduce_seconds(own, copies, link)
+  params, workspace, allreduce = _fixed(
+      _holders(base, slot_of, num_groups), sums, pipe, dp, train, link,
+      shard_shared)
   per_param = 2 + optimizer_slots if train else 1
   fixed = tuple(p * per_param + w for p, w in zip(params, workspace))
   names = tuple(layers[a].name if b - a == 1 else
@@ -383,3 +317,126 @@ def plan_graph(model: ModelCosts, placement: str, pipe: int, dp: int, *,
                    group_names=names, quantized=q, fixed_bytes=fixed,
                    param_bytes=tuple(params),
                    allreduce_seconds=max(allreduce))
+
+
+def _check_args(mode: str, pipe: int, dp: int, microbatches: int) -> None:
+  """Refuses a mode, device count or micro-batch count :func:`plan_graph`
+  cannot price."""
+  if mode not in _placements.MODES:
+    raise ValueError(f"mode is {mode!r}; use 'train' or 'infer'")
+  if dp < 1 or pipe < 1:
+    raise ValueError(f"pipe and dp must be >= 1, got pipe={pipe}, dp={dp}")
+  if microbatches % dp:
+    raise ValueError(f"{microbatches} micro-batches do not divide over {dp}"
+                     " data-parallel replicas")
+
+
+@dataclasses.dataclass(frozen=True)
+class _GroupSums:
+  """Per layer group: its layers' forward and backward seconds,
+  activation (stash) and parameter bytes, and its last layer's output
+  bytes (what an edge out of it carries)."""
+
+  forward_s: tuple[float, ...]
+  backward_s: tuple[float, ...]
+  activation: tuple[int, ...]
+  params: tuple[int, ...]
+  output: tuple[int, ...]
+
+  @classmethod
+  def of(cls, layers: Sequence, groups: Sequence[tuple[int, int]]
+         ) -> _GroupSums:
+    def total(field: str) -> tuple:
+      return tuple(sum(getattr(l, field) for l in layers[a:b])
+                   for a, b in groups)
+    return cls(forward_s=total("forward_s"), backward_s=total("backward_s"),
+               activation=total("activation_bytes"),
+               params=total("param_bytes"),
+               output=tuple(layers[b - 1].output_bytes for _, b in groups))
+
+
+def _block_costs(base: BlockGraph, slot_of: Mapping[int, Slot],
+                 fwd_of: Mapping[int, int], sums: _GroupSums, train: bool,
+                 link: LinkModel, shard_shared: bool
+                 ) -> tuple[dict[int, float], dict[int, int]]:
+  """Seconds and stash bytes of every block (module docstring)."""
+  split_w = {f for b, f in fwd_of.items() if base.block(b).kind == "W"}
+  seconds: dict[int, float] = {}
+  memory: dict[int, int] = {}
+  for blk in base.blocks:
+    fid = blk.id if blk.kind == "F" else fwd_of[blk.id]
+    s = slot_of[fid]
+    k = len(blk.devices)
+    sharded = shard_shared and k > 1
+    gather = (allgather_seconds(sums.params[s.group], k, link) if sharded
+              else 0.0)
+    stash = int(math.ceil(s.rows * sums.activation[s.group] / k))
+    if blk.kind == "F":
+      seconds[blk.id] = s.rows * sums.forward_s[s.group] / k + gather
+      memory[blk.id] = stash if train else 0
+    else:
+      share = 0.5 if fid in split_w else 1.0
+      extra = gather if blk.kind == "B" else 0.0
+      if sharded and (blk.kind == "W" or fid not in split_w):
+        extra += allgather_seconds(sums.params[s.group], k, link)  # reduce-scatter
+      seconds[blk.id] = share * s.rows * sums.backward_s[s.group] / k + extra
+      # Split backward: W frees the stash (it needs the activations), B
+      # frees nothing (as in tessel_jax.cost.model.block_memory_bytes).
+      memory[blk.id] = 0 if (fid in split_w and blk.kind == "B") else -stash
+    if seconds[blk.id] <= 0:
+      raise ValueError(f"block {blk.label} of {base.name} has no time; give"
+                       " every layer backward_s > 0 for training")
+  return seconds, memory
+
+
+def _edge_delays(base: BlockGraph, slot_of: Mapping[int, Slot],
+                 fwd_of: Mapping[int, int], sums: _GroupSums,
+                 link: LinkModel) -> dict[tuple[int, int], float]:
+  """Seconds of every edge between blocks on different devices: the
+  source group's output, each receiving device its rows' share."""
+  delays: dict[tuple[int, int], float] = {}
+  for e in base.edges:
+    src, dst = base.block(e.src), base.block(e.dst)
+    if set(src.devices) == set(dst.devices):
+      continue
+    # The forward edge u -> v and its backward v' -> u' carry u's output.
+    fu = e.src if src.kind == "F" else fwd_of[e.dst]
+    su = slot_of[fu]
+    delays[(e.src, e.dst)] = link.seconds(
+        int(math.ceil(su.rows * sums.output[su.group] / len(dst.devices))))
+  return delays
+
+
+def _holders(base: BlockGraph, slot_of: Mapping[int, Slot],
+             num_groups: int) -> dict[int, list[tuple[int, ...]]]:
+  """Per group, the device sets of the blocks running it."""
+  holders: dict[int, list[tuple[int, ...]]] = {g: [] for g in range(num_groups)}
+  for bid, s in slot_of.items():
+    holders[s.group].append(base.block(bid).devices)
+  return holders
+
+
+def _fixed(holders: Mapping[int, list[tuple[int, ...]]], sums: _GroupSums,
+           pipe: int, dp: int, train: bool, link: LinkModel,
+           shard_shared: bool) -> tuple[list[int], list[int], list[float]]:
+  """Per device: parameter bytes held, gathered workspace bytes and
+  gradient all-reduce seconds (module docstring)."""
+  params = [0] * pipe
+  workspace = [0] * pipe
+  allreduce = [0.0] * pipe
+  for g, devsets in holders.items():
+    sets = list(dict.fromkeys(devsets))        # distinct device sets
+    union = sorted({d for devs in sets for d in devs})
+    for d in union:
+      k = max(len(devs) for devs in sets if d in devs)
+      sharded = shard_shared and k > 1
+      own = int(math.ceil(sums.params[g] / k)) if sharded else sums.params[g]
+      params[d] += own
+      if sharded:
+        workspace[d] = max(workspace[d], sums.params[g] - own)
+      # Sharded: a shard's copies are one per device set and replica;
+      # replicated: every holder and replica has the whole group.
+      copies = dp * (len(sets) if sharded else len(union))
+      if train:
+        allreduce[d] += ring_allreduce_seconds(own, copies, link)
+  return params, workspace, allreduce

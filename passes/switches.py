@@ -1,0 +1,53 @@
+"""Lowering steps that A/B runs turn off (or on), given per schedule.
+
+``tj.schedule(..., switches=Switches(hoist=False))`` lowers that step
+without the step; every other step of the process keeps its own switches
+(they travel with the step to ``passes.lower_context.LowerContext``, not in
+module state). The defaults are the library's; ``TESSEL_JAX_TICK_ORDER=1``
+turns tick compaction on for a step made without ``switches``
+(:func:`from_env`, read when ``tj.schedule`` is applied, the one place the
+variable is read).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+
+TICK_ORDER_ENV = "TESSEL_JAX_TICK_ORDER"
+
+
+@dataclasses.dataclass(frozen=True)
+class Switches:
+  """Which optional lowering steps run.
+
+  Attributes:
+    hoist: Kernels' parameter-only work computed once before the ticks
+      (``passes.hoist``); off: inside the ticks, as before it existed.
+    straight_order: Stash writes in unrolled ticks ordered after the reads
+      before them (``passes.tick_runs.straight``); off: unordered, as
+      before 2026-11-26 (``experiments.mshape_profile
+      --ab_straight_order``).
+    tick_order: Ticks packed as early as each device's order allows
+      (``passes.tick_order.compact``; off by default).
+    residual_trim: Vjp residuals that ``B`` rebuilds with a few cheap
+      equations are not stashed (``passes.residual_trim``); off: every
+      residual stashed, as before 2026-11-26 (``experiments.mshape_profile
+      --ab_residual_trim``).
+  """
+
+  hoist: bool = True
+  straight_order: bool = True
+  tick_order: bool = False
+  residual_trim: bool = True
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Switches:
+  """The default switches, ``tick_order`` on where
+  ``TESSEL_JAX_TICK_ORDER=1`` (``environ``: default ``os.environ``)."""
+  env = os.environ if environ is None else environ
+  return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1")
+
+
+__all__ = ["Switches", "TICK_ORDER_ENV", "from_env"]
