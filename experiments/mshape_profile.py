@@ -5,6 +5,7 @@ Usage (4 fake devices)::
   python -m experiments.mshape_profile --n=8 --repeats=3
   python -m experiments.mshape_profile --variants=tj_gpipe,tj_mshape,tj_zbv
   python -m experiments.mshape_profile --ab_straight_order=6
+  python -m experiments.mshape_profile --ab_residual_trim=8
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -34,6 +35,12 @@ flags.DEFINE_integer("ab_straight_order", 0, "If > 0: instead of the"
                      " writes ordered (the default) and unordered"
                      " (Switches.straight_order, passes.switches), paired"
                      " ratio.")
+flags.DEFINE_integer("ab_residual_trim", 0, "If > 0: instead of the"
+                     " profile, this many interleaved rounds timing each"
+                     " variant's CPU per step with the vjp residuals that B"
+                     " rebuilds left out of the stash (the default) and all"
+                     " stashed (Switches.residual_trim), both on the"
+                     " schedule searched with all stashed, paired ratio.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -109,6 +116,16 @@ def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
                       ) -> None:
   """CPU per step with unrolled ticks' stash writes ordered / unordered,
   both built in this process and timed alternately (shuffled per round)."""
+  ab(n, rounds, variants, {"straight_order": False}, ("ordered", "unordered"))
+
+
+def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
+       names: tuple[str, str]) -> None:
+  """CPU per step of each variant built with the library's switches
+  (``names[0]``) and with ``Switches(**off)`` (``names[1]``), on one
+  schedule (the one searched with ``off``), in this process, timed
+  alternately (shuffled per round); prints the medians and the paired
+  ratio on / off."""
   # pylint: disable=import-outside-toplevel
   import random
 
@@ -121,17 +138,22 @@ def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
   params, batch, mesh = _inputs(n)
   runs = {}
   for name in variants:
-    for ordered in (True, False):
+    sched = None
+    for on in (False, True):
       placement, blocks = pbl.tj_layout(name, 8, 4)
       built = tj.schedule(  # as peer_bench builds its tj variants
           pbl.marked_loss(blocks), mesh=mesh, placement=placement,
-          num_microbatches=n, plan="gpipe" if name == "tj_gpipe" else None,
+          num_microbatches=n,
+          plan=sched or ("gpipe" if name == "tj_gpipe" else None),
           cut="markers", interpret_ramps=8,
-          switches=Switches(straight_order=ordered)).build(params, batch)
+          switches=Switches() if on else Switches(**off)
+          ).build(params, batch)
       compiled = built.jitted.lower(params, batch).compile()
-      runs[(name, ordered)] = compiled
-      print(json.dumps({"variant": name, "ordered": ordered,
+      sched = built.unrolled
+      runs[(name, on)] = compiled
+      print(json.dumps({"variant": name, names[1 - on]: True,
                         "lowered_as": built.plan.loop_summary(),
+                        "stash_mb": round(built.plan.stash_bytes / 2**20, 1),
                         "temp_mb": round(compiled.memory_analysis()
                                          .temp_size_in_bytes / 1e6, 1)}),
             flush=True)
@@ -146,12 +168,12 @@ def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
       jax.block_until_ready(runs[k](params, batch))
       cpu[k].append(1e3 * (_cpu_s() - c0))
   for name in variants:
-    on, off = cpu[(name, True)], cpu[(name, False)]
+    on_, off_ = cpu[(name, True)], cpu[(name, False)]
     print(json.dumps({
-        "variant": name, "cpu_ms_ordered": round(float(np.median(on)), 1),
-        "cpu_ms_unordered": round(float(np.median(off)), 1),
+        "variant": name, f"cpu_ms_{names[0]}": round(float(np.median(on_)), 1),
+        f"cpu_ms_{names[1]}": round(float(np.median(off_)), 1),
         "paired_ratio": round(float(np.median(
-            [a / b for a, b in zip(on, off)])), 4),
+            [a / b for a, b in zip(on_, off_)])), 4),
         "load_average": os.getloadavg()}), flush=True)
 
 
@@ -163,6 +185,9 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   if f.ab_straight_order > 0:
     ab_straight_order(f.n, f.ab_straight_order, tuple(f.variants))
+  elif f.ab_residual_trim > 0:
+    ab(f.n, f.ab_residual_trim, tuple(f.variants), {"residual_trim": False},
+       ("trimmed", "all_stashed"))
   else:
     profile(f.n, f.repeats, tuple(f.variants))
 

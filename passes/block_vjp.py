@@ -22,6 +22,8 @@ import numpy as np
 
 from tessel_jax import compat
 
+from . import residual_trim
+
 def sds(shape: Sequence[int], dtype: Any) -> jax.ShapeDtypeStruct:
   return jax.ShapeDtypeStruct(tuple(shape), dtype)
 
@@ -51,6 +53,8 @@ class _Residuals:
   treedef: Any = None
   alias: tuple[int | None, ...] = ()   # leaf -> diff position (param) or None
   avals: tuple[jax.ShapeDtypeStruct, ...] = ()
+  # Which residuals are stashed; B rebuilds the rest (passes.residual_trim).
+  recipe: Any = None
   # The vjp closure's structure as traced under each context mesh: it holds
   # the block's linearised program, whose sharding constraints name the
   # mesh they were traced under (the lowering's shard_map differs from the
@@ -107,7 +111,8 @@ _PROBES: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
 PROBES_SIZE = 512
 
 
-def _probe_key(blk: Any, diff_pos: Sequence[int]) -> tuple | None:
+def _probe_key(blk: Any, diff_pos: Sequence[int], trim: bool
+               ) -> tuple | None:
   """What decides a block's vjp residuals: its equations (printed, names
   by position), constants, input kinds and avals, parameter order, the
   differentiated positions and the context mesh; None (not shared) for a
@@ -132,7 +137,7 @@ def _probe_key(blk: Any, diff_pos: Sequence[int]) -> tuple | None:
           tuple((r.kind, r.leaf if r.kind == "param" else None)
                 for r in blk.ins),
           tuple((tuple(a.shape), str(a.dtype)) for a in blk.local_in),
-          tuple(blk.params), tuple(diff_pos), compat.context_mesh())
+          tuple(blk.params), tuple(diff_pos), compat.context_mesh(), trim)
 
 
 class Vjp:
@@ -145,10 +150,12 @@ class Vjp:
     ``jax.vjp`` again.
   """
 
-  def __init__(self, blk: Any, diff_pos: Sequence[int], keep: bool):
+  def __init__(self, blk: Any, diff_pos: Sequence[int], keep: bool,
+               trim: bool = True):
     self.blk = blk
     self.diff_pos = tuple(diff_pos)
     self.keep = keep
+    self.trim = trim  # residuals B rebuilds left out (passes.residual_trim)
     self.res = _Residuals()
     self.grad_leaves = tuple(blk.ins[p].leaf for p in diff_pos
                              if blk.ins[p].kind == "param")
@@ -184,19 +191,24 @@ class Vjp:
     blk = self.blk
     if not self.keep:
       return blk.data_avals
-    key = _probe_key(blk, self.diff_pos)
+    key = _probe_key(blk, self.diff_pos, self.trim)
     hit = _PROBES.get(key) if key is not None else None
     if hit is not None:
       _PROBES.move_to_end(key)
-      self.res.treedef, self.res.alias, self.res.avals = hit
+      (self.res.treedef, self.res.alias, self.res.avals,
+       self.res.recipe) = hit
       return self.res.avals
     pv = [blk.local_in[[q for q, r in enumerate(blk.ins)
                         if r.kind == "param" and r.leaf == l][0]]
           for l in blk.params]
-    kept = jax.eval_shape(self._probe, pv, list(blk.data_avals))
+    closed, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
+    recipe = residual_trim.find(closed, len(pv), self.trim)
+    kept = recipe.keep(closed.out_avals)
+    self.res.recipe = recipe
     self.res.avals = tuple(sds(a.shape, a.dtype) for a in kept)
     if key is not None:
-      _PROBES[key] = (self.res.treedef, self.res.alias, self.res.avals)
+      _PROBES[key] = (self.res.treedef, self.res.alias, self.res.avals,
+                      recipe)
       while len(_PROBES) > PROBES_SIZE:
         _PROBES.popitem(last=False)
     return self.res.avals
@@ -212,8 +224,8 @@ class Vjp:
     if len(leaves) != len(self.res.alias):
       raise AssertionError("vjp residual structure changed between traces")
     self.res.treedefs[compat.context_mesh()] = treedef
-    return list(ys) + [leaf for leaf, a in zip(leaves, self.res.alias)
-                       if a is None], []
+    return list(ys) + self.res.recipe.keep(
+        [leaf for leaf, a in zip(leaves, self.res.alias) if a is None]), []
 
   def backward(self, ctx: Any, pvals: Sequence[Any], rvals: Sequence[Any],
                ybar: Sequence[Any], *, acts: bool = True, grads: bool = True
@@ -224,7 +236,7 @@ class Vjp:
     """
     if self.keep:
       by_leaf = dict(zip(self.blk.params, pvals))
-      it = iter(rvals)
+      it = iter(self.res.recipe.rebuild(rvals, pvals))
       leaves = [next(it) if a is None else
                 by_leaf[self.blk.ins[self.diff_pos[a]].leaf]
                 for a in self.res.alias]

@@ -295,8 +295,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
                   microbatch_rows: int, keep: Mapping[int, bool] | None = None,
                   seeds: Sequence[Any] | None = None,
                   forward_of: Mapping[int, int] | None = None,
-                  local_parts: Mapping[int, Partition] | None = None
-                  ) -> KernelSet:
+                  local_parts: Mapping[int, Partition] | None = None,
+                  trim: bool = True) -> KernelSet:
   """Builds every kernel for ``graph``.
 
   Each block on several devices is split by rows or replicated
@@ -314,6 +314,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
     local_parts: Split factor ``g`` -> the partition of the function traced
       on ``b / g`` rows (jaxprs are shape-specialised, so a block split over
       ``g`` devices runs the equations traced at its local size).
+    trim: Leave out of the stash the vjp residuals that ``B`` rebuilds
+      cheaply (``passes.residual_trim``; ``Switches.residual_trim``).
   """
   b = microbatch_rows
   keep = dict(keep or {})
@@ -324,7 +326,7 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
   modes = choose_modes(
       part, {i: tuple(gi.by_kind[("F", i)].devices) for i in gi.forward_ids},
       b, local_parts, gi.has_grad)
-  ks = _Builder(gi, b, seeds)
+  ks = _Builder(gi, b, seeds, trim)
   for full in part.blocks:
     blk = _make_block(full, modes[full.index], b, local_parts)
     if gi.has_grad[blk.i]:
@@ -344,10 +346,12 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
 class _Builder:
   """Accumulates kernels and value facts block by block."""
 
-  def __init__(self, gi: _Graph, b: int, seeds: Sequence[Any] | None):
+  def __init__(self, gi: _Graph, b: int, seeds: Sequence[Any] | None,
+               trim: bool = True):
     self.gi = gi
     self.b = b
     self.seeds = seeds
+    self.trim = trim
     self.kernels: dict[int, Kernel] = {}
     self.value_avals: dict[Key, Any] = {}
     self.value_split: dict[Key, bool] = {}
@@ -377,7 +381,7 @@ class _Builder:
     diff_pos = [p for p, (r, a) in enumerate(zip(blk.ins, blk.local_in))
                 if inexact(a) and (r.kind == "param" or (
                     r.kind == "value" and self.gi.has_grad[r.key[1]]))]
-    vjp = Vjp(blk, diff_pos, keep)
+    vjp = Vjp(blk, diff_pos, keep, self.trim)
     res_avals = vjp.residual_avals()
     res_keys = tuple(("r", blk.i, r) for r in range(len(res_avals)))
     for key, a in zip(res_keys, res_avals):

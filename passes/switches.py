@@ -31,11 +31,16 @@ class Switches:
       --ab_straight_order``).
     tick_order: Ticks packed as early as each device's order allows
       (``passes.tick_order.compact``; off by default).
+    residual_trim: Vjp residuals that ``B`` rebuilds with a few cheap
+      equations are not stashed (``passes.residual_trim``); off: every
+      residual stashed, as before 2026-11-26 (``experiments.mshape_profile
+      --ab_residual_trim``).
   """
 
   hoist: bool = True
   straight_order: bool = True
   tick_order: bool = False
+  residual_trim: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

@@ -340,7 +340,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                 lambda keep=dict(keep): _kernels.build_kernels(
                     part, graph, train=train, microbatch_rows=rows,
                     keep=keep, seeds=seeds, forward_of=forward_of,
-                    local_parts=local_parts))
+                    local_parts=local_parts,
+                    trim=step.switches.residual_trim))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)
     clock.lap("kernels", f"{len(ks.kernels)} kernels")
