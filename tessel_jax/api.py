@@ -156,8 +156,9 @@ def schedule(fn: Callable[..., Any] | None = None, *, mesh: Any,
       memory limit; ``tessel_jax.fsdp_choice``).
     switches: Optional lowering steps of this step, for A/B runs
       (``passes.switches.Switches``: hoisting, ordered stash writes, tick
-      compaction); None: the library's (``TESSEL_JAX_TICK_ORDER=1``
-      compacts ticks). A named placement only.
+      compaction, residuals rebuilt in B instead of stashed); None: the
+      library's (``TESSEL_JAX_TICK_ORDER=1`` compacts ticks). A named
+      placement only.
 
   Returns:
     A :class:`ScheduledFunction` (or a decorator making one).

@@ -68,8 +68,8 @@ def check_switches(step: Any) -> None:
   if not isinstance(step.switches, _switches.Switches):
     raise fail(f"switches={step.switches!r}; use"
                f" tessel_jax.passes.switches.Switches(hoist=...,"
-               f" straight_order=..., tick_order=..., residual_trim=...) or None (the"
-               f" library's)")
+               f" straight_order=..., tick_order=...,"
+               f" residual_trim=...) or None (the library's)")
   if step.auto and step.switches != _switches.from_env():
     raise fail("switches= applies to a named placement; placement='auto'"
                " lowers its candidates with the library's switches: drop"
