@@ -27,7 +27,7 @@ from . import outputs as _outputs
 from . import pack_local as _pack_local
 from . import tick_runs as _runs
 from .lower_context import LowerContext
-from .packing import unpack_grads
+from .pack_arrays import unpack_grads
 from .tick_ctx import INPLACE, Ctx, scoped
 
 _pin = _fsdp.pin  # GSPMD constraint inside the map (passes.fsdp)

@@ -4,7 +4,7 @@ The lowered training step (``passes.lower_program``'s ``run``) packs the
 parameters into per-device buffers before its ``shard_map``
 (``pack_local.pack``, each slot placed by its spec) and, after it, unpacks
 the packed gradients (gathered over the pipe axis,
-``packing.unpack_grads``) and places every gradient as its parameter is
+``pack_arrays.unpack_grads``) and places every gradient as its parameter is
 placed. :func:`outside_program` is that program with the
 map left out (the packed parameters stand for the packed gradients,
 which have their shapes), so ``cost`` can time what a step pays once,
@@ -23,7 +23,8 @@ import jax.numpy as jnp
 
 from . import fsdp as _fsdp
 from . import pack_local as _pack_local
-from .packing import Layout, unpack_grads
+from .pack_arrays import unpack_grads
+from .packing import Layout
 
 
 def outside_program(layout: Layout, mesh: Any, pipe: str,

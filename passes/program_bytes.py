@@ -16,7 +16,7 @@ once:
   pipe device holding it, so the packed gradients are gathered over the
   pipe axis: up to ``D x`` one device's packed bytes (FSDP slots at their
   shard size; the gathered buffers are dead by then), plus, where plain
-  classes are gathered whole (``packing.gathered_whole``), the sources
+  classes are gathered whole (``pack_arrays.gathered_whole``), the sources
   live meanwhile: the device's own packed bytes where slot gradients
   leave the map stacked per class (FSDP layouts), one slot array where
   they leave per slot (``Layout.grads_per_slot``: each slot is gathered
@@ -44,7 +44,8 @@ from typing import Any
 
 import numpy as np
 
-from .packing import Layout, gathered_whole
+from .pack_arrays import gathered_whole
+from .packing import Layout
 
 #: XLA's own temp bytes beside the step's arrays (tuple pointer tables of
 #: while-loop states, scalars): 2.3-2.6 KB in the compiled 4-layer MLPs of

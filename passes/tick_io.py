@@ -20,7 +20,7 @@ from . import fsdp as _fsdp
 from . import fsdp_tick as _fsdp_tick
 from . import stash_order as _stash_order
 from .lower_context import LowerContext
-from .packing import read_region
+from .pack_arrays import read_region
 from .param_grads import region_offset
 from .plan import Tick
 from .tick_ctx import INPLACE, SCOPES, Ctx, read, read_rows, scoped, write

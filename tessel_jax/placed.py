@@ -13,7 +13,7 @@ user's pytree back.
 
 Every *site* of a leaf (a slot row, a flat region, the gathered full leaf)
 holds the same value, and its gradient there is the leaf's whole gradient
-(summed over every site, as ``packing.unpack_grads`` does), so copies of a
+(summed over every site, as ``pack_arrays.unpack_grads`` does), so copies of a
 leaf used on several devices stay equal under any elementwise update.
 Leaves stored at one site per device (the common case: a layer on one
 device) need no sum and leave the program as computed. Leaves no block reads
@@ -35,10 +35,10 @@ from jax.sharding import PartitionSpec as P
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import outputs as _outputs  # type: ignore
-  from tessel_jax.passes import packing as _packing  # type: ignore
+  from tessel_jax.passes import pack_arrays as _pack_arrays  # type: ignore
 except ImportError:  # run from the repository root
   from passes import outputs as _outputs  # type: ignore
-  from passes import packing as _packing  # type: ignore
+  from passes import pack_arrays as _pack_arrays  # type: ignore
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Site:
 def leaf_sites(layout: Any, num_leaves: int) -> list[list[Site]]:
   """Every site of every stored leaf (a leaf with none goes to ``rest``)."""
   out: list[list[Site]] = [[] for _ in range(num_leaves)]
-  for dt, d, l, pos, n in _packing.flat_pieces(layout):
+  for dt, d, l, pos, n in _pack_arrays.flat_pieces(layout):
     out[l].append(Site("flat", d, (dt, pos, n)))
   for (l, d), (k, j) in sorted(layout.slot_of.items()):
     out[l].append(Site("slot", d, (k, j)))
@@ -179,7 +179,7 @@ class Layouts:
     leaves = jax.tree_util.tree_leaves(params)
     if self.split is not None:
       leaves = self.split.split(leaves)
-    flat, slots = _packing.pack(self.layout, leaves)
+    flat, slots = _pack_arrays.pack(self.layout, leaves)
     return Placed(flat=flat, slots=tuple(tuple(s) for s in slots),
                   gathered=tuple(leaves[l] for l in self.gathered),
                   rest=tuple(leaves[l] for l in self.rest), key=self.key)
@@ -239,7 +239,7 @@ class Layouts:
            if needs_sum(self.layout, l, s)]
     if fix:
       stacked = [jnp.stack(g, axis=1) for g in slots] if per_slot else gslots
-      whole = _packing.unpack_grads(self.layout, gflat, stacked, self.avals)
+      whole = _pack_arrays.unpack_grads(self.layout, gflat, stacked, self.avals)
       for l, g in zip(self.gathered, hgrads):
         whole[l] = whole[l] + g.astype(whole[l].dtype)
       for l in fix:
@@ -256,7 +256,7 @@ class Layouts:
       if s.kind == "gathered":
         gathered[s.where[0]] = g
         continue
-      local = _packing.local_leaf(self.layout, {leaf: g}, leaf, s.device)
+      local = _pack_arrays.local_leaf(self.layout, {leaf: g}, leaf, s.device)
       if s.kind == "slot":
         k, j = s.where
         slots[k][j] = slots[k][j].at[s.device].set(
@@ -317,7 +317,7 @@ def batch_signature(batch: Any) -> Any:
 
 def _pack_stored(layouts: Layouts, leaves: Sequence[Any]) -> Placed:
   """:meth:`Layouts.pack` from stored (already split) leaves."""
-  flat, slots = _packing.pack(layouts.layout, list(leaves))
+  flat, slots = _pack_arrays.pack(layouts.layout, list(leaves))
   return Placed(flat=flat, slots=tuple(tuple(s) for s in slots),
                 gathered=tuple(leaves[l] for l in layouts.gathered),
                 rest=tuple(leaves[l] for l in layouts.rest), key=layouts.key)

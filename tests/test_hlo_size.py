@@ -11,7 +11,7 @@ to every program fails here. The program also equals
 negative-index wrapping of dynamic indices (``passes.indexing``), the
 select between a round's candidate ports in a kernel's local writes, the
 per-slot order tokens of writes inside 0/1-trip loops, and the per-leaf
-gradient unpacking of plain slot classes (``packing.unpack_grads``);
+gradient unpacking of plain slot classes (``pack_arrays.unpack_grads``);
 953 after writing each kernel's residuals of a micro-batch with one
 ``dynamic-update-slice`` (``passes.stash_groups``) and chaining the order
 tokens of the 0/1-trip loops instead of adding them (``Order.follow``);

@@ -1,6 +1,6 @@
 """Each device packs only its own parameter rows (``passes.pack_local``).
 
-The per-device packing gives the arrays ``packing.pack`` gives (slots,
+The per-device packing gives the arrays ``pack_arrays.pack`` gives (slots,
 flat regions, pipe-sharded leaves), and the compiled program no longer
 holds full-width copies of the slot arrays: packed in the global view, XLA
 built every slot array as one zero-padded full-width copy per device row
@@ -15,7 +15,7 @@ import numpy as np
 from jax.sharding import AxisType
 
 import tessel_jax as tj
-from tessel_jax.passes import pack_local, packing
+from tessel_jax.passes import pack_arrays, pack_local, packing
 
 from test_lowering_models import max_rel_err, reference
 
@@ -39,7 +39,7 @@ def test_per_device_packing_equals_the_global_packing() -> None:
                                {i: [i] for i in range(d)}, d,
                                shards={5: (0, d)})
   assert layout.classes and layout.dtypes  # both storage kinds in play
-  want_flat, want_slots = packing.pack(layout, leaves)
+  want_flat, want_slots = pack_arrays.pack(layout, leaves)
   got_flat, got_slots = jax.jit(lambda ls: pack_local.pack(
       layout, ls, _mesh(d), "pipe", ()))(leaves)
   for dt in layout.dtypes:

@@ -1,6 +1,6 @@
 """Gradient unpacking moves each leaf alone, and a shared leaf is reduced once.
 
-``passes.packing.unpack_grads`` runs outside the ``shard_map`` on the
+``passes.pack_arrays.unpack_grads`` runs outside the ``shard_map`` on the
 per-device slot arrays ``(D, S, *shape)``; XLA turns every row it takes
 from another device into a collective. Taking the slot first keeps each
 transfer at one leaf (taking the device first moved its whole slot array,
