@@ -100,15 +100,15 @@ def test_batch_sized_parameter_slice_is_replicated_by_name():
 
 
 def test_aligned_partition_pairs_values_by_where_they_are_computed():
-  from passes import align, partition  # pylint: disable=import-outside-toplevel
+  from passes import align, partition, tracing  # pylint: disable=import-outside-toplevel
   fn = _reordering(_ones)
   params = _params()
   avals = lambda t: jax.tree_util.tree_map(  # noqa: E731
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), t)
-  full = partition.partition(partition.trace(fn, "f", avals(params),
-                                             avals(_batch(4))))
-  raw = partition.partition(partition.trace(fn, "f", avals(params),
-                                            avals(_batch(1))))
+  full = partition.partition(tracing.trace(fn, "f", avals(params),
+                                           avals(_batch(4))))
+  raw = partition.partition(tracing.trace(fn, "f", avals(params),
+                                          avals(_batch(1))))
   # The re-trace exports block 0's values in another order ...
   assert raw.blocks[1].inputs != full.blocks[1].inputs
   got = align.align_partition(full, raw)
