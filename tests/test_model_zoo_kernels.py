@@ -55,6 +55,7 @@ def test_the_table_says_what_the_kernels_add_to_their_stand_in():
          "real_ms": 8.0, "kernels_profiled_ms": 4.0,
          "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
          "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
+         "kernels_looped_ms": 1.0,
          "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
   head, _, line = lib.markdown([row]).splitlines()
   cells = dict(zip(head.strip("| ").split(" | "),
@@ -63,3 +64,26 @@ def test_the_table_says_what_the_kernels_add_to_their_stand_in():
   assert cells["stand-in"] == "5.50"
   assert lib.markdown([{**row, "standin_ms": None,
                         "real_minus_standin_ms": None}]).count(" - |") == 2
+
+
+def test_real_and_stand_in_are_timed_in_alternated_rounds():
+  seen = []
+  runs = {"real": lambda: "r", "standin": lambda: "s"}
+  timer = lambda run: seen.append(run()) or (2.0 if run() == "r" else 1.5)
+  steps = lib.paired_steps(runs, rounds=4, timer=timer)
+  assert steps == {"real": [2.0] * 4, "standin": [1.5] * 4}
+  # Every round runs each program once, so the two alternate.
+  assert all(sorted(seen[i:i + 2]) == ["r", "s"] for i in range(0, 8, 2))
+
+
+def test_the_table_shows_the_kernels_priced_in_a_loop():
+  row = {"model": "m", "lowered_as": "interp(25)", "predicted_ms": 10.0,
+         "real_ms": 8.0, "kernels_profiled_ms": 4.0,
+         "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
+         "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
+         "kernels_looped_ms": 1.25,
+         "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
+  head, _, line = lib.markdown([row]).splitlines()
+  cells = dict(zip(head.strip("| ").split(" | "),
+                   line.strip("| ").split(" | ")))
+  assert cells["kernels in a loop"] == "1.25"
