@@ -55,7 +55,8 @@ def test_the_table_says_what_the_kernels_add_to_their_stand_in():
          "real_ms": 8.0, "kernels_profiled_ms": 4.0,
          "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
          "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
-         "kernels_looped_ms": 1.0,
+         "kernels_looped_ms": 1.0, "kernels_looped_lockstep_ms": 1.5,
+         "kernels_profiled_lockstep_ms": 5.0,
          "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
   head, _, line = lib.markdown([row]).splitlines()
   cells = dict(zip(head.strip("| ").split(" | "),
@@ -81,9 +82,33 @@ def test_the_table_shows_the_kernels_priced_in_a_loop():
          "real_ms": 8.0, "kernels_profiled_ms": 4.0,
          "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
          "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
-         "kernels_looped_ms": 1.25,
+         "kernels_looped_ms": 1.25, "kernels_looped_lockstep_ms": 1.5,
+         "kernels_profiled_lockstep_ms": 5.0,
          "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
   head, _, line = lib.markdown([row]).splitlines()
   cells = dict(zip(head.strip("| ").split(" | "),
                    line.strip("| ").split(" | ")))
   assert cells["kernels in a loop"] == "1.25"
+  assert cells["lockstep: profiled / in a loop"] == "5.00 / 1.50"
+
+
+class _Tick:
+  def __init__(self, kernels):
+    self.kernels = kernels
+
+
+class _Plan:
+  def __init__(self, kernels, ticks):
+    self.kernels, self.ticks = kernels, [_Tick(t) for t in ticks]
+
+
+def test_lockstep_sums_each_ticks_slowest_kernel():
+  kernels = {0: _K("F0", (0,)), 1: _K("F1", (1,)), 2: _K("B1", (1,)),
+             3: _K("B0", (0,))}
+  ms = {"F0": 1.0, "F1": 2.0, "B1": 2.5, "B0": 1.5}
+  plan = _Plan(kernels, [(0, None), (None, 1), (0, 1), (3, 2), (3, 2)])
+  # Each device runs its two kernels twice: the busier one (F1 + B1)
+  # takes 9 ms alone, but in lockstep a tick lasts its slowest kernel:
+  # 1 + 2 + max(1, 2) + max(1.5, 2.5) + max(1.5, 2.5).
+  assert lib.busier(ms, kernels, 2) == 9.0
+  assert lib.lockstep(ms, plan) == 1.0 + 2.0 + 2.0 + 2.5 + 2.5
