@@ -43,6 +43,10 @@ flags.DEFINE_string("cache_dir", None,
                     "Measurement and schedule cache (default: a fresh"
                     " temporary directory, so the first choice is cold).")
 flags.DEFINE_string("output", _D.output, "JSON results ('': none).")
+flags.DEFINE_bool("control", _D.control,
+                  "Also time the chosen plan built and compiled a second"
+                  " time (a control row, never a candidate: the noise"
+                  " floor of the ratios).")
 flags.DEFINE_string("record_searches", None,
                     "Also write the schedule searches of the cold choice"
                     " here (JSON; input of experiments.auto_plan_unroll"
@@ -78,4 +82,4 @@ def from_flags() -> AutoPlanArgs:
       placements=tuple(f.placements) if f.placements else None,
       measure_top=f.measure_top, repeats=f.repeats, time_limit=f.time_limit,
       cache_dir=f.cache_dir or None, output=f.output or None, model=f.model,
-      record_searches=f.record_searches or None)
+      record_searches=f.record_searches or None, control=f.control)

@@ -58,6 +58,7 @@ class AutoPlanArgs(NamedTuple):
   output: str | None = "out/auto_plan.json"
   model: str = "readme_gpt"
   record_searches: str | None = None
+  control: bool = True
 
 
 def parse_limit(text: str) -> int | None:
@@ -225,6 +226,12 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
     new_rows.append(row)
+  if args.control and 0 in compiled:
+    compiled[len(new_rows)], again = control_program(
+        ff, choice.winner.candidate, markers, params, batch, compiled[0])
+    new_rows.append({"label": f"{choice.winner.label} {CONTROL}",
+                     "control": True, "chosen": False,
+                     "same_executable": again})
   compiled[len(new_rows)] = reference_program(fn, params, batch, has_aux)
   new_rows.append({"label": REFERENCE, "reference": True, "chosen": False})
   _time_rows(compiled, new_rows, params, batch, args.repeats)
@@ -236,6 +243,23 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
         f" {row.get('measured_cpu_ms', float('nan')):8.3f} ms) x reference"
         f" {row.get('x_reference', [float('nan')] * 2)[0]:6.3f}")
   return rows
+
+
+#: The label suffix of the control row of ``measure_candidates``.
+CONTROL = "(control: the chosen plan again)"
+
+
+def control_program(ff: Any, cand: Any, markers: int | None, params: Any,
+                    batch: Any, first: Callable[..., Any]
+                    ) -> tuple[Callable[..., Any], bool]:
+  """The chosen plan built, lowered and compiled a second time, timed as
+  one more row (``"control": True``, never a candidate): its paired ratio
+  to the chosen row is the noise floor of the comparison (README GPT, 4
+  devices, quiet, session 30: one plan measured 0.854 and 0.736 x the
+  plain step in two cases of one process). Returns ``(program, whether
+  XLA gave back the same executable)``."""
+  again = ff.step_for(cand, markers).lower(params, batch).compile()
+  return again, again is first
 
 
 #: The label of the reference row of ``measure_candidates``.
@@ -321,10 +345,13 @@ def record_searches(args: AutoPlanArgs) -> Iterator[list[dict[str, Any]]]:
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
   """Chosen against the fastest measured candidate (all fit the limit)."""
-  ok = [r for r in rows if "measured_ms" in r and not r.get("reference")]
+  ok = [r for r in rows if "measured_ms" in r and not r.get("reference")
+        and not r.get("control")]
   chosen = next((r for r in ok if r["chosen"]), None)
   if chosen is None or not ok:
     return {"error": "the chosen plan was not measured"}
+  control = next((r for r in rows if r.get("control") and "measured_ms" in r),
+                 None)
   fastest = min(ok, key=lambda r: r["measured_ms"])
   ratio = chosen["measured_ms"] / fastest["measured_ms"]
   return {"chosen": chosen["label"], "chosen_predicted_ms":
@@ -334,7 +361,22 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "chosen_over_fastest": round(ratio, 4),
           "within_target": ratio <= TARGET, **_reference(rows),
           **_cpu_ratio(ok, chosen),
-          **paired_ratios(ok, chosen)}
+          **paired_ratios(ok, chosen), **_control(chosen, control)}
+
+
+def _control(chosen: dict[str, Any], control: dict[str, Any] | None
+             ) -> dict[str, Any]:
+  """The chosen plan over its control (the same plan compiled again, timed
+  in the same rounds), per round then the median, wall and CPU: how far
+  two runs of one program differ here (the noise floor of every ratio)."""
+  if control is None:
+    return {}
+  got = paired_ratios([chosen, control], chosen).get("paired_wall_cpu", {})
+  out = {"control_ms": [control["measured_ms"],
+                        control.get("measured_cpu_ms")]}
+  if got:
+    out["chosen_over_control_paired"] = next(iter(got.values()))
+  return out
 
 
 def paired_ratios(ok: list[dict[str, Any]], chosen: dict[str, Any]
@@ -443,7 +485,9 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
     got = summarise(case["candidates"])
     log(f"  chosen / fastest: {got.get('chosen_over_fastest')} wall,"
         f" {got.get('chosen_over_fastest_cpu')} CPU (medians); paired per"
-        f" round (wall, CPU): {got.get('paired_wall_cpu')}; plain step"
+        f" round (wall, CPU): {got.get('paired_wall_cpu')}; chosen over"
+        f" its control (noise floor): {got.get('chosen_over_control_paired')}"
+        f"; plain step"
         f" (wall, CPU ms) {got.get('reference_ms')}; load"
         f" {os.getloadavg()[0]:.1f}")
   return record

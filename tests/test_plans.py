@@ -138,6 +138,16 @@ def test_auto_plan_runner_summary_and_limits():
   assert got["fastest_measured"] == "b" and got["fastest_cpu"] == "b"
   assert got["reference_ms"] == [1.0, 2.0]
   assert A.REFERENCE not in got["paired_wall_cpu"]
+  # The control (the chosen plan compiled again) is the noise floor, never
+  # a candidate, even when it measures fastest.
+  rows.append({"label": "a " + A.CONTROL, "control": True, "chosen": False,
+               "measured_ms": 0.5, "measured_cpu_ms": 0.5,
+               "rounds_ms": [[10.0, 5.0], [33.0, 6.0], [12.0, 3.0]]})
+  got = A.summarise(rows)
+  assert got["fastest_measured"] == "b" and "a " + A.CONTROL not in got[
+      "paired_wall_cpu"]
+  assert got["chosen_over_control_paired"] == [0.9167, 1.0]
+  assert got["control_ms"] == [0.5, 0.5]
 
 
 def test_auto_plan_runner_times_rows_against_the_reference():
