@@ -221,8 +221,12 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
            "peak_bytes": p.peak_bytes, "source": p.source,
            "chosen": p is choice.winner}
     try:
+      t0, c0 = time.perf_counter(), time.process_time()
       cand = ff.step_for(p.candidate, markers)
       compiled[len(new_rows)] = cand.lower(params, batch).compile()
+      # What timing it in a measured tie-break would cost first.
+      row["build_compile_s"] = [round(time.perf_counter() - t0, 2),
+                                round(time.process_time() - c0, 2)]
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
     new_rows.append(row)
@@ -361,7 +365,46 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "chosen_over_fastest": round(ratio, 4),
           "within_target": ratio <= TARGET, **_reference(rows),
           **_cpu_ratio(ok, chosen),
-          **paired_ratios(ok, chosen), **_control(chosen, control)}
+          **paired_ratios(ok, chosen), **_control(chosen, control),
+          **tiebreak(ok, chosen)}
+
+
+#: A measured tie-break (:func:`tiebreak`): plans predicted within this
+#: share of the chosen one, at most ``TIE_TOP`` of them, timed for
+#: ``TIE_STEPS`` steps each.
+TIE_MARGIN, TIE_TOP, TIE_STEPS = 0.05, 3, 3
+
+
+def tiebreak(ok: list[dict[str, Any]], chosen: dict[str, Any],
+             margin: float = TIE_MARGIN, top: int = TIE_TOP,
+             steps: int = TIE_STEPS) -> dict[str, Any]:
+  """What a measured tie-break would have chosen, replayed from the rows'
+  rounds: the ``top`` plans predicted within ``margin`` of the chosen
+  one's prediction (the chosen one first), each timed for its first
+  ``steps`` rounds, the fastest median taken. Gives its label, its paired
+  ratio over the best other candidate on all the rounds (as
+  ``chosen_over_best_paired``) and what it would cost before the first
+  step: building and compiling the other plans (``build_compile_s``,
+  wall) and the timed steps. Empty where fewer than two plans tie."""
+  pred = chosen.get("predicted_ms")
+  if pred is None or not chosen.get("rounds_ms"):
+    return {}
+  ties = sorted((r for r in ok if r.get("rounds_ms") and
+                 r.get("predicted_ms") is not None and
+                 r["predicted_ms"] <= (1 + margin) * pred),
+                key=lambda r: (r is not chosen, r["predicted_ms"]))[:top]
+  if len(ties) < 2:
+    return {}
+  pick = min(ties, key=lambda r: statistics.median(
+      w for w, _ in r["rounds_ms"][:steps]))
+  others = paired_ratios(ok, pick)
+  cost = sum(r.get("build_compile_s", [0.0])[0] for r in ties
+             if r is not chosen) + sum(
+                 w for r in ties for w, _ in r["rounds_ms"][:steps]) / 1e3
+  return {"tiebreak": [r["label"] for r in ties], "tiebreak_pick":
+          pick["label"], "tiebreak_over_best_paired":
+          others.get("chosen_over_best_paired", 1.0),
+          "tiebreak_cost_s": round(cost, 2)}
 
 
 def _control(chosen: dict[str, Any], control: dict[str, Any] | None
@@ -487,7 +530,9 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
         f" {got.get('chosen_over_fastest_cpu')} CPU (medians); paired per"
         f" round (wall, CPU): {got.get('paired_wall_cpu')}; chosen over"
         f" its control (noise floor): {got.get('chosen_over_control_paired')}"
-        f"; plain step"
+        f"; measured tie-break {got.get('tiebreak_pick')} over best"
+        f" {got.get('tiebreak_over_best_paired')} for"
+        f" {got.get('tiebreak_cost_s')} s; plain step"
         f" (wall, CPU ms) {got.get('reference_ms')}; load"
         f" {os.getloadavg()[0]:.1f}")
   return record

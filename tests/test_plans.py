@@ -179,3 +179,23 @@ def test_auto_plan_runner_measures_each_placements_fastest():
       a.candidate.label, c.candidate.label, d.candidate.label]
   assert len(A.to_measure([big, b, a, c, d], a, None, 0)) == 5
 
+
+
+def test_auto_plan_runner_replays_a_measured_tiebreak():
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  chosen = {"label": "a", "predicted_ms": 10.0, "chosen": True,
+            "rounds_ms": [[12.0, 1.0], [12.0, 1.0], [12.0, 1.0], [9.0, 1.0]]}
+  tie = {"label": "b", "predicted_ms": 10.3, "chosen": False,
+         "build_compile_s": [2.0, 2.5],
+         "rounds_ms": [[10.0, 1.0], [11.0, 1.0], [10.0, 1.0], [12.0, 1.0]]}
+  far = {"label": "c", "predicted_ms": 11.0, "chosen": False,
+         "build_compile_s": [9.0, 9.0],
+         "rounds_ms": [[1.0, 1.0]] * 4}
+  got = A.tiebreak([chosen, tie, far], chosen, steps=3)
+  # c is predicted 10% slower: no tie, never timed, even though fastest.
+  assert got["tiebreak"] == ["a", "b"] and got["tiebreak_pick"] == "b"
+  # b over each other candidate per round, the worst median: over c.
+  assert got["tiebreak_over_best_paired"] == 10.5
+  # b's build and compile, then three steps of each tied plan.
+  assert got["tiebreak_cost_s"] == round(2.0 + (36.0 + 31.0) / 1e3, 2)
+  assert A.tiebreak([chosen, far], chosen) == {}
