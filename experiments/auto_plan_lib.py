@@ -382,7 +382,7 @@ def tiebreak(ok: list[dict[str, Any]], chosen: dict[str, Any],
   rounds: the ``top`` plans predicted within ``margin`` of the chosen
   one's prediction (the chosen one first), each timed for its first
   ``steps`` rounds, the fastest median taken. Gives its label, its paired
-  ratio over the best other candidate on all the rounds (as
+  ratio over the best other candidate on the later rounds (as
   ``chosen_over_best_paired``) and what it would cost before the first
   step: building and compiling the other plans (``build_compile_s``,
   wall) and the timed steps. Empty where fewer than two plans tie."""
@@ -397,13 +397,16 @@ def tiebreak(ok: list[dict[str, Any]], chosen: dict[str, Any],
     return {}
   pick = min(ties, key=lambda r: statistics.median(
       w for w, _ in r["rounds_ms"][:steps]))
-  others = paired_ratios(ok, pick)
+  # Judged on the rounds after those it was picked on (out of sample).
+  rest = [dict(r, rounds_ms=r["rounds_ms"][steps:]) for r in ok]
+  others = paired_ratios(rest, next(
+      b for a, b in zip(ok, rest) if a is pick))
   cost = sum(r.get("build_compile_s", [0.0])[0] for r in ties
              if r is not chosen) + sum(
                  w for r in ties for w, _ in r["rounds_ms"][:steps]) / 1e3
   return {"tiebreak": [r["label"] for r in ties], "tiebreak_pick":
           pick["label"], "tiebreak_over_best_paired":
-          others.get("chosen_over_best_paired", 1.0),
+          others.get("chosen_over_best_paired"),
           "tiebreak_cost_s": round(cost, 2)}
 
 

@@ -194,8 +194,9 @@ def test_auto_plan_runner_replays_a_measured_tiebreak():
   got = A.tiebreak([chosen, tie, far], chosen, steps=3)
   # c is predicted 10% slower: no tie, never timed, even though fastest.
   assert got["tiebreak"] == ["a", "b"] and got["tiebreak_pick"] == "b"
-  # b over each other candidate per round, the worst median: over c.
-  assert got["tiebreak_over_best_paired"] == 10.5
+  # b over each other candidate on the rounds after the 3 it was picked
+  # on (out of sample), the worst median: the 4th round, over c.
+  assert got["tiebreak_over_best_paired"] == 12.0
   # b's build and compile, then three steps of each tied plan.
   assert got["tiebreak_cost_s"] == round(2.0 + (36.0 + 31.0) / 1e3, 2)
   assert A.tiebreak([chosen, far], chosen) == {}
