@@ -72,6 +72,26 @@ def parse_limit(text: str) -> int | None:
   return int(t)
 
 
+#: ``--memory_limits=between:F``: F of the way from the smallest plan's
+#: peak to the unlimited choice's (0: the smallest plan, 1: the choice).
+BETWEEN = "between:"
+
+
+def resolve_limit(text: str, unlimited: Any) -> int | None:
+  """:func:`parse_limit`, or for ``between:F`` (``0 <= F <= 1``) the bytes
+  F of the way from the smallest priced plan's peak to the peak of
+  ``unlimited`` (the choice without a limit, ``plans.AutoChoice``): limits
+  that bind, on any program, without knowing its sizes first."""
+  if not text.strip().startswith(BETWEEN):
+    return parse_limit(text)
+  frac = float(text.strip()[len(BETWEEN):])
+  if not 0.0 <= frac <= 1.0:
+    raise ValueError(f"memory limit {text!r}: F must be in [0, 1]")
+  low = min(p.peak_bytes for p in unlimited.frontier.plans)
+  high = unlimited.winner.peak_bytes
+  return int(low + frac * (high - low))
+
+
 def gpt(args: AutoPlanArgs) -> tuple[Callable[..., Any], Any, Any]:
   """The README main job's GPT: ``(loss_fn, params, batch)``; the loss has
   ``blocks - 1`` ``tj.boundary`` markers (plans with another block count
@@ -507,7 +527,9 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   log(f"  cold split: {cold_split}")
   log(f"  warm split: {warm_split}")
   for text in args.memory_limits:
-    limit = parse_limit(text)
+    limit = resolve_limit(text, cold_step.choice)
+    if text.startswith(BETWEEN):
+      log(f"memory limit {text} = {limit} bytes")
     try:
       step, secs = time_choice(fn, mesh, params, batch, args, cache, limit,
                                has_aux)

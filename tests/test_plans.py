@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import types
 
 import jax
 import jax.numpy as jnp
@@ -200,3 +201,23 @@ def test_auto_plan_runner_replays_a_measured_tiebreak():
   # b's build and compile, then three steps of each tied plan.
   assert got["tiebreak_cost_s"] == round(2.0 + (36.0 + 31.0) / 1e3, 2)
   assert A.tiebreak([chosen, far], chosen) == {}
+
+
+def test_auto_plan_runner_limits_between_the_smallest_plan_and_the_choice():
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  from tessel_jax import plans as P  # pylint: disable=import-outside-toplevel
+
+  def plan(name, peak):
+    return P.PricedPlan(candidate=P.Candidate(name, 2, 2, 8), step=1.0,
+                        unit="ms", peak_bytes_per_device=(peak, peak - 1),
+                        source="x", blocks=2, build_seconds=0.0)
+  small, chosen = plan("zbv", 1000), plan("vshape", 4000)
+  choice = types.SimpleNamespace(frontier=types.SimpleNamespace(
+      plans=[chosen, plan("mllm", 9000), small]), winner=chosen)
+  assert A.resolve_limit("between:0", choice) == 1000
+  assert A.resolve_limit("between:0.5", choice) == 2500
+  assert A.resolve_limit("between:1", choice) == 4000
+  assert A.resolve_limit("2KiB", choice) == 2048
+  assert A.resolve_limit("none", choice) is None
+  with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+    A.resolve_limit("between:1.5", choice)
