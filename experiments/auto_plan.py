@@ -11,7 +11,7 @@ the other candidates under each memory limit; writes a JSON record.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import auto_plan_args
 from experiments import cli
@@ -20,8 +20,7 @@ flags.adopt_module_key_flags(auto_plan_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = auto_plan_args.from_flags()
   flag = f"--xla_force_host_platform_device_count={args.devices}"
   os.environ["XLA_FLAGS"] = " ".join(

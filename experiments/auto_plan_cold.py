@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 
@@ -42,11 +42,9 @@ flags.DEFINE_integer("warm_runs", 1,
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
-  if f.warm_runs < 0:
-    raise app.UsageError(f"--warm_runs must be >= 0, got {f.warm_runs}")
+  cli.at_least(0, "warm_runs")
   cache = f.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cold_")
   env = dict(os.environ)  # as the user started it: choose() adds XLA flags
   choose(f.cost, f.memory_limit, tuple(f.placements), cache)

@@ -21,7 +21,7 @@ import os
 import re
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 
@@ -63,8 +63,7 @@ def hlo_counts(text: str) -> dict:
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   devices = f.pipe * f.dp
   from experiments import auto_plan_start  # pylint: disable=import-outside-toplevel

@@ -16,7 +16,7 @@ import json
 import sys
 import tempfile
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 
@@ -32,8 +32,7 @@ flags.DEFINE_string("cache_dir", None, "Measurement and schedule cache"
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   from experiments import auto_plan_start  # pylint: disable=import-outside-toplevel
   s = auto_plan_start.start(f.pipe * f.dp)

@@ -15,7 +15,7 @@ that other processes on the machine disturb the timings less.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
 from experiments import autocut_bench_args
@@ -25,8 +25,7 @@ flags.adopt_module_key_flags(autocut_bench_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = autocut_bench_args.from_flags()
   if args.single_thread:
     # One intra-op thread: timings then barely move when other processes

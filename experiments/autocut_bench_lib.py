@@ -35,8 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from experiments import train_lib
-from tessel_jax.passes import autocut, autocut_cost
-from tessel_jax.passes import partition as _partition
+from tessel_jax.passes import autocut, autocut_cost, cut_dp
+from tessel_jax.passes import tracing as _tracing
 
 MODELS = ("plain", "flax", "equinox")
 
@@ -235,8 +235,8 @@ def available(name: str) -> bool:
 
 
 def trace(model: Model) -> Any:
-  """``partition.trace`` of the model on its batch."""
-  return _partition.trace(model.fn, model.name, model.params, model.batch)
+  """``tracing.trace`` of the model on its batch."""
+  return _tracing.trace(model.fn, model.name, model.params, model.batch)
 
 
 # --- timing blocks ------------------------------------------------------------
@@ -265,10 +265,10 @@ def best_group_cut(group_times: Sequence[float],
   g = len(group_times)
   starts = [a for a, _ in bounds]
   if math.comb(g - 1, num_blocks - 1) <= ENUMERATE_LIMIT:
-    pos, best = autocut.brute_force_cuts(group_times, num_blocks)
+    pos, best = cut_dp.brute_force_cuts(group_times, num_blocks)
     method = "enumerated"
   else:
-    pos, best = autocut.optimal_cuts(group_times, np.zeros(g + 1),
+    pos, best = cut_dp.optimal_cuts(group_times, np.zeros(g + 1),
                                      num_blocks, tolerance=0.0)
     method = "exact DP"
   return tuple(starts[p] for p in pos), best, method

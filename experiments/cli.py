@@ -16,6 +16,11 @@ Every runner ends with ``cli.run(main)`` instead of ``absl.app.run(main)``:
   ``infeasible: ...`` and exits 2. Anything else is a bug and keeps its
   traceback.
 
+``no_arguments`` refuses stray positional arguments (every runner's first
+line of ``main``); ``at_least`` refuses integer flags under a bound;
+``versions`` reads the one ``--versions`` format of the A/B runners
+(``experiments.peer_compile``, ``experiments.train_cold``).
+
 ``check_output`` and ``check_created`` check an output path's folder,
 writability and suffix before the work starts (so a bad ``--plot`` fails at
 once, not after the search); ``check_created`` accepts a path whose folders
@@ -29,7 +34,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 from absl import app, flags
 
@@ -130,6 +135,73 @@ def _own_flags() -> list[tuple[str, Any]]:
     if module.startswith("experiments") or module == "__main__":
       out += [(f.name, f) for f in defined]
   return out
+
+
+def no_arguments(argv: list[str]) -> None:
+  """Refuses positional arguments: the runners take flags only.
+
+  Raises:
+    app.UsageError: naming the arguments given.
+  """
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+
+
+def at_least(low: int, *names: str) -> None:
+  """Refuses any of the integer flags ``--name`` under ``low``.
+
+  Raises:
+    app.UsageError: ``--name must be >= low, got value`` (the first one).
+  """
+  for name in names:
+    value = flags.FLAGS[name].value
+    if value < low:
+      raise app.UsageError(f"--{name} must be >= {low}, got {value}")
+
+
+#: The ``--versions`` format, for the runners' help texts.
+VERSIONS_HELP = ("label=[python@]checkout entries: a label, optionally an"
+                 " interpreter and '@', then the root of a tessel_jax source"
+                 " tree (empty: this checkout; python left out: this"
+                 " interpreter); the first is the base")
+
+
+class Version(NamedTuple):
+  """One ``--versions`` entry: ``label=[python@]checkout``."""
+  label: str
+  checkout: str = ""  # '': this checkout
+  python: str = ""  # '': this interpreter
+
+
+def versions(entries: Iterable[str], flag: str = "--versions"
+             ) -> tuple[Version, ...]:
+  """Reads ``label=[python@]checkout`` entries (see ``VERSIONS_HELP``).
+
+  A checkout given must hold ``tessel_jax/`` and ``passes/``.
+
+  Raises:
+    app.UsageError: naming the entry and the format.
+  """
+  out = []
+  for entry in entries:
+    label, sep, rest = entry.partition("=")
+    python, at, checkout = rest.partition("@")
+    if not at:
+      python, checkout = "", rest
+    if not sep or not label or (at and not python):
+      raise app.UsageError(f"{flag} entry {entry!r}: want"
+                           " label=[python@]checkout")
+    if label in (v.label for v in out):
+      raise app.UsageError(f"{flag}: label {label!r} given twice; give each"
+                           " version its own label")
+    if checkout and not all(os.path.isdir(os.path.join(checkout, d))
+                            for d in ("tessel_jax", "passes")):
+      raise app.UsageError(
+          f"{flag} {entry}: {checkout!r} is not a tessel_jax source tree"
+          " (no tessel_jax/ and passes/ in it); give the root of a checkout"
+          " or of a `git archive` of one")
+    out.append(Version(label, checkout, python))
+  return tuple(out)
 
 
 def check_output(path: str | None, flag: str,

@@ -17,7 +17,7 @@ writes compile seconds, HLO size, flush boundaries, wall and CPU ms.
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
 from experiments import compact_bench_args
@@ -27,8 +27,7 @@ flags.adopt_module_key_flags(compact_bench_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = compact_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
   xla_env.add_xla_flags(

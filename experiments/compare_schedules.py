@@ -10,7 +10,7 @@ plot it with ``python -m experiments.plot_results --input=<that file>``.
 
 import os
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import compare_schedules_args
@@ -20,8 +20,7 @@ flags.adopt_module_key_flags(compare_schedules_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = compare_schedules_args.from_flags()
   # XLA reads XLA_FLAGS when JAX creates its CPU client: set it first.
   flag = f"--xla_force_host_platform_device_count={args.devices}"

@@ -16,7 +16,7 @@ Parts (JSON to --output, a markdown table on stdout):
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
 from experiments import cost_bench_args
@@ -26,8 +26,7 @@ flags.adopt_module_key_flags(cost_bench_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = cost_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
   if args.worker is not None:

@@ -9,7 +9,7 @@ Writes results/frontier/run_<hash of the flags>.json; draw it with
 ``python -m experiments.frontier_plot <that file>``.
 """
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import frontier_args, frontier_lib, frontier_program
@@ -19,8 +19,7 @@ flags.adopt_module_key_flags(frontier_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = frontier_args.from_flags()
   if args.model in frontier_program.programs():
     frontier_program.set_device_count(args.devices)

@@ -123,8 +123,7 @@ def run(configs: list[str], ramps: list[int], repeats: int,
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   bad = [c for c in f.configs if c not in tb.CONFIGS or
          not tb.CONFIGS[c][1]]

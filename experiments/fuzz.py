@@ -11,7 +11,7 @@ when nothing failed, 1 otherwise.
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import fuzz_args, fuzz_lib
@@ -21,8 +21,7 @@ flags.adopt_module_key_flags(fuzz_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   result = fuzz_lib.run(fuzz_args.from_flags())
   print(fuzz_lib.summary(result))
   bad = (result["invalid"] or result["raw_errors"] or result["hangs"]

@@ -15,7 +15,7 @@ loop); one in a branch runs where the branch is taken.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import hlo_copies_args
@@ -25,8 +25,7 @@ flags.adopt_module_key_flags(hlo_copies_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = hlo_copies_args.from_flags()
   os.environ["XLA_FLAGS"] = " ".join(
       x for x in [os.environ.get("XLA_FLAGS", ""),

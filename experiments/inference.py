@@ -9,7 +9,7 @@ Writes results/inference/run_<hash of the flags>.json; draw it with
 
 import os
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import inference_args
@@ -19,8 +19,7 @@ flags.adopt_module_key_flags(inference_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   inference_args.check_outputs()
   # XLA reads XLA_FLAGS when jax creates its CPU client: set the fake
   # device count before anything imports jax.

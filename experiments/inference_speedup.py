@@ -16,7 +16,7 @@ plain runs, predicted against measured, outputs' error.
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import inference_speedup_args
@@ -26,8 +26,7 @@ flags.adopt_module_key_flags(inference_speedup_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = inference_speedup_args.from_flags()
   # The parent sets each worker's XLA_FLAGS before its jax starts.
   from experiments import inference_speedup_lib  # pylint: disable=import-outside-toplevel

@@ -30,7 +30,7 @@ Parts (JSON to --output):
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
 from experiments import lowering_bench_args
@@ -40,8 +40,7 @@ flags.adopt_module_key_flags(lowering_bench_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = lowering_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
   if args.worker == "plain2":  # plain jit, default Eigen threading

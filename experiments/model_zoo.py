@@ -15,7 +15,7 @@ JSON to ``--output_dir``, a Markdown table to ``--markdown``.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import model_zoo_args
@@ -25,8 +25,7 @@ flags.adopt_module_key_flags(model_zoo_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = model_zoo_args.from_flags()
   # XLA reads XLA_FLAGS once, at its first device use: fake devices first.
   flag = f"--xla_force_host_platform_device_count={args.devices}"

@@ -13,7 +13,7 @@ its stand-in program's step (the program ``cost.ports`` is fitted on). See
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, model_zoo_flags
 
@@ -28,8 +28,7 @@ flags.DEFINE_string("output", "results/model_zoo/kernels.json",
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   model_zoo_flags.check_positive("traces")

@@ -14,7 +14,7 @@ measured faster, and measured over predicted. See
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, model_zoo_flags, model_zoo_spans_args
 
@@ -22,8 +22,7 @@ flags.adopt_module_key_flags(model_zoo_spans_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   model_zoo_spans_args.check_output()
   model_zoo_flags.two_devices()
   # pylint: disable-next=import-outside-toplevel

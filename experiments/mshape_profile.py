@@ -23,7 +23,7 @@ import os
 import resource
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
 
@@ -179,8 +179,7 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
 
 def main(argv: list[str]) -> None:
   """The binary: 4 fake CPU devices, then :func:`main` on the flags."""
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
   f = flags.FLAGS
   if f.ab_straight_order > 0:

@@ -40,7 +40,7 @@ rounds (paired ratios, also between code versions).
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
 from experiments import peer_bench_args
@@ -50,8 +50,7 @@ flags.adopt_module_key_flags(peer_bench_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = peer_bench_args.from_flags()
   if args.worker is not None:
     # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).

@@ -43,8 +43,7 @@ flags.DEFINE_string("worker", None, "Internal: sample this one variant.")
 
 def main(argv: list[str]) -> None:
   """Worker: one variant; parent: a pinned worker per variant, the table."""
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   if f.worker:
     xla_env.add_xla_flags(xla_env.cpu_flags(4))

@@ -9,9 +9,11 @@ stages on 2 fake single-threaded CPU devices) built once per worker
 process, then compiled afresh once per round (``jax.jit(...).lower(...)``
 untimed, ``.compile()`` timed: wall and process CPU seconds), every
 (version, variant, N) once per round in a shuffled order. One worker per
-code version (``--versions``: ``label=path`` of a source tree whose
-``tessel_jax`` and ``passes`` the worker imports; an empty path is this
-tree), so versions alternate too. Prints medians, and the paired ratios of
+code version (``--versions``: ``label=[python@]checkout``, the same
+format as ``experiments.train_cold``'s; the worker runs on that
+interpreter, default this one, and imports that source tree's
+``tessel_jax`` and ``passes``; an empty checkout is this tree), so
+versions alternate too. Prints medians, and the paired ratios of
 each round (tessel_jax / hand GPipe, version / first version) with their
 medians; JSON to ``--output``, a Markdown table beside it.
 """
@@ -34,8 +36,8 @@ flags.DEFINE_list("variants", ["hand_gpipe", "tj_compact"],
 flags.DEFINE_list("ns", ["8", "32"], "Micro-batch counts N.")
 flags.DEFINE_integer("rounds", 7, "Rounds (each case compiled once per"
                      " round, shuffled).")
-flags.DEFINE_list("versions", ["this="], "label=path of source trees to"
-                  " compare (empty path: this tree); the first is the base.")
+flags.DEFINE_list("versions", ["this="], "Versions compared, "
+                  + cli.VERSIONS_HELP + ".")
 flags.DEFINE_integer("hidden", 1024, "Width of the MLP.")
 flags.DEFINE_integer("rows", 256, "Rows per micro-batch.")
 flags.DEFINE_integer("seed", 0, "Parameter seed and round order seed.")
@@ -54,26 +56,14 @@ def _args():
     raise app.UsageError(f"--ns must be integers: {f.ns}") from None
   if any(n < 2 or n % 2 for n in ns) or f.rounds < 1:
     raise app.UsageError(f"--ns must be even and >= 2 ({ns}), --rounds >= 1")
-  versions = []
-  for v in f.versions:
-    label, sep, path = v.partition("=")
-    if not sep or not label:
-      raise app.UsageError(f"--versions entries are label=path: {v!r}")
-    if path and not all(os.path.isdir(os.path.join(path, d))
-                        for d in ("tessel_jax", "passes")):
-      raise app.UsageError(
-          f"--versions {label}={path}: not a tessel_jax source tree (no"
-          " tessel_jax/ and passes/ in it); give the root of a checkout or"
-          " of a `git archive` of one")
-    versions.append((label, path))
+  versions = cli.versions(f.versions)
   return CompileArgs(variants=tuple(f.variants), ns=ns, rounds=f.rounds,
                      versions=tuple(versions), hidden=f.hidden, rows=f.rows,
                      seed=f.seed, output=f.output or None)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   if flags.FLAGS.worker:
     xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True),
                           force_platform=True)

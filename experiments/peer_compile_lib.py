@@ -36,7 +36,8 @@ class CompileArgs(NamedTuple):
   variants: tuple[str, ...] = ("hand_gpipe", "tj_compact")
   ns: tuple[int, ...] = (8, 32)
   rounds: int = 7
-  versions: tuple[tuple[str, str], ...] = (("this", ""),)
+  # (label, checkout[, python]) as ``cli.Version``; '': this tree / interpreter.
+  versions: tuple[tuple[str, ...], ...] = (("this", ""),)
   hidden: int = 1024
   rows: int = 256
   seed: int = 0
@@ -126,9 +127,9 @@ def version_path(path: str, tmp: str) -> str:
 
 
 def _start(label: str, path: str, tmp: str, args: CompileArgs,
-           cores: Sequence[int], log: Callable[[str], None]
-           ) -> workers.Worker:
-  cmd = [sys.executable, "-m", "experiments.peer_compile", "--worker",
+           cores: Sequence[int], log: Callable[[str], None],
+           python: str = "") -> workers.Worker:
+  cmd = [python or sys.executable, "-m", "experiments.peer_compile", "--worker",
          f"--variants={','.join(args.variants)}",
          f"--ns={','.join(map(str, args.ns))}", f"--hidden={args.hidden}",
          f"--rows={args.rows}", f"--seed={args.seed}", "--output="]
@@ -196,10 +197,10 @@ def main(args: CompileArgs) -> int:
   rounds = []
   with tempfile.TemporaryDirectory() as tmp:
     try:
-      for label, path in args.versions:
-        procs[label] = _start(label, path, tmp, args, cores, log)
-      cases = [(l, v, n) for l, _ in args.versions for v in args.variants
-               for n in args.ns]
+      for label, path, *python in args.versions:
+        procs[label] = _start(label, path, tmp, args, cores, log, *python)
+      cases = [(v[0], name, n) for v in args.versions
+               for name in args.variants for n in args.ns]
       for r in range(args.rounds):
         order = list(cases)
         rng.shuffle(order)

@@ -6,7 +6,7 @@
 Writes run_<hash>_<what>.png next to each input (or into --output_dir).
 """
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import plot_results_args, plot_results_lib
@@ -16,8 +16,7 @@ flags.adopt_module_key_flags(plot_results_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   for picture in plot_results_lib.run(plot_results_args.from_flags()):
     print(f"wrote {picture}")
 

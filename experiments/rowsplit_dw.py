@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import jax
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 
@@ -79,8 +79,7 @@ def measure(rounds: int = 30, reps: int = 5) -> None:
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   measure(flags.FLAGS.rounds)
 
 

@@ -9,7 +9,7 @@ fits under --memory (the smallest limit that works is printed).
 
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import search_args, search_lib
@@ -19,8 +19,7 @@ flags.adopt_module_key_flags(search_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   sys.exit(search_lib.main(search_args.from_flags()))
 
 

@@ -7,7 +7,7 @@ Writes results/search_cases_<hash of flags>.json (or --output) after every
 case and prints the markdown table at the end.
 """
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import search_cases_args, search_cases_lib
@@ -17,8 +17,7 @@ flags.adopt_module_key_flags(search_cases_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   results = search_cases_lib.run(search_cases_args.from_flags())
   table = search_cases_lib.markdown(results)
   if results["args"]["markdown"]:

@@ -102,8 +102,7 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   try:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, tessel_cases
 from experiments.search_cases_tessel_lib import markdown, run_case
@@ -37,8 +37,7 @@ flags.DEFINE_string("output", "results/search_cases_tessel.json",
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   rows = []

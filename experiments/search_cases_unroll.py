@@ -112,8 +112,7 @@ def time_case(schedule, n: int, rounds: int, rng: random.Random
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   if f.rounds < 1 or f.microbatches < 1 or f.devices < 1:

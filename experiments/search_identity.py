@@ -24,7 +24,7 @@ import os
 import time
 from typing import Any
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from tessel_jax import placements
@@ -110,8 +110,7 @@ def run_case(case: dict[str, Any], time_limit: float) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   cli.check_created(f.cases, "--cases", suffixes=(".json",))

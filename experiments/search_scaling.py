@@ -7,7 +7,7 @@ Writes results/search_scaling/run_<hash of the flags>.json after every case;
 plot it with ``python -m experiments.plot_results --input=<that file>``.
 """
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import search_scaling_args, search_scaling_lib
@@ -17,8 +17,7 @@ flags.adopt_module_key_flags(search_scaling_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   results = search_scaling_lib.run(search_scaling_args.from_flags())
   print(search_scaling_lib.summary(results))
 

@@ -132,8 +132,7 @@ def run_case(repo: str, name: str, memory: int, nmicros: list[int], n: int,
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   if not f.tessel_repo or not os.path.isdir(f.tessel_repo):
     raise app.UsageError("--tessel_repo must name a checkout of"

@@ -16,7 +16,7 @@ import json
 import os
 import random
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
 
@@ -44,8 +44,7 @@ def _variant(on, fn, params, batch, n, placed):
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True))

@@ -21,7 +21,7 @@ JSON to ``--output``.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import tp_bench_args
@@ -31,8 +31,7 @@ flags.adopt_module_key_flags(tp_bench_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   args = tp_bench_args.from_flags()
   # XLA reads XLA_FLAGS when jax creates its CPU client (first device use).
   os.environ["XLA_FLAGS"] = " ".join(

@@ -11,7 +11,7 @@ against ``jax.value_and_grad``, saves the schedule picture and a JSON record.
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 from experiments import train_args
@@ -21,8 +21,7 @@ flags.adopt_module_key_flags(train_args)
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   # jax reads JAX_PLATFORMS when imported and XLA_FLAGS when it creates its
   # CPU client: set both (the fake device count first) before from_flags,
   # which checks the flags, logs the first line and then imports jax.

@@ -8,7 +8,9 @@ Runs ``python -m experiments.train --placement=mshape --devices=4`` (plus
 ``--train_args``) in new processes on empty caches and prints, per run, the
 wall and process CPU seconds at its first line, at the kernels / profile
 lines, when built, when compiled and at step 0 (where the run is stopped).
-Several versions (``name=python@checkout``) are alternated, shuffled per
+Several versions (``--versions``: ``label=[python@]checkout``, the same
+format as ``experiments.peer_compile``'s; python left out: this
+interpreter, checkout left empty: this one) are alternated, shuffled per
 round; JSON with every mark of every run goes to ``--output``.
 """
 
@@ -16,38 +18,29 @@ import json
 import os
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 
 flags.DEFINE_integer("rounds", 1, "Runs of each version.")
-flags.DEFINE_list("versions", [],
-                  "name=python@checkout entries (default: this interpreter"
-                  " on this checkout).")
+flags.DEFINE_list("versions", [], "Versions compared, " + cli.VERSIONS_HELP
+                  + " (default: this=, this interpreter on this checkout).")
 flags.DEFINE_list("train_args", ["--placement=mshape", "--devices=4"],
                   "Arguments of experiments.train.")
 flags.DEFINE_string("output", None, "JSON file of every run (optional).")
 
 
 def _versions(entries: list[str]) -> dict[str, tuple[str, str]]:
-  if not entries:
-    return {"this": (sys.executable, os.getcwd())}
-  out = {}
-  for e in entries:
-    name, sep, rest = e.partition("=")
-    python, sep2, cwd = rest.partition("@")
-    if not (sep and sep2 and name and python and cwd):
-      raise app.UsageError(f"--versions entry {e!r}: want name=python@checkout")
-    out[name] = (python, os.path.abspath(cwd))
-  return out
+  """name -> (python, checkout) of ``--versions`` (default: this one)."""
+  return {v.label: (v.python or sys.executable,
+                    os.path.abspath(v.checkout or os.getcwd()))
+          for v in cli.versions(entries or ["this="])}
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
-  if f.rounds < 1:
-    raise app.UsageError(f"--rounds must be >= 1, got {f.rounds}")
+  cli.at_least(1, "rounds")
   versions = _versions(f.versions)
   if f.output:
     cli.check_created(f.output, "--output")

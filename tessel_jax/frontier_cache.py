@@ -39,7 +39,7 @@ COST_ENV = "TESSEL_JAX_COST"  # as tessel_jax.scheduled.COST_ENV
 
 
 def program_digest(traced: Any) -> str:
-  """SHA-256 of a traced program (``passes.partition.Traced``): its jaxpr
+  """SHA-256 of a traced program (``passes.tracing.Traced``): its jaxpr
   text, its constants' bytes and its tree structures."""
   h = hashlib.sha256(str(traced.closed_jaxpr).encode("utf-8"))
   for const in traced.closed_jaxpr.consts:

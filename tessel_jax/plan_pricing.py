@@ -99,19 +99,22 @@ class SearchedReplays:
   classic schedule of a placement, width and N divides by it
   (:func:`baseline_price`), on the screening build and again on the full
   one (README GPT, 4 devices, cold choice: 35 classic prices, 35 such
-  replays of ~12 builds). Builds are held weakly."""
+  replays of ~12 builds). Builds are held weakly (keys of a
+  ``WeakKeyDictionary``: a build is hashed by identity, ``Built`` has
+  ``eq=False``), so a dropped build's entry goes with it."""
 
   def __init__(self) -> None:
-    self._seen: dict[int, tuple[Any, float]] = {}
+    self._seen: weakref.WeakKeyDictionary[Any, float] = (
+        weakref.WeakKeyDictionary())
     self.computed = 0
 
   def __call__(self, built: Any, replay_run: Callable[..., float]) -> float:
-    hit = self._seen.get(id(built))
-    if hit is not None and hit[0]() is built:
-      return hit[1]
+    seconds = self._seen.get(built)
+    if seconds is not None:
+      return seconds
     seconds = replay_run(built.unrolled, built.plan)
     self.computed += 1
-    self._seen[id(built)] = (weakref.ref(built), seconds)
+    self._seen[built] = seconds
     return seconds
 
 
@@ -129,10 +132,10 @@ def replay(built: Any, run: Any) -> float:
 
 def trace_markers(fn: Callable[..., Any], params: Any, batch: Any,
                   kw: dict[str, Any]) -> Any | None:
-  """``fn`` traced on one row of ``batch`` (``passes.partition.Traced``:
+  """``fn`` traced on one row of ``batch`` (``passes.tracing.Traced``:
   its jaxpr and the blocks its ``tj.boundary`` markers make); None when it
   does not trace (the builds will report the problem)."""
-  from tessel_jax.passes import partition as _partition  # pylint: disable=import-outside-toplevel
+  from tessel_jax.passes import tracing as _tracing  # pylint: disable=import-outside-toplevel
   leaves = jax.tree_util.tree_leaves(batch)
   rows = int(leaves[0].shape[0])
   one = jax.tree_util.tree_map(
@@ -142,8 +145,8 @@ def trace_markers(fn: Callable[..., Any], params: Any, batch: Any,
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
   name = getattr(fn, "__name__", "fn")
   try:
-    return _partition.trace(fn, name, p_avals, one,
-                            has_aux=bool(kw.get("has_aux", False)))
+    return _tracing.trace(fn, name, p_avals, one,
+                          has_aux=bool(kw.get("has_aux", False)))
   except Exception:  # pylint: disable=broad-except
     return None
 

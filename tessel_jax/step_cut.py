@@ -25,11 +25,13 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import autocut as _autocut  # type: ignore
   from tessel_jax.passes import errors as _errors  # type: ignore
   from tessel_jax.passes import partition as _partition  # type: ignore
+  from tessel_jax.passes import tracing as _tracing  # type: ignore
 except ImportError:  # run from the repository root
   from passes import align as _align  # type: ignore
   from passes import autocut as _autocut  # type: ignore
   from passes import errors as _errors  # type: ignore
   from passes import partition as _partition  # type: ignore
+  from passes import tracing as _tracing  # type: ignore
 
 
 def counts(step: Any, data_axes: Sequence[str]) -> tuple[int, int, int]:
@@ -51,7 +53,7 @@ def trace(step: Any, params: Any, batch: Any, n_total: int) -> tuple:
   """``(traced, rows, microbatch avals, param avals)`` of one micro-batch."""
   name = step.fn_name
   b_leaves = jax.tree_util.tree_leaves(batch)
-  rows = _partition.check_divisible(
+  rows = _tracing.check_divisible(
       name, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in b_leaves],
       n_total)
   microbatch = jax.tree_util.tree_map(
@@ -59,8 +61,8 @@ def trace(step: Any, params: Any, batch: Any, n_total: int) -> tuple:
       batch)
   p_avals = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
-  traced = _partition.trace(step.fn, name, p_avals, microbatch,
-                            has_aux=step.has_aux)
+  traced = _tracing.trace(step.fn, name, p_avals, microbatch,
+                          has_aux=step.has_aux)
   return traced, rows, microbatch, p_avals
 
 
@@ -156,8 +158,8 @@ def local_parts(step: Any, graph: BlockGraph, rows: int, microbatch: Any,
         lambda x, g=g: jax.ShapeDtypeStruct((rows // g,) + tuple(
             x.shape[1:]), x.dtype), microbatch)
     try:
-      local = _partition.trace(step.fn, step.fn_name, p_avals, local_mb,
-                               has_aux=step.has_aux)
+      local = _tracing.trace(step.fn, step.fn_name, p_avals, local_mb,
+                             has_aux=step.has_aux)
       local = cut(step, local, len(part.blocks), "", num_devices,
                   like=traced)
       out[g] = _align.align_partition(part,

@@ -24,8 +24,9 @@ from experiments import autocut_bench_lib as bench
 from tessel_jax import api as _api
 from tessel_jax import compat
 from tessel_jax.api import TesselError
-from tessel_jax.passes import autocut, autocut_cost
+from tessel_jax.passes import autocut, autocut_cost, cut_dp
 from tessel_jax.passes import partition as _partition
+from tessel_jax.passes import tracing as _tracing
 
 TOL = 1e-5
 _OPTIONS = inspect.signature(_api.schedule).parameters
@@ -33,7 +34,7 @@ _HOOKED = "cut" in _OPTIONS   # tj.schedule has the automatic-cut hook
 
 
 def _trace(fn, params, batch, name="f"):
-  return _partition.trace(fn, name, params, batch)
+  return _tracing.trace(fn, name, params, batch)
 
 
 @functools.partial(jax.jit, static_argnums=0)
@@ -104,13 +105,13 @@ def test_dp_equals_brute_force(costs, data):
       st.sampled_from([0.5, 1.0, 2.0]), min_size=k, max_size=k))
   live = data.draw(st.lists(st.integers(0, 50), min_size=n + 1,
                             max_size=n + 1))
-  pos, best = autocut.optimal_cuts(costs, live, k, tolerance=0.0,
+  pos, best = cut_dp.optimal_cuts(costs, live, k, tolerance=0.0,
                                    weights=weights)
-  _, brute = autocut.brute_force_cuts(costs, k, weights=weights)
+  _, brute = cut_dp.brute_force_cuts(costs, k, weights=weights)
   assert best == pytest.approx(brute)
   assert len(pos) == k - 1 and list(pos) == sorted(set(pos))
   assert all(0 < p < n for p in pos)
-  assert max(autocut.block_costs(costs, pos, weights)) == pytest.approx(brute)
+  assert max(cut_dp.block_costs(costs, pos, weights)) == pytest.approx(brute)
   # Fewest live bytes among the balanced cuts.
   w = np.ones(k) if weights is None else np.asarray(weights)
   s = np.concatenate([[0], np.cumsum(costs)])
@@ -125,11 +126,11 @@ def test_dp_equals_brute_force(costs, data):
 def test_dp_within_tolerance_prefers_fewer_bytes():
   costs = [10, 10, 10, 10, 2, 10, 10, 10, 8]
   live = [0, 5, 5, 5, 100, 1, 5, 5, 5, 0]
-  exact, best = autocut.optimal_cuts(costs, live, 2, tolerance=0.0)
+  exact, best = cut_dp.optimal_cuts(costs, live, 2, tolerance=0.0)
   assert exact == (4,) and best == 40
-  loose, _ = autocut.optimal_cuts(costs, live, 2, tolerance=0.10)
+  loose, _ = cut_dp.optimal_cuts(costs, live, 2, tolerance=0.10)
   assert loose == (5,)   # busiest 42 <= 44, 1 byte live instead of 100
-  assert max(autocut.block_costs(costs, loose)) <= best * 1.10
+  assert max(cut_dp.block_costs(costs, loose)) <= best * 1.10
 
 
 def test_dp_within_ten_percent_of_exhaustive_with_noisy_costs():
@@ -138,11 +139,11 @@ def test_dp_within_ten_percent_of_exhaustive_with_noisy_costs():
     n, k = int(rng.integers(8, 14)), int(rng.integers(2, 5))
     true = rng.uniform(0.1, 1.0, n)
     noisy = true * rng.uniform(0.97, 1.03, n)   # a 3% cost model error
-    pos, _ = autocut.optimal_cuts(noisy, np.zeros(n + 1), k)
-    _, best = autocut.brute_force_cuts(true, k)
-    assert max(autocut.block_costs(true, pos)) <= 1.10 * best
-    exact, _ = autocut.optimal_cuts(true, np.zeros(n + 1), k, tolerance=0.0)
-    assert max(autocut.block_costs(true, exact)) == pytest.approx(best)
+    pos, _ = cut_dp.optimal_cuts(noisy, np.zeros(n + 1), k)
+    _, best = cut_dp.brute_force_cuts(true, k)
+    assert max(cut_dp.block_costs(true, pos)) <= 1.10 * best
+    exact, _ = cut_dp.optimal_cuts(true, np.zeros(n + 1), k, tolerance=0.0)
+    assert max(cut_dp.block_costs(true, exact)) == pytest.approx(best)
 
 
 def test_dp_on_a_small_gpt_matches_exhaustive_search():
@@ -152,29 +153,29 @@ def test_dp_on_a_small_gpt_matches_exhaustive_search():
   noisy = true * np.random.default_rng(2).uniform(0.95, 1.05, len(true))
   live = autocut.live_bytes(flat)
   for k in (2, 3):
-    _, best = autocut.brute_force_cuts(true, k)
-    exact, _ = autocut.optimal_cuts(true, live, k, tolerance=0.0)
-    assert max(autocut.block_costs(true, exact)) == pytest.approx(best)
-    pos, _ = autocut.optimal_cuts(noisy, live, k)
-    assert max(autocut.block_costs(true, pos)) <= 1.10 * best
+    _, best = cut_dp.brute_force_cuts(true, k)
+    exact, _ = cut_dp.optimal_cuts(true, live, k, tolerance=0.0)
+    assert max(cut_dp.block_costs(true, exact)) == pytest.approx(best)
+    pos, _ = cut_dp.optimal_cuts(noisy, live, k)
+    assert max(cut_dp.block_costs(true, pos)) <= 1.10 * best
 
 
 def test_dp_input_errors():
   with pytest.raises(ValueError, match="non-empty blocks"):
-    autocut.optimal_cuts([1, 2], [0, 0, 0], 3)
+    cut_dp.optimal_cuts([1, 2], [0, 0, 0], 3)
   with pytest.raises(ValueError, match=">= 0"):
-    autocut.optimal_cuts([1, -2], [0, 0, 0], 2)
+    cut_dp.optimal_cuts([1, -2], [0, 0, 0], 2)
   with pytest.raises(ValueError, match="weights"):
-    autocut.optimal_cuts([1, 2], [0, 0, 0], 2, weights=[1.0])
+    cut_dp.optimal_cuts([1, 2], [0, 0, 0], 2, weights=[1.0])
 
 
 def test_dp_is_fast_enough_for_large_jaxprs():
   # Not a timing assertion: the vectorised DP handles 1000 equations.
   costs = np.random.default_rng(1).uniform(0, 1, 1000)
-  pos, best = autocut.optimal_cuts(costs, np.zeros(1001), 8)
+  pos, best = cut_dp.optimal_cuts(costs, np.zeros(1001), 8)
   assert len(pos) == 7
-  assert max(autocut.block_costs(costs, pos)) <= best * (
-      1 + autocut.DEFAULT_TOLERANCE) + 1e-9
+  assert max(cut_dp.block_costs(costs, pos)) <= best * (
+      1 + cut_dp.DEFAULT_TOLERANCE) + 1e-9
 
 
 # --- hand-made jaxprs ---------------------------------------------------------
@@ -207,7 +208,7 @@ def test_chain_of_matmuls_cut_where_brute_force_says():
   for k in (2, 3, 4):
     cut = autocut.cut_to(traced, k, cost="analytic", tolerance=0.0)
     info = autocut.cut_info(cut)
-    _, best = autocut.brute_force_cuts(costs, k)
+    _, best = cut_dp.brute_force_cuts(costs, k)
     assert info.max_cost == pytest.approx(best)
     assert cut.num_blocks == k
   # The 8x256 and 256x8 products dominate: with 2 blocks they are split.

@@ -85,9 +85,9 @@ def test_cheap_screening_measures_only_the_plans_it_refines(tmp_path,
 def test_autocut_group_timings_survive_the_process(tmp_path, monkeypatch):
   from tessel_jax.cost import cache as C  # pylint: disable=import-outside-toplevel
   from tessel_jax.passes import autocut, autocut_cost  # pylint: disable=import-outside-toplevel
-  from tessel_jax.passes import partition  # pylint: disable=import-outside-toplevel
+  from tessel_jax.passes import tracing  # pylint: disable=import-outside-toplevel
   params, batch = M.make_params(M.num_layers(KINDS)), M.make_batch(4)
-  traced = partition.trace(M.chain_fn(KINDS), "f", params, batch)
+  traced = tracing.trace(M.chain_fn(KINDS), "f", params, batch)
   flat = autocut.flatten(traced)
   cache = C.ProfileCache(str(tmp_path))
   monkeypatch.setattr(autocut_cost, "_GROUP_CACHE", {})

@@ -1,19 +1,19 @@
 """Every script in examples/ runs as a user would run it (fresh process).
 
-Each runs on CPU with no ``XLA_FLAGS`` (the scripts make their own devices
-with ``tj.cpu_mesh``) and uniform costs, in a temporary directory. Scripts
+Each runs on CPU with no device count in ``XLA_FLAGS`` (the scripts make
+their own devices with ``tj.cpu_mesh``; ``child_env``) and uniform costs, in a temporary directory. Scripts
 needing optional packages (flax, optax, orbax) are skipped without them
 (``pip install -e '.[models]'``).
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+from child_env import child_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -28,9 +28,8 @@ NEEDS = {
 
 
 def _run(script: str, *args: str, cwd: pathlib.Path) -> str:
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(TESSEL_JAX_COST="uniform", MPLBACKEND="Agg",
-             PYTHONPATH=str(ROOT))
+  env = child_env(TESSEL_JAX_COST="uniform", MPLBACKEND="Agg",
+                  PYTHONPATH=str(ROOT))
   proc = subprocess.run([sys.executable, str(EXAMPLES / script), *args],
                         cwd=cwd, env=env, capture_output=True, text=True,
                         timeout=600, check=False)

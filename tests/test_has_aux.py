@@ -24,9 +24,11 @@ import test_lowering_models as M
 try:
   from tessel_jax.passes import partition as P  # type: ignore
   from tessel_jax.passes import shared_aux as SA  # type: ignore
+  from tessel_jax.passes import tracing as T  # type: ignore
 except ImportError:
   from passes import partition as P  # type: ignore
   from passes import shared_aux as SA  # type: ignore
+  from passes import tracing as T  # type: ignore
 
 TOL = 1e-5
 
@@ -117,7 +119,7 @@ def test_aux_from_a_block_is_its_own_terminal():
   """emb_stat (block 0) is read straight from block 0, not passed down."""
   fn = aux_chain_fn(4)
   params, batch = M.make_params(3), M.make_batch(4)
-  traced = P.trace(fn, "fn", params, batch, has_aux=True)
+  traced = T.trace(fn, "fn", params, batch, has_aux=True)
   part = P.partition(traced)
   assert traced.num_aux == 5 and part.primary_outputs == (0,)
   sources = {part.epilogue.terminals[j].index for j in part.aux_terminals}
@@ -306,8 +308,8 @@ def _stat_problem(stat):
   """``shared_aux``'s verdict on block 0's ``emb_stat`` split 4 ways."""
   fn = aux_chain_fn(5, stat)
   params = M.make_params(4)
-  full = P.partition(P.trace(fn, "fn", params, M.make_batch(4), has_aux=True))
-  local = P.partition(P.trace(fn, "fn", params, M.make_batch(1),
+  full = P.partition(T.trace(fn, "fn", params, M.make_batch(4), has_aux=True))
+  local = P.partition(T.trace(fn, "fn", params, M.make_batch(1),
                               has_aux=True))
   pos = {v: k for k, v in SA._aux_names(full).items()}["aux['emb_stat']"]
   term = full.epilogue.terminals[

@@ -20,6 +20,7 @@ import sys
 import tempfile
 
 import pytest
+from child_env import child_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -91,10 +92,8 @@ def test_two_processes_match_one_process(case):
   import jax
   import numpy as np
   port = _free_port()
-  env = dict(os.environ)
-  env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
-  env["JAX_PLATFORMS"] = "cpu"
-  env["PYTHONPATH"] = os.pathsep.join([ROOT, HERE, env.get("PYTHONPATH", "")])
+  env = child_env(devices=4, JAX_PLATFORMS="cpu", PYTHONPATH=os.pathsep.join(
+      [ROOT, HERE, os.environ.get("PYTHONPATH", "")]))
   # Outputs go to files: a worker blocked on a full stdout pipe would never
   # reach jax.distributed.shutdown, whose barrier the other one waits in.
   logs = [(tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+"))

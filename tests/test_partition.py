@@ -16,8 +16,10 @@ from tessel_jax import compat
 
 try:
   from tessel_jax.passes import partition as P  # type: ignore
+  from tessel_jax.passes import tracing as T  # type: ignore
 except ImportError:
   from passes import partition as P  # type: ignore
+  from passes import tracing as T  # type: ignore
 
 
 # --- the boundary primitive -------------------------------------------------
@@ -74,7 +76,7 @@ def _skip_fn(params, batch):
 def test_partition_finds_inputs_outputs_and_params():
   params = {"a": jnp.ones((4, 4)), "b": jnp.ones((4, 4))}
   batch = {"x": jnp.ones((2, 4))}
-  traced = P.trace(_skip_fn, "_skip_fn", _abstract(params), _abstract(batch))
+  traced = T.trace(_skip_fn, "_skip_fn", _abstract(params), _abstract(batch))
   assert traced.num_blocks == 3
   part = P.partition(traced)
   b0, b1, b2 = part.blocks
@@ -106,7 +108,7 @@ def test_boundary_inside_nested_jit_is_inlined():
   def fn(params, batch):
     return jnp.sum(inner(batch["x"] * params["w"]) ** 2)
 
-  traced = P.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3,), jnp.float32)},
+  traced = T.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3,), jnp.float32)},
                    {"x": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
   assert traced.num_blocks == 2
 
@@ -130,7 +132,7 @@ def test_boundary_inside_control_flow_is_an_error(where):
   word = {"cond": "lax.cond", "scan": "lax.scan",
           "while": "lax.while_loop"}[where]
   with pytest.raises(TesselError, match=re.escape(word)) as err:
-    P.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3,), jnp.float32)},
+    T.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3,), jnp.float32)},
             {"x": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
   assert "tessel_jax.schedule applied to 'fn'" in str(err.value)
   assert "top level" in str(err.value)
@@ -142,7 +144,7 @@ def test_boundary_in_top_level_scan_body_cuts_every_iteration():
                     batch["x"], params["w"])
     return jnp.sum(h)
 
-  traced = P.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3, 3), jnp.float32)},
+  traced = T.trace(fn, "fn", {"w": jax.ShapeDtypeStruct((3, 3), jnp.float32)},
                    {"x": jax.ShapeDtypeStruct((2, 3), jnp.float32)})
   assert traced.num_blocks == 3
 

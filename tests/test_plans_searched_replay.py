@@ -16,7 +16,11 @@ from tessel_jax.search import baselines
 
 
 class _Built(types.SimpleNamespace):
-  """A build's fields the pricing reads (weakly referenceable)."""
+  """A build's fields the pricing reads (weakly referenceable and, like
+  ``Built`` with ``eq=False``, hashed and compared by identity)."""
+
+  __eq__ = object.__eq__
+  __hash__ = object.__hash__
 
 
 def _build(graph, n):

@@ -3,21 +3,21 @@
 Blocks form chains: a block continues the chain before it unless the line
 before it (blank lines aside) is ``<!-- new chain -->``; a continuing block
 must say so in its first line (a comment containing "continu"). Each chain
-runs in one fresh Python process, with no ``XLA_FLAGS`` (the snippets make
-their own CPU devices) and uniform costs (the code is the same; only the
+runs in one fresh Python process, with no device count in ``XLA_FLAGS``
+(the snippets make their own CPU devices; ``child_env``) and uniform costs (the code is the same; only the
 profiling is skipped), in a temporary directory.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
+from child_env import child_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NEW_CHAIN = "<!-- new chain -->"
@@ -37,10 +37,14 @@ def readme_chains(text: str) -> list[list[str]]:
   return chains
 
 
-def snippet_env() -> dict[str, str]:
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(TESSEL_JAX_COST="uniform", MPLBACKEND="Agg",
-             PYTHONPATH=str(ROOT))
+def snippet_env(code: str = "") -> dict[str, str]:
+  """The environment of a chain: uniform costs and no device count; no
+  ``XLA_FLAGS`` at all for a chain that sets them itself (with
+  ``os.environ.setdefault``, which a value from the suite would beat)."""
+  env = child_env(TESSEL_JAX_COST="uniform", MPLBACKEND="Agg",
+                  PYTHONPATH=str(ROOT))
+  if "XLA_FLAGS" in code:
+    env.pop("XLA_FLAGS", None)
   return env
 
 
@@ -77,7 +81,7 @@ def test_readme_chain_runs(index, tmp_path):
     pytest.skip(f"needs {', '.join(missing_modules(code))} (pip install"
                 " -e '.[models]')")
   proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
-                        env=snippet_env(), capture_output=True, text=True,
+                        env=snippet_env(code), capture_output=True, text=True,
                         timeout=600, check=False)
   assert proc.returncode == 0, (
       f"README chain {index} failed:\n{code}\n--- stderr ---\n"

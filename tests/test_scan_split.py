@@ -20,8 +20,9 @@ import pytest
 import tessel_jax as tj
 from tessel_jax import compat
 from tessel_jax.api import TesselError
-from tessel_jax.passes import autocut, scan_split
+from tessel_jax.passes import autocut, cut_dp, scan_split
 from tessel_jax.passes import partition as _partition
+from tessel_jax.passes import tracing as _tracing
 
 TOL = 1e-5
 LAYERS = 8
@@ -101,7 +102,7 @@ def _leaves(params, batch):
 
 
 def _cut(fn, params, batch, blocks, **kw):
-  traced = _partition.trace(fn, fn.__name__, params, batch)
+  traced = _tracing.trace(fn, fn.__name__, params, batch)
   return autocut.cut_to(traced, blocks, cut="auto", cost="analytic", **kw)
 
 
@@ -188,7 +189,7 @@ def test_whole_layers_balanced_on_vshape_and_mshape():
 
 def test_too_few_units_names_the_fix():
   fn = scanned()
-  traced = _partition.trace(fn, "f", _params(2), _batch(4))
+  traced = _tracing.trace(fn, "f", _params(2), _batch(4))
   with pytest.raises(TesselError, match="a scan one per iteration"):
     autocut.cut_to(traced, 40, cost="analytic")
 
@@ -199,7 +200,7 @@ def test_too_few_units_names_the_fix():
 def test_boundary_in_scanned_body_cuts_after_every_layer():
   fn = scanned("marked")
   params, batch = _params(4), _batch(4)
-  traced = _partition.trace(fn, "f", params, batch)
+  traced = _tracing.trace(fn, "f", params, batch)
   assert traced.num_blocks == 4
   assert not scan_split.marked_scans(traced.closed_jaxpr)
   part = _partition.partition(traced)
@@ -214,7 +215,7 @@ def test_boundary_inside_cond_still_refused():
                         batch["x"]).sum() * p
 
   with pytest.raises(TesselError, match="lax.cond"):
-    _partition.trace(fn, "f", jnp.ones(()), _batch(4))
+    _tracing.trace(fn, "f", jnp.ones(()), _batch(4))
 
 
 # --- whole programs through tj.schedule ---------------------------------------
@@ -280,7 +281,7 @@ def test_penzai_layer_stack_auto_cut():
   pytest.importorskip("penzai")
   from experiments import model_zoo_models  # pylint: disable=import-outside-toplevel
   model = model_zoo_models.penzai_llama(4)
-  traced = _partition.trace(model.fn, "penzai", model.params, model.batch)
+  traced = _tracing.trace(model.fn, "penzai", model.params, model.batch)
   cut = autocut.cut_to(traced, 4, cut="auto", cost="analytic")
   info = autocut.cut_info(cut)
   costs = np.asarray(info.block_costs)
@@ -305,17 +306,17 @@ def test_floor_is_the_brute_force_max_min():
   for _ in range(20):
     n, k = int(rng.integers(3, 9)), int(rng.integers(2, 4))
     costs = rng.uniform(0, 1, n)
-    best = autocut.min_max_cost(costs, k)
+    best = cut_dp.min_max_cost(costs, k)
     bound = best * 1.1
     brute = -np.inf
     for pos in __import__("itertools").combinations(range(1, n), k - 1):
-      c = autocut.block_costs(costs, pos)
+      c = cut_dp.block_costs(costs, pos)
       if c.max() <= bound:
         brute = max(brute, c.min())
-    assert np.isclose(autocut.max_min_cost(costs, k, bound), brute)
-    pos, _ = autocut.optimal_cuts(costs, np.zeros(n + 1), k, tolerance=0.1,
+    assert np.isclose(cut_dp.max_min_cost(costs, k, bound), brute)
+    pos, _ = cut_dp.optimal_cuts(costs, np.zeros(n + 1), k, tolerance=0.1,
                                   floor=True)
-    c = autocut.block_costs(costs, pos)
+    c = cut_dp.block_costs(costs, pos)
     assert c.max() <= bound + 1e-9 and c.min() >= 0.9 * brute - 1e-9
 
 
@@ -327,9 +328,9 @@ def test_floor_keeps_a_shared_block_from_taking_the_stack():
   costs = [0.01, 1, 1, 1, 1, 0.04, 0.001, 0.001, 0.001]
   live = [0, 100, 100, 100, 100, 100, 4, 4, 4, 0]
   w = [0.25, 1, 1, 1, 1]
-  loose, _ = autocut.optimal_cuts(costs, live, 5, weights=w)
-  assert autocut.block_costs(costs, loose, w).min() < 0.01
-  pos, _ = autocut.optimal_cuts(costs, live, 5, weights=w, floor=True)
+  loose, _ = cut_dp.optimal_cuts(costs, live, 5, weights=w)
+  assert cut_dp.block_costs(costs, loose, w).min() < 0.01
+  pos, _ = cut_dp.optimal_cuts(costs, live, 5, weights=w, floor=True)
   assert pos == (2, 3, 4, 5)
 
 
@@ -345,7 +346,7 @@ def test_hand_cut_groups_of_layers_by_slicing_the_stack():
     return jnp.mean((h @ p["out"] - batch["y"]) ** 2)
 
   params, batch = _params(), _batch(4)
-  traced = _partition.trace(grouped, "grouped", params, batch)
+  traced = _tracing.trace(grouped, "grouped", params, batch)
   part = _partition.partition(traced)
   assert len(part.blocks) == 3
   w_leaf = sorted(params).index("w")   # dict leaves in key order
@@ -370,7 +371,7 @@ def test_with_cut_marks_a_scanned_function():
   ref, ref_g = jax.jit(jax.value_and_grad(fn))(params, batch)
   assert abs(float(got) - float(ref)) <= TOL * abs(float(ref))
   assert _max_rel(got_g, ref_g) <= TOL
-  traced = _partition.trace(marked, "m", params, batch)
+  traced = _tracing.trace(marked, "m", params, batch)
   assert traced.num_blocks == 4
 
 
@@ -383,10 +384,10 @@ def test_scan_over_the_batch_rows_stays_whole():
     return jnp.mean(ys) + jnp.sum(h)
 
   params = _params()
-  traced = _partition.trace(rnn, "rnn", params, _batch(6))
+  traced = _tracing.trace(rnn, "rnn", params, _batch(6))
   flat = autocut.flatten(traced)
   assert scan_split.sites(flat)              # a scan that could be split
   assert not scan_split.sites(flat, len(traced.param_avals))
-  stacked = _partition.trace(scanned(), "f", params, _batch(6))
+  stacked = _tracing.trace(scanned(), "f", params, _batch(6))
   assert scan_split.sites(autocut.flatten(stacked),
                           len(stacked.param_avals))
