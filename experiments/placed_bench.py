@@ -48,6 +48,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import host_pages
+from experiments import lowering_bench_floors
 from experiments import lowering_bench_lib as lb
 from experiments import resnet
 from experiments import step_profile
@@ -151,12 +152,12 @@ def tick_bound_ms(ticks: Any, num_devices: int,
 
 def in_program_bound(step: Any, run: Callable[[], Any], hlo_text: str
                      ) -> dict[str, Any]:
-  """:func:`tick_bound_ms` of the placed step, kernels from one trace."""
+  """The placed step's floors (``lowering_bench_floors.floors``), kernels
+  from one trace."""
   jax.block_until_ready(run())
   events, _ = step_profile.trace_events(run)
-  plan = step.built.plan
-  return tick_bound_ms(plan.ticks, plan.num_devices,
-                       step_profile.kernel_seconds(events, hlo_text))
+  return lowering_bench_floors.floors(
+      step.built.plan, step_profile.kernel_seconds(events, hlo_text))
 
 
 def kernel_ms_by_thread(run: Callable[[], Any], hlo_text: str
@@ -412,7 +413,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
           "kernels, busiest thread (trace)", "kernels alone, busiest device",
           "placed / kernels", "kernels in program, busiest device",
           "lockstep floor (ticks' slowest kernels)",
-          "placed / busiest device, / lockstep", "placed sys ms, faults",
+          "sync floor (slowest device between rendezvous)",
+          "placed / busiest device, / lockstep, / sync floor", "placed sys ms, faults",
           "compacted ticks (tick_order)", "compacted / placed (paired wall,"
           " CPU)", "compacted's lockstep floor",
           "tree pack/unpack ms", "placed pack/unpack ms", "load"]
@@ -446,10 +448,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def _bound_cells(r: dict[str, Any]) -> list[str]:
   """The in-program kernel floors and the placed step against them."""
   busiest, lock = r.get("in_program_busiest_ms"), r.get("lockstep_ms")
+  sync = r.get("sync_floor_ms")
   wall = r["tessel_placed"]["wall_ms"]
   placed = r["tessel_placed"]
   return [f"{busiest:.0f}" if busiest else "-",
           f"{lock:.0f}" if lock else "-",
-          f"{wall / busiest:.2f}x, {wall / lock:.2f}x" if busiest and lock
+          f"{sync:.0f} ({r.get('rendezvous', '-')} rendezvous)" if sync
           else "-",
+          f"{wall / busiest:.2f}x, {wall / lock:.2f}x, {wall / sync:.2f}x"
+          if busiest and lock and sync else "-",
           f"{placed.get('sys_ms', '-')}, {placed.get('minor_faults', '-')}"]
