@@ -11,18 +11,29 @@ time within the interval. The per-tick *lockstep floor* (every tick as
 long as its slowest kernel) is the floor only where every tick ends in a
 rendezvous.
 
-Pure numpy over the plan (``passes.plan_ir.Plan``); no jax.
+:func:`kernel_parts` charges a kernel more than its own code: every
+instruction of the computation that holds it (its switch branch or
+predicated loop body: its parameter reads, stash reads and gradient
+accumulation), split by part, so the floors can be taken over what each
+device does around its kernels too.
+
+Pure numpy over the plan (``passes.plan_ir.Plan``) and the HLO text; no
+jax.
 """
 
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from experiments import step_profile
 from tessel_jax.passes import flushes as _flushes
+
+_COMPUTATION = re.compile(r"^(?:ENTRY )?%(\S+) ")
 
 
 def sync_after(plan: Any) -> list[int]:
@@ -77,7 +88,7 @@ def floors(plan: Any, kernel_s: Mapping[int, float]) -> dict[str, Any]:
     if s >= lo:
       sync_floor += float(per_tick[lo:s + 1].sum(axis=0).max())
       lo = s + 1
-  return {"in_program_kernel_ms_by_device": [round(1e3 * x, 1)
+  return {"in_program_kernel_ms_by_device": [round(1e3 * float(x), 1)
                                              for x in per_dev],
           "in_program_busiest_ms": round(1e3 * float(per_dev.max()), 1),
           "lockstep_ms": round(1e3 * float(per_tick.max(axis=1).sum()), 1),
@@ -85,4 +96,66 @@ def floors(plan: Any, kernel_s: Mapping[int, float]) -> dict[str, Any]:
           "rendezvous": len(syncs), "ticks": len(ticks)}
 
 
-__all__ = ["floors", "sync_after"]
+def instruction_kernels(hlo_text: str) -> dict[str, int]:
+  """HLO instruction name -> the kernel whose computation holds it.
+
+  A computation (outside fusions) holding instructions of exactly one
+  kernel's own code (scope ``tj_kernel/k<id>``) is that kernel's branch or
+  loop body: every instruction in it is charged to the kernel.
+  """
+  kernel_of = step_profile.kernel_instructions(hlo_text)
+  members: dict[str, list[str]] = collections.defaultdict(list)
+  kernels: dict[str, set[int]] = collections.defaultdict(set)
+  comp = None
+  for line in hlo_text.splitlines():
+    m = _COMPUTATION.match(line)
+    if m and line.rstrip().endswith("{"):
+      fused = m.group(1).startswith(("fused", "wrapped"))
+      comp = None if fused else m.group(1)
+      continue
+    m = step_profile.INSTR.match(line)
+    if m is None or comp is None:
+      continue
+    members[comp].append(m.group(1))
+    if m.group(1) in kernel_of:
+      kernels[comp].add(int(kernel_of[m.group(1)][1:]))
+  return {name: next(iter(ks)) for comp, ks in kernels.items()
+          if len(ks) == 1 for name in members[comp]}
+
+
+def kernel_parts(events: Sequence[Mapping[str, Any]], hlo_text: str
+                 ) -> dict[int, dict[str, float]]:
+  """Kernel id -> part (``step_profile.PARTS``) -> seconds of the traced
+  step spent in that kernel's computation (self times, all threads)."""
+  parts = step_profile.instruction_parts(hlo_text)
+  owner = instruction_kernels(hlo_text)
+  labels = {name: f"{k}|{parts.get(name, 'other')}"
+            for name, k in owner.items()}
+  out: dict[int, dict[str, float]] = collections.defaultdict(dict)
+  for label, secs in step_profile.label_times(events, labels).items():
+    k, part = label.split("|")
+    out[int(k)][part] = secs
+  return dict(out)
+
+
+def inclusive_floors(plan: Any, parts: Mapping[int, Mapping[str, float]]
+                     ) -> dict[str, Any]:
+  """:func:`floors` over each kernel's whole computation (its code, its
+  parameter and stash reads, its gradient accumulation), with the
+  per-device seconds of each part."""
+  got = floors(plan, {k: sum(p.values()) for k, p in parts.items()})
+  by_dev: list[dict[str, float]] = [collections.defaultdict(float)
+                                    for _ in range(plan.num_devices)]
+  for k, p in parts.items():
+    for d in plan.kernels[k].devices:
+      for part, secs in p.items():
+        by_dev[d][part] += secs
+  return {"inclusive_" + key: v for key, v in got.items()
+          if key not in ("rendezvous", "ticks")} | {
+              "parts_ms_by_device": [{p: round(1e3 * s, 1)
+                                      for p, s in sorted(d.items())}
+                                     for d in by_dev]}
+
+
+__all__ = ["floors", "inclusive_floors", "instruction_kernels",
+           "kernel_parts", "sync_after"]

@@ -156,8 +156,11 @@ def in_program_bound(step: Any, run: Callable[[], Any], hlo_text: str
   from one trace."""
   jax.block_until_ready(run())
   events, _ = step_profile.trace_events(run)
-  return lowering_bench_floors.floors(
-      step.built.plan, step_profile.kernel_seconds(events, hlo_text))
+  plan = step.built.plan
+  return {**lowering_bench_floors.floors(
+      plan, step_profile.kernel_seconds(events, hlo_text)),
+          **lowering_bench_floors.inclusive_floors(
+              plan, lowering_bench_floors.kernel_parts(events, hlo_text))}
 
 
 def kernel_ms_by_thread(run: Callable[[], Any], hlo_text: str

@@ -119,7 +119,9 @@ def main(argv):
            "temp_mb": round(
                compiled.memory_analysis().temp_size_in_bytes / 1e6, 1),
            **floors.floors(step.built.plan,
-                           step_profile.kernel_seconds(events, text))}
+                           step_profile.kernel_seconds(events, text)),
+           **floors.inclusive_floors(step.built.plan,
+                                     floors.kernel_parts(events, text))}
     if f.profile:
       row["profile"] = step_profile.profile_step(run, text, 2, 3)
     rows[v] = row
@@ -137,7 +139,9 @@ def markdown(out):
   """One line per variant: times, floors and the step against them."""
   head = ["variant", "lowered as", "wall ms (CPU)", "paired wall, CPU",
           "busiest device kernels", "lockstep floor", "sync floor",
-          "wall / busiest, / sync", "faults", "temp MB", "load"]
+          "wall / busiest, / sync", "with their reads and accumulation:"
+          " by device, sync floor", "wall / that floor", "faults",
+          "temp MB", "load"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   load = out["load_average"]
   for v, r in out["variants"].items():
@@ -150,6 +154,9 @@ def markdown(out):
         f"{r['sync_floor_ms']:.0f} ({r['rendezvous']} rendezvous)",
         f"{r['wall_ms'] / r['in_program_busiest_ms']:.2f}x,"
         f" {r['wall_ms'] / r['sync_floor_ms']:.2f}x",
+        f"{r['inclusive_in_program_kernel_ms_by_device']},"
+        f" {r['inclusive_sync_floor_ms']:.0f}",
+        f"{r['wall_ms'] / r['inclusive_sync_floor_ms']:.2f}x",
         str(r["faults"]), str(r["temp_mb"]),
         f"{load[0]}-{load[1]}"]) + " |")
   return "\n".join(lines)

@@ -62,3 +62,47 @@ def test_straight_runs_sync_where_held_rounds_are_written():
   got = floors_mod.floors(plan, {0: 0.01, 3: 0.03, 1: 0.02, 2: 0.04})
   # ticks 0-1: max(10 + 30, 20) = 40; tick 2: 40
   assert got["sync_floor_ms"] == pytest.approx(80.0)
+
+
+_HLO = """\
+%fused_add (p: f32[4]) -> f32[4] {
+  %add.9 = f32[4]{0} add(%p, %p), metadata={op_name="x/tj_kernel/k2/add"}
+}
+
+%branch_b1 (a: f32[4]) -> f32[4] {
+  %conv.1 = f32[4]{0} fusion(%a), kind=kLoop, calls=%fused_add, metadata={op_name="jit(run)/shard_map/tj_kernel/k2/conv"}
+  %read.1 = f32[4]{0} dynamic-slice(%a), metadata={op_name="jit(run)/shard_map/tj_stash_read/ds"}
+  ROOT %acc.1 = f32[4]{0} add(%conv.1, %read.1), metadata={op_name="jit(run)/shard_map/tj_accumulate/add"}
+}
+
+%branch_f0 (a: f32[4]) -> f32[4] {
+  ROOT %dot.1 = f32[4]{0} multiply(%a, %a), metadata={op_name="jit(run)/shard_map/tj_kernel/k0/mul"}
+}
+
+ENTRY %main (a: f32[4]) -> f32[4] {
+  %pp.1 = f32[4]{0} collective-permute(%a), metadata={op_name="jit(run)/shard_map/tj_ppermute/pp"}
+  ROOT %w.1 = f32[4]{0} add(%pp.1, %a), metadata={op_name="jit(run)/shard_map/tj_accumulate/add"}
+}
+"""
+
+
+def _event(name, ts, dur, tid=1):
+  return {"ph": "X", "name": name, "ts": ts, "dur": dur, "tid": tid}
+
+
+def test_a_kernels_branch_charges_its_reads_and_accumulation_to_it():
+  owner = floors_mod.instruction_kernels(_HLO)
+  assert owner == {"conv.1": 2, "read.1": 2, "acc.1": 2, "dot.1": 0}
+  events = [_event("conv.1", 0, 4000), _event("read.1", 4000, 1000),
+            _event("acc.1", 5000, 2000), _event("dot.1", 0, 3000, tid=2),
+            _event("w.1", 9000, 5000)]
+  parts = floors_mod.kernel_parts(events, _HLO)
+  assert parts[2] == pytest.approx(
+      {"kernels": 0.004, "stash": 0.001, "grad accumulation": 0.002})
+  assert parts[0] == pytest.approx({"kernels": 0.003})
+  plan = _interp_plan([(0, 2), (0, 2)], (0, 1))
+  plan.kernels = {0: NS(devices=(0,)), 2: NS(devices=(1,))}
+  got = floors_mod.inclusive_floors(plan, parts)
+  assert got["inclusive_in_program_kernel_ms_by_device"] == [3.0, 7.0]
+  assert got["inclusive_sync_floor_ms"] == pytest.approx(7.0)
+  assert got["parts_ms_by_device"][1]["grad accumulation"] == 2.0
