@@ -12,9 +12,12 @@ compiled alone, ``tessel_jax.cost``) along the schedule's busiest device,
 and XLA-trace profiles of the tree and placed calls
 (``experiments.step_profile``). The placed call is also lowered with its
 ticks compacted (``passes.tick_order``; paired against the placed call),
-and both are put beside two floors from their kernels' in-program times:
-the busiest device's sum and the tick lockstep's (each tick as long as
-its slowest kernel: the ``ppermute`` that ends it is a rendezvous). Plain jit on one device is also run in its
+and both are put beside floors from their kernels' in-program times
+(``experiments.lowering_bench_floors``): the busiest device's sum, the
+tick lockstep's (each tick as long as its slowest kernel) and the sync
+floor (the slowest device between two rendezvous: held messages are sent
+only where a reader needs them), also over each kernel's whole branch
+(its reads and gradient accumulation). Plain jit on one device is also run in its
 own process pinned to 1 core and to 2 cores (default Eigen threading).
 
 Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
