@@ -8,7 +8,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from experiments import cli
-from experiments.auto_plan_lib import AutoPlanArgs
+from experiments.auto_plan_lib import BETWEEN, AutoPlanArgs, parse_limit
 
 _D = AutoPlanArgs()
 flags.DEFINE_string("model", _D.model,
@@ -30,7 +30,8 @@ flags.DEFINE_integer("blocks", _D.blocks,
                      " are cut automatically).")
 flags.DEFINE_list("memory_limits", list(_D.memory_limits),
                   "Bytes per device to choose under: none, 123, 512KiB,"
-                  " 2MiB ...")
+                  " 2MiB ..., or between:F (F of the way from the"
+                  " smallest plan's peak to the unlimited choice's).")
 flags.DEFINE_list("placements", None,
                   "Placements to try (default: every named one).")
 flags.DEFINE_integer("measure_top", _D.measure_top,
@@ -43,6 +44,10 @@ flags.DEFINE_string("cache_dir", None,
                     "Measurement and schedule cache (default: a fresh"
                     " temporary directory, so the first choice is cold).")
 flags.DEFINE_string("output", _D.output, "JSON results ('': none).")
+flags.DEFINE_bool("control", _D.control,
+                  "Also time the chosen plan built and compiled a second"
+                  " time (a control row, never a candidate: the noise"
+                  " floor of the ratios).")
 flags.DEFINE_string("record_searches", None,
                     "Also write the schedule searches of the cold choice"
                     " here (JSON; input of experiments.auto_plan_unroll"
@@ -68,6 +73,18 @@ def from_flags() -> AutoPlanArgs:
   if f.model not in frontier_program.programs():
     raise app.UsageError(f"--model={f.model}: choose from"
                          f" {', '.join(frontier_program.programs())}")
+  for text in f.memory_limits:
+    try:
+      if text.strip().startswith(BETWEEN):
+        frac = float(text.strip()[len(BETWEEN):])
+        if not 0.0 <= frac <= 1.0:
+          raise ValueError
+      else:
+        parse_limit(text)
+    except ValueError:
+      raise app.UsageError(
+          f"--memory_limits: {text!r} is not none, a size (123, 512KiB,"
+          f" 2MiB) or between:F with 0 <= F <= 1") from None
   if f.measure_top < 0:
     raise app.UsageError("--measure_top must be >= 0")
   return AutoPlanArgs(
@@ -78,4 +95,4 @@ def from_flags() -> AutoPlanArgs:
       placements=tuple(f.placements) if f.placements else None,
       measure_top=f.measure_top, repeats=f.repeats, time_limit=f.time_limit,
       cache_dir=f.cache_dir or None, output=f.output or None, model=f.model,
-      record_searches=f.record_searches or None)
+      record_searches=f.record_searches or None, control=f.control)

@@ -58,6 +58,7 @@ class AutoPlanArgs(NamedTuple):
   output: str | None = "out/auto_plan.json"
   model: str = "readme_gpt"
   record_searches: str | None = None
+  control: bool = True
 
 
 def parse_limit(text: str) -> int | None:
@@ -69,6 +70,26 @@ def parse_limit(text: str) -> int | None:
     if t.endswith(suffix):
       return int(float(t[:-len(suffix)]) * size)
   return int(t)
+
+
+#: ``--memory_limits=between:F``: F of the way from the smallest plan's
+#: peak to the unlimited choice's (0: the smallest plan, 1: the choice).
+BETWEEN = "between:"
+
+
+def resolve_limit(text: str, unlimited: Any) -> int | None:
+  """:func:`parse_limit`, or for ``between:F`` (``0 <= F <= 1``) the bytes
+  F of the way from the smallest priced plan's peak to the peak of
+  ``unlimited`` (the choice without a limit, ``plans.AutoChoice``): limits
+  that bind, on any program, without knowing its sizes first."""
+  if not text.strip().startswith(BETWEEN):
+    return parse_limit(text)
+  frac = float(text.strip()[len(BETWEEN):])
+  if not 0.0 <= frac <= 1.0:
+    raise ValueError(f"memory limit {text!r}: F must be in [0, 1]")
+  low = min(p.peak_bytes for p in unlimited.frontier.plans)
+  high = unlimited.winner.peak_bytes
+  return int(low + frac * (high - low))
 
 
 def gpt(args: AutoPlanArgs) -> tuple[Callable[..., Any], Any, Any]:
@@ -220,11 +241,21 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
            "peak_bytes": p.peak_bytes, "source": p.source,
            "chosen": p is choice.winner}
     try:
+      t0, c0 = time.perf_counter(), time.process_time()
       cand = ff.step_for(p.candidate, markers)
       compiled[len(new_rows)] = cand.lower(params, batch).compile()
+      # What timing it in a measured tie-break would cost first.
+      row["build_compile_s"] = [round(time.perf_counter() - t0, 2),
+                                round(time.process_time() - c0, 2)]
     except Exception as err:  # pylint: disable=broad-except
       row["error"] = f"{type(err).__name__}: {str(err)[:200]}"
     new_rows.append(row)
+  if args.control and 0 in compiled:
+    compiled[len(new_rows)], again = control_program(
+        ff, choice.winner.candidate, markers, params, batch, compiled[0])
+    new_rows.append({"label": f"{choice.winner.label} {CONTROL}",
+                     "control": True, "chosen": False,
+                     "same_executable": again})
   compiled[len(new_rows)] = reference_program(fn, params, batch, has_aux)
   new_rows.append({"label": REFERENCE, "reference": True, "chosen": False})
   _time_rows(compiled, new_rows, params, batch, args.repeats)
@@ -236,6 +267,23 @@ def measure_candidates(step: Any, fn: Any, mesh: Any, params: Any, batch: Any,
         f" {row.get('measured_cpu_ms', float('nan')):8.3f} ms) x reference"
         f" {row.get('x_reference', [float('nan')] * 2)[0]:6.3f}")
   return rows
+
+
+#: The label suffix of the control row of ``measure_candidates``.
+CONTROL = "(control: the chosen plan again)"
+
+
+def control_program(ff: Any, cand: Any, markers: int | None, params: Any,
+                    batch: Any, first: Callable[..., Any]
+                    ) -> tuple[Callable[..., Any], bool]:
+  """The chosen plan built, lowered and compiled a second time, timed as
+  one more row (``"control": True``, never a candidate): its paired ratio
+  to the chosen row is the noise floor of the comparison (README GPT, 4
+  devices, quiet, session 30: one plan measured 0.854 and 0.736 x the
+  plain step in two cases of one process). Returns ``(program, whether
+  XLA gave back the same executable)``."""
+  again = ff.step_for(cand, markers).lower(params, batch).compile()
+  return again, again is first
 
 
 #: The label of the reference row of ``measure_candidates``.
@@ -321,10 +369,13 @@ def record_searches(args: AutoPlanArgs) -> Iterator[list[dict[str, Any]]]:
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
   """Chosen against the fastest measured candidate (all fit the limit)."""
-  ok = [r for r in rows if "measured_ms" in r and not r.get("reference")]
+  ok = [r for r in rows if "measured_ms" in r and not r.get("reference")
+        and not r.get("control")]
   chosen = next((r for r in ok if r["chosen"]), None)
   if chosen is None or not ok:
     return {"error": "the chosen plan was not measured"}
+  control = next((r for r in rows if r.get("control") and "measured_ms" in r),
+                 None)
   fastest = min(ok, key=lambda r: r["measured_ms"])
   ratio = chosen["measured_ms"] / fastest["measured_ms"]
   return {"chosen": chosen["label"], "chosen_predicted_ms":
@@ -334,7 +385,64 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
           "chosen_over_fastest": round(ratio, 4),
           "within_target": ratio <= TARGET, **_reference(rows),
           **_cpu_ratio(ok, chosen),
-          **paired_ratios(ok, chosen)}
+          **paired_ratios(ok, chosen), **_control(chosen, control),
+          **tiebreak(ok, chosen)}
+
+
+#: A measured tie-break (:func:`tiebreak`): plans predicted within this
+#: share of the chosen one, at most ``TIE_TOP`` of them, timed for
+#: ``TIE_STEPS`` steps each.
+TIE_MARGIN, TIE_TOP, TIE_STEPS = 0.05, 3, 3
+
+
+def tiebreak(ok: list[dict[str, Any]], chosen: dict[str, Any],
+             margin: float = TIE_MARGIN, top: int = TIE_TOP,
+             steps: int = TIE_STEPS) -> dict[str, Any]:
+  """What a measured tie-break would have chosen, replayed from the rows'
+  rounds: the ``top`` plans predicted within ``margin`` of the chosen
+  one's prediction (the chosen one first), each timed for its first
+  ``steps`` rounds, the fastest median taken. Gives its label, its paired
+  ratio over the best other candidate on the later rounds (as
+  ``chosen_over_best_paired``) and what it would cost before the first
+  step: building and compiling the other plans (``build_compile_s``,
+  wall) and the timed steps. Empty where fewer than two plans tie."""
+  pred = chosen.get("predicted_ms")
+  if pred is None or not chosen.get("rounds_ms"):
+    return {}
+  ties = sorted((r for r in ok if r.get("rounds_ms") and
+                 r.get("predicted_ms") is not None and
+                 r["predicted_ms"] <= (1 + margin) * pred),
+                key=lambda r: (r is not chosen, r["predicted_ms"]))[:top]
+  if len(ties) < 2:
+    return {}
+  pick = min(ties, key=lambda r: statistics.median(
+      w for w, _ in r["rounds_ms"][:steps]))
+  # Judged on the rounds after those it was picked on (out of sample).
+  rest = [dict(r, rounds_ms=r["rounds_ms"][steps:]) for r in ok]
+  others = paired_ratios(rest, next(
+      b for a, b in zip(ok, rest) if a is pick))
+  cost = sum(r.get("build_compile_s", [0.0])[0] for r in ties
+             if r is not chosen) + sum(
+                 w for r in ties for w, _ in r["rounds_ms"][:steps]) / 1e3
+  return {"tiebreak": [r["label"] for r in ties], "tiebreak_pick":
+          pick["label"], "tiebreak_over_best_paired":
+          others.get("chosen_over_best_paired"),
+          "tiebreak_cost_s": round(cost, 2)}
+
+
+def _control(chosen: dict[str, Any], control: dict[str, Any] | None
+             ) -> dict[str, Any]:
+  """The chosen plan over its control (the same plan compiled again, timed
+  in the same rounds), per round then the median, wall and CPU: how far
+  two runs of one program differ here (the noise floor of every ratio)."""
+  if control is None:
+    return {}
+  got = paired_ratios([chosen, control], chosen).get("paired_wall_cpu", {})
+  out = {"control_ms": [control["measured_ms"],
+                        control.get("measured_cpu_ms")]}
+  if got:
+    out["chosen_over_control_paired"] = next(iter(got.values()))
+  return out
 
 
 def paired_ratios(ok: list[dict[str, Any]], chosen: dict[str, Any]
@@ -419,7 +527,9 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   log(f"  cold split: {cold_split}")
   log(f"  warm split: {warm_split}")
   for text in args.memory_limits:
-    limit = parse_limit(text)
+    limit = resolve_limit(text, cold_step.choice)
+    if text.startswith(BETWEEN):
+      log(f"memory limit {text} = {limit} bytes")
     try:
       step, secs = time_choice(fn, mesh, params, batch, args, cache, limit,
                                has_aux)
@@ -443,7 +553,11 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
     got = summarise(case["candidates"])
     log(f"  chosen / fastest: {got.get('chosen_over_fastest')} wall,"
         f" {got.get('chosen_over_fastest_cpu')} CPU (medians); paired per"
-        f" round (wall, CPU): {got.get('paired_wall_cpu')}; plain step"
+        f" round (wall, CPU): {got.get('paired_wall_cpu')}; chosen over"
+        f" its control (noise floor): {got.get('chosen_over_control_paired')}"
+        f"; measured tie-break {got.get('tiebreak_pick')} over best"
+        f" {got.get('tiebreak_over_best_paired')} for"
+        f" {got.get('tiebreak_cost_s')} s; plain step"
         f" (wall, CPU ms) {got.get('reference_ms')}; load"
         f" {os.getloadavg()[0]:.1f}")
   return record

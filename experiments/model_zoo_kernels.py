@@ -19,6 +19,8 @@ from experiments import cli, model_zoo_flags
 
 flags.adopt_module_key_flags(model_zoo_flags)
 flags.DEFINE_integer("traces", 3, "Traced steps per model (median kept).")
+flags.DEFINE_integer("rounds", 5, "Alternated rounds timing the real and"
+                     " stand-in programs (medians kept).")
 flags.DEFINE_bool("realtime", True, "Time at real-time priority where"
                   " allowed (experiments.realtime).")
 flags.DEFINE_string("output", "results/model_zoo/kernels.json",
@@ -30,13 +32,14 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   model_zoo_flags.check_positive("traces")
+  model_zoo_flags.check_positive("rounds")
   model_zoo_flags.two_devices()
   # pylint: disable-next=import-outside-toplevel
   from experiments import model_zoo_kernels_lib as lib
   models, microbatches, rows = model_zoo_flags.read()
   sys.exit(lib.main(lib.KernelsArgs(
       models=models, microbatches=microbatches, rows=rows,
-      traces=f.traces, realtime=f.realtime, output=f.output or None)))
+      traces=f.traces, rounds=f.rounds, realtime=f.realtime, output=f.output or None)))
 
 
 if __name__ == "__main__":

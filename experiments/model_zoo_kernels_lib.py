@@ -15,7 +15,11 @@ single-threaded CPU devices:
   trace, per run (:func:`kernel_split`), beside its profiled seconds;
 * the program's time outside its kernels (real step minus the busier
   device's in-program kernel time) beside the stand-in program's step;
-* thunks per device and step, kernel thunks apart.
+* thunks per device and step, kernel thunks apart;
+* each kernel timed per run inside a loop (``cost.looped_time``: no call
+  around it), the busier device's sum beside what the kernels add to the
+  stand-in: the real and stand-in programs are timed in alternated rounds
+  (:func:`paired_steps`), so "real - stand-in" is a paired figure.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import glob
 import gzip
 import json
 import os
+import random
 import re
 import statistics
 import tempfile
@@ -41,6 +46,7 @@ from experiments.model_zoo_rows import ZOO_MODELS
 from experiments.model_zoo_models import BUILDERS
 from tessel_jax import step_build as _step_build
 from tessel_jax.cost import calibrate as _calibrate
+from tessel_jax.cost import looped_time as _looped
 
 REST = "rest"
 _KERNEL = re.compile(r"tj_kernel/k(\d+)")
@@ -53,6 +59,7 @@ class KernelsArgs(NamedTuple):
   microbatches: int = 8
   rows: int = 4
   traces: int = 3
+  rounds: int = 5
   realtime: bool = True
   output: str | None = "results/model_zoo/kernels.json"
 
@@ -134,11 +141,13 @@ def _now() -> float:
 @contextlib.contextmanager
 def captured_timer(timers: list[Callable[[Any], float]]) -> Iterator[None]:
   """Keeps every ``plan -> seconds`` program timer a build makes
-  (``cost.calibrate.program_timer``) in ``timers``."""
+  (``cost.calibrate.program_timer``) in ``timers``; each carries its
+  ``(make_program, params, batch)`` as ``program_args``."""
   orig = _step_build._calibrate.program_timer  # pylint: disable=protected-access
 
   def keep(*a: Any, **kw: Any) -> Callable[[Any], float]:
     timer = orig(*a, **kw)
+    timer.program_args = a[:3]
     timers.append(timer)
     return timer
 
@@ -147,6 +156,37 @@ def captured_timer(timers: list[Callable[[Any], float]]) -> Iterator[None]:
     yield
   finally:
     _step_build._calibrate.program_timer = orig  # pylint: disable=protected-access
+
+
+def paired_steps(runs: Mapping[str, Callable[[], Any]], rounds: int,
+                 seed: int = 0,
+                 timer: Callable[[Callable[[], Any]], float] | None = None
+                 ) -> dict[str, list[float]]:
+  """Seconds per step of each of ``runs`` (compiled, by name), timed in
+  ``rounds`` rounds, each running every program once in shuffled order
+  (its fastest sample, ``cost.calibrate.time_step``): two programs
+  compared round by round met the same load."""
+  timer = timer or (lambda run: _calibrate.time_step(run, fastest=True))
+  rng = random.Random(seed)
+  out: dict[str, list[float]] = {name: [] for name in runs}
+  for _ in range(max(1, rounds)):
+    order = sorted(runs)
+    rng.shuffle(order)
+    for name in order:
+      out[name].append(timer(runs[name]))
+  return out
+
+
+def standin_run(timer: Callable[..., float], plan: Any
+                ) -> Callable[[], Any]:
+  """The compiled stand-in program of ``plan`` as ``timer`` (a captured
+  ``program_timer``) would time it, ready to call."""
+  make_program, params, batch = timer.program_args
+  params = _calibrate._concrete(params)  # pylint: disable=protected-access
+  batch = _calibrate._concrete(batch)  # pylint: disable=protected-access
+  compiled = jax.jit(make_program(_calibrate.standin_plan(plan))).lower(
+      params, batch).compile()
+  return lambda: compiled(params, batch)
 
 
 def busier(per_kernel_ms: Mapping[str, float], kernels: Mapping[int, Any],
@@ -158,6 +198,16 @@ def busier(per_kernel_ms: Mapping[str, float], kernels: Mapping[int, Any],
     for d in k.devices:
       load[d] += n * per_kernel_ms.get(k.label, 0.0)
   return max(load.values(), default=0.0)
+
+
+def lockstep(per_kernel_ms: Mapping[str, float], plan: Any) -> float:
+  """Milliseconds per step of ``plan``'s kernels on its critical path
+  when its devices run in lockstep (a rendezvous every tick, the CPU
+  backend): over the ticks, the sum of the slowest kernel of each tick
+  (``per_kernel_ms``: by label, one run)."""
+  return sum(max((per_kernel_ms.get(plan.kernels[k].label, 0.0)
+                  for k in tick.kernels if k is not None), default=0.0)
+             for tick in plan.ticks)
 
 
 def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
@@ -176,8 +226,18 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
   if args.realtime:
     realtime.realtime_threads()
   jax.block_until_ready(run())
-  real = _calibrate.time_step(run)
-  standin = timers[-1](_calibrate.standin_plan(plan)) if timers else None
+  runs = {"real": run}
+  if timers:
+    runs["standin"] = standin_run(timers[-1], plan)
+  steps = paired_steps(runs, args.rounds)
+  real = statistics.median(steps["real"])
+  standin = (statistics.median(steps["standin"]) if timers else None)
+  added = (statistics.median(r - s for r, s in zip(steps["real"],
+                                                   steps["standin"]))
+           if timers else None)
+  device = mesh.devices.flat[0]
+  alone = {k.label: k for k in built.kernels.kernels.values()}
+  avals = built.partition.traced.param_avals
   own, count, threads = traced_split(run, instruction_kernels(
       compiled.as_text()), args.traces)
   kernels = {}
@@ -186,11 +246,18 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
         "devices": list(k.devices),
         "profiled_ms": round(rep.block_ms.get(k.label, 0.0), 4),
         "in_program_ms": round(1e3 * own.get(f"k{kid}", 0.0) / n, 4),
+        "looped_ms": round(1e3 * _looped.looped_kernel_seconds(
+            alone[k.label], avals, device), 4),
         "thunks_per_run": count.get(f"k{kid}", 0) / n}
   prof = busier({l: v["profiled_ms"] for l, v in kernels.items()},
                 plan.kernels, n)
   inprog = busier({l: v["in_program_ms"] for l, v in kernels.items()},
                   plan.kernels, n)
+  looped_ms = {l: v["looped_ms"] for l, v in kernels.items()}
+  looped = busier(looped_ms, plan.kernels, n)
+  prof_lock = lockstep({l: v["profiled_ms"] for l, v in kernels.items()},
+                       plan)
+  looped_lock = lockstep(looped_ms, plan)
   kernel_thunks = sum(count.get(f"k{kid}", 0) for kid in plan.kernels)
   return {
       "model": name, "lowered_as": plan.loop_summary(),
@@ -204,9 +271,16 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
       "standin_ms": None if standin is None else round(1e3 * standin, 3),
       # What the kernels add to the program around them (its stand-in),
       # beside their profiled and in-program figures.
-      "real_minus_standin_ms": (None if standin is None else
-                                round(1e3 * (real - standin), 3)),
+      "real_minus_standin_ms": (None if added is None else
+                                round(1e3 * added, 3)),
       "kernels_profiled_ms": round(prof, 3),
+      "kernels_looped_ms": round(looped, 3),
+      # On the critical path of lockstep ticks (what "real - stand-in"
+      # measures), and the prediction were the kernels priced in a loop.
+      "kernels_profiled_lockstep_ms": round(prof_lock, 3),
+      "kernels_looped_lockstep_ms": round(looped_lock, 3),
+      "predicted_looped_ms": round(
+          rep.predicted_step_ms - prof_lock + looped_lock, 3),
       "kernels_in_program_ms": round(inprog, 3),
       "outside_kernels_ms": round(1e3 * real - inprog, 3),
       "thunks_per_device": round(sum(threads[:2]) / 2, 1),
@@ -219,6 +293,7 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
   head = ["model", "lowered as", "predicted", "real", "kernels profiled",
           "kernels in program", "in program / profiled",
           "real - kernels in program", "stand-in", "real - stand-in",
+          "kernels in a loop", "lockstep: profiled / in a loop",
           "thunks / device (kernels)"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
@@ -233,6 +308,11 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
              "-" if r["standin_ms"] is None else f"{r['standin_ms']:.2f}",
              "-" if r.get("real_minus_standin_ms") is None
              else f"{r['real_minus_standin_ms']:.2f}",
+             ("-" if r.get("kernels_looped_ms") is None
+              else f"{r['kernels_looped_ms']:.2f}"),
+             ("-" if r.get("kernels_looped_lockstep_ms") is None
+              else f"{r['kernels_profiled_lockstep_ms']:.2f} /"
+              f" {r['kernels_looped_lockstep_ms']:.2f}"),
              f"{r['thunks_per_device']:.0f} ({r['kernel_thunks_per_device']:.0f})"]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)

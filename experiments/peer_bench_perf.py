@@ -38,6 +38,8 @@ flags.DEFINE_list("variants", ["hand_gpipe", "tj_gpipe", "tj_mshape",
 flags.DEFINE_integer("steps", 5, "Sampled steps per variant.")
 flags.DEFINE_integer("n", 8, "Micro-batches per step.")
 flags.DEFINE_string("output", "", "JSON results ('': print only).")
+flags.DEFINE_integer("top", 0, "Also list each variant's hottest symbols"
+                     " (CPU ms per step).")
 flags.DEFINE_string("worker", None, "Internal: sample this one variant.")
 
 
@@ -47,7 +49,7 @@ def main(argv: list[str]) -> None:
   f = flags.FLAGS
   if f.worker:
     xla_env.add_xla_flags(xla_env.cpu_flags(4))
-    print(json.dumps({"perf": worker(f.worker, f.steps, f.n)}), flush=True)
+    print(json.dumps({"perf": worker(f.worker, f.steps, f.n, f.top)}), flush=True)
     return
   if not shutil.which("perf"):
     raise app.UsageError("peer_bench_perf needs Linux perf on the PATH")
@@ -55,7 +57,8 @@ def main(argv: list[str]) -> None:
   rows = []
   for name in f.variants:
     cmd = [sys.executable, "-m", "experiments.peer_bench_perf",
-           f"--worker={name}", f"--steps={f.steps}", f"--n={f.n}"]
+           f"--worker={name}", f"--steps={f.steps}", f"--n={f.n}",
+           f"--top={f.top}"]
     if shutil.which("taskset"):
       cmd = ["taskset", "-c", ",".join(map(str, cores))] + cmd
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
@@ -63,7 +66,10 @@ def main(argv: list[str]) -> None:
                          check=True).stdout
     rows += [json.loads(l)["perf"] for l in out.splitlines()
              if l.startswith('{"perf"')]
-    print(json.dumps(rows[-1]), flush=True)
+    print(json.dumps({k: v for k, v in rows[-1].items() if k != "top"}),
+          flush=True)
+    for cat, sym, ms in rows[-1]["top"]:
+      print(f"  {name:10s} {ms:7.1f} ms  {cat:16s} {sym}", flush=True)
   print(markdown(rows))
   print("load", os.getloadavg())
   if f.output:

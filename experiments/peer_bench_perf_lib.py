@@ -57,13 +57,29 @@ def shares(report: str) -> dict[str, float]:
   return {c: got.get(c, 0.0) / total for c in CATEGORIES}
 
 
+def top_symbols(report: str, k: int) -> list[tuple[str, str, float]]:
+  """The ``k`` symbols with the most samples: ``(category, symbol, share)``
+  (from the same ``perf report`` text as :func:`shares`)."""
+  got: dict[tuple[str, str], float] = collections.defaultdict(float)
+  for line in report.splitlines():
+    parts = line.split(None, 2)
+    if line.startswith("#") or len(parts) < 3 or not parts[0].isdigit():
+      continue
+    sym = parts[2].split("] ", 1)[-1].strip()
+    got[(category(parts[1], sym), sym[:90])] += int(parts[0])
+  total = sum(got.values()) or 1.0
+  best = sorted(got.items(), key=lambda kv: -kv[1])[:k]
+  return [(c, s, v / total) for (c, s), v in best]
+
+
 def _cpu_s() -> float:
   r = resource.getrusage(resource.RUSAGE_SELF)
   return r.ru_utime + r.ru_stime
 
 
-def worker(name: str, steps: int, n: int) -> dict:
-  """Builds ``name``, then samples ``steps`` steps of it; its row."""
+def worker(name: str, steps: int, n: int, top: int = 0) -> dict:
+  """Builds ``name``, then samples ``steps`` steps of it; its row (with
+  ``top`` > 0: its hottest symbols, CPU ms per step, under ``"top"``)."""
   # pylint: disable=import-outside-toplevel
   from experiments import peer_bench_lib as pbl
   args = pbl.PeerArgs(stages=4, layers=8, ns=(n,), variants=(name,))
@@ -92,6 +108,8 @@ def worker(name: str, steps: int, n: int) -> dict:
           "lowered_as": built.get("lowered_as", ""),
           "temp_mb": round(built.get("temp_bytes", 0) / 1e6, 1),
           "ms": {c: round(cpu_ms * s, 1) for c, s in shares(report).items()},
+          "top": [(c, s, round(cpu_ms * v, 1))
+                  for c, s, v in top_symbols(report, top)],
           "load_average": os.getloadavg()}
 
 

@@ -12,9 +12,12 @@ compiled alone, ``tessel_jax.cost``) along the schedule's busiest device,
 and XLA-trace profiles of the tree and placed calls
 (``experiments.step_profile``). The placed call is also lowered with its
 ticks compacted (``passes.tick_order``; paired against the placed call),
-and both are put beside two floors from their kernels' in-program times:
-the busiest device's sum and the tick lockstep's (each tick as long as
-its slowest kernel: the ``ppermute`` that ends it is a rendezvous). Plain jit on one device is also run in its
+and both are put beside floors from their kernels' in-program times
+(``experiments.lowering_bench_floors``): the busiest device's sum, the
+tick lockstep's (each tick as long as its slowest kernel) and the sync
+floor (the slowest device between two rendezvous: held messages are sent
+only where a reader needs them), also over each kernel's whole branch
+(its reads and gradient accumulation). Plain jit on one device is also run in its
 own process pinned to 1 core and to 2 cores (default Eigen threading).
 
 Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
@@ -48,6 +51,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import host_pages
+from experiments import lowering_bench_floors
 from experiments import lowering_bench_lib as lb
 from experiments import resnet
 from experiments import step_profile
@@ -151,12 +155,15 @@ def tick_bound_ms(ticks: Any, num_devices: int,
 
 def in_program_bound(step: Any, run: Callable[[], Any], hlo_text: str
                      ) -> dict[str, Any]:
-  """:func:`tick_bound_ms` of the placed step, kernels from one trace."""
+  """The placed step's floors (``lowering_bench_floors.floors``), kernels
+  from one trace."""
   jax.block_until_ready(run())
   events, _ = step_profile.trace_events(run)
   plan = step.built.plan
-  return tick_bound_ms(plan.ticks, plan.num_devices,
-                       step_profile.kernel_seconds(events, hlo_text))
+  return {**lowering_bench_floors.floors(
+      plan, step_profile.kernel_seconds(events, hlo_text)),
+          **lowering_bench_floors.inclusive_floors(
+              plan, lowering_bench_floors.kernel_parts(events, hlo_text))}
 
 
 def kernel_ms_by_thread(run: Callable[[], Any], hlo_text: str
@@ -412,7 +419,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
           "kernels, busiest thread (trace)", "kernels alone, busiest device",
           "placed / kernels", "kernels in program, busiest device",
           "lockstep floor (ticks' slowest kernels)",
-          "placed / busiest device, / lockstep", "placed sys ms, faults",
+          "sync floor (slowest device between rendezvous)",
+          "placed / busiest device, / lockstep, / sync floor", "placed sys ms, faults",
           "compacted ticks (tick_order)", "compacted / placed (paired wall,"
           " CPU)", "compacted's lockstep floor",
           "tree pack/unpack ms", "placed pack/unpack ms", "load"]
@@ -446,10 +454,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def _bound_cells(r: dict[str, Any]) -> list[str]:
   """The in-program kernel floors and the placed step against them."""
   busiest, lock = r.get("in_program_busiest_ms"), r.get("lockstep_ms")
+  sync = r.get("sync_floor_ms")
   wall = r["tessel_placed"]["wall_ms"]
   placed = r["tessel_placed"]
   return [f"{busiest:.0f}" if busiest else "-",
           f"{lock:.0f}" if lock else "-",
-          f"{wall / busiest:.2f}x, {wall / lock:.2f}x" if busiest and lock
+          f"{sync:.0f} ({r.get('rendezvous', '-')} rendezvous)" if sync
           else "-",
+          f"{wall / busiest:.2f}x, {wall / lock:.2f}x, {wall / sync:.2f}x"
+          if busiest and lock and sync else "-",
           f"{placed.get('sys_ms', '-')}, {placed.get('minor_faults', '-')}"]

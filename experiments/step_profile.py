@@ -50,7 +50,8 @@ _SCOPE_PART = (("tj_ppermute", "ppermute/rendezvous"),
                ("tj_accumulate", "grad accumulation"),
                ("tj_stash_read", "stash"), ("tj_stash_write", "stash"),
                ("tj_kernel", "kernels"), ("tj_params", "kernels"))
-_INSTR = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = [^=]*?\b([a-z][\w\-]*)\(')
+INSTR = re.compile(r'^\s*(?:ROOT )?%([\w.\-]+) = [^=]*?\b([a-z][\w\-]*)\(')
+_INSTR = INSTR  # the name experiments.model_zoo_kernels_lib reads
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _KERNEL = re.compile(r"tj_kernel/k(\d+)")
 _COLLECTIVES = ("collective-permute", "all-reduce", "all-gather",
@@ -61,7 +62,7 @@ def instruction_parts(hlo_text: str) -> dict[str, str]:
   """HLO instruction name -> the part of a step it belongs to."""
   out = {}
   for line in hlo_text.splitlines():
-    m = _INSTR.match(line)
+    m = INSTR.match(line)
     if not m:
       continue
     name, opcode = m.groups()
@@ -86,7 +87,7 @@ def kernel_instructions(hlo_text: str) -> dict[str, str]:
   own code (``passes.lower`` scope ``tj_kernel/k<id>``)."""
   out = {}
   for line in hlo_text.splitlines():
-    m = _INSTR.match(line)
+    m = INSTR.match(line)
     op = _OP_NAME.search(line) if m else None
     k = _KERNEL.search(op.group(1)) if op else None
     if k:

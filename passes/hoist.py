@@ -20,6 +20,7 @@ model adds (``passes.program_bytes``). ``Switches(hoist=False)``
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import weakref
 from collections.abc import Mapping, Sequence
@@ -60,17 +61,28 @@ def _sds(v: Any) -> jax.ShapeDtypeStruct:
 #: avals: ``placement="auto"`` prices many plans sharing one kernel set
 #: (``step_build.shared``), each asking :func:`predicted_bytes`.
 _TRACES: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+#: The same by a kernel's structural key (``predicted_bytes``' ``keys``:
+#: its profile's cache key, equal for kernels doing the same work, so the
+#: plans of several placements cut into the same blocks share one trace;
+#: README GPT cold choice: 108 traces for ~40 distinct kernels).
+_SHARED_TRACES: collections.OrderedDict[Any, tuple] = (
+    collections.OrderedDict())
+SHARED_TRACES_SIZE = 512
 
 
 def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
-           dvals: Sequence[Any]) -> tuple[_po.Found, Any, int]:
+           dvals: Sequence[Any], shared_key: str | None = None
+           ) -> tuple[_po.Found, Any, int]:
   """``(found, out tree, leading args)``: the kernel traced on abstract
   values (``kctx`` None: its row offset as an abstract int32 argument,
-  remembered per kernel and avals)."""
+  remembered per kernel and avals, or per ``shared_key`` and avals)."""
   pv, dv = [_sds(v) for v in pvals], [_sds(v) for v in dvals]
   if kctx is None:
-    memo = _TRACES.setdefault(kernel, {})
     key = tuple((tuple(v.shape), str(v.dtype)) for v in pv + dv)
+    if shared_key is not None:
+      return _shared_trace(kernel, (shared_key, kernel.mode,
+                                    len(kernel.devices), key), pv, dv)
+    memo = _TRACES.setdefault(kernel, {})
     if key not in memo:
       memo[key] = _trace_abstract(kernel, pv, dv)
     return memo[key]
@@ -78,6 +90,19 @@ def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
                                    pv, dv)
   invars, _ = compat.jaxpr_io(closed)
   return _po.find(closed, invars[:len(pv)]), tree, 0
+
+
+def _shared_trace(kernel: Any, key: tuple, pv: Sequence[Any],
+                  dv: Sequence[Any]) -> tuple[_po.Found, Any, int]:
+  """:func:`_trace_abstract`, remembered in ``_SHARED_TRACES``."""
+  hit = _SHARED_TRACES.get(key)
+  if hit is None:
+    hit = _SHARED_TRACES[key] = _trace_abstract(kernel, pv, dv)
+    while len(_SHARED_TRACES) > SHARED_TRACES_SIZE:
+      _SHARED_TRACES.popitem(last=False)
+  else:
+    _SHARED_TRACES.move_to_end(key)
+  return hit
 
 
 def _trace_abstract(kernel: Any, pv: Sequence[Any], dv: Sequence[Any]
@@ -165,11 +190,14 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
 
 def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
                     param_avals: Sequence[Any], num_microbatches: int,
-                    inplace: bool = False, hoist: bool = True) -> int:
+                    inplace: bool = False, hoist: bool = True,
+                    keys: Mapping[int, str] | None = None) -> int:
   """Bytes per device of the distinct values :func:`prepare` computes
   (every device computes every kernel's; live for the whole step), from
   abstract traces of the kernels; 0 where ``hoist`` is off
-  (``Switches.hoist``)."""
+  (``Switches.hoist``). ``keys``: kernel id -> a key equal for kernels
+  doing the same work (their profiles' cache keys): kernels of other
+  kernel sets with the same key share their traces."""
   if not hoist:
     return 0
   local = layout.local_avals(param_avals)
@@ -180,7 +208,8 @@ def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
     subset = len(kernel.devices) < layout.num_devices
     pvals = [param_avals[l] if subset and l in layout.gathered else local[l]
              for l in kernel.params]  # read gathered whole (tick_io.params)
-    found, _, _ = _trace(kernel, None, pvals, kernel.in_avals)
+    found, _, _ = _trace(kernel, None, pvals, kernel.in_avals,
+                         None if keys is None else keys.get(kid))
     srcs = [_source(layout, kernel, l, inplace) for l in kernel.params]
     for key, _, _, v, _ in _values(found, srcs):
       sizes[key] = _po.nbytes(v)

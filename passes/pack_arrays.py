@@ -117,6 +117,21 @@ def gathered_whole(layout: Layout, c: SlotClass) -> bool:
           not any(l in layout.shards for l in held))
 
 
+def column_gathered(layout: Layout, c: SlotClass, j: int) -> bool:
+  """Whether the unpack gathers slot ``j`` of class ``c`` whole (one
+  ``all-gather`` of that slot's column) in a class not gathered whole: a
+  plain class whose slot ``j`` holds a distinct leaf on every device (on
+  mshape(4) the own block's weight, beside the shared block's slots held
+  by every device). Without it each device's leaf became a
+  ``collective-permute`` to one device, a masking select and a share of
+  one all-reduce of every gradient (``experiments.peer_bench_perf --top``:
+  ``xla::cpu::ReduceScatter``)."""
+  col = [row[j] for row in c.assign]
+  return (not c.spec and not c.fsdp and min(col) >= 0 and
+          len(set(col)) == len(col) and
+          not any(l in layout.shards for l in col))
+
+
 def unpack_grads(layout: Layout, flat: Mapping[str, Any],
                  slots: Sequence[Any], param_avals: Sequence[Any],
                  mesh: Any = None) -> list[Any]:
@@ -136,8 +151,10 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
   shard gradients (each summed over the places on that device) concatenated
   along the shard axis.
   """
+  rep = None
   if mesh is not None:
     slots = _replicated_classes(layout, slots, mesh)
+    rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   grads: list[Any] = [None] * len(param_avals)
   per_dev: dict[tuple[int, int], Any] = {}
   local_avals = layout.local_avals(param_avals)
@@ -159,6 +176,9 @@ def unpack_grads(layout: Layout, flat: Mapping[str, Any],
       # array (``buf[d, j]`` did: mshape(4), 8 x 1024^2 MLP, 300 MB moved
       # outside the program per step, now 12 MB; see BENCHMARKS.md).
       col = buf[j] if isinstance(buf, (tuple, list)) else buf[:, j]
+      if (rep is not None and not gathered_whole(layout, c) and
+          column_gathered(layout, c, j)):
+        col = jax.lax.with_sharding_constraint(col, rep)
       held = {c.assign[d][j] for d in range(layout.num_devices)}
       l = min(held)
       if len(held) == 1 and l >= 0 and l not in layout.shards:

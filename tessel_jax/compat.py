@@ -457,7 +457,8 @@ def remat_info(eqn: Any) -> tuple[Any, dict[str, Any]] | None:
 def bind_eqn(eqn: Any, ins: Sequence[Any], **updates: Any) -> list[Any]:
   """Binds ``eqn``'s primitive on ``ins`` with its parameters (some updated,
   e.g. a scan's ``length`` or ``jaxpr``); returns the outputs as a list."""
-  params = eqn.primitive.get_bind_params(eqn.params)
+  # A copy: some primitives' get_bind_params return the equation's own dict.
+  params = dict(eqn.primitive.get_bind_params(eqn.params))
   params.update(updates)
   outs = eqn.primitive.bind(*ins, **params)
   return list(outs) if eqn.primitive.multiple_results else [outs]

@@ -110,7 +110,7 @@ def build(step: Any, params: Any, batch: Any,
                      other_ms, _ramps.with_fsdp(
                          ramps.note, layout,
                          _fsdp_choice.why(step, layout, plan)), hoisted)
-    report = _with_hoisted(report, lowering, traced)
+    report = _with_hoisted(report, lowering, traced, costs)
     step.replay_run = (None if costs is None else _run_replay(
         step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
   finally:
@@ -291,30 +291,42 @@ def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
   return report
 
 
-def _with_hoisted(report: Any, lowering: Any, traced: Any) -> Any:
+def _with_hoisted(report: Any, lowering: Any, traced: Any,
+                  costs: Any = None) -> Any:
   """``report`` with the kernels' hoisted parameter-only values
-  (``passes.hoist``, live for the whole step) in its peak bytes."""
+  (``passes.hoist``, live for the whole step) in its peak bytes; kernels
+  with equal profile keys (``costs.profile``) share their traces."""
   if report is None:
     return None
   plan = lowering.plan
   nbytes = _hoist.predicted_bytes(plan.kernels, lowering.layout,
                                   traced.param_avals, plan.num_microbatches,
                                   inplace=lowering.inplace_params,
-                                  hoist=lowering.switches.hoist)
+                                  hoist=lowering.switches.hoist,
+                                  keys=_profile_keys(costs))
   return dataclasses.replace(
       report, hoisted_bytes=nbytes,
       peak_memory_bytes=tuple(b + nbytes for b in report.peak_memory_bytes))
 
 
+def _profile_keys(costs: Any) -> dict[int, str] | None:
+  """Kernel id -> its profile's cache key (None without a profile)."""
+  profile = getattr(costs, "profile", None)
+  if profile is None:
+    return None
+  return {bid: k.key for bid, k in profile.kernels.items()}
+
+
 def hoisted_limit_bytes(step: Any, ks: Any, layout: Any, traced: Any,
-                        n_local: int) -> int:
+                        n_local: int, costs: Any = None) -> int:
   """Bytes per device of the kernels' hoisted parameter-only values
   (``passes.hoist``), held against the memory limit when there is one
   (0 without a limit: then they are only reported)."""
   if step_schedule.memory_limit_bytes(step, layout) is None:
     return 0
   return _hoist.predicted_bytes(ks.kernels, layout, traced.param_avals,
-                                n_local, hoist=step.switches.hoist)
+                                n_local, hoist=step.switches.hoist,
+                                keys=_profile_keys(costs))
 
 
 def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
@@ -370,7 +382,7 @@ def _find_schedule(step: Any, ks: Any, traced: Any, sgraph: BlockGraph,
   Raises:
     step_schedule.InfeasibleMemory: no schedule fits the memory limit.
   """
-  hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local)
+  hoisted = hoisted_limit_bytes(step, ks, layout, traced, n_local, costs)
   schedule, unrolled = step_schedule.find_schedule(
       step, sgraph, unit, layout, n_local, costs, hoisted)
   fits = _fsdp_choice.fits(step, layout, unit, unrolled, costs, hoisted)

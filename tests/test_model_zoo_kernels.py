@@ -55,6 +55,8 @@ def test_the_table_says_what_the_kernels_add_to_their_stand_in():
          "real_ms": 8.0, "kernels_profiled_ms": 4.0,
          "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
          "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
+         "kernels_looped_ms": 1.0, "kernels_looped_lockstep_ms": 1.5,
+         "kernels_profiled_lockstep_ms": 5.0,
          "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
   head, _, line = lib.markdown([row]).splitlines()
   cells = dict(zip(head.strip("| ").split(" | "),
@@ -63,3 +65,50 @@ def test_the_table_says_what_the_kernels_add_to_their_stand_in():
   assert cells["stand-in"] == "5.50"
   assert lib.markdown([{**row, "standin_ms": None,
                         "real_minus_standin_ms": None}]).count(" - |") == 2
+
+
+def test_real_and_stand_in_are_timed_in_alternated_rounds():
+  seen = []
+  runs = {"real": lambda: "r", "standin": lambda: "s"}
+  timer = lambda run: seen.append(run()) or (2.0 if run() == "r" else 1.5)
+  steps = lib.paired_steps(runs, rounds=4, timer=timer)
+  assert steps == {"real": [2.0] * 4, "standin": [1.5] * 4}
+  # Every round runs each program once, so the two alternate.
+  assert all(sorted(seen[i:i + 2]) == ["r", "s"] for i in range(0, 8, 2))
+
+
+def test_the_table_shows_the_kernels_priced_in_a_loop():
+  row = {"model": "m", "lowered_as": "interp(25)", "predicted_ms": 10.0,
+         "real_ms": 8.0, "kernels_profiled_ms": 4.0,
+         "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
+         "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
+         "kernels_looped_ms": 1.25, "kernels_looped_lockstep_ms": 1.5,
+         "kernels_profiled_lockstep_ms": 5.0,
+         "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
+  head, _, line = lib.markdown([row]).splitlines()
+  cells = dict(zip(head.strip("| ").split(" | "),
+                   line.strip("| ").split(" | ")))
+  assert cells["kernels in a loop"] == "1.25"
+  assert cells["lockstep: profiled / in a loop"] == "5.00 / 1.50"
+
+
+class _Tick:
+  def __init__(self, kernels):
+    self.kernels = kernels
+
+
+class _Plan:
+  def __init__(self, kernels, ticks):
+    self.kernels, self.ticks = kernels, [_Tick(t) for t in ticks]
+
+
+def test_lockstep_sums_each_ticks_slowest_kernel():
+  kernels = {0: _K("F0", (0,)), 1: _K("F1", (1,)), 2: _K("B1", (1,)),
+             3: _K("B0", (0,))}
+  ms = {"F0": 1.0, "F1": 2.0, "B1": 2.5, "B0": 1.5}
+  plan = _Plan(kernels, [(0, None), (None, 1), (0, 1), (3, 2), (3, 2)])
+  # Each device runs its two kernels twice: the busier one (F1 + B1)
+  # takes 9 ms alone, but in lockstep a tick lasts its slowest kernel:
+  # 1 + 2 + max(1, 2) + max(1.5, 2.5) + max(1.5, 2.5).
+  assert lib.busier(ms, kernels, 2) == 9.0
+  assert lib.lockstep(ms, plan) == 1.0 + 2.0 + 2.0 + 2.5 + 2.5

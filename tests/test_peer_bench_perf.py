@@ -39,3 +39,12 @@ def test_table_gives_ms_per_category():
          "ms": {c: 1500.0 * s for c, s in pbp.shares(REPORT).items()}}
   table = pbp.markdown([row])
   assert "| tj_mshape | 1500 | 79 | 600 | 75 | 150 | 300 |" in table
+
+
+def test_top_symbols_are_the_hottest_first():
+  top = pbp.top_symbols(REPORT, 3)
+  assert [s for _, s, _ in top] == [
+      "ynn::dot_fp32_5x64x1_1x16x1_avx512", "0x00007fa385b3a5e9",
+      "ynn::transpose_x32_avx512"]
+  assert [c for c, _, _ in top] == ["dot (ynn)", "JIT fusions", "transpose"]
+  assert top[0][2] == pytest.approx(0.4)

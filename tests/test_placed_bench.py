@@ -37,3 +37,15 @@ def test_keep_pages_sets_the_tunables_and_keeps_others():
   assert env["A"] == "b"
   assert "GLIBC_TUNABLES" not in host_pages.env(False, {"A": "b"})
   assert "glibc.malloc.mmap_max=0" in host_pages.KEEP_PAGES
+
+
+def test_the_table_puts_the_step_against_each_floor():
+  row = {"in_program_busiest_ms": 100.0, "lockstep_ms": 130.0,
+         "sync_floor_ms": 105.0, "rendezvous": 9,
+         "tessel_placed": {"wall_ms": 150.0, "sys_ms": 28.0,
+                           "minor_faults": 13713}}
+  busiest, lock, sync, ratios, faults = placed_bench._bound_cells(row)  # pylint: disable=protected-access
+  assert (busiest, lock) == ("100", "130")
+  assert sync == "105 (9 rendezvous)"
+  assert ratios == "1.50x, 1.15x, 1.43x"
+  assert faults == "28.0, 13713"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import types
 
 import jax
 import jax.numpy as jnp
@@ -138,6 +139,16 @@ def test_auto_plan_runner_summary_and_limits():
   assert got["fastest_measured"] == "b" and got["fastest_cpu"] == "b"
   assert got["reference_ms"] == [1.0, 2.0]
   assert A.REFERENCE not in got["paired_wall_cpu"]
+  # The control (the chosen plan compiled again) is the noise floor, never
+  # a candidate, even when it measures fastest.
+  rows.append({"label": "a " + A.CONTROL, "control": True, "chosen": False,
+               "measured_ms": 0.5, "measured_cpu_ms": 0.5,
+               "rounds_ms": [[10.0, 5.0], [33.0, 6.0], [12.0, 3.0]]})
+  got = A.summarise(rows)
+  assert got["fastest_measured"] == "b" and "a " + A.CONTROL not in got[
+      "paired_wall_cpu"]
+  assert got["chosen_over_control_paired"] == [0.9167, 1.0]
+  assert got["control_ms"] == [0.5, 0.5]
 
 
 def test_auto_plan_runner_times_rows_against_the_reference():
@@ -169,3 +180,44 @@ def test_auto_plan_runner_measures_each_placements_fastest():
       a.candidate.label, c.candidate.label, d.candidate.label]
   assert len(A.to_measure([big, b, a, c, d], a, None, 0)) == 5
 
+
+
+def test_auto_plan_runner_replays_a_measured_tiebreak():
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  chosen = {"label": "a", "predicted_ms": 10.0, "chosen": True,
+            "rounds_ms": [[12.0, 1.0], [12.0, 1.0], [12.0, 1.0], [9.0, 1.0]]}
+  tie = {"label": "b", "predicted_ms": 10.3, "chosen": False,
+         "build_compile_s": [2.0, 2.5],
+         "rounds_ms": [[10.0, 1.0], [11.0, 1.0], [10.0, 1.0], [12.0, 1.0]]}
+  far = {"label": "c", "predicted_ms": 11.0, "chosen": False,
+         "build_compile_s": [9.0, 9.0],
+         "rounds_ms": [[1.0, 1.0]] * 4}
+  got = A.tiebreak([chosen, tie, far], chosen, steps=3)
+  # c is predicted 10% slower: no tie, never timed, even though fastest.
+  assert got["tiebreak"] == ["a", "b"] and got["tiebreak_pick"] == "b"
+  # b over each other candidate on the rounds after the 3 it was picked
+  # on (out of sample), the worst median: the 4th round, over c.
+  assert got["tiebreak_over_best_paired"] == 12.0
+  # b's build and compile, then three steps of each tied plan.
+  assert got["tiebreak_cost_s"] == round(2.0 + (36.0 + 31.0) / 1e3, 2)
+  assert A.tiebreak([chosen, far], chosen) == {}
+
+
+def test_auto_plan_runner_limits_between_the_smallest_plan_and_the_choice():
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  from tessel_jax import plans as P  # pylint: disable=import-outside-toplevel
+
+  def plan(name, peak):
+    return P.PricedPlan(candidate=P.Candidate(name, 2, 2, 8), step=1.0,
+                        unit="ms", peak_bytes_per_device=(peak, peak - 1),
+                        source="x", blocks=2, build_seconds=0.0)
+  small, chosen = plan("zbv", 1000), plan("vshape", 4000)
+  choice = types.SimpleNamespace(frontier=types.SimpleNamespace(
+      plans=[chosen, plan("mllm", 9000), small]), winner=chosen)
+  assert A.resolve_limit("between:0", choice) == 1000
+  assert A.resolve_limit("between:0.5", choice) == 2500
+  assert A.resolve_limit("between:1", choice) == 4000
+  assert A.resolve_limit("2KiB", choice) == 2048
+  assert A.resolve_limit("none", choice) is None
+  with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+    A.resolve_limit("between:1.5", choice)

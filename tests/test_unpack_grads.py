@@ -1,11 +1,14 @@
-"""Gradient unpacking moves each leaf alone, and a shared leaf is reduced once.
+"""Gradient unpacking moves each leaf once, and a shared leaf is reduced once.
 
 ``passes.pack_arrays.unpack_grads`` runs outside the ``shard_map`` on the
 per-device slot arrays ``(D, S, *shape)``; XLA turns every row it takes
 from another device into a collective. Taking the slot first keeps each
 transfer at one leaf (taking the device first moved its whole slot array,
 ``S`` leaves, once per leaf), and a leaf held in the same slot on every
-device (a block on all devices) is summed by one reduction.
+device (a block on all devices) is summed by one reduction. A slot that
+holds a distinct leaf on every device (mshape's own blocks) is gathered
+whole, one ``all-gather`` of that slot's column, not one
+``collective-permute`` per device into a shared all-reduce.
 """
 
 import re
@@ -21,14 +24,20 @@ _COLLECTIVE = re.compile(r"= f32\[([\d,]*)\][^=]*? (collective-permute|"
                          r"all-reduce|all-gather|all-to-all)\(")
 
 
-def _outside(hlo: str) -> list[int]:
-  """Element counts of the collectives outside the shard_map."""
-  sizes = []
+def _outside_ops(hlo: str) -> list[tuple[str, int]]:
+  """``(op, element count)`` of the collectives outside the shard_map."""
+  out = []
   for line in hlo.splitlines():
     m = _COLLECTIVE.search(line)
     if m and "shard_map" not in line:
-      sizes.append(int(np.prod([int(x) for x in m.group(1).split(",") if x])))
-  return sizes
+      out.append((m.group(2),
+                  int(np.prod([int(x) for x in m.group(1).split(",") if x]))))
+  return out
+
+
+def _outside(hlo: str) -> list[int]:
+  """Element counts of the collectives outside the shard_map."""
+  return [n for _, n in _outside_ops(hlo)]
 
 
 def test_mshape_unpack_moves_one_leaf_at_a_time_and_matches_grad():
@@ -47,7 +56,14 @@ def test_mshape_unpack_moves_one_leaf_at_a_time_and_matches_grad():
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-5,
                                atol=1e-6)
   built = step.build(params, batch)
-  sizes = _outside(built.jitted.lower(params, batch).compile().as_text())
+  ops = _outside_ops(built.jitted.lower(params, batch).compile().as_text())
+  sizes = [n for _, n in ops]
   assert sizes, "the gradients of 4 devices reach the output somehow"
-  # One weight matrix at most per transfer (the slot array holds 5).
-  assert max(sizes) <= hidden * hidden, sizes
+  # One weight matrix per device at most per transfer (the slot array
+  # holds 5 per device).
+  assert max(sizes) <= 4 * hidden * hidden, sizes
+  # The own blocks' weights (slot 4, a distinct leaf per device): one
+  # all-gather of the column, no weight-sized permute to one device.
+  assert ("all-gather", 4 * hidden * hidden) in ops, ops
+  assert not [n for op, n in ops
+              if op == "collective-permute" and n >= hidden * hidden], ops

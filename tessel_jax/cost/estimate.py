@@ -78,6 +78,10 @@ class KernelEstimator:
     """Whether enough kernels are measured to estimate the others."""
     return len(self.rates(records)["*"]) >= MIN_SAMPLES
 
+  def still_to_measure(self, records: Iterable[Mapping[str, Any]]) -> int:
+    """Kernels to measure before it estimates the others (0: ready)."""
+    return max(0, MIN_SAMPLES - len(self.rates(records)["*"]))
+
   def estimate(self, kernel: Any, param_avals: Sequence[Any],
                records: Iterable[Mapping[str, Any]], key: str | None = None
                ) -> dict[str, Any] | None:

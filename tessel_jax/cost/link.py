@@ -29,6 +29,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+#: Bump when what :func:`measure_link` or :func:`measure_gather_link`
+#: measures changes (cache key). 2: inputs placed on the mesh once (were
+#: made on one device and re-split over the mesh at every timed call).
+LINK_VERSION = 2
+
 
 @dataclasses.dataclass(frozen=True)
 class LinkModel:
@@ -94,6 +101,16 @@ def fit(sizes: Sequence[int], seconds: Sequence[float],
   return LinkModel(latency, 1.0 / slope, source)
 
 
+def _placed_zeros(mesh: Any, spec: Any, elems: int) -> Any:
+  """``elems`` float32 zeros made on the host and placed once as the timed
+  program reads them (``spec`` over ``mesh``): zeros made by jnp on one
+  device are re-split over the mesh at every call, a transfer the timing
+  would count as link time (the bug ``cost.ticks`` had, f34373b)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.device_put(np.zeros((elems,), np.float32),
+                        jax.sharding.NamedSharding(mesh, spec))
+
+
 def measure_link(mesh: Any, axis: str = "pipe",
                  sizes: Sequence[int] = (1 << 12, 1 << 18, 1 << 22),
                  hops: int = 32, repeats: int = 5) -> LinkModel:
@@ -101,13 +118,13 @@ def measure_link(mesh: Any, axis: str = "pipe",
 
   Each payload size runs ``hops`` ring shifts inside one ``fori_loop`` (so
   dispatch is paid once per sample); the median of ``repeats`` samples over
-  ``hops`` is one transfer's seconds.
+  ``hops`` is one transfer's seconds. The input is placed on the mesh once
+  (:func:`_placed_zeros`), so a sample moves only the ring's bytes.
 
   Raises:
     ValueError: if ``axis`` has fewer than 2 devices.
   """
   import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from jax import lax  # pylint: disable=import-outside-toplevel
   from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
 
@@ -129,7 +146,7 @@ def measure_link(mesh: Any, axis: str = "pipe",
 
     f = jax.jit(jax.shard_map(body, mesh=amesh, in_specs=P(axis),
                               out_specs=P(axis), check_vma=False))
-    x = jnp.zeros((n * elems,), jnp.float32)
+    x = _placed_zeros(amesh, P(axis), n * elems)
     jax.block_until_ready(f(x))
     samples = []
     for _ in range(repeats):
@@ -152,13 +169,13 @@ def measure_gather_link(mesh: Any, pipe_axis: str, data_axes: Sequence[str],
   seconds are fitted against the bytes one device receives (``(r - 1)``
   shards). On the CPU backend a sample is the smaller of its wall time and
   the process's CPU time over the cores the devices can use (a loaded
-  machine does not inflate it). Measured on 4 CPU devices (pipe 2 x data
+  machine does not inflate it). The input is placed once
+  (:func:`_placed_zeros`). Measured on 4 CPU devices (pipe 2 x data
   2): FSDP added 8 ms to a 37 ms step where ``default_link`` priced its
   collectives at 1.0 ms.
   """
   # pylint: disable=import-outside-toplevel
   import jax
-  import jax.numpy as jnp
   from jax import lax
   from jax.sharding import PartitionSpec as P
 
@@ -192,7 +209,7 @@ def measure_gather_link(mesh: Any, pipe_axis: str, data_axes: Sequence[str],
                               in_specs=P((pipe_axis,) + axes),
                               out_specs=P((pipe_axis,) + axes),
                               axis_names=manual, check_vma=False))
-    x = jnp.zeros((lead * elems,), jnp.float32)
+    x = _placed_zeros(amesh, P((pipe_axis,) + axes), lead * elems)
     jax.block_until_ready(f(x))
     samples = []
     for _ in range(repeats):

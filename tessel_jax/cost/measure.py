@@ -52,6 +52,7 @@ import numpy as np
 
 from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
+from tessel_jax.cost import compile_pool as _compile_pool
 from tessel_jax.cost.cache import ProfileCache, make_key
 
 # A timed sample lasts at least this long (short kernels run several times).
@@ -438,10 +439,29 @@ def _stage_inputs(kernel: Any, p: Sequence[Any], d: Sequence[Any],
           [put(a, ()) for a in d])
 
 
+def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
+                 seed: int = 0, stage: Any = None) -> _compile_pool.Lowered:
+  """``kernel`` alone lowered for ``device`` (or ``stage``, see
+  :func:`time_kernel`) with its example inputs; compiled by
+  ``compile_pool``."""
+  p, d = kernel_avals(kernel, param_avals)
+  rng = np.random.default_rng(seed)
+  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
+  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
+  t0 = time.perf_counter()
+  lowered = jax.jit(fn).lower(pv, dv)
+  flops = analysed_flops(lowered) if stage is None else None
+  return _compile_pool.Lowered(lowered, pv, dv, flops,
+                               time.perf_counter() - t0)
+
+
 def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                 repeats: int = 5, warmup: int = 2, seed: int = 0,
-                rounds: int = ROUNDS, stage: Any = None) -> dict[str, Any]:
-  """Compiles ``kernel`` alone for ``device`` and times it.
+                rounds: int = ROUNDS, stage: Any = None,
+                prepared: _compile_pool.Prepared | None = None
+                ) -> dict[str, Any]:
+  """Compiles ``kernel`` alone for ``device`` and times it (``prepared``:
+  already compiled, :func:`lower_kernel` then ``compile_pool``).
 
   With ``stage`` (``cost.stage.Stage``) it is compiled for the stage's
   devices as the program runs it (``_on_stage``): parameters split over
@@ -463,15 +483,11 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
     the raw figure), single-core seconds, the raw median per call, cores of the
     process (CPU), XLA temp bytes, compile seconds.
   """
-  p, d = kernel_avals(kernel, param_avals)
-  rng = np.random.default_rng(seed)
-  pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
-  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
-  t0 = time.perf_counter()
-  lowered = jax.jit(fn).lower(pv, dv)
-  flops = analysed_flops(lowered) if stage is None else None
-  compiled = lowered.compile()
-  compile_s = time.perf_counter() - t0
+  if prepared is None:
+    prepared = _compile_pool.compile_all(
+        [lower_kernel(kernel, param_avals, device, seed=seed, stage=stage)])[0]
+  compiled, pv, dv = prepared.compiled, prepared.pv, prepared.dv
+  flops, compile_s = prepared.flops, prepared.compile_seconds
   temp = 0
   try:
     ma = compiled.memory_analysis()
@@ -613,10 +629,12 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
   from_disk: set[str] = set()
   measured = estimated = 0
   out: dict[int, KernelProfile] = {}
-  for bid in sorted(ks.kernels):
+  keys = {bid: kernel_key(k, param_avals, device,
+                          part.blocks[k.fwd] if part is not None else None,
+                          stage) for bid, k in sorted(ks.kernels.items())}
+  ahead = _compile_pool.Prefetch()
+  for bid, key in keys.items():
     k = ks.kernels[bid]
-    block = part.blocks[k.fwd] if part is not None else None
-    key = kernel_key(k, param_avals, device, block, stage)
     rec = by_key.get(key)
     if rec is None and cache is not None:
       rec = cache.get("kernel", key)
@@ -629,8 +647,16 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
         out[bid] = _kernel_profile(bid, k, rec, key, False)
         continue
     if rec is None:
+      prepared = ahead.take(key)
+      if prepared is None:  # compiled with the next ones to measure
+        ahead.compile([key] + _next_to_measure(key, keys, by_key, cache,
+                                               estimator, stage),
+                      lambda kk: lower_kernel(
+                          ks.kernels[next(b for b in keys if keys[b] == kk)],
+                          param_avals, device, stage=stage))
+        prepared = ahead.take(key)
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
-                        stage=stage)
+                        stage=stage, prepared=prepared)
       rec.update(label=k.label, backend=device.platform,
                  device_kind=device.device_kind)
       measured += 1
@@ -646,6 +672,27 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
                  from_cache=len(from_disk), estimated=estimated)
+
+
+def _next_to_measure(key: str, keys: Mapping[int, str],
+                     by_key: Mapping[str, Any], cache: ProfileCache | None,
+                     estimator: Any, stage: Any) -> list[str]:
+  """Keys after ``key`` (in ``keys``' order) that :func:`profile_kernels`
+  will compile and time too: neither measured nor on disk, and (with an
+  ``estimator``) before it has enough measured kernels to estimate them;
+  at most ``compile_pool.WORKERS - 1``, compiled with ``key``'s kernel."""
+  room = _compile_pool.WORKERS - 1
+  if estimator is not None and stage is None:
+    room = min(room, estimator.still_to_measure(by_key.values()) - 1)
+  order = list(dict.fromkeys(keys.values()))
+  out: list[str] = []
+  for kk in order[order.index(key) + 1:]:
+    if len(out) >= room:
+      break
+    if kk not in by_key and (cache is None or
+                             cache.get("kernel", kk) is None):
+      out.append(kk)
+  return out
 
 
 def _kernel_profile(bid: int, k: Any, rec: Mapping[str, Any], key: str,

@@ -208,7 +208,8 @@ class CostModel:
       self._link = opt
     elif opt == "measure" and int(dict(mesh.shape)[pipe_axis]) > 1:
       key = _cache.make_key({
-          "what": "link", "backend": device.platform,
+          "what": "link", "version": _link.LINK_VERSION,
+          "backend": device.platform,
           "device_kind": device.device_kind,
           "devices": int(dict(mesh.shape)[pipe_axis]),
           "xla_flags": _measure.speed_flags()})
@@ -504,6 +505,7 @@ class CostModel:
       return costs.link
     fields = self._mesh_fields(mesh, pipe_axis)
     key = _cache.make_key({"what": "gatherlink", "data_axes": list(axes),
+                           "version": _link.LINK_VERSION,
                            **fields,
                            "mesh": {str(a): int(n) for a, n in
                                     dict(mesh.shape).items()}})

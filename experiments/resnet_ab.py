@@ -1,0 +1,166 @@
+"""Lowering variants of the placed ResNet18 step, paired, with their floors.
+
+  taskset -c 0,1 python -m experiments.resnet_ab --variants=base,ticks --rounds=7
+
+One process, 2 fake single-threaded CPU devices, ``vshape(2)``, N = 8,
+``param_layout="auto"``, ``cost="uniform"``: the placed part's
+``resnet18_auto`` (``experiments.placed_bench``). Each variant is the same
+step lowered another way (``VARIANTS``), placed once, checked against the
+first variant's gradients, then every variant is timed once per round in
+shuffled order (wall and process CPU ms, load average). For each one a
+traced step gives its kernels' in-program time and the three floors of
+``experiments.lowering_bench_floors`` (busiest device, per-tick lockstep,
+slowest device between rendezvous) and the step split by part
+(``experiments.step_profile``). Paired ratios are against the first
+variant.
+"""
+
+import json
+import os
+import random
+
+from absl import app, flags
+
+from experiments import cli, xla_env
+
+#: Variant name -> ``tj.schedule`` keyword arguments (``switches`` as a
+#: dict of ``passes.switches.Switches`` fields).
+VARIANTS = {
+    "base": {},
+    "ticks": {"switches": {"tick_order": True}},
+    "unrolled": {"interpret_ramps": None},
+    "ticks_unrolled": {"switches": {"tick_order": True},
+                       "interpret_ramps": None},
+    "nohoist": {"switches": {"hoist": False}},
+}
+
+flags.DEFINE_list("variants", ["base", "ticks"],
+                  f"Variants, the first the reference: {sorted(VARIANTS)}.")
+flags.DEFINE_integer("n", 8, "Micro-batches.")
+flags.DEFINE_integer("rounds", 7, "Timed rounds (each variant once each).")
+flags.DEFINE_bool("profile", True, "Also split one traced step by part.")
+flags.DEFINE_string("output", "out/resnet_ab.json",
+                    "Where to write the JSON results ('': stdout only).")
+
+
+def _build(name, fn, params, batch, n):
+  """``(run, step, compiled)`` of variant ``name``, placed."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
+  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
+  from tessel_jax.passes.switches import Switches  # pylint: disable=import-outside-toplevel
+  kw = dict(VARIANTS[name])
+  kw["switches"] = Switches(**kw.get("switches", {}))
+  mesh = jax.make_mesh((2,), ("pipe",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                     num_microbatches=n, cut="markers", cost="uniform",
+                     param_layout="auto", **kw)
+  placed = step.place(params, batch)
+  compiled = step.lower(placed, batch).compile()
+  return (lambda: compiled(placed, batch)), step, compiled
+
+
+def _max_rel(got, want) -> float:
+  """Largest ``max|a-b| / max|b|`` over the leaves of two gradient trees."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  return max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
+             for a, b in zip(jax.tree_util.tree_leaves(got),
+                             jax.tree_util.tree_leaves(want)))
+
+
+def _med(xs):
+  xs = sorted(xs)
+  return xs[len(xs) // 2]
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  f = flags.FLAGS
+  cli.check_created(f.output, "--output", suffixes=(".json",))
+  bad = [v for v in f.variants if v not in VARIANTS]
+  if bad or not f.variants:
+    raise app.UsageError(f"unknown --variants {bad}; choose from"
+                         f" {sorted(VARIANTS)}")
+  xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True))
+  from experiments import lowering_bench_floors as floors  # pylint: disable=import-outside-toplevel
+  from experiments import placed_bench as pb  # pylint: disable=import-outside-toplevel
+  from experiments import step_profile  # pylint: disable=import-outside-toplevel
+  fn, params, batch = pb.model("resnet18_auto", f.n)
+  built = {v: _build(v, fn, params, batch, f.n) for v in f.variants}
+  ref = f.variants[0]
+  want = built[ref][1].unplace(built[ref][0]()[1])
+  for v, (run, step, _) in built.items():
+    err = _max_rel(step.unplace(run()[1]), want)
+    if err > 1e-5:
+      raise AssertionError(f"{v}: gradient rel. error {err} against {ref}")
+  times = {v: [] for v in built}
+  loads = []
+  for _ in range(f.rounds):
+    order = list(built)
+    random.shuffle(order)
+    for v in order:
+      times[v].append(pb._timed(built[v][0]))  # pylint: disable=protected-access
+    loads.append(os.getloadavg()[0])
+  rows = {}
+  for v, (run, step, compiled) in built.items():
+    ts = times[v]
+    pairs = list(zip(ts, times[ref]))
+    events, _ = step_profile.trace_events(run)
+    text = compiled.as_text()
+    row = {"lowered_as": step.built.plan.loop_summary(),
+           "wall_ms": round(1e3 * _med([t[0] for t in ts]), 1),
+           "cpu_ms": round(1e3 * _med([t[1] for t in ts]), 1),
+           "faults": _med([t[3] for t in ts]),
+           "paired_wall": round(_med([a[0] / b[0] for a, b in pairs]), 3),
+           "paired_cpu": round(_med([a[1] / b[1] for a, b in pairs]), 3),
+           "temp_mb": round(
+               compiled.memory_analysis().temp_size_in_bytes / 1e6, 1),
+           **floors.floors(step.built.plan,
+                           step_profile.kernel_seconds(events, text)),
+           **floors.inclusive_floors(step.built.plan,
+                                     floors.kernel_parts(events, text))}
+    if f.profile:
+      row["profile"] = step_profile.profile_step(run, text, 2, 3)
+    rows[v] = row
+    print(json.dumps({v: row}), flush=True)
+  out = {"n": f.n, "rounds": f.rounds, "variants": rows,
+         "load_average": [round(min(loads), 1), round(max(loads), 1)]}
+  print(markdown(out), flush=True)
+  if f.output:
+    os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
+    with open(f.output, "w") as fh:
+      json.dump(out, fh, indent=1)
+
+
+def markdown(out):
+  """One line per variant: times, floors and the step against them."""
+  head = ["variant", "lowered as", "wall ms (CPU)", "paired wall, CPU",
+          "busiest device kernels", "lockstep floor", "sync floor",
+          "wall / busiest, / sync", "with their reads and accumulation:"
+          " by device, sync floor", "wall / that floor", "faults",
+          "temp MB", "load"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  load = out["load_average"]
+  for v, r in out["variants"].items():
+    lines.append("| " + " | ".join([
+        v, f"`{r['lowered_as']}`", f"{r['wall_ms']:.0f} ({r['cpu_ms']:.0f})",
+        f"{r['paired_wall']}, {r['paired_cpu']}",
+        f"{r['in_program_busiest_ms']:.0f} "
+        f"{r['in_program_kernel_ms_by_device']}",
+        f"{r['lockstep_ms']:.0f}",
+        f"{r['sync_floor_ms']:.0f} ({r['rendezvous']} rendezvous)",
+        f"{r['wall_ms'] / r['in_program_busiest_ms']:.2f}x,"
+        f" {r['wall_ms'] / r['sync_floor_ms']:.2f}x",
+        f"{r['inclusive_in_program_kernel_ms_by_device']},"
+        f" {r['inclusive_sync_floor_ms']:.0f}",
+        f"{r['wall_ms'] / r['inclusive_sync_floor_ms']:.2f}x",
+        str(r["faults"]), str(r["temp_mb"]),
+        f"{load[0]}-{load[1]}"]) + " |")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  cli.run(main)
