@@ -32,8 +32,7 @@ flags.DEFINE_integer("pipe", 4, "Devices per pipeline.")
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   if f.rounds < 1:
     raise app.UsageError(f"--rounds must be >= 1, got {f.rounds}")

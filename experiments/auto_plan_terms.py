@@ -23,7 +23,7 @@ import os
 import statistics
 import sys
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli
 
@@ -60,8 +60,7 @@ def terms(rr, unrolled, plan=None) -> dict:
 
 
 def main(argv: list[str]) -> None:
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  cli.no_arguments(argv)
   f = flags.FLAGS
   from experiments import auto_plan_start  # pylint: disable=import-outside-toplevel
   s = auto_plan_start.start(f.pipe * f.dp, microbatches=f.microbatches,
