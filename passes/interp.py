@@ -129,15 +129,14 @@ def _rounds(env: Env, per_tick: Sequence[dict[tuple, dict[int, list]]],
   T = len(per_tick)
   order = sorted(lanes, key=lambda l: (l[1] == 0, l[0].shape, l[0].dtype,
                                        l[1]))
-  chosen_of = {}
-  for lane in order:
-    for r in range(lanes[lane]):
-      chosen = [[] for _ in range(T + 1)]   # row tau+1: messages of tick tau
-      for tau, by_lane in enumerate(per_tick):
-        for src, ms in by_lane.get(lane, {}).items():
-          if r < len(ms):
-            chosen[tau + 1].append(ms[r])
-      chosen_of[(lane, r)] = chosen
+  # Row tau + 1 of (lane, r): the r-th message of each source at tick tau.
+  chosen_of = {(lane, r): [[] for _ in range(T + 1)]
+               for lane in order for r in range(lanes[lane])}
+  for tau, by_lane in enumerate(per_tick):
+    for lane, srcs in by_lane.items():
+      for ms in srcs.values():
+        for r, m in enumerate(ms):
+          chosen_of[(lane, r)][tau + 1].append(m)
   points = _flush_points(env, chosen_of, T, start)
   return [_round(env, lane[0], lane[1], chosen_of[(lane, r)], points)
           for lane in order for r in range(lanes[lane])]

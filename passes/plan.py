@@ -307,10 +307,10 @@ def _colour(messages: Sequence[Any]) -> list[dict[str, Any]]:
   kind and payload that neither their source nor (remote) their receiver
   is in yet."""
   rounds_raw: list[dict[str, Any]] = []
+  of_kind: dict[tuple[bool, Any], list[dict[str, Any]]] = {}
   for msg in messages:
-    for rd in rounds_raw:
-      if rd["remote"] != msg.remote or rd["payload"] != msg.payload:
-        continue
+    kind = of_kind.setdefault((msg.remote, msg.payload), [])
+    for rd in kind:   # the rounds of its kind and payload, in order
       if msg.src in rd["srcs"] or (msg.remote and
                                    msg.store.device in rd["dsts"]):
         continue
@@ -319,6 +319,7 @@ def _colour(messages: Sequence[Any]) -> list[dict[str, Any]]:
       rd = {"remote": msg.remote, "payload": msg.payload, "srcs": set(),
             "dsts": set(), "msgs": []}
       rounds_raw.append(rd)
+      kind.append(rd)
     rd["srcs"].add(msg.src)
     rd["dsts"].add(msg.store.device)
     rd["msgs"].append(msg)
