@@ -62,6 +62,7 @@ class KernelsArgs(NamedTuple):
   rounds: int = 5
   realtime: bool = True
   output: str | None = "results/model_zoo/kernels.json"
+  reference: str | None = "nnx_bn_cnn"
 
 
 def instruction_kernels(hlo_text: str) -> dict[str, str]:
@@ -210,6 +211,48 @@ def lockstep(per_kernel_ms: Mapping[str, float], plan: Any) -> float:
              for tick in plan.ticks)
 
 
+def lockstep_thunks(per_kernel_ms: Mapping[str, float],
+                    thunks: Mapping[str, int], plan: Any) -> int:
+  """Thunks on the critical path of ``plan``'s lockstep ticks: over the
+  ticks, the thunks of each tick's slowest kernel (by ``per_kernel_ms``,
+  its loop figure; :func:`lockstep`)."""
+  total = 0
+  for tick in plan.ticks:
+    labels = [plan.kernels[k].label for k in tick.kernels if k is not None]
+    if labels:
+      total += thunks.get(max(labels, key=lambda l: per_kernel_ms.get(l, 0.0)),
+                          0)
+  return total
+
+
+def per_thunk_ms(ref: Mapping[str, Any]) -> float | None:
+  """Milliseconds per thunk fitted on the reference row: what its
+  kernels add to its stand-in (paired) less their loop figure on the
+  lockstep path, over that path's thunks (None where not measured)."""
+  added = ref.get("real_minus_standin_ms")
+  n = ref.get("lockstep_thunks")
+  if added is None or not n:
+    return None
+  return (added - ref["kernels_looped_lockstep_ms"]) / n
+
+
+def with_thunk_pricing(row: dict[str, Any], per_thunk: float | None
+                       ) -> dict[str, Any]:
+  """``row`` with its kernels priced as loop + thunks x ``per_thunk`` ms
+  (the lockstep path's figure swapped into the prediction, as
+  ``predicted_looped_ms``) and real over that prediction."""
+  if per_thunk is None or "error" in row:
+    return row
+  kernels = (row["kernels_looped_lockstep_ms"] +
+             per_thunk * row["lockstep_thunks"])
+  pred = row["predicted_ms"] - row["kernels_profiled_lockstep_ms"] + kernels
+  return {**row, "per_thunk_us": round(1e3 * per_thunk, 4),
+          "kernels_thunk_priced_ms": round(kernels, 3),
+          "predicted_thunk_priced_ms": round(pred, 3),
+          "real_over_predicted": round(row["real_ms"] / row["predicted_ms"], 3),
+          "real_over_thunk_priced": round(row["real_ms"] / pred, 3)}
+
+
 def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
   """One model: kernels profiled and in the program, real and stand-in
   steps (ms)."""
@@ -248,7 +291,8 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
         "in_program_ms": round(1e3 * own.get(f"k{kid}", 0.0) / n, 4),
         "looped_ms": round(1e3 * _looped.looped_kernel_seconds(
             alone[k.label], avals, device), 4),
-        "thunks_per_run": count.get(f"k{kid}", 0) / n}
+        "thunks_per_run": count.get(f"k{kid}", 0) / n,
+        "thunks_alone": _looped.kernel_thunks(alone[k.label], avals, device)}
   prof = busier({l: v["profiled_ms"] for l, v in kernels.items()},
                 plan.kernels, n)
   inprog = busier({l: v["in_program_ms"] for l, v in kernels.items()},
@@ -259,6 +303,8 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
                        plan)
   looped_lock = lockstep(looped_ms, plan)
   kernel_thunks = sum(count.get(f"k{kid}", 0) for kid in plan.kernels)
+  lock_thunks = lockstep_thunks(
+      looped_ms, {l: v["thunks_alone"] for l, v in kernels.items()}, plan)
   return {
       "model": name, "lowered_as": plan.loop_summary(),
       "predicted_ms": round(rep.predicted_step_ms, 3),
@@ -279,6 +325,7 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
       # measures), and the prediction were the kernels priced in a loop.
       "kernels_profiled_lockstep_ms": round(prof_lock, 3),
       "kernels_looped_lockstep_ms": round(looped_lock, 3),
+      "lockstep_thunks": lock_thunks,
       "predicted_looped_ms": round(
           rep.predicted_step_ms - prof_lock + looped_lock, 3),
       "kernels_in_program_ms": round(inprog, 3),
@@ -294,7 +341,8 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
           "kernels in program", "in program / profiled",
           "real - kernels in program", "stand-in", "real - stand-in",
           "kernels in a loop", "lockstep: profiled / in a loop",
-          "thunks / device (kernels)"]
+          "thunks / device (kernels)", "lockstep thunks",
+          "real / predicted", "real / predicted, loop + thunks"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     if "error" in r:
@@ -313,7 +361,11 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
              ("-" if r.get("kernels_looped_lockstep_ms") is None
               else f"{r['kernels_profiled_lockstep_ms']:.2f} /"
               f" {r['kernels_looped_lockstep_ms']:.2f}"),
-             f"{r['thunks_per_device']:.0f} ({r['kernel_thunks_per_device']:.0f})"]
+             f"{r['thunks_per_device']:.0f} ({r['kernel_thunks_per_device']:.0f})",
+             str(r.get("lockstep_thunks", "-")),
+             f"{r['real_ms'] / r['predicted_ms']:.3f}",
+             ("-" if r.get("real_over_thunk_priced") is None
+              else f"{r['real_over_thunk_priced']:.3f}")]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -322,11 +374,20 @@ def main(args: KernelsArgs, log: Callable[[str], None] = print) -> int:
   """Every model in this process (2 devices); writes the JSON."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
   load_start = list(os.getloadavg())
+  names = list(args.models)
+  if args.reference and args.reference not in names:
+    names.insert(0, args.reference)   # fitted first, on its own
   rows = model_zoo_rows.each_model(
-      args.models, lambda name: model_row(name, args, mesh), log)
+      tuple(names), lambda name: model_row(name, args, mesh), log)
+  ref = next((r for r in rows if r["model"] == args.reference
+              and "error" not in r), None)
+  per_thunk = per_thunk_ms(ref) if ref is not None else None
+  rows = [with_thunk_pricing(r, per_thunk) for r in rows]
   ratios = [r["kernels_in_program_ms"] / r["kernels_profiled_ms"]
             for r in rows if "error" not in r and r["kernels_profiled_ms"] > 0]
   model_zoo_rows.write_rows(args, rows, markdown, load_start, {
       "median_in_program_over_profiled":
-          statistics.median(ratios or [float("nan")])}, log)
+          statistics.median(ratios or [float("nan")]),
+      "reference": args.reference,
+      "per_thunk_us": None if per_thunk is None else 1e3 * per_thunk}, log)
   return 0

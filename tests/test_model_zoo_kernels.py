@@ -63,8 +63,13 @@ def test_the_table_says_what_the_kernels_add_to_their_stand_in():
                    line.strip("| ").split(" | ")))
   assert cells["real - stand-in"] == "2.50"
   assert cells["stand-in"] == "5.50"
-  assert lib.markdown([{**row, "standin_ms": None,
-                        "real_minus_standin_ms": None}]).count(" - |") == 2
+  assert cells["real / predicted"] == "0.800"
+  assert cells["real / predicted, loop + thunks"] == "-"
+  _, _, none = lib.markdown([{**row, "standin_ms": None,
+                              "real_minus_standin_ms": None}]).splitlines()
+  cells = dict(zip(head.strip("| ").split(" | "),
+                   none.strip("| ").split(" | ")))
+  assert cells["stand-in"] == cells["real - stand-in"] == "-"
 
 
 def test_real_and_stand_in_are_timed_in_alternated_rounds():
@@ -112,3 +117,31 @@ def test_lockstep_sums_each_ticks_slowest_kernel():
   # 1 + 2 + max(1, 2) + max(1.5, 2.5) + max(1.5, 2.5).
   assert lib.busier(ms, kernels, 2) == 9.0
   assert lib.lockstep(ms, plan) == 1.0 + 2.0 + 2.0 + 2.5 + 2.5
+
+
+def test_lockstep_thunks_follow_each_ticks_slowest_kernel():
+  kernels = {0: _K("F0", (0,)), 1: _K("F1", (1,)), 2: _K("B1", (1,)),
+             3: _K("B0", (0,))}
+  ms = {"F0": 1.0, "F1": 2.0, "B1": 2.5, "B0": 1.5}
+  thunks = {"F0": 10, "F1": 20, "B1": 30, "B0": 40}
+  plan = _Plan(kernels, [(0, None), (None, 1), (0, 1), (3, 2)])
+  # F0, F1, F1 (slower than F0), B1 (slower than B0 though fewer thunks).
+  assert lib.lockstep_thunks(ms, thunks, plan) == 10 + 20 + 20 + 30
+
+
+def test_per_thunk_figure_is_fitted_on_the_reference_and_priced_on_rows():
+  ref = {"model": "ref", "real_minus_standin_ms": 1.0,
+         "kernels_looped_lockstep_ms": 0.6, "lockstep_thunks": 1000}
+  per = lib.per_thunk_ms(ref)
+  assert abs(per - 0.4e-3) < 1e-12             # 0.4 us per thunk
+  row = {"model": "m", "predicted_ms": 10.0, "real_ms": 9.0,
+         "kernels_profiled_lockstep_ms": 4.0,
+         "kernels_looped_lockstep_ms": 1.5, "lockstep_thunks": 2500}
+  got = lib.with_thunk_pricing(row, per)
+  # Kernels 1.5 + 2500 x 0.4 us = 2.5 ms instead of the profile's 4.0.
+  assert got["kernels_thunk_priced_ms"] == 2.5
+  assert got["predicted_thunk_priced_ms"] == 8.5
+  assert got["real_over_thunk_priced"] == round(9.0 / 8.5, 3)
+  assert got["real_over_predicted"] == 0.9
+  assert lib.per_thunk_ms({"real_minus_standin_ms": None}) is None
+  assert lib.with_thunk_pricing(row, None) is row
