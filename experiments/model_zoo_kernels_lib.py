@@ -240,9 +240,12 @@ def with_thunk_pricing(row: dict[str, Any], per_thunk: float | None
                        ) -> dict[str, Any]:
   """``row`` with its kernels priced as loop + thunks x ``per_thunk`` ms
   (the lockstep path's figure swapped into the prediction, as
-  ``predicted_looped_ms``) and real over that prediction."""
+  ``predicted_looped_ms``) and real over that prediction. A negative
+  figure (the reference's kernels add less than their loop figure) prices
+  no thunk: the loop alone."""
   if per_thunk is None or "error" in row:
     return row
+  per_thunk = max(0.0, per_thunk)
   kernels = (row["kernels_looped_lockstep_ms"] +
              per_thunk * row["lockstep_thunks"])
   pred = row["predicted_ms"] - row["kernels_profiled_lockstep_ms"] + kernels
@@ -250,7 +253,11 @@ def with_thunk_pricing(row: dict[str, Any], per_thunk: float | None
           "kernels_thunk_priced_ms": round(kernels, 3),
           "predicted_thunk_priced_ms": round(pred, 3),
           "real_over_predicted": round(row["real_ms"] / row["predicted_ms"], 3),
-          "real_over_thunk_priced": round(row["real_ms"] / pred, 3)}
+          "real_over_thunk_priced": round(row["real_ms"] / pred, 3),
+          # The kernel term alone: what they add (paired) over its price.
+          "added_over_thunk_priced": (
+              None if row.get("real_minus_standin_ms") is None else
+              round(row["real_minus_standin_ms"] / max(kernels, 1e-9), 3))}
 
 
 def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
@@ -342,7 +349,8 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
           "real - kernels in program", "stand-in", "real - stand-in",
           "kernels in a loop", "lockstep: profiled / in a loop",
           "thunks / device (kernels)", "lockstep thunks",
-          "real / predicted", "real / predicted, loop + thunks"]
+          "real / predicted", "real / predicted, loop + thunks",
+          "(real - stand-in) / (loop + thunks)"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     if "error" in r:
@@ -365,7 +373,9 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
              str(r.get("lockstep_thunks", "-")),
              f"{r['real_ms'] / r['predicted_ms']:.3f}",
              ("-" if r.get("real_over_thunk_priced") is None
-              else f"{r['real_over_thunk_priced']:.3f}")]
+              else f"{r['real_over_thunk_priced']:.3f}"),
+             ("-" if r.get("added_over_thunk_priced") is None
+              else f"{r['added_over_thunk_priced']:.3f}")]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 

@@ -143,5 +143,10 @@ def test_per_thunk_figure_is_fitted_on_the_reference_and_priced_on_rows():
   assert got["predicted_thunk_priced_ms"] == 8.5
   assert got["real_over_thunk_priced"] == round(9.0 / 8.5, 3)
   assert got["real_over_predicted"] == 0.9
+  assert got["added_over_thunk_priced"] is None   # no stand-in timed
+  assert lib.with_thunk_pricing({**row, "real_minus_standin_ms": 2.0},
+                                per)["added_over_thunk_priced"] == 0.8
   assert lib.per_thunk_ms({"real_minus_standin_ms": None}) is None
   assert lib.with_thunk_pricing(row, None) is row
+  # A reference whose kernels add less than their loop prices no thunk.
+  assert lib.with_thunk_pricing(row, -1e-3)["kernels_thunk_priced_ms"] == 1.5
