@@ -150,3 +150,31 @@ def test_per_thunk_figure_is_fitted_on_the_reference_and_priced_on_rows():
   assert lib.with_thunk_pricing(row, None) is row
   # A reference whose kernels add less than their loop prices no thunk.
   assert lib.with_thunk_pricing(row, -1e-3)["kernels_thunk_priced_ms"] == 1.5
+
+
+def test_replay_fit_solves_the_reference_kernel_term():
+  # A replay whose kernel term is 1 ms of loop plus 2000 thunks, with a
+  # bend (the other device's work hides the first 0.2 ms of thunks).
+  term = lambda f: 1e-3 + max(0.0, 2000 * f - 0.2e-3)
+  f = lib.replay_fit(2e-3, term)
+  assert abs(term(f) - 2e-3) < 1e-8 and abs(f - 0.6e-6) < 1e-9
+  # The loop alone already above what the kernels add: a negative figure.
+  assert lib.replay_fit(0.5e-3, lambda f: 1e-3 + 1000 * f) < 0
+  assert lib.thunk_work({1: 1e-3, 2: 2e-3}, {1: 10, 2: 20}, 1e-6) == {
+      1: 1e-3 + 10e-6, 2: 2e-3 + 20e-6}
+
+
+def test_replay_pricing_swaps_the_profiled_kernel_term():
+  row = {"model": "m", "predicted_ms": 10.0, "real_ms": 9.0,
+         "real_minus_standin_ms": 3.0, "replayed_profiled_ms": 5.0}
+  term = lambda f: 1e-3 + 1000 * f          # seconds
+  got = lib.with_replay_pricing(row, 1e-6, term)
+  assert got["replayed_thunk_priced_ms"] == 2.0
+  assert got["predicted_replay_priced_ms"] == 7.0    # 10 - 5 + 2
+  assert got["real_over_replay_priced"] == round(9 / 7, 3)
+  assert got["added_over_replay_priced"] == 1.5
+  # Negative figure: the loop alone.
+  assert lib.with_replay_pricing(row, -1e-6, term)[
+      "replayed_thunk_priced_ms"] == 1.0
+  assert lib.with_replay_pricing(row, None, term) is row
+  assert lib.with_replay_pricing(row, 1e-6, None) is row
