@@ -23,6 +23,11 @@ flags.DEFINE_integer("rounds", 5, "Alternated rounds timing the real and"
                      " stand-in programs (medians kept).")
 flags.DEFINE_bool("realtime", True, "Time at real-time priority where"
                   " allowed (experiments.realtime).")
+flags.DEFINE_string("reference", "nnx_bn_cnn", "Model the per-thunk figure"
+                    " is fitted on (timed first; '': none): its kernels'"
+                    " paired real - stand-in less their loop figure, per"
+                    " thunk on the lockstep path; every row is then priced"
+                    " as loop + thunks x that figure.")
 flags.DEFINE_string("output", "results/model_zoo/kernels.json",
                     "JSON results (a .md table beside it); '': print only.")
 
@@ -39,7 +44,8 @@ def main(argv: list[str]) -> None:
   models, microbatches, rows = model_zoo_flags.read()
   sys.exit(lib.main(lib.KernelsArgs(
       models=models, microbatches=microbatches, rows=rows,
-      traces=f.traces, rounds=f.rounds, realtime=f.realtime, output=f.output or None)))
+      traces=f.traces, rounds=f.rounds, realtime=f.realtime, output=f.output or None,
+      reference=f.reference or None)))
 
 
 if __name__ == "__main__":

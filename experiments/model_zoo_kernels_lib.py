@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import glob
 import gzip
 import json
@@ -62,6 +63,7 @@ class KernelsArgs(NamedTuple):
   rounds: int = 5
   realtime: bool = True
   output: str | None = "results/model_zoo/kernels.json"
+  reference: str | None = "nnx_bn_cnn"
 
 
 def instruction_kernels(hlo_text: str) -> dict[str, str]:
@@ -210,9 +212,128 @@ def lockstep(per_kernel_ms: Mapping[str, float], plan: Any) -> float:
              for tick in plan.ticks)
 
 
-def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
+def lockstep_thunks(per_kernel_ms: Mapping[str, float],
+                    thunks: Mapping[str, int], plan: Any) -> int:
+  """Thunks on the critical path of ``plan``'s lockstep ticks: over the
+  ticks, the thunks of each tick's slowest kernel (by ``per_kernel_ms``,
+  its loop figure; :func:`lockstep`)."""
+  total = 0
+  for tick in plan.ticks:
+    labels = [plan.kernels[k].label for k in tick.kernels if k is not None]
+    if labels:
+      total += thunks.get(max(labels, key=lambda l: per_kernel_ms.get(l, 0.0)),
+                          0)
+  return total
+
+
+def per_thunk_ms(ref: Mapping[str, Any]) -> float | None:
+  """Milliseconds per thunk fitted on the reference row: what its
+  kernels add to its stand-in (paired) less their loop figure on the
+  lockstep path, over that path's thunks (None where not measured)."""
+  added = ref.get("real_minus_standin_ms")
+  n = ref.get("lockstep_thunks")
+  if added is None or not n:
+    return None
+  return (added - ref["kernels_looped_lockstep_ms"]) / n
+
+
+def with_thunk_pricing(row: dict[str, Any], per_thunk: float | None
+                       ) -> dict[str, Any]:
+  """``row`` with its kernels priced as loop + thunks x ``per_thunk`` ms
+  (the lockstep path's figure swapped into the prediction, as
+  ``predicted_looped_ms``) and real over that prediction. A negative
+  figure (the reference's kernels add less than their loop figure) prices
+  no thunk: the loop alone."""
+  if per_thunk is None or "error" in row:
+    return row
+  per_thunk = max(0.0, per_thunk)
+  kernels = (row["kernels_looped_lockstep_ms"] +
+             per_thunk * row["lockstep_thunks"])
+  pred = row["predicted_ms"] - row["kernels_profiled_lockstep_ms"] + kernels
+  return {**row, "per_thunk_us": round(1e3 * per_thunk, 4),
+          "kernels_thunk_priced_ms": round(kernels, 3),
+          "predicted_thunk_priced_ms": round(pred, 3),
+          "real_over_predicted": round(row["real_ms"] / row["predicted_ms"], 3),
+          "real_over_thunk_priced": round(row["real_ms"] / pred, 3),
+          # The kernel term alone: what they add (paired) over its price.
+          "added_over_thunk_priced": (
+              None if row.get("real_minus_standin_ms") is None else
+              round(row["real_minus_standin_ms"] / max(kernels, 1e-9), 3))}
+
+
+def replayed_kernels(replay_run: Any, unrolled: Any, plan: Any,
+                     work_s: Mapping[int, float]) -> float:
+  """Seconds the build's replay (``step.replay_run``: the tick model,
+  the devices' shared cores, their overlap) gives the kernels priced at
+  ``work_s`` (block id -> core-seconds per run, CPU) above the same
+  replay with zero-time kernels."""
+  costs = replay_run.costs
+
+  def replay(work: Mapping[int, float]) -> float:
+    priced = dataclasses.replace(costs, work=dict(work))
+    return replay_run.model.replay_like(priced, unrolled, plan,
+                                        replay_run.mesh, replay_run.pipe_axis,
+                                        replay_run.extra_s)
+
+  return replay(work_s) - replay({b: 0.0 for b in costs.work})
+
+
+def thunk_work(loop_s: Mapping[int, float], thunks: Mapping[int, int],
+               per_thunk_s: float) -> dict[int, float]:
+  """Block id -> seconds per run: loop figure + thunks x ``per_thunk_s``."""
+  return {b: loop_s[b] + thunks[b] * per_thunk_s for b in loop_s}
+
+
+def replay_fit(added_s: float, kernel_term: Callable[[float], float],
+               probe_s: float = 1e-6, steps: int = 40) -> float:
+  """Seconds per thunk at which ``kernel_term(per_thunk)`` (the replayed
+  kernels, :func:`replayed_kernels`: non-decreasing, flat while the
+  other device hides the thunks) equals ``added_s`` (the reference's
+  paired real - stand-in), by bisection; where the loop alone already
+  exceeds it, the negative figure the term's slope over ``probe_s``
+  extrapolates to (0 where it is flat)."""
+  base = kernel_term(0.0)
+  if base >= added_s:
+    slope = (kernel_term(probe_s) - base) / probe_s
+    return (added_s - base) / slope if slope > 0 else 0.0
+  lo, hi = 0.0, probe_s
+  for _ in range(steps):
+    if kernel_term(hi) >= added_s:
+      break
+    lo, hi = hi, 2 * hi
+  for _ in range(steps):
+    mid = 0.5 * (lo + hi)
+    lo, hi = (mid, hi) if kernel_term(mid) < added_s else (lo, mid)
+  return 0.5 * (lo + hi)
+
+
+def with_replay_pricing(row: dict[str, Any], per_thunk_s: float | None,
+                        term: Callable[[float], float] | None
+                        ) -> dict[str, Any]:
+  """``row`` with its kernels replayed (``term``) at
+  loop + thunks x ``per_thunk_s`` (clamped at 0): the step predicted so
+  (the profiled kernel term swapped out) and what the kernels add over
+  that term."""
+  if per_thunk_s is None or term is None or "error" in row:
+    return row
+  kernels_ms = 1e3 * term(max(0.0, per_thunk_s))
+  pred = row["predicted_ms"] - row["replayed_profiled_ms"] + kernels_ms
+  added = row.get("real_minus_standin_ms")
+  return {**row, "replay_per_thunk_us": round(1e6 * per_thunk_s, 4),
+          "replayed_thunk_priced_ms": round(kernels_ms, 3),
+          "predicted_replay_priced_ms": round(pred, 3),
+          "real_over_replay_priced": round(row["real_ms"] / pred, 3),
+          "added_over_replay_priced": (
+              None if added is None else round(added / max(kernels_ms, 1e-9),
+                                               3))}
+
+
+def model_row(name: str, args: KernelsArgs, mesh: Any,
+              terms: dict[str, Callable[[float], float]] | None = None
+              ) -> dict[str, Any]:
   """One model: kernels profiled and in the program, real and stand-in
-  steps (ms)."""
+  steps (ms); ``terms[name]``: its replayed kernel term as a function of
+  the seconds per thunk (:func:`replayed_kernels`), where replayed."""
   model = BUILDERS[name](args.rows * args.microbatches)
   step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
                      num_microbatches=args.microbatches,
@@ -248,7 +369,8 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
         "in_program_ms": round(1e3 * own.get(f"k{kid}", 0.0) / n, 4),
         "looped_ms": round(1e3 * _looped.looped_kernel_seconds(
             alone[k.label], avals, device), 4),
-        "thunks_per_run": count.get(f"k{kid}", 0) / n}
+        "thunks_per_run": count.get(f"k{kid}", 0) / n,
+        "thunks_alone": _looped.kernel_thunks(alone[k.label], avals, device)}
   prof = busier({l: v["profiled_ms"] for l, v in kernels.items()},
                 plan.kernels, n)
   inprog = busier({l: v["in_program_ms"] for l, v in kernels.items()},
@@ -259,6 +381,22 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
                        plan)
   looped_lock = lockstep(looped_ms, plan)
   kernel_thunks = sum(count.get(f"k{kid}", 0) for kid in plan.kernels)
+  replay_run = step.replay_run
+  if replay_run is not None and replay_run.costs.work is not None:
+    loop_s = {b: 1e-3 * kernels[plan.kernels[b].label]["looped_ms"]
+              for b in replay_run.costs.work}
+    thunks_b = {b: kernels[plan.kernels[b].label]["thunks_alone"]
+                for b in replay_run.costs.work}
+    term = lambda f: replayed_kernels(replay_run, built.unrolled, plan,
+                                      thunk_work(loop_s, thunks_b, f))
+    profiled_term = replayed_kernels(replay_run, built.unrolled, plan,
+                                     replay_run.costs.work)
+  else:
+    term = profiled_term = None
+  if terms is not None and term is not None:
+    terms[name] = term
+  lock_thunks = lockstep_thunks(
+      looped_ms, {l: v["thunks_alone"] for l, v in kernels.items()}, plan)
   return {
       "model": name, "lowered_as": plan.loop_summary(),
       "predicted_ms": round(rep.predicted_step_ms, 3),
@@ -279,6 +417,12 @@ def model_row(name: str, args: KernelsArgs, mesh: Any) -> dict[str, Any]:
       # measures), and the prediction were the kernels priced in a loop.
       "kernels_profiled_lockstep_ms": round(prof_lock, 3),
       "kernels_looped_lockstep_ms": round(looped_lock, 3),
+      "lockstep_thunks": lock_thunks,
+      # The replay's kernel term (ms): profiled, and the loop alone.
+      "replayed_profiled_ms": (None if profiled_term is None
+                               else round(1e3 * profiled_term, 3)),
+      "replayed_looped_ms": (None if term is None
+                             else round(1e3 * term(0.0), 3)),
       "predicted_looped_ms": round(
           rep.predicted_step_ms - prof_lock + looped_lock, 3),
       "kernels_in_program_ms": round(inprog, 3),
@@ -294,7 +438,10 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
           "kernels in program", "in program / profiled",
           "real - kernels in program", "stand-in", "real - stand-in",
           "kernels in a loop", "lockstep: profiled / in a loop",
-          "thunks / device (kernels)"]
+          "thunks / device (kernels)", "lockstep thunks",
+          "real / predicted", "real / predicted, loop + thunks",
+          "(real - stand-in) / (loop + thunks)",
+          "replayed: real / predicted", "replayed: (real - stand-in) / kernels"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     if "error" in r:
@@ -313,7 +460,17 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
              ("-" if r.get("kernels_looped_lockstep_ms") is None
               else f"{r['kernels_profiled_lockstep_ms']:.2f} /"
               f" {r['kernels_looped_lockstep_ms']:.2f}"),
-             f"{r['thunks_per_device']:.0f} ({r['kernel_thunks_per_device']:.0f})"]
+             f"{r['thunks_per_device']:.0f} ({r['kernel_thunks_per_device']:.0f})",
+             str(r.get("lockstep_thunks", "-")),
+             f"{r['real_ms'] / r['predicted_ms']:.3f}",
+             ("-" if r.get("real_over_thunk_priced") is None
+              else f"{r['real_over_thunk_priced']:.3f}"),
+             ("-" if r.get("added_over_thunk_priced") is None
+              else f"{r['added_over_thunk_priced']:.3f}"),
+             ("-" if r.get("real_over_replay_priced") is None
+              else f"{r['real_over_replay_priced']:.3f}"),
+             ("-" if r.get("added_over_replay_priced") is None
+              else f"{r['added_over_replay_priced']:.3f}")]
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -322,11 +479,27 @@ def main(args: KernelsArgs, log: Callable[[str], None] = print) -> int:
   """Every model in this process (2 devices); writes the JSON."""
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
   load_start = list(os.getloadavg())
+  names = list(args.models)
+  terms: dict[str, Callable[[float], float]] = {}
+  if args.reference and args.reference not in names:
+    names.insert(0, args.reference)   # fitted first, on its own
   rows = model_zoo_rows.each_model(
-      args.models, lambda name: model_row(name, args, mesh), log)
+      tuple(names), lambda name: model_row(name, args, mesh, terms), log)
+  ref = next((r for r in rows if r["model"] == args.reference
+              and "error" not in r), None)
+  per_thunk = per_thunk_ms(ref) if ref is not None else None
+  fitted = (replay_fit(1e-3 * ref["real_minus_standin_ms"],
+                       terms[ref["model"]])
+            if ref is not None and ref["model"] in terms
+            and ref.get("real_minus_standin_ms") is not None else None)
+  rows = [with_replay_pricing(with_thunk_pricing(r, per_thunk), fitted,
+                              terms.get(r["model"])) for r in rows]
   ratios = [r["kernels_in_program_ms"] / r["kernels_profiled_ms"]
             for r in rows if "error" not in r and r["kernels_profiled_ms"] > 0]
   model_zoo_rows.write_rows(args, rows, markdown, load_start, {
       "median_in_program_over_profiled":
-          statistics.median(ratios or [float("nan")])}, log)
+          statistics.median(ratios or [float("nan")]),
+      "reference": args.reference,
+      "per_thunk_us": None if per_thunk is None else 1e3 * per_thunk,
+      "replay_per_thunk_us": None if fitted is None else 1e6 * fitted}, log)
   return 0

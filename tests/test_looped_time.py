@@ -69,3 +69,32 @@ def test_a_run_is_priced_by_the_slope_whatever_the_call_costs():
                                       warmup=1, cpu_clock=True, sample=law)
   assert abs(per_run - 1e-3) < 1e-12
   assert set(calls) == {1, 1 + looped_time.LOOP_RUNS}
+
+
+def test_thunks_counted_on_the_entry_computation_only():
+  # fusion, copy, dot, copy, fusion run; parameters, the fusions' bodies
+  # and the output tuple do not.
+  f = lambda x, y: (jnp.tanh(x @ y).sum(0), x * 2, (x, y))
+  x = jnp.ones((4, 4))
+  hlo = jax.jit(f).lower(x, x).compile().as_text()
+  assert looped_time.thunk_count(hlo) == _ops(hlo, "ENTRY") - hlo.count(
+      " bitcast(") == 5
+
+
+def test_a_kernel_compiled_alone_counts_its_thunks():
+  kernels, avals = _kernels()
+  device = jax.devices()[0]
+  for k in kernels.values():
+    pv, dv = _inputs(k, avals)
+    alone = jax.jit(measure.kernel_callable(k)).lower(pv, dv).compile()
+    n = looped_time.kernel_thunks(k, avals, device)
+    assert n == looped_time.thunk_count(alone.as_text()) > 0, k.label
+
+
+def test_thunk_count_names_what_it_needs():
+  try:
+    looped_time.thunk_count("HloModule m\n")
+  except ValueError as err:
+    assert "compiled.as_text()" in str(err)
+  else:
+    raise AssertionError("no error for a text without ENTRY")

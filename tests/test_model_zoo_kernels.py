@@ -63,8 +63,13 @@ def test_the_table_says_what_the_kernels_add_to_their_stand_in():
                    line.strip("| ").split(" | ")))
   assert cells["real - stand-in"] == "2.50"
   assert cells["stand-in"] == "5.50"
-  assert lib.markdown([{**row, "standin_ms": None,
-                        "real_minus_standin_ms": None}]).count(" - |") == 2
+  assert cells["real / predicted"] == "0.800"
+  assert cells["real / predicted, loop + thunks"] == "-"
+  _, _, none = lib.markdown([{**row, "standin_ms": None,
+                              "real_minus_standin_ms": None}]).splitlines()
+  cells = dict(zip(head.strip("| ").split(" | "),
+                   none.strip("| ").split(" | ")))
+  assert cells["stand-in"] == cells["real - stand-in"] == "-"
 
 
 def test_real_and_stand_in_are_timed_in_alternated_rounds():
@@ -112,3 +117,64 @@ def test_lockstep_sums_each_ticks_slowest_kernel():
   # 1 + 2 + max(1, 2) + max(1.5, 2.5) + max(1.5, 2.5).
   assert lib.busier(ms, kernels, 2) == 9.0
   assert lib.lockstep(ms, plan) == 1.0 + 2.0 + 2.0 + 2.5 + 2.5
+
+
+def test_lockstep_thunks_follow_each_ticks_slowest_kernel():
+  kernels = {0: _K("F0", (0,)), 1: _K("F1", (1,)), 2: _K("B1", (1,)),
+             3: _K("B0", (0,))}
+  ms = {"F0": 1.0, "F1": 2.0, "B1": 2.5, "B0": 1.5}
+  thunks = {"F0": 10, "F1": 20, "B1": 30, "B0": 40}
+  plan = _Plan(kernels, [(0, None), (None, 1), (0, 1), (3, 2)])
+  # F0, F1, F1 (slower than F0), B1 (slower than B0 though fewer thunks).
+  assert lib.lockstep_thunks(ms, thunks, plan) == 10 + 20 + 20 + 30
+
+
+def test_per_thunk_figure_is_fitted_on_the_reference_and_priced_on_rows():
+  ref = {"model": "ref", "real_minus_standin_ms": 1.0,
+         "kernels_looped_lockstep_ms": 0.6, "lockstep_thunks": 1000}
+  per = lib.per_thunk_ms(ref)
+  assert abs(per - 0.4e-3) < 1e-12             # 0.4 us per thunk
+  row = {"model": "m", "predicted_ms": 10.0, "real_ms": 9.0,
+         "kernels_profiled_lockstep_ms": 4.0,
+         "kernels_looped_lockstep_ms": 1.5, "lockstep_thunks": 2500}
+  got = lib.with_thunk_pricing(row, per)
+  # Kernels 1.5 + 2500 x 0.4 us = 2.5 ms instead of the profile's 4.0.
+  assert got["kernels_thunk_priced_ms"] == 2.5
+  assert got["predicted_thunk_priced_ms"] == 8.5
+  assert got["real_over_thunk_priced"] == round(9.0 / 8.5, 3)
+  assert got["real_over_predicted"] == 0.9
+  assert got["added_over_thunk_priced"] is None   # no stand-in timed
+  assert lib.with_thunk_pricing({**row, "real_minus_standin_ms": 2.0},
+                                per)["added_over_thunk_priced"] == 0.8
+  assert lib.per_thunk_ms({"real_minus_standin_ms": None}) is None
+  assert lib.with_thunk_pricing(row, None) is row
+  # A reference whose kernels add less than their loop prices no thunk.
+  assert lib.with_thunk_pricing(row, -1e-3)["kernels_thunk_priced_ms"] == 1.5
+
+
+def test_replay_fit_solves_the_reference_kernel_term():
+  # A replay whose kernel term is 1 ms of loop plus 2000 thunks, with a
+  # bend (the other device's work hides the first 0.2 ms of thunks).
+  term = lambda f: 1e-3 + max(0.0, 2000 * f - 0.2e-3)
+  f = lib.replay_fit(2e-3, term)
+  assert abs(term(f) - 2e-3) < 1e-8 and abs(f - 0.6e-6) < 1e-9
+  # The loop alone already above what the kernels add: a negative figure.
+  assert lib.replay_fit(0.5e-3, lambda f: 1e-3 + 1000 * f) < 0
+  assert lib.thunk_work({1: 1e-3, 2: 2e-3}, {1: 10, 2: 20}, 1e-6) == {
+      1: 1e-3 + 10e-6, 2: 2e-3 + 20e-6}
+
+
+def test_replay_pricing_swaps_the_profiled_kernel_term():
+  row = {"model": "m", "predicted_ms": 10.0, "real_ms": 9.0,
+         "real_minus_standin_ms": 3.0, "replayed_profiled_ms": 5.0}
+  term = lambda f: 1e-3 + 1000 * f          # seconds
+  got = lib.with_replay_pricing(row, 1e-6, term)
+  assert got["replayed_thunk_priced_ms"] == 2.0
+  assert got["predicted_replay_priced_ms"] == 7.0    # 10 - 5 + 2
+  assert got["real_over_replay_priced"] == round(9 / 7, 3)
+  assert got["added_over_replay_priced"] == 1.5
+  # Negative figure: the loop alone.
+  assert lib.with_replay_pricing(row, -1e-6, term)[
+      "replayed_thunk_priced_ms"] == 1.0
+  assert lib.with_replay_pricing(row, None, term) is row
+  assert lib.with_replay_pricing(row, 1e-6, None) is row

@@ -18,10 +18,19 @@ out everything the call costs, whatever its arrays. The zoo runner
 (``experiments.model_zoo_kernels``) prints the busier device's sum of
 these figures beside what the kernels add to their stand-in program.
 It is not the profile: ``PROFILE_VERSION`` is unchanged.
+
+:func:`thunk_count` counts what XLA's CPU runtime runs of a compiled
+kernel: the instructions of its optimized HLO's entry computation less
+those that run no thunk (parameters, constants, tuples, their elements,
+bitcasts); a fusion counts once, a ``while`` or ``conditional`` once
+(not its body). ``experiments.model_zoo_kernels`` prices a kernel as its
+loop figure plus its thunks times a per-thunk figure fitted on the
+reference program (a candidate model of what the program adds per run).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax.cost import measure
+
+#: HLO opcodes that run no thunk on XLA's CPU runtime (:func:`thunk_count`).
+NO_THUNK_OPS = ("parameter", "constant", "tuple", "get-tuple-element",
+                "bitcast")
+_ENTRY = re.compile(r"^ENTRY [^\n]*\{\n(.*?)^\}", re.S | re.M)
+_OPCODE = re.compile(r"=\s*(?:\([^=]*?\)|[\w\[\]{},:\s]*?)\s+([a-z][\w-]*)\(")
 
 #: Extra runs of the longer sample (the shorter one runs the kernel once).
 LOOP_RUNS = 8
@@ -109,3 +124,35 @@ def looped_kernel_seconds(kernel: Any, param_avals: Sequence[Any],
   with measure.restricted_cores(1 if on_cpu else None):
     return slope_seconds(compiled, pv, dv, repeats=repeats, warmup=warmup,
                          cpu_clock=on_cpu)
+
+
+def thunk_count(hlo_text: str) -> int:
+  """Thunks XLA's CPU runtime runs for one call of the compiled module of
+  ``hlo_text`` (``compiled.as_text()``): the entry computation's
+  instructions whose opcode is not in :data:`NO_THUNK_OPS`.
+
+  Raises:
+    ValueError: where the text has no ``ENTRY`` computation.
+  """
+  m = _ENTRY.search(hlo_text)
+  if m is None:
+    raise ValueError("thunk_count: the HLO text has no ENTRY computation;"
+                     " pass compiled.as_text() of a compiled module")
+  n = 0
+  for line in m.group(1).splitlines():
+    op = _OPCODE.search(line)
+    if op is not None and op.group(1) not in NO_THUNK_OPS:
+      n += 1
+  return n
+
+
+def kernel_thunks(kernel: Any, param_avals: Sequence[Any],
+                  device: Any) -> int:
+  """:func:`thunk_count` of ``kernel`` compiled alone for ``device`` (as
+  ``measure.time_kernel`` compiles it)."""
+  p, d = measure.kernel_avals(kernel, param_avals)
+  sharding = jax.sharding.SingleDeviceSharding(device)
+  p = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in p]
+  d = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding) for a in d]
+  compiled = jax.jit(measure.kernel_callable(kernel)).lower(p, d).compile()
+  return thunk_count(compiled.as_text())
