@@ -42,7 +42,7 @@ def main(argv: list[str]) -> None:
   import tessel_jax as tj  # pylint: disable=import-outside-toplevel
   from experiments import auto_plan_lib as apl  # pylint: disable=import-outside-toplevel
   from tessel_jax import placements  # pylint: disable=import-outside-toplevel
-  from tessel_jax.cost import compile_pool, measure  # pylint: disable=import-outside-toplevel
+  from tessel_jax.cost import call_timing, compile_pool, measure  # pylint: disable=import-outside-toplevel
   args = apl.AutoPlanArgs()
   fn, params, batch, _ = apl.program(args)
   mesh = jax.make_mesh((f.pipe,), ("pipe",),
@@ -53,7 +53,7 @@ def main(argv: list[str]) -> None:
   built = step.build(params, batch)
   avals = built.partition.traced.param_avals
   device = jax.devices()[0]
-  measure.call_overhead(device, cores=1)   # once per process, not timed
+  call_timing.call_overhead(device, cores=1)   # once per process, not timed
   rows: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
   seconds: dict[int, list[float]] = {1: [], 2: []}
   rng = random.Random(0)

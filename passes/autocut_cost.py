@@ -370,11 +370,12 @@ def group_disk_key(key: tuple[str, str, bool]) -> str:
   """Disk cache key of a timed group (``(structure, device kind, train)``),
   with everything else that changes its time (JAX, speed flags, cores)."""
   from tessel_jax.cost import cache as _cache  # pylint: disable=import-outside-toplevel
+  from tessel_jax.cost import call_timing as _call_timing  # pylint: disable=import-outside-toplevel
   from tessel_jax.cost import measure as _measure  # pylint: disable=import-outside-toplevel
   return _cache.make_key({
       "what": "autocut_group", "group": key[0], "device_kind": key[1],
       "train": key[2], "jax": jax.__version__,
-      "xla_flags": _measure.speed_flags(), "cpu_cores": _measure.cpu_cores()})
+      "xla_flags": _measure.speed_flags(), "cpu_cores": _call_timing.cpu_cores()})
 
 
 def _from_disk(cache: Any, keys: Sequence[tuple[str, str, bool]]) -> None:

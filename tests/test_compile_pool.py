@@ -37,7 +37,7 @@ def _count_batches(monkeypatch) -> list[int]:
     sizes.append(len(jobs))
     return real(jobs, workers)
   monkeypatch.setattr(compile_pool, "compile_all", counted)
-  monkeypatch.setattr(measure, "_time_calls",
+  monkeypatch.setattr(measure, "time_calls",
                       lambda fn, repeats, warmup, cpu_clock=False: (1e-3, 1))
   return sizes
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tessel_jax.cost import looped_time, measure
+from tessel_jax.cost import call_timing, looped_time, measure
 
 from test_measure_overhead import _kernels
 
@@ -20,8 +20,8 @@ from test_measure_overhead import _kernels
 def _inputs(k, avals):
   p, d = measure.kernel_avals(k, avals)
   rng = np.random.default_rng(0)
-  return ([jnp.asarray(measure._example(a, rng)) for a in p],  # pylint: disable=protected-access
-          [jnp.asarray(measure._example(a, rng)) for a in d])  # pylint: disable=protected-access
+  return ([jnp.asarray(call_timing.example_array(a, rng)) for a in p],  # pylint: disable=protected-access
+          [jnp.asarray(call_timing.example_array(a, rng)) for a in d])  # pylint: disable=protected-access
 
 
 def _ops(hlo: str, header: str) -> int:

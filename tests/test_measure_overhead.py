@@ -2,7 +2,7 @@
 
 Inside the pipelined program a kernel is inlined: no call, and its inputs
 and outputs are stash slots, not arrays. Timed alone, each call also pays
-per input and output array; ``measure.call_overhead`` measures that once
+per input and output array; ``call_timing.call_overhead`` measures that once
 per process and ``time_kernel`` takes it off.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 
 import tessel_jax as tj
-from tessel_jax.cost import measure
+from tessel_jax.cost import call_timing, measure
 
 import test_lowering_models as M
 
@@ -28,7 +28,7 @@ def _kernels():
 
 
 def test_call_overhead_prices_each_further_array():
-  over = measure.CallOverhead(empty_s=5e-6, per_input_s=0.5e-6,
+  over = call_timing.CallOverhead(empty_s=5e-6, per_input_s=0.5e-6,
                               per_output_s=1e-6)
   assert over.seconds(1, 1) == 5e-6
   assert over.seconds(0, 0) == 5e-6
@@ -38,12 +38,12 @@ def test_call_overhead_prices_each_further_array():
 def test_kernel_time_takes_off_the_overhead_of_its_arrays(monkeypatch):
   kernels, avals = _kernels()
   dev = jax.devices()[0]
-  over = measure.CallOverhead(empty_s=4e-6, per_input_s=1e-6,
+  over = call_timing.CallOverhead(empty_s=4e-6, per_input_s=1e-6,
                               per_output_s=2e-6)
-  cores = 1 if measure.cpu_cores() else None
-  monkeypatch.setitem(measure._OVERHEAD,  # pylint: disable=protected-access
+  cores = 1 if call_timing.cpu_cores() else None
+  monkeypatch.setitem(call_timing._OVERHEAD,  # pylint: disable=protected-access
                       (dev.platform, dev.id, cores, None), over)
-  monkeypatch.setattr(measure, "_time_calls",
+  monkeypatch.setattr(measure, "time_calls",
                       lambda fn, repeats, warmup, cpu_clock=False: (1e-3, 1))
   seen = set()
   for k in kernels.values():

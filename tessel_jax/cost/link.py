@@ -180,7 +180,7 @@ def measure_gather_link(mesh: Any, pipe_axis: str, data_axes: Sequence[str],
   from jax.sharding import PartitionSpec as P
 
   from tessel_jax import compat
-  from tessel_jax.cost.measure import cpu_cores
+  from tessel_jax.cost.call_timing import cpu_cores
 
   axes = tuple(data_axes)
   r = 1

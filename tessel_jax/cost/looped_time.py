@@ -1,7 +1,7 @@
 """A kernel timed per run inside a loop, beside its profile (a diagnostic).
 
 ``cost.measure`` prices a kernel by one call of it compiled alone, less
-what a call of that many scalar arrays costs (``measure.call_overhead``).
+what a call of that many scalar arrays costs (``call_timing.call_overhead``).
 Inside the pipelined program the kernel is inlined in the tick loop: no
 call and no arrays around it. On the model zoo's small transformers (2
 fake CPU devices, ``vshape(2)``, N = 8) a forward returns ~47 residuals and
@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tessel_jax.cost import call_timing
 from tessel_jax.cost import measure
 
 #: HLO opcodes that run no thunk on XLA's CPU runtime (:func:`thunk_count`).
@@ -115,13 +116,13 @@ def looped_kernel_seconds(kernel: Any, param_avals: Sequence[Any],
   ``measure.time_kernel`` times it)."""
   p, d = measure.kernel_avals(kernel, param_avals)
   rng = np.random.default_rng(seed)
-  pv = [jax.device_put(measure._example(a, rng), device) for a in p]  # pylint: disable=protected-access
-  dv = [jax.device_put(measure._example(a, rng), device) for a in d]  # pylint: disable=protected-access
+  pv = [jax.device_put(call_timing.example_array(a, rng), device) for a in p]  # pylint: disable=protected-access
+  dv = [jax.device_put(call_timing.example_array(a, rng), device) for a in d]  # pylint: disable=protected-access
   one = jnp.asarray(1, jnp.int32)
   compiled = jax.jit(looped(measure.kernel_callable(kernel))).lower(
       pv, dv, one).compile()
   on_cpu = device.platform == "cpu"
-  with measure.restricted_cores(1 if on_cpu else None):
+  with call_timing.restricted_cores(1 if on_cpu else None):
     return slope_seconds(compiled, pv, dv, repeats=repeats, warmup=warmup,
                          cpu_clock=on_cpu)
 

@@ -9,7 +9,7 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   compiled for the device the program runs on, run ``warmup`` times, then
   timed ``repeats`` times with ``block_until_ready``; the median is kept. A
   very short kernel is run several times per timed sample and what the call
-  itself costs is taken off (:func:`call_overhead`: an empty jitted call,
+  itself costs is taken off (:func:`call_timing.call_overhead`: an empty jitted call,
   plus a per-array cost for each further input and output, measured once
   per process), so the figure is the kernel's own compute as it runs
   inlined in the program, where no call, input or output array exists.
@@ -21,7 +21,7 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   process's threads. The devices of one process share its cores
   (``predict.predict_shared``). On that one core a sample is the smaller
   of its wall and the process's CPU time, so a loaded machine does not
-  inflate the figure (``_time_calls``).
+  inflate the figure (``call_timing.time_calls``).
 * **memory**: ``stash_bytes`` (what the forward keeps for the backward:
   residuals when the block keeps them, its inputs when it recomputes) and
   XLA's ``compiled.memory_analysis()`` temp bytes (the kernel's transient
@@ -37,32 +37,27 @@ the cache key (:func:`kernel_key`), in memory and on disk
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
-import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost import compile_pool as _compile_pool
 from tessel_jax.cost.cache import ProfileCache, make_key
+from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
+                                         example_array, restricted_cores,
+                                         time_calls)
 
-# A timed sample lasts at least this long (short kernels run several times).
-MIN_SAMPLE_S = 2e-3
-MAX_INNER = 64
 #: Bump when what a kernel's record measures changes (old records are then
-#: not read). 2: the per-array call overhead taken off (:func:`call_overhead`).
+#: not read). 2: the per-array call overhead taken off (``call_timing.call_overhead``).
 PROFILE_VERSION = 2
-#: Arrays in and out of the calls that measure the per-array overhead.
-OVERHEAD_ARRAYS = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,48 +176,6 @@ def kernel_flops(kernel: Any, param_avals: Sequence[Any]) -> float | None:
   return jaxpr_flops(jax.make_jaxpr(kernel_callable(kernel))(p, d))
 
 
-def cpu_cores() -> int:
-  """Cores this process may run on."""
-  if hasattr(os, "sched_getaffinity"):
-    return len(os.sched_getaffinity(0))
-  return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def restricted_cores(cores: int | None) -> Iterator[None]:
-  """Runs the block with every thread of this process on ``cores`` cores.
-
-  The first ``cores`` cores of the process's affinity; every thread's own
-  affinity is restored afterwards. No-op where affinity cannot be set or
-  ``cores`` is None or not fewer than the cores available.
-  """
-  if (cores is None or not hasattr(os, "sched_setaffinity") or
-      not os.path.isdir("/proc/self/task")):
-    yield
-    return
-  allowed = sorted(os.sched_getaffinity(0))
-  if cores >= len(allowed):
-    yield
-    return
-  keep = set(allowed[:max(1, cores)])
-  saved: dict[int, set[int]] = {}
-  for name in os.listdir("/proc/self/task"):
-    tid = int(name)
-    try:
-      saved[tid] = os.sched_getaffinity(tid)
-      os.sched_setaffinity(tid, keep)
-    except OSError:
-      continue
-  try:
-    yield
-  finally:
-    for tid, aff in saved.items():
-      try:
-        os.sched_setaffinity(tid, aff)
-      except OSError:
-        pass
-
-
 def _structure(kernel: Any) -> list[Any]:
   """What, beyond its forward block, decides a kernel's work."""
   return [kernel.kind, kernel.split,
@@ -274,115 +227,8 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
 # --- timing -----------------------------------------------------------------
 
 
-def _example(aval: Any, rng: np.random.Generator) -> np.ndarray:
-  if jnp.issubdtype(aval.dtype, jnp.inexact):
-    return rng.standard_normal(aval.shape).astype(aval.dtype)
-  return np.zeros(aval.shape, aval.dtype)
-
-
-def _time_calls(fn: Callable[[], Any], repeats: int, warmup: int,
-                cpu_clock: bool = False) -> tuple[float, int]:
-  """Median seconds per call of ``fn`` and the calls per timed sample.
-
-  ``cpu_clock`` (the CPU backend, every thread of the process on one
-  core): a sample is the smaller of its wall time and the process's CPU
-  time. On one core the CPU time is the call's own work, which other
-  processes do not inflate: at a load average of 8-17 on 2 cores the wall
-  time of the same kernel varied 2-3x between runs, which skewed the spans
-  (two towers' identical blocks measured 7.6 and 16.4 ms). On a quiet core
-  both clocks agree.
-  """
-  for _ in range(max(1, warmup)):
-    jax.block_until_ready(fn())
-  t0 = time.perf_counter()
-  jax.block_until_ready(fn())
-  first = time.perf_counter() - t0
-  inner = int(min(MAX_INNER, max(1, MIN_SAMPLE_S // max(first, 1e-7))))
-  samples = []
-  for _ in range(max(1, repeats)):
-    c0, t0 = time.process_time(), time.perf_counter()
-    out = None
-    for _ in range(inner):
-      out = fn()
-    jax.block_until_ready(out)
-    wall = time.perf_counter() - t0
-    if cpu_clock:
-      wall = min(wall, time.process_time() - c0)
-    samples.append(wall / inner)
-  return statistics.median(samples), inner
-
-
-_OVERHEAD: dict[Any, "CallOverhead"] = {}
-
 #: Timing rounds per kernel; the smallest round median is kept.
 ROUNDS = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class CallOverhead:
-  """What one call of a compiled function costs beyond its compute.
-
-  Attributes:
-    empty_s: An (almost) empty call: one scalar in, one out.
-    per_input_s: Each further input array.
-    per_output_s: Each further output array.
-  """
-
-  empty_s: float
-  per_input_s: float
-  per_output_s: float
-
-  def seconds(self, inputs: int, outputs: int) -> float:
-    """Overhead of a call with ``inputs`` and ``outputs`` arrays."""
-    return (self.empty_s + self.per_input_s * max(0, inputs - 1) +
-            self.per_output_s * max(0, outputs - 1))
-
-
-def _call_seconds(fn: Callable[..., Any], args: Sequence[Any], repeats: int,
-                  one_core: bool) -> float:
-  """Seconds of one call of ``fn`` jitted, on ``args``."""
-  f = jax.jit(fn).lower(*args).compile()
-  sec, _ = _time_calls(lambda: f(*args), repeats, 3, cpu_clock=one_core)
-  return sec
-
-
-def call_overhead(device: Any, repeats: int = 7, cores: int | None = None,
-                  stage: Any = None) -> CallOverhead:
-  """What a call costs on ``device`` (or ``stage``'s devices), measured once
-  per device, core count and process on three near-empty functions: one
-  scalar in and out, :data:`OVERHEAD_ARRAYS` scalars summed, one scalar
-  scaled into as many outputs. Taken off every kernel time: inside the
-  pipelined program kernels are inlined, and their inputs and outputs are
-  the program's stash slots, not arrays of a call.
-
-  Why: a transformer block's forward kernel returns ~90 residuals and its
-  backward reads ~110 arrays; timed alone with only an empty call's cost
-  taken off, eqx_transformer's kernels came to 1.6-2.3x the self time of
-  their XLA thunks in one call (0.34 against 0.15 ms for F0) and in the
-  program (0.12 ms), the model zoo's transformers were over-predicted.
-  """
-  key = (device.platform, device.id, cores,
-         None if stage is None else stage.num_devices)
-  if key not in _OVERHEAD:
-    where = device if stage is None else jax.sharding.NamedSharding(
-        stage.mesh, jax.sharding.PartitionSpec())
-    n, one = OVERHEAD_ARRAYS, cores == 1
-    xs = [jax.device_put(np.full((), i, np.float32), where) for i in range(n)]
-    empty = _call_seconds(lambda v: v + 1, xs[:1], repeats, one)
-    summed = _call_seconds(lambda *a: sum(a), xs, repeats, one)
-    spread = _call_seconds(lambda v: [v * (i + 1) for i in range(n)],
-                           xs[:1], repeats, one)
-    _OVERHEAD[key] = CallOverhead(
-        empty_s=empty, per_input_s=max(0.0, summed - empty) / (n - 1),
-        per_output_s=max(0.0, spread - empty) / (n - 1))
-  return _OVERHEAD[key]
-
-
-def dispatch_seconds(device: Any, repeats: int = 7,
-                     cores: int | None = None, stage: Any = None) -> float:
-  """Seconds of one call of an (almost) empty jitted function on ``device``
-  (:func:`call_overhead`'s ``empty_s``)."""
-  return call_overhead(device, repeats, cores, stage).empty_s
 
 
 def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
@@ -398,7 +244,7 @@ def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
     # took 23.1 ms at load 12; by the CPU clock 3.1 ms (2.0 ms at
     # real-time priority).
     one_core = cores == 1
-    raw, _ = _time_calls(lambda: compiled(pv, dv), repeats, warmup,
+    raw, _ = time_calls(lambda: compiled(pv, dv), repeats, warmup,
                          cpu_clock=one_core)
     over = call_overhead(device, cores=cores, stage=stage).seconds(
         inputs, outputs)
@@ -430,11 +276,11 @@ def _stage_inputs(kernel: Any, p: Sequence[Any], d: Sequence[Any],
   """Example parameters and inputs on ``device``, or on ``stage``'s
   devices with each parameter split by its spec."""
   if stage is None:
-    return ([jax.device_put(_example(a, rng), device) for a in p],
-            [jax.device_put(_example(a, rng), device) for a in d])
+    return ([jax.device_put(example_array(a, rng), device) for a in p],
+            [jax.device_put(example_array(a, rng), device) for a in d])
   P = jax.sharding.PartitionSpec
   put = lambda a, s: jax.device_put(
-      _example(a, rng), jax.sharding.NamedSharding(stage.mesh, P(*s)))
+      example_array(a, rng), jax.sharding.NamedSharding(stage.mesh, P(*s)))
   return ([put(a, stage.specs.get(l, ())) for a, l in zip(p, kernel.params)],
           [put(a, ()) for a in d])
 
@@ -479,7 +325,7 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   Returns:
     ``{"seconds", "core_seconds", "raw_seconds", "host_cores",
     "temp_bytes", "compile_seconds"}``: median compute seconds (the
-    call's overhead taken off, :func:`call_overhead`, never below 5% of
+    call's overhead taken off, ``call_timing.call_overhead``, never below 5% of
     the raw figure), single-core seconds, the raw median per call, cores of the
     process (CPU), XLA temp bytes, compile seconds.
   """

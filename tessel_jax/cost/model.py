@@ -24,6 +24,7 @@ from typing import Any
 from tessel_jax import simulate
 from tessel_jax.cost import cache as _cache
 from tessel_jax.cost import calibrate as _calibrate
+from tessel_jax.cost import call_timing as _call_timing
 from tessel_jax.cost import link as _link
 from tessel_jax.cost import measure as _measure
 from tessel_jax.cost import outside as _outside
@@ -260,7 +261,7 @@ class CostModel:
       total = len(mesh.devices.flat)
       pipe = int(dict(mesh.shape)[pipe_axis])
       g = stage.num_devices if stage is not None else 1
-      shared = _measure.cpu_cores() * pipe * g / total
+      shared = _call_timing.cpu_cores() * pipe * g / total
       work = {b: k.core_seconds for b, k in prof.kernels.items()}
       par = {b: float(g) for b in prof.kernels}
       seconds = {b: work[b] / min(par[b], shared / pipe) for b in work}

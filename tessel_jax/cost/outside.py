@@ -109,7 +109,7 @@ def layout_timer(mesh: Any, pipe_axis: str, data_axes: Any, traced: Any,
   wraps stacked leaves stored as slices (not priced)."""
   # pylint: disable=import-outside-toplevel
   from tessel_jax import compat
-  from tessel_jax.cost.measure import cpu_cores
+  from tessel_jax.cost.call_timing import cpu_cores
   try:  # installed: passes/ is tessel_jax.passes
     from tessel_jax.passes import outside as _program  # type: ignore
   except ImportError:  # run from the repository root

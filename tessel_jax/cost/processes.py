@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tessel_jax.cost import call_timing as _call_timing
 from tessel_jax.cost import measure as _measure
 
 
@@ -52,5 +53,5 @@ def mesh_fields(mesh: Any, pipe_axis: str) -> dict[str, Any]:
           "pipe": int(dict(mesh.shape)[pipe_axis]),
           "devices": len(mesh.devices.flat),
           "xla_flags": _measure.speed_flags(),
-          "cpu_cores": (_measure.cpu_cores() if device.platform == "cpu"
+          "cpu_cores": (_call_timing.cpu_cores() if device.platform == "cpu"
                         else None)}
