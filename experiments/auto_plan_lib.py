@@ -11,7 +11,9 @@ them in interleaved rounds (shuffled order per round, wall and process CPU
 seconds) beside the plain step (``jit(value_and_grad(fn))`` on one device,
 the reference that makes absolute times comparable between processes and
 sessions), and records whether the chosen plan measures within 5% of the
-fastest measured candidate that fits the limit.
+fastest measured candidate that fits the limit. A control row (the chosen
+plan compiled again, ``--control``) gives each case's noise floor; the
+summary also replays a measured tie-break (:func:`tiebreak`).
 """
 
 from __future__ import annotations
