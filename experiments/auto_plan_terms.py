@@ -46,7 +46,8 @@ def terms(rr, unrolled, plan=None) -> dict:
   from tessel_jax.cost import ticks as _ticks  # pylint: disable=import-outside-toplevel
   plan = plan if plan is not None else rr.make_plan(unrolled.actions)
   model = rr.model._tick_model(rr.costs, unrolled, plan, rr.mesh,  # pylint: disable=protected-access
-                               rr.pipe_axis).plus(rr.extra_s)
+                               rr.pipe_axis).plus_calls(
+                                   rr.extra_s, _ticks.kernel_calls(plan))
   bare = _ticks.TickModel(barriers={}, tick_costs={}, edge_delays=True)
   rep = rr.model._replay  # pylint: disable=protected-access
   return {"replay_ms": 1e3 * rep(rr.costs, unrolled, model).step_seconds,
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> None:
       run = baselines.run(name, built.graph, f.microbatches // f.dp)
       row = {"plan": name, "priced_ms": priced.step, **terms(rr, run)}
       exe = ff.step_for(c, s.markers).lower(s.params, s.batch).compile()
-    row.update(serial_ms=serial, extra_per_tick_us=1e6 * rr.extra_s)
+    row.update(serial_ms=serial, extra_per_call_us=1e6 * rr.extra_s)
     compiled[len(rows)] = exe
     rows.append(row)
     print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v)

@@ -131,8 +131,8 @@ def build(step: Any, params: Any, batch: Any,
 class RunReplay:
   """``(unrolled, plan=None) -> seconds``: another schedule of one build's
   kernels, lowered (``plan``, else its own tick plan) and replayed with the
-  build's measured kernels and tick model, plus ``extra_s`` per tick (what
-  the build's stand-in added; ``CostModel.replay_like``).
+  build's measured kernels and tick model, plus ``extra_s`` per kernel
+  call (what the build's stand-in added; ``CostModel.replay_like``).
   ``plan_pricing.baseline_price`` prices the classic schedules with it."""
 
   model: Any

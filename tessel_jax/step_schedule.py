@@ -225,7 +225,7 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
 
   def price(run: UnrolledSchedule, p: Any) -> tuple[float, float | None]:
     # The FSDP collectives included, as the build will gather them; with
-    # the per-tick figure its stand-in measured (standin_extra).
+    # the per-call figure its stand-in measured (standin_extra).
     seconds = model.step_seconds(costs, run, p, p.layout, step.mesh,
                                  step.pipe_axis)
     return seconds, standin_extra(model)
@@ -245,8 +245,8 @@ def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
 
 
 def standin_extra(model: Any) -> float | None:
-  """Per-tick seconds the stand-in of the plan ``model`` priced last added
-  (``CostModel.extra_last_s``), or None where that plan's stand-in was not
+  """Seconds per kernel call the stand-in of the plan ``model`` priced last
+  added (``CostModel.extra_last_s``), or None where that plan's stand-in was not
   timed (not calibrated, a lower bound, a multi-process run). Call it
   right after the pricing whose figure it reads."""
   if not model.calibrated or model.bound_last or model.extra_last_s <= 0:
@@ -256,9 +256,10 @@ def standin_extra(model: Any) -> float | None:
 
 def _guess_alt(step: Any, costs: Any, run: UnrolledSchedule, p: Any,
                extra_s: float | None) -> float | None:
-  """Seconds of ``run`` lowered as ``p`` with ``extra_s`` per-tick stand-in
-  seconds (another plan's, :func:`standin_extra`) instead of a stand-in of
-  its own; None when ``extra_s`` is None (nothing to estimate with)."""
+  """Seconds of ``run`` lowered as ``p`` with ``extra_s`` stand-in seconds
+  per kernel call (another plan's, :func:`standin_extra`) instead of a
+  stand-in of its own; None when ``extra_s`` is None (nothing to estimate
+  with)."""
   if extra_s is None:
     return None
   model = step._costs  # pylint: disable=protected-access

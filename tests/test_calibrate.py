@@ -70,7 +70,10 @@ def test_prediction_pays_the_standin_program(tmp_path: object,
   # With zero-time kernels the replay is the stand-in's 250 ms; the
   # kernels (well under a millisecond each) add a little on top.
   assert 250.0 <= rep.predicted_step_ms < 300.0
-  assert rep.tick_overhead_ms > 200.0 / rep.ticks
+  # The stand-in's extra goes with the kernel calls (TickModel.plus_calls):
+  # a device idle in a tick pays none of it there, so the mean tick cost
+  # over devices is below the lockstep's 250 ms / ticks, yet most of it.
+  assert 150.0 / rep.ticks < rep.tick_overhead_ms < 250.0 / rep.ticks
   # A second build of the same plans reads the stand-in figure from disk.
   step2, calls2, _ = _build(tmp_path, monkeypatch, 0.0125)
   assert not calls2
@@ -128,7 +131,7 @@ def test_the_per_port_solve_leaves_the_serial_part_to_its_own_term(
 def test_a_calibrated_plan_pays_its_serial_part_once(
     tmp_path: object, monkeypatch: pytest.MonkeyPatch) -> None:
   # cost="calibrated": the stand-in's step holds the packing and unpacking
-  # (cost.outside), added apart by the prediction; the per-tick extra is
+  # (cost.outside), added apart by the prediction; the per-call extra is
   # solved on the rest (before: 250 + 50 ms again, >= 300 ms).
   from tessel_jax.cost import outside  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(outside, "time_outside",

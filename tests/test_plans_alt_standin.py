@@ -1,6 +1,6 @@
 """``step_schedule.pick_schedule`` under ``cost="calibrated"``: the schedule
 searched on uniform spans is priced first with the measured-spans plan's
-per-tick stand-in seconds; its own stand-in program is compiled and timed
+stand-in seconds per kernel call; its own stand-in program is compiled and timed
 only when that estimate may win (``ALT_STANDIN_MARGIN``). Fake cost model:
 no jax, no timing."""
 

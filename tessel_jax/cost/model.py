@@ -178,7 +178,7 @@ class CostModel:
     # Uniform-span schedules not given a stand-in of their own
     # (``step_schedule.pick_schedule``: estimated well slower).
     self.alt_standins_skipped = 0
-    # Seconds per tick the last prediction's stand-in added (0: none).
+    # Seconds per kernel call the last prediction's stand-in added (0: none).
     self.extra_last_s = 0.0
     self._spent = 0.0
     self._measured = 0
@@ -375,9 +375,10 @@ class CostModel:
               ) -> tuple[_predict.Prediction, _ticks.TickModel]:
     """The measured prediction of a lowered schedule and its tick model.
 
-    With :attr:`time_program` set, every tick also costs what the plan's
-    stand-in program pays beyond the microbenchmark's tick model
-    (``calibrate.extra_tick_seconds``). Not in a multi-process run: a
+    With :attr:`time_program` set, every kernel call also costs its share
+    of what the plan's stand-in program pays beyond the microbenchmark's
+    tick model (``calibrate.extra_tick_seconds``, spread over the calls:
+    ``TickModel.plus_calls``). Not in a multi-process run: a
     cache hit on one host and a miss on another would run the stand-in's
     collectives on some processes only.
     """
@@ -398,11 +399,12 @@ class CostModel:
       # FSDP collectives), which step_seconds adds itself.
       ticks_s = standin - sum(self.serial_seconds(costs, plan, plan.layout,
                                                   mesh, pipe_axis))
+      calls = _ticks.kernel_calls(plan)
       extra = _calibrate.extra_tick_seconds(
           ticks_s, lambda x: self._replay(costs, unrolled,
-                                          tick_model.plus(x),
+                                          tick_model.plus_calls(x, calls),
                                           idle=True).step_seconds)
-      tick_model = tick_model.plus(extra)
+      tick_model = tick_model.plus_calls(extra, calls)
       self.extra_last_s = extra
     return self._replay(costs, unrolled, tick_model), tick_model
 
@@ -429,12 +431,13 @@ class CostModel:
   def replay_like(self, costs: SearchCosts, unrolled: Any, plan: Any,
                   mesh: Any, pipe_axis: str, extra_s: float) -> float:
     """Seconds of ``unrolled`` lowered as ``plan``, its ticks priced by the
-    tick model plus ``extra_s`` per tick (another plan's stand-in figure,
-    ``extra_last_s``) without timing a stand-in of its own: a classic
+    tick model plus ``extra_s`` per kernel call (another plan's stand-in
+    figure, ``extra_last_s``) without timing a stand-in of its own: a classic
     schedule priced on a searched plan's build (``plan_pricing``) then
     pays for its own ticks, rendezvous and held rounds."""
     model = self._tick_model(costs, unrolled, plan, mesh, pipe_axis)
-    return self._replay(costs, unrolled, model.plus(extra_s)).step_seconds
+    return self._replay(costs, unrolled, model.plus_calls(
+        extra_s, _ticks.kernel_calls(plan))).step_seconds
 
   def standin_bounds(self, costs: SearchCosts, unrolled: Any, plan: Any,
                      mesh: Any, pipe_axis: str,

@@ -137,6 +137,37 @@ class TickModel:
         device_costs={s: tuple(max(0.0, v + extra_s) for v in per)
                       for s, per in self.device_costs.items()})
 
+  def plus_calls(self, extra_s: float,
+                 calls: Mapping[int, tuple[int, ...]]) -> "TickModel":
+    """This model with ``extra_s`` added per kernel call: a tick's cost on
+    a device grows by ``extra_s`` times the kernels that device runs in it
+    (``calls``: step -> calls per device, :func:`kernel_calls`), never
+    below 0.
+
+    What a real program pays beyond the microbenchmark's toy tick
+    (``calibrate.extra_tick_seconds``) goes with its kernel calls, not its
+    ticks: spread over ticks, a schedule of the same blocks with fewer
+    ticks came out cheaper than it measured (README GPT, vshape pipe2 x
+    dp2: GPipe's 10 ticks priced 0.903x the searched plan's 13, measured
+    1.033x paired CPU, BENCHMARKS.md, h/limits2, session 31); every
+    schedule of one placement runs the same calls.
+    """
+    if not extra_s:
+      return self
+    device_costs = {}
+    tick_costs = {}
+    for step in set(self.tick_costs) | set(calls):
+      base = self.tick_seconds(step)
+      n = calls.get(step, ())
+      if not isinstance(base, tuple):
+        base = (base,) * max(1, len(n))
+      per = tuple(max(0.0, v + extra_s * (n[d] if d < len(n) else 0))
+                  for d, v in enumerate(base))
+      device_costs[step] = per
+      tick_costs[step] = sum(per) / len(per)
+    return dataclasses.replace(self, tick_costs=tick_costs,
+                               device_costs=device_costs)
+
   def delays(self, delay_seconds: Mapping[tuple[int, int], float]
              ) -> Mapping[tuple[int, int], float]:
     return delay_seconds if self.edge_delays else {}
@@ -338,6 +369,13 @@ def _interp_flushes(spec: Any, start: int, link: Any
       if f:  # boundary 0 precedes the first tick: nothing is held yet
         out[start + int(f) - 1] = out.get(start + int(f) - 1, 0.0) + sec
   return sorted(out.items())
+
+
+def kernel_calls(plan: Any) -> dict[int, tuple[int, ...]]:
+  """Step of each tick of ``plan`` -> the kernels each device runs in it
+  (0 or 1)."""
+  return {t.step: tuple(int(k is not None) for k in t.kernels)
+          for t in plan.ticks}
 
 
 def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
