@@ -50,25 +50,30 @@ def test_busier_device_sums_its_kernels_runs():
   assert lib.busier(ms, kernels, 8) == 8 * 4.5
 
 
-def test_the_table_says_what_the_kernels_add_to_their_stand_in():
-  row = {"model": "m", "lowered_as": "interp(25)", "predicted_ms": 10.0,
-         "real_ms": 8.0, "kernels_profiled_ms": 4.0,
-         "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
-         "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
-         "kernels_looped_ms": 1.0, "kernels_looped_lockstep_ms": 1.5,
-         "kernels_profiled_lockstep_ms": 5.0,
-         "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
+#: One row of ``model_zoo_kernels``' table (ms per step).
+_ROW = {"model": "m", "lowered_as": "interp(25)", "predicted_ms": 10.0,
+        "real_ms": 8.0, "kernels_profiled_ms": 4.0,
+        "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
+        "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
+        "kernels_looped_ms": 1.0, "kernels_looped_lockstep_ms": 1.5,
+        "kernels_profiled_lockstep_ms": 5.0,
+        "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
+
+
+def _cells(row: dict) -> dict[str, str]:
+  """Column title -> cell of ``row`` in the markdown table."""
   head, _, line = lib.markdown([row]).splitlines()
-  cells = dict(zip(head.strip("| ").split(" | "),
-                   line.strip("| ").split(" | ")))
+  return dict(zip(head.strip("| ").split(" | "), line.strip("| ").split(" | ")))
+
+
+def test_the_table_says_what_the_kernels_add_to_their_stand_in():
+  row = _ROW
+  cells = _cells(row)
   assert cells["real - stand-in"] == "2.50"
   assert cells["stand-in"] == "5.50"
   assert cells["real / predicted"] == "0.800"
   assert cells["real / predicted, loop + thunks"] == "-"
-  _, _, none = lib.markdown([{**row, "standin_ms": None,
-                              "real_minus_standin_ms": None}]).splitlines()
-  cells = dict(zip(head.strip("| ").split(" | "),
-                   none.strip("| ").split(" | ")))
+  cells = _cells({**row, "standin_ms": None, "real_minus_standin_ms": None})
   assert cells["stand-in"] == cells["real - stand-in"] == "-"
 
 
@@ -83,16 +88,7 @@ def test_real_and_stand_in_are_timed_in_alternated_rounds():
 
 
 def test_the_table_shows_the_kernels_priced_in_a_loop():
-  row = {"model": "m", "lowered_as": "interp(25)", "predicted_ms": 10.0,
-         "real_ms": 8.0, "kernels_profiled_ms": 4.0,
-         "kernels_in_program_ms": 2.0, "outside_kernels_ms": 6.0,
-         "standin_ms": 5.5, "real_minus_standin_ms": 2.5,
-         "kernels_looped_ms": 1.25, "kernels_looped_lockstep_ms": 1.5,
-         "kernels_profiled_lockstep_ms": 5.0,
-         "thunks_per_device": 100.0, "kernel_thunks_per_device": 40.0}
-  head, _, line = lib.markdown([row]).splitlines()
-  cells = dict(zip(head.strip("| ").split(" | "),
-                   line.strip("| ").split(" | ")))
+  cells = _cells({**_ROW, "kernels_looped_ms": 1.25})
   assert cells["kernels in a loop"] == "1.25"
   assert cells["lockstep: profiled / in a loop"] == "5.00 / 1.50"
 

@@ -9,10 +9,11 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   compiled for the device the program runs on, run ``warmup`` times, then
   timed ``repeats`` times with ``block_until_ready``; the median is kept. A
   very short kernel is run several times per timed sample and what the call
-  itself costs is taken off (:func:`call_timing.call_overhead`: an empty jitted call,
-  plus a per-array cost for each further input and output, measured once
-  per process), so the figure is the kernel's own compute as it runs
-  inlined in the program, where no call, input or output array exists.
+  itself costs is taken off (``call_timing.call_overhead``: an empty
+  jitted call, plus a per-array cost for each further input and output,
+  measured once per process), so the figure is the kernel's own compute
+  as it runs inlined in the program, where no call, input or output array
+  exists.
   On the CPU backend a kernel is timed with every thread of the process on
   one core: inside a multi-device program each fake device runs its part
   on one thread (measured on JAX 0.10.2: a device computing while the other
@@ -56,7 +57,8 @@ from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
                                          time_calls)
 
 #: Bump when what a kernel's record measures changes (old records are then
-#: not read). 2: the per-array call overhead taken off (``call_timing.call_overhead``).
+#: not read). 2: the per-array call overhead taken off
+#: (``call_timing.call_overhead``).
 PROFILE_VERSION = 2
 
 
@@ -478,6 +480,7 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
   keys = {bid: kernel_key(k, param_avals, device,
                           part.blocks[k.fwd] if part is not None else None,
                           stage) for bid, k in sorted(ks.kernels.items())}
+  kernel_of = {key: ks.kernels[bid] for bid, key in keys.items()}
   ahead = _compile_pool.Prefetch()
   for bid, key in keys.items():
     k = ks.kernels[bid]
@@ -497,9 +500,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
       if prepared is None:  # compiled with the next ones to measure
         ahead.compile([key] + _next_to_measure(key, keys, by_key, cache,
                                                estimator, stage),
-                      lambda kk: lower_kernel(
-                          ks.kernels[next(b for b in keys if keys[b] == kk)],
-                          param_avals, device, stage=stage))
+                      lambda kk: lower_kernel(kernel_of[kk], param_avals,
+                                              device, stage=stage))
         prepared = ahead.take(key)
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
                         stage=stage, prepared=prepared)
