@@ -21,6 +21,7 @@ Matplotlib's object API on an Agg canvas, as in ``tessel_jax.plot``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable
@@ -131,134 +132,174 @@ def _positive(value: float) -> float:
 
 
 def plot_search_scaling(results: dict[str, Any], stem: str) -> list[str]:
-  """The pictures of a ``search_scaling`` result; returns the paths."""
+  """The pictures of a ``search_scaling`` result; returns the paths.
+
+  One figure per part the run measured (devices, memory, micro-batches,
+  CP-SAT budget); a part with no rows draws nothing.
+  """
   cases = results["cases"]
   names = _ordered(c["placement"] for c in cases)
-  colors = _colors(names)
-  wraps = _ordered(c["allow_wrap"] for c in cases)
+  style = _ScalingStyle(names=names, colors=_colors(names),
+                        wraps=_ordered(c["allow_wrap"] for c in cases))
+  parts = (("devices", _scaling_devices, lambda c: True),
+           ("memory", _scaling_memory, lambda c: True),
+           ("microbatches", _scaling_microbatches, lambda c: "error" not in c),
+           ("time_limit", _scaling_time_limit, lambda c: True))
   written = []
-
-  rows = [c for c in cases if c["part"] == "devices"]
-  if rows:
-    fig = _figure(15, 4.2)
-    ax_p, ax_t, ax_g = fig.subplots(1, 3)
-    _series(rows, "devices", lambda r: _positive(r["period_seconds"]), ax_p,
-            colors)
-    _series(rows, "devices", lambda r: _positive(r["search_seconds"]), ax_t,
-            colors)
-    _series(rows, "devices", lambda r: 100 * r["gap"], ax_g, colors)
-    for ax in (ax_p, ax_t, ax_g):
-      _log_ticks(ax, [r["devices"] for r in rows], base=2)
-      ax.set_xlabel("devices")
-      ax.grid(True, which="both", alpha=0.3)
-    limit = results["args"]["time_limit"]
-    for ax, what in ((ax_p, "time to the period (found and proven)"),
-                     (ax_t, "whole search (period + latency"
-                      + (" + warmup/cooldown" if results["args"]["complete"]
-                         else "") + ")")):
-      ax.set_yscale("log")
-      ax.set_ylabel("seconds")
-      ax.set_title(f"{what}", fontsize=9)
-    _gap_axis(ax_g, rows)
-    ax_g.set_title("Period quality", fontsize=9)
-    fig.suptitle(f"Repetend search against the device count (no memory"
-                 f" limit, CP-SAT budget {limit:g} s)", fontsize=10)
-    _placement_legend(ax_g, colors, wraps)
-    written.append(_save(fig, f"{stem}_devices.png"))
-
-  rows = [c for c in cases if c["part"] == "memory"]
-  if rows:
-    devices = sorted({r["devices"] for r in rows})
-    memories = _ordered(r["memory_case"] for r in rows)
-    fig = _figure(max(8, 1.0 * len(names) + 3), 5.0 * len(devices))
-    axes = fig.subplots(2 * len(devices), 1, squeeze=False)[:, 0]
-    groups = [(m, w) for m in memories for w in wraps]
-    mem_colors = _colors(memories)
-    width = 0.8 / len(groups)
-    for k, d in enumerate(devices):
-      ax_t, ax_g = axes[2 * k], axes[2 * k + 1]
-      for g, (memory, wrap) in enumerate(groups):
-        for i, name in enumerate(names):
-          row = next((r for r in rows if r["devices"] == d
-                      and r["placement"] == name and r["memory_case"] == memory
-                      and r["allow_wrap"] == wrap), None)
-          if row is None:
-            continue
-          x = i - 0.4 + (g + 0.5) * width
-          if "error" in row:
-            ax_t.plot([x], [1e-3], marker="x", color="red", linestyle="")
-            ax_g.plot([x], [0], marker="x", color="red", linestyle="")
-            continue
-          style = dict(color=mem_colors[memory], hatch="" if wrap else "///",
-                       edgecolor="0.2", linewidth=0.3)
-          ax_t.bar(x, _positive(row["search_seconds"]), width, **style)
-          ax_g.bar(x, 100 * row["gap"], width, **style)
-      ax_t.set_yscale("log")
-      ax_t.set_ylabel("search time (s)")
-      ax_t.set_title(f"{d} devices: search time per memory case (CP-SAT"
-                     f" budget {results['args']['time_limit']:g} s)",
-                     fontsize=9)
-      _gap_axis(ax_g, [r for r in rows if r["devices"] == d])
-      ax_g.set_title(f"{d} devices: proven gap of the period", fontsize=9)
-      for ax in (ax_t, ax_g):
-        ax.set_xticks(range(len(names)), names, rotation=30, ha="right",
-                      fontsize=8)
-        ax.grid(True, axis="y", alpha=0.3)
-    handles = [Line2D([], [], color=mem_colors[m], linewidth=6, label=m)
-               for m in memories]
-    handles.append(Line2D([], [], color="red", marker="x", linestyle="",
-                          label="no schedule found in time"))
-    axes[0].legend(handles=handles, title="hatched: no wrap", fontsize=7,
-                   title_fontsize=7, loc="upper left",
-                   bbox_to_anchor=(1.0, 1.0), frameon=False)
-    written.append(_save(fig, f"{stem}_memory.png"))
-
-  rows = [c for c in cases if c["part"] == "microbatches" and "error" not in c]
-  if rows:
-    fig = _figure(11, 4.2)
-    ax_u, ax_r = fig.subplots(1, 2)
-    flat = [{**u, "placement": r["placement"], "allow_wrap": r["allow_wrap"],
-             "status": "OPTIMAL"} for r in rows for u in r["unroll"]]
-    _series(flat, "num_microbatches",
-            lambda u: _positive(u["unroll_seconds"]), ax_u, colors)
-    _series(flat, "num_microbatches", lambda u: u["makespan_ratio"], ax_r,
-            colors)
-    for ax in (ax_u, ax_r):
-      _log_ticks(ax, [u["num_microbatches"] for u in flat], base=2)
-      ax.set_xlabel("micro-batches N")
-      ax.grid(True, which="both", alpha=0.3)
-    ax_u.set_yscale("log")
-    ax_u.set_ylabel("unroll time (s)")
-    devices = sorted({r["devices"] for r in rows})
-    ax_u.set_title(f"Unroll time, with the CP-SAT completion of small N"
-                   f" ({', '.join(map(str, devices))} devices)", fontsize=9)
-    ax_r.set_ylabel("makespan / lower bound")
-    ax_r.set_title("Makespan quality", fontsize=9)
-    _placement_legend(ax_r, colors, wraps)
-    written.append(_save(fig, f"{stem}_microbatches.png"))
-
-  rows = [c for c in cases if c["part"] == "time_limit"]
-  if rows:
-    fig = _figure(11, 4.2)
-    ax_p, ax_g = fig.subplots(1, 2)
-    _series(rows, "time_limit",
-            lambda r: r["period"] / max(1, r["period_lower_bound"]), ax_p,
-            colors)
-    _series(rows, "time_limit", lambda r: 100 * r["gap"], ax_g, colors)
-    for ax in (ax_p, ax_g):
-      _log_ticks(ax, [r["time_limit"] for r in rows])
-      ax.set_xlabel("CP-SAT budget (s)")
-      ax.grid(True, which="both", alpha=0.3)
-    memory = results["args"]["time_limit_memory"]
-    devices = sorted({r["devices"] for r in rows})
-    ax_p.set_ylabel("best period / proven lower bound")
-    ax_p.set_title(f"Best so far ({memory} memory,"
-                   f" {', '.join(map(str, devices))} devices)", fontsize=9)
-    _gap_axis(ax_g, rows)
-    ax_g.set_title("Proven gap", fontsize=9)
-    _placement_legend(ax_g, colors, wraps)
-    written.append(_save(fig, f"{stem}_time_limit.png"))
+  for part, draw, keep in parts:
+    rows = [c for c in cases if c["part"] == part and keep(c)]
+    if rows:
+      fig = draw(results, rows, style)
+      written.append(_save(fig, f"{stem}_{part}.png"))
   return written
+
+
+@dataclasses.dataclass(frozen=True)
+class _ScalingStyle:
+  """What every ``search_scaling`` figure shares.
+
+  Attributes:
+    names: placements in first-seen order (the x axis of bar charts).
+    colors: placement -> colour.
+    wraps: the ``allow_wrap`` values present, in first-seen order.
+  """
+  names: list[str]
+  colors: dict[str, Any]
+  wraps: list[bool]
+
+
+def _scaling_devices(results: dict[str, Any], rows: list[dict[str, Any]],
+                     style: _ScalingStyle) -> Any:
+  """Time to the period, whole search time and gap against the device count."""
+  colors = style.colors
+  fig = _figure(15, 4.2)
+  ax_p, ax_t, ax_g = fig.subplots(1, 3)
+  _series(rows, "devices", lambda r: _positive(r["period_seconds"]), ax_p,
+          colors)
+  _series(rows, "devices", lambda r: _positive(r["search_seconds"]), ax_t,
+          colors)
+  _series(rows, "devices", lambda r: 100 * r["gap"], ax_g, colors)
+  for ax in (ax_p, ax_t, ax_g):
+    _log_ticks(ax, [r["devices"] for r in rows], base=2)
+    ax.set_xlabel("devices")
+    ax.grid(True, which="both", alpha=0.3)
+  limit = results["args"]["time_limit"]
+  for ax, what in ((ax_p, "time to the period (found and proven)"),
+                   (ax_t, "whole search (period + latency"
+                    + (" + warmup/cooldown" if results["args"]["complete"]
+                       else "") + ")")):
+    ax.set_yscale("log")
+    ax.set_ylabel("seconds")
+    ax.set_title(f"{what}", fontsize=9)
+  _gap_axis(ax_g, rows)
+  ax_g.set_title("Period quality", fontsize=9)
+  fig.suptitle(f"Repetend search against the device count (no memory"
+               f" limit, CP-SAT budget {limit:g} s)", fontsize=10)
+  _placement_legend(ax_g, colors, style.wraps)
+  return fig
+
+
+def _scaling_memory(results: dict[str, Any], rows: list[dict[str, Any]],
+                    style: _ScalingStyle) -> Any:
+  """Search time and proven gap per memory case, one pair of axes per mesh."""
+  names = style.names
+  devices = sorted({r["devices"] for r in rows})
+  memories = _ordered(r["memory_case"] for r in rows)
+  fig = _figure(max(8, 1.0 * len(names) + 3), 5.0 * len(devices))
+  axes = fig.subplots(2 * len(devices), 1, squeeze=False)[:, 0]
+  groups = [(m, w) for m in memories for w in style.wraps]
+  mem_colors = _colors(memories)
+  width = 0.8 / len(groups)
+  for k, d in enumerate(devices):
+    ax_t, ax_g = axes[2 * k], axes[2 * k + 1]
+    for g, (memory, wrap) in enumerate(groups):
+      for i, name in enumerate(names):
+        row = next((r for r in rows if r["devices"] == d
+                    and r["placement"] == name and r["memory_case"] == memory
+                    and r["allow_wrap"] == wrap), None)
+        if row is None:
+          continue
+        x = i - 0.4 + (g + 0.5) * width
+        if "error" in row:
+          ax_t.plot([x], [1e-3], marker="x", color="red", linestyle="")
+          ax_g.plot([x], [0], marker="x", color="red", linestyle="")
+          continue
+        bar = dict(color=mem_colors[memory], hatch="" if wrap else "///",
+                   edgecolor="0.2", linewidth=0.3)
+        ax_t.bar(x, _positive(row["search_seconds"]), width, **bar)
+        ax_g.bar(x, 100 * row["gap"], width, **bar)
+    ax_t.set_yscale("log")
+    ax_t.set_ylabel("search time (s)")
+    ax_t.set_title(f"{d} devices: search time per memory case (CP-SAT"
+                   f" budget {results['args']['time_limit']:g} s)",
+                   fontsize=9)
+    _gap_axis(ax_g, [r for r in rows if r["devices"] == d])
+    ax_g.set_title(f"{d} devices: proven gap of the period", fontsize=9)
+    for ax in (ax_t, ax_g):
+      ax.set_xticks(range(len(names)), names, rotation=30, ha="right",
+                    fontsize=8)
+      ax.grid(True, axis="y", alpha=0.3)
+  handles = [Line2D([], [], color=mem_colors[m], linewidth=6, label=m)
+             for m in memories]
+  handles.append(Line2D([], [], color="red", marker="x", linestyle="",
+                        label="no schedule found in time"))
+  axes[0].legend(handles=handles, title="hatched: no wrap", fontsize=7,
+                 title_fontsize=7, loc="upper left",
+                 bbox_to_anchor=(1.0, 1.0), frameon=False)
+  return fig
+
+
+def _scaling_microbatches(results: dict[str, Any], rows: list[dict[str, Any]],
+                          style: _ScalingStyle) -> Any:
+  """Unroll time and makespan quality against the micro-batch count."""
+  del results  # the rows carry what this figure needs
+  colors = style.colors
+  fig = _figure(11, 4.2)
+  ax_u, ax_r = fig.subplots(1, 2)
+  flat = [{**u, "placement": r["placement"], "allow_wrap": r["allow_wrap"],
+           "status": "OPTIMAL"} for r in rows for u in r["unroll"]]
+  _series(flat, "num_microbatches",
+          lambda u: _positive(u["unroll_seconds"]), ax_u, colors)
+  _series(flat, "num_microbatches", lambda u: u["makespan_ratio"], ax_r,
+          colors)
+  for ax in (ax_u, ax_r):
+    _log_ticks(ax, [u["num_microbatches"] for u in flat], base=2)
+    ax.set_xlabel("micro-batches N")
+    ax.grid(True, which="both", alpha=0.3)
+  ax_u.set_yscale("log")
+  ax_u.set_ylabel("unroll time (s)")
+  devices = sorted({r["devices"] for r in rows})
+  ax_u.set_title(f"Unroll time, with the CP-SAT completion of small N"
+                 f" ({', '.join(map(str, devices))} devices)", fontsize=9)
+  ax_r.set_ylabel("makespan / lower bound")
+  ax_r.set_title("Makespan quality", fontsize=9)
+  _placement_legend(ax_r, colors, style.wraps)
+  return fig
+
+
+def _scaling_time_limit(results: dict[str, Any], rows: list[dict[str, Any]],
+                        style: _ScalingStyle) -> Any:
+  """Best period and proven gap against the CP-SAT budget."""
+  colors = style.colors
+  fig = _figure(11, 4.2)
+  ax_p, ax_g = fig.subplots(1, 2)
+  _series(rows, "time_limit",
+          lambda r: r["period"] / max(1, r["period_lower_bound"]), ax_p,
+          colors)
+  _series(rows, "time_limit", lambda r: 100 * r["gap"], ax_g, colors)
+  for ax in (ax_p, ax_g):
+    _log_ticks(ax, [r["time_limit"] for r in rows])
+    ax.set_xlabel("CP-SAT budget (s)")
+    ax.grid(True, which="both", alpha=0.3)
+  memory = results["args"]["time_limit_memory"]
+  devices = sorted({r["devices"] for r in rows})
+  ax_p.set_ylabel("best period / proven lower bound")
+  ax_p.set_title(f"Best so far ({memory} memory,"
+                 f" {', '.join(map(str, devices))} devices)", fontsize=9)
+  _gap_axis(ax_g, rows)
+  ax_g.set_title("Proven gap", fontsize=9)
+  _placement_legend(ax_g, colors, style.wraps)
+  return fig
 
 
 # --- compare_schedules --------------------------------------------------------
