@@ -8,7 +8,9 @@ ResNet18 step: per micro-batch weight gradients added into accumulators,
 as the lowering does, against a deferred, batched weight gradient); they
 are checked equal (gradients and input cotangents) and timed interleaved
 in shuffled order: wall and process CPU ms, minor page faults, paired
-ratios against ``per_mb``. The deferred forms are not in the lowering:
+ratios against ``per_mb``; with ``--parts``, so are the pieces of their
+work (``deferred_w_lib.parts``: without the adds, without any weight
+gradient, the forward per micro-batch and batched, the batched gradient). The deferred forms are not in the lowering:
 this measures what they would save on that device's kernels.
 """
 
@@ -23,6 +25,9 @@ from experiments import cli, xla_env
 flags.DEFINE_integer("n", 8, "Micro-batches.")
 flags.DEFINE_integer("rows", 4, "Rows per micro-batch.")
 flags.DEFINE_integer("rounds", 9, "Timed rounds (each variant once each).")
+flags.DEFINE_bool("parts", True,
+                  "Also time the pieces of their work (deferred_w_lib.PARTS)"
+                  " in the same rounds.")
 flags.DEFINE_string("output", "out/deferred_w.json",
                     "Where to write the JSON results ('': stdout only).")
 
@@ -48,6 +53,9 @@ def main(argv):
     err = lib.max_rel(run(), want)
     if err > 1e-4:
       raise AssertionError(f"{k}: rel. error {err} against {ref}")
+  if f.parts:
+    runs.update({k: (lambda g=g: g(*args))
+                 for k, g in lib.parts(f.n, f.rows).items()})
   times = {k: [] for k in runs}
   loads = []
   for _ in range(f.rounds):

@@ -179,3 +179,40 @@ def max_rel(got: Any, want: Any) -> float:
   return max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
              for a, b in zip(jax.tree_util.tree_leaves(got),
                              jax.tree_util.tree_leaves(want)))
+
+
+#: Pieces of the variants' work, timed beside them (not equal to them).
+PARTS = ("no_add", "dx_only", "fwd_mb", "fwd_batched", "grad_batched")
+
+
+def parts(n: int, rows: int) -> dict[str, Callable[..., Any]]:
+  """``{part: jitted (params, xs, ys) -> values}``: ``no_add``, ``per_mb``
+  with each micro-batch's weight gradients kept apart (the last one
+  returned: no accumulation); ``dx_only``, each micro-batch's input
+  cotangent only (no weight gradients); ``fwd_mb``, the forward per
+  micro-batch; ``fwd_batched`` and ``grad_batched``, the forward and the
+  whole gradient over the concatenated micro-batches."""
+  scale = 1.0 / (n * rows)
+
+  def no_add(p, xs, ys):
+    def body(_, xy):
+      return jax.grad(loss, argnums=(0, 1))(p, *xy, scale)
+    return jax.lax.scan(body, jax.tree_util.tree_map(jnp.zeros_like, p),
+                        (xs, ys))
+
+  def dx_only(p, xs, ys):
+    def body(c, xy):
+      return c, jax.grad(loss, argnums=1)(p, *xy, scale)
+    return jax.lax.scan(body, 0, (xs, ys))[1]
+
+  def fwd_mb(p, xs, ys):
+    def body(c, xy):
+      return c + loss(p, *xy, scale), None
+    return jax.lax.scan(body, 0.0, (xs, ys))[0]
+
+  return {"no_add": jax.jit(no_add), "dx_only": jax.jit(dx_only),
+          "fwd_mb": jax.jit(fwd_mb),
+          "fwd_batched": jax.jit(lambda p, xs, ys: loss(
+              p, _flat(xs), _flat(ys), scale)),
+          "grad_batched": jax.jit(lambda p, xs, ys: jax.grad(loss)(
+              p, _flat(xs), _flat(ys), scale))}
