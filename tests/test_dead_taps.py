@@ -80,3 +80,15 @@ def test_sliced_step_equals_value_and_grad():
   mb = jax.tree_util.tree_map(lambda x: x[:2], batch)
   assert _kernel_taps(fn, params, mb) == {(3, 3)}   # the check can fail
   assert _kernel_taps(step, params, batch) == {(1, 1), (2, 2)}
+
+
+def test_programs_without_dead_taps_are_left_as_they_are():
+  fn, params, batch = small_maps_model()
+  big = {"x": jnp.zeros((2, 6, 6, CH))}   # 6x6 maps: every tap is live
+  closed, _ = compat.make_jaxpr(fn, params, big)
+  assert dead_taps.rewrite(closed) is closed
+  kinds = ["embed", "layer", "head"]
+  closed, _ = compat.make_jaxpr(M.chain_fn(kinds),
+                                M.make_params(M.num_layers(kinds)),
+                                M.make_batch(2))
+  assert dead_taps.rewrite(closed) is closed
