@@ -32,6 +32,7 @@ VARIANTS = {
     "ticks_unrolled": {"switches": {"tick_order": True},
                        "interpret_ramps": None},
     "nohoist": {"switches": {"hoist": False}},
+    "dead_taps": {"switches": {"dead_taps": True}},
 }
 
 flags.DEFINE_list("variants", ["base", "ticks"],

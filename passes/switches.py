@@ -35,12 +35,16 @@ class Switches:
       equations are not stashed (``passes.residual_trim``); off: every
       residual stashed, as before 2026-11-26 (``experiments.mshape_profile
       --ab_residual_trim``).
+    dead_taps: Convolution taps that only read padding sliced off their
+      kernels before the cut (``passes.dead_taps``; off by default:
+      ``experiments.resnet_ab --variants=base,dead_taps``).
   """
 
   hoist: bool = True
   straight_order: bool = True
   tick_order: bool = False
   residual_trim: bool = True
+  dead_taps: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

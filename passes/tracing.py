@@ -24,6 +24,7 @@ import numpy as np
 
 from tessel_jax import compat
 
+from . import dead_taps as _dead_taps
 from . import scan_split
 from .errors import TesselError, fail
 
@@ -98,7 +99,8 @@ def _describe(primitive: str) -> str:
 
 
 def trace(fn: Callable[..., Any], fn_name: str, params: Any,
-          microbatch: Any, has_aux: bool = False) -> Traced:
+          microbatch: Any, has_aux: bool = False,
+          dead_taps: bool = False) -> Traced:
   """Traces ``fn(params, microbatch)`` and checks the boundary placement.
 
   Args:
@@ -108,6 +110,8 @@ def trace(fn: Callable[..., Any], fn_name: str, params: Any,
     microbatch: One micro-batch (arrays or ShapeDtypeStructs).
     has_aux: ``fn`` returns ``(loss, aux)`` (``jax.value_and_grad``'s
       convention).
+    dead_taps: Slice the convolutions' taps that only read padding off
+      their kernels (``passes.dead_taps``).
 
   Raises:
     TesselError: if a boundary sits inside a cond/while body or another
@@ -164,6 +168,8 @@ def trace(fn: Callable[..., Any], fn_name: str, params: Any,
           " every iteration). Move the boundary out of the control-flow"
           " body, or leave the stack unmarked and pass cut='auto' to cut"
           " the scan at iteration boundaries by cost.")
+  if dead_taps:
+    closed = _dead_taps.rewrite(closed)
   num_blocks = 1 + sum(1 for e in closed.jaxpr.eqns if compat.is_boundary(e))
   return Traced(fn_name=fn_name, closed_jaxpr=closed, param_tree=p_tree,
                 batch_tree=b_tree, out_tree=out_tree, param_avals=p_avals,

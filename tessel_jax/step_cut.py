@@ -62,7 +62,8 @@ def trace(step: Any, params: Any, batch: Any, n_total: int) -> tuple:
   p_avals = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
   traced = _tracing.trace(step.fn, name, p_avals, microbatch,
-                          has_aux=step.has_aux)
+                          has_aux=step.has_aux,
+                          dead_taps=step.switches.dead_taps)
   return traced, rows, microbatch, p_avals
 
 
@@ -159,7 +160,8 @@ def local_parts(step: Any, graph: BlockGraph, rows: int, microbatch: Any,
             x.shape[1:]), x.dtype), microbatch)
     try:
       local = _tracing.trace(step.fn, step.fn_name, p_avals, local_mb,
-                             has_aux=step.has_aux)
+                             has_aux=step.has_aux,
+                             dead_taps=step.switches.dead_taps)
       local = cut(step, local, len(part.blocks), "", num_devices,
                   like=traced)
       out[g] = _align.align_partition(part,
