@@ -32,6 +32,8 @@ VARIANTS = {
     "ticks_unrolled": {"switches": {"tick_order": True},
                        "interpret_ramps": None},
     "nohoist": {"switches": {"hoist": False}},
+    "workspace": {"switches": {"workspace": True}},
+    "nohoist_workspace": {"switches": {"hoist": False, "workspace": True}},
 }
 
 flags.DEFINE_list("variants", ["base", "ticks"],
@@ -58,7 +60,9 @@ def _build(name, fn, params, batch, n):
                      param_layout="auto", **kw)
   placed = step.place(params, batch)
   compiled = step.lower(placed, batch).compile()
-  return (lambda: compiled(placed, batch)), step, compiled
+  # step(placed, batch), not compiled(...): a workspace step passes its
+  # workspace (Switches.workspace); every variant is called the same way.
+  return (lambda: step(placed, batch)), step, compiled
 
 
 def _max_rel(got, want) -> float:

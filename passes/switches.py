@@ -35,12 +35,21 @@ class Switches:
       equations are not stashed (``passes.residual_trim``); off: every
       residual stashed, as before 2026-11-26 (``experiments.mshape_profile
       --ab_residual_trim``).
+    workspace: Placed training calls (``step(placed, batch)``) write the
+      hoisted values into a workspace the step keeps and donates to its
+      next call (``passes.hoist.distinct``, ``tessel_jax.placed_step``), so
+      XLA's CPU runtime does not malloc them afresh (above glibc's mmap
+      threshold: fresh pages, faulted in every step); off: they live in
+      the program's temp, as before 2026-11-26. The workspace stays
+      allocated between steps. Ignored by the parameter-tree program and
+      in inference.
   """
 
   hoist: bool = True
   straight_order: bool = True
   tick_order: bool = False
   residual_trim: bool = True
+  workspace: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

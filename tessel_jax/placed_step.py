@@ -34,6 +34,7 @@ class _Entry:
   raw: Callable[..., Any]  # the program, not jitted (for fused steps)
   expected: Placed
   fused: dict[Any, Any] = dataclasses.field(default_factory=dict)
+  workspace: Any = None  # the hoisted values' buffers (Switches.workspace)
 
 
 class _State:
@@ -74,10 +75,14 @@ def _entry(step: Any, key: Any, built: Any) -> _Entry:
   raw = lay.program()
   low = built.lowering
   out = ((NamedSharding(low.mesh, P()), shardings) if low.train else None)
+  if lay.workspace:  # the workspace (argument 2) donated, written in place
+    run = jax.jit(raw, out_shardings=(out, lay.workspace_sharding()),
+                  donate_argnums=2, keep_unused=True)
+  else:
+    run = jax.jit(raw, out_shardings=out)
   entry = _Entry(layouts=lay,
                  pack=jax.jit(lay.pack, out_shardings=shardings),
-                 unpack=jax.jit(lay.unpack), run=jax.jit(raw,
-                                                         out_shardings=out),
+                 unpack=jax.jit(lay.unpack), run=run,
                  raw=raw, expected=_placed.expected(lay))
   st.entries[key] = entry
   return entry
@@ -154,18 +159,40 @@ def check_batch(step: Any, placed: Placed, batch: Any) -> None:
         " step.place(step.unplace(placed), batch)")
 
 
+def _workspace(entry: _Entry, placed: Placed, batch: Any) -> Any:
+  """The entry's workspace, made (zeros) on first use."""
+  if entry.workspace is None:
+    shapes = jax.eval_shape(entry.raw, placed, batch, None)[1]
+    entry.workspace = jax.jit(
+        lambda: jax.tree_util.tree_map(
+            lambda s: jax.numpy.zeros(s.shape, s.dtype), shapes),
+        out_shardings=entry.layouts.workspace_sharding())()
+  return entry.workspace
+
+
 def call(step: Any, placed: Placed, batch: Any) -> Any:
-  """``step(placed, batch)``: the program on already-placed parameters."""
+  """``step(placed, batch)``: the program on already-placed parameters
+  (with ``Switches.workspace``: the step's workspace donated and the new
+  one kept)."""
   entry = _checked(step, placed, "step(placed, batch)")
   check_batch(step, placed, batch)
   step._last = entry.layouts.built  # pylint: disable=protected-access
-  return entry.run(placed, batch)
+  if not entry.layouts.workspace:
+    return entry.run(placed, batch)
+  ws = _workspace(entry, placed, batch)
+  entry.workspace = None  # donated: gone if the call fails
+  out, entry.workspace = entry.run(placed, batch, ws)
+  return out
 
 
 def lower(step: Any, placed: Placed, batch: Any) -> Any:
-  """``jax.stages.Lowered`` of ``step(placed, batch)``."""
+  """``jax.stages.Lowered`` of ``step(placed, batch)`` (with
+  ``Switches.workspace``: of ``run(placed, batch, ws) -> (out, ws)``,
+  ``ws`` donated, as ``step(placed, batch)`` calls it)."""
   entry = _checked(step, placed, "step.lower(placed, batch)")
   check_batch(step, placed, batch)
+  if entry.layouts.workspace:
+    return entry.run.lower(placed, batch, _workspace(entry, placed, batch))
   return entry.run.lower(placed, batch)
 
 
@@ -211,7 +238,10 @@ def train_step(step: Any, optimizer: Any) -> Callable[..., Any]:
 def _fused(entry: _Entry, optimizer: Any) -> Any:
   """The jitted, donating step + update of one build."""
   def fused(placed: Placed, opt_state: Any, batch: Any) -> Any:
-    value, grads = entry.raw(placed, batch)
+    if entry.layouts.workspace:  # not donated here: fresh each call
+      (value, grads), _ = entry.raw(placed, batch, None)
+    else:
+      value, grads = entry.raw(placed, batch)
     updates, opt_state = optimizer.update(grads, opt_state, placed)
     new = jax.tree_util.tree_map(lambda p, u: (p + u).astype(p.dtype),
                                  placed, updates)
