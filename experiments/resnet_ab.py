@@ -116,6 +116,7 @@ def main(argv):
     row = {"lowered_as": step.built.plan.loop_summary(),
            "wall_ms": round(1e3 * _med([t[0] for t in ts]), 1),
            "cpu_ms": round(1e3 * _med([t[1] for t in ts]), 1),
+           "sys_ms": round(1e3 * _med([t[2] for t in ts]), 1),
            "faults": _med([t[3] for t in ts]),
            "paired_wall": round(_med([a[0] / b[0] for a, b in pairs]), 3),
            "paired_cpu": round(_med([a[1] / b[1] for a, b in pairs]), 3),
@@ -143,7 +144,8 @@ def markdown(out):
   head = ["variant", "lowered as", "wall ms (CPU)", "paired wall, CPU",
           "busiest device kernels", "lockstep floor", "sync floor",
           "wall / busiest, / sync", "with their reads and accumulation:"
-          " by device, sync floor", "wall / that floor", "faults",
+          " by device, sync floor", "wall / that floor", "system CPU ms",
+          "faults",
           "temp MB", "load"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   load = out["load_average"]
@@ -160,6 +162,7 @@ def markdown(out):
         f"{r['inclusive_in_program_kernel_ms_by_device']},"
         f" {r['inclusive_sync_floor_ms']:.0f}",
         f"{r['wall_ms'] / r['inclusive_sync_floor_ms']:.2f}x",
+        f"{r.get('sys_ms', float('nan')):.0f}",
         str(r["faults"]), str(r["temp_mb"]),
         f"{load[0]}-{load[1]}"]) + " |")
   return "\n".join(lines)

@@ -230,21 +230,32 @@ def train_step(step: Any, optimizer: Any) -> Callable[..., Any]:
     hit = entry.fused.get(id(optimizer))
     if hit is None or hit[0] is not optimizer:
       hit = entry.fused[id(optimizer)] = (optimizer, _fused(entry, optimizer))
-    return hit[1](placed, opt_state, batch)
+    if not entry.layouts.workspace:
+      return hit[1](placed, opt_state, batch)
+    ws = _workspace(entry, placed, batch)
+    entry.workspace = None  # donated: gone if the call fails
+    out, entry.workspace = hit[1](placed, opt_state, batch, ws)
+    return out
 
   return run
 
 
 def _fused(entry: _Entry, optimizer: Any) -> Any:
-  """The jitted, donating step + update of one build."""
-  def fused(placed: Placed, opt_state: Any, batch: Any) -> Any:
-    if entry.layouts.workspace:  # not donated here: fresh each call
-      (value, grads), _ = entry.raw(placed, batch, None)
-    else:
-      value, grads = entry.raw(placed, batch)
+  """The jitted, donating step + update of one build (with
+  ``Switches.workspace``: ``f(placed, opt_state, batch, ws) -> (out, ws)``,
+  the workspace donated too)."""
+  def update(placed: Placed, opt_state: Any, value: Any, grads: Any) -> Any:
     updates, opt_state = optimizer.update(grads, opt_state, placed)
     new = jax.tree_util.tree_map(lambda p, u: (p + u).astype(p.dtype),
                                  placed, updates)
     return value, new, opt_state
 
-  return jax.jit(fused, donate_argnums=(0, 1))
+  if not entry.layouts.workspace:
+    return jax.jit(lambda placed, opt_state, batch: update(
+        placed, opt_state, *entry.raw(placed, batch)), donate_argnums=(0, 1))
+
+  def fused_ws(placed: Placed, opt_state: Any, batch: Any, ws: Any) -> Any:
+    out, ws = entry.raw(placed, batch, ws)
+    return update(placed, opt_state, *out), ws
+
+  return jax.jit(fused_ws, donate_argnums=(0, 1, 3), keep_unused=True)
