@@ -35,6 +35,7 @@ class _Entry:
   expected: Placed
   fused: dict[Any, Any] = dataclasses.field(default_factory=dict)
   workspace: Any = None  # the hoisted values' buffers (Switches.workspace)
+  grad_workspace: Any = None  # train_step's gradient buffers (the same)
 
 
 class _State:
@@ -170,6 +171,17 @@ def _workspace(entry: _Entry, placed: Placed, batch: Any) -> Any:
   return entry.workspace
 
 
+def _grad_workspace(entry: _Entry, placed: Placed, batch: Any) -> Any:
+  """Buffers for the fused train step's gradients, made on first use."""
+  if entry.grad_workspace is None:
+    shapes = jax.eval_shape(entry.raw, placed, batch, None)[0][1]
+    entry.grad_workspace = jax.jit(
+        lambda: jax.tree_util.tree_map(
+            lambda s: jax.numpy.zeros(s.shape, s.dtype), shapes),
+        out_shardings=entry.layouts.shardings())()
+  return entry.grad_workspace
+
+
 def call(step: Any, placed: Placed, batch: Any) -> Any:
   """``step(placed, batch)``: the program on already-placed parameters
   (with ``Switches.workspace``: the step's workspace donated and the new
@@ -232,9 +244,11 @@ def train_step(step: Any, optimizer: Any) -> Callable[..., Any]:
       hit = entry.fused[id(optimizer)] = (optimizer, _fused(entry, optimizer))
     if not entry.layouts.workspace:
       return hit[1](placed, opt_state, batch)
-    ws = _workspace(entry, placed, batch)
-    entry.workspace = None  # donated: gone if the call fails
-    out, entry.workspace = hit[1](placed, opt_state, batch, ws)
+    ws = (_workspace(entry, placed, batch),
+          _grad_workspace(entry, placed, batch))
+    entry.workspace = entry.grad_workspace = None  # donated
+    out, (entry.workspace, entry.grad_workspace) = hit[1](
+        placed, opt_state, batch, ws)
     return out
 
   return run
@@ -243,7 +257,7 @@ def train_step(step: Any, optimizer: Any) -> Callable[..., Any]:
 def _fused(entry: _Entry, optimizer: Any) -> Any:
   """The jitted, donating step + update of one build (with
   ``Switches.workspace``: ``f(placed, opt_state, batch, ws) -> (out, ws)``,
-  the workspace donated too)."""
+  the workspace, hoisted values and gradients, donated too)."""
   def update(placed: Placed, opt_state: Any, value: Any, grads: Any) -> Any:
     updates, opt_state = optimizer.update(grads, opt_state, placed)
     new = jax.tree_util.tree_map(lambda p, u: (p + u).astype(p.dtype),
@@ -255,7 +269,9 @@ def _fused(entry: _Entry, optimizer: Any) -> Any:
         placed, opt_state, *entry.raw(placed, batch)), donate_argnums=(0, 1))
 
   def fused_ws(placed: Placed, opt_state: Any, batch: Any, ws: Any) -> Any:
-    out, ws = entry.raw(placed, batch, ws)
-    return update(placed, opt_state, *out), ws
+    # ws: (hoisted values, gradients): the gradients, which the update
+    # alone reads, leave the program too, into the last call's buffers.
+    out, hoisted = entry.raw(placed, batch, ws[0])
+    return update(placed, opt_state, *out), (hoisted, out[1])
 
   return jax.jit(fused_ws, donate_argnums=(0, 1, 3), keep_unused=True)
