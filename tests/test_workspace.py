@@ -45,10 +45,14 @@ def test_workspace_is_donated_written_in_place_and_matches_value_and_grad():
   assert not any(g.is_deleted() for g in jax.tree_util.tree_leaves(grads1))
 
 
-def _workspace(step):
+def _entry(step):
   from tessel_jax import placed_step  # pylint: disable=import-outside-toplevel
   (entry,) = placed_step._state(step).entries.values()  # pylint: disable=protected-access
-  return entry.workspace
+  return entry
+
+
+def _workspace(step):
+  return _entry(step).workspace
 
 
 def test_workspace_leaves_the_temp_and_serves_train_step():
@@ -70,5 +74,7 @@ def test_workspace_leaves_the_temp_and_serves_train_step():
       value, placed, state = train(placed, state, batch)
     outs.append((value, step.unplace(placed)))
   assert M.max_rel_err(outs[0], outs[1]) <= 1e-6
-  kept = jax.tree_util.tree_leaves(_workspace(on))
-  assert kept and not any(w.is_deleted() for w in kept)
+  # the hoisted values' and the gradients' buffers, kept for the next call
+  for kept in (_workspace(on), _entry(on).grad_workspace):
+    leaves = jax.tree_util.tree_leaves(kept)
+    assert leaves and not any(w.is_deleted() for w in leaves)
