@@ -160,14 +160,19 @@ def check_batch(step: Any, placed: Placed, batch: Any) -> None:
         " step.place(step.unplace(placed), batch)")
 
 
+def _zeros(shapes: Any, shardings: Any) -> Any:
+  """Zero arrays of ``shapes`` (a tree of ``ShapeDtypeStruct``) placed on
+  ``shardings`` (a tree prefix)."""
+  return jax.jit(lambda: jax.tree_util.tree_map(
+      lambda s: jax.numpy.zeros(s.shape, s.dtype), shapes),
+                 out_shardings=shardings)()
+
+
 def _workspace(entry: _Entry, placed: Placed, batch: Any) -> Any:
-  """The entry's workspace, made (zeros) on first use."""
+  """The entry's hoisted values' buffers, made (zeros) on first use."""
   if entry.workspace is None:
     shapes = jax.eval_shape(entry.raw, placed, batch, None)[1]
-    entry.workspace = jax.jit(
-        lambda: jax.tree_util.tree_map(
-            lambda s: jax.numpy.zeros(s.shape, s.dtype), shapes),
-        out_shardings=entry.layouts.workspace_sharding())()
+    entry.workspace = _zeros(shapes, entry.layouts.workspace_sharding())
   return entry.workspace
 
 
@@ -175,10 +180,7 @@ def _grad_workspace(entry: _Entry, placed: Placed, batch: Any) -> Any:
   """Buffers for the fused train step's gradients, made on first use."""
   if entry.grad_workspace is None:
     shapes = jax.eval_shape(entry.raw, placed, batch, None)[0][1]
-    entry.grad_workspace = jax.jit(
-        lambda: jax.tree_util.tree_map(
-            lambda s: jax.numpy.zeros(s.shape, s.dtype), shapes),
-        out_shardings=entry.layouts.shardings())()
+    entry.grad_workspace = _zeros(shapes, entry.layouts.shardings())
   return entry.grad_workspace
 
 
