@@ -224,8 +224,13 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
     ticks_placed = ticks_step.place(params, batch)
     ticks_c = ticks_step.lower(ticks_placed, batch).compile()
     runs["placed_ticks"] = lambda: ticks_c(ticks_placed, batch)
+    ws_step = make(Switches(workspace=True))
+    ws_placed = ws_step.place(params, batch)
+    runs["placed_workspace"] = lambda: ws_step(ws_placed, batch)
     _check(step, runs, fn, params, batch, n)
     _same_grads(step, runs["tessel_placed"], ticks_step, runs["placed_ticks"])
+    _same_grads(step, runs["tessel_placed"], ws_step,
+                runs["placed_workspace"])
     for f in runs.values():
       jax.block_until_ready(f())
     times: dict[str, list] = {k: [] for k in runs}
@@ -286,13 +291,16 @@ def _nohoist(make: Callable[[Switches], Any], params: Any, batch: Any
 
 
 def _paired(times: dict[str, list]) -> dict[str, Any]:
-  """Median per-round ratios (wall, CPU) placed / placed without hoisting
-  and placed with compacted ticks / placed: each ran in every round, in
+  """Median per-round ratios (wall, CPU) placed / placed without hoisting,
+  placed with compacted ticks / placed and placed with a workspace
+  (``Switches(workspace=True)``) / placed: each ran in every round, in
   shuffled order."""
   out = {}
   for name, (a, b) in {
       "hoisted_over_plain": (times["tessel_placed"], times["placed_nohoist"]),
       "ticks_over_placed": (times["placed_ticks"], times["tessel_placed"]),
+      "workspace_over_placed": (times["placed_workspace"],
+                                times["tessel_placed"]),
   }.items():
     wall = sorted(x[0] / y[0] for x, y in zip(a, b))
     cpu = sorted(x[1] / max(y[1], 1e-9) for x, y in zip(a, b))
@@ -350,7 +358,7 @@ def _same_grads(step: Any, run: Callable[[], Any], other_step: Any,
                   jax.tree_util.tree_leaves(want)):
     err = float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
     if err > 1e-5:
-      raise AssertionError(f"compacted ticks: gradient rel. error {err}")
+      raise AssertionError(f"placed variant: gradient rel. error {err}")
 
 
 def plain_worker(models: tuple[str, ...], n: int, rounds: int) -> None:
@@ -423,6 +431,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
           "placed / busiest device, / lockstep, / sync floor", "placed sys ms, faults",
           "compacted ticks (tick_order)", "compacted / placed (paired wall,"
           " CPU)", "compacted's lockstep floor",
+          "placed, workspace", "workspace / placed (paired wall, CPU)",
+          "workspace sys ms, faults",
           "tree pack/unpack ms", "placed pack/unpack ms", "load"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
@@ -445,10 +455,22 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         f"{r.get('ticks_over_placed_wall', '-')},"
         f" {r.get('ticks_over_placed_cpu', '-')}",
         str(r.get("placed_ticks_bound", {}).get("lockstep_ms", "-")),
+        *_workspace_cells(r),
         f"{r['profile']['tessel_tree']['pack/unpack']:.0f}",
         f"{r['profile']['tessel_placed']['pack/unpack']:.0f}",
         f"{r['load_average'][0]}-{r['load_average'][1]}"]) + " |")
   return "\n".join(lines)
+
+
+def _workspace_cells(r: dict[str, Any]) -> list[str]:
+  """The placed step with a workspace (``Switches(workspace=True)``)."""
+  ws = r.get("placed_workspace")
+  if ws is None:
+    return ["-", "-", "-"]
+  return [f"{ws['wall_ms']:.0f} ({ws['cpu_ms']:.0f})",
+          f"{r.get('workspace_over_placed_wall', '-')},"
+          f" {r.get('workspace_over_placed_cpu', '-')}",
+          f"{ws['sys_ms']:.0f}, {ws['minor_faults']}"]
 
 
 def _bound_cells(r: dict[str, Any]) -> list[str]:

@@ -22,18 +22,7 @@ import random
 from absl import app, flags
 
 from experiments import cli, xla_env
-
-#: Variant name -> ``tj.schedule`` keyword arguments (``switches`` as a
-#: dict of ``passes.switches.Switches`` fields).
-VARIANTS = {
-    "base": {},
-    "ticks": {"switches": {"tick_order": True}},
-    "unrolled": {"interpret_ramps": None},
-    "ticks_unrolled": {"switches": {"tick_order": True},
-                       "interpret_ramps": None},
-    "nohoist": {"switches": {"hoist": False}},
-    "dead_taps": {"switches": {"dead_taps": True}},
-}
+from experiments.resnet_variants import VARIANTS, build as _build
 
 flags.DEFINE_list("variants", ["base", "ticks"],
                   f"Variants, the first the reference: {sorted(VARIANTS)}.")
@@ -42,24 +31,6 @@ flags.DEFINE_integer("rounds", 7, "Timed rounds (each variant once each).")
 flags.DEFINE_bool("profile", True, "Also split one traced step by part.")
 flags.DEFINE_string("output", "out/resnet_ab.json",
                     "Where to write the JSON results ('': stdout only).")
-
-
-def _build(name, fn, params, batch, n):
-  """``(run, step, compiled)`` of variant ``name``, placed."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
-  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
-  from tessel_jax.passes.switches import Switches  # pylint: disable=import-outside-toplevel
-  kw = dict(VARIANTS[name])
-  kw["switches"] = Switches(**kw.get("switches", {}))
-  mesh = jax.make_mesh((2,), ("pipe",),
-                       axis_types=(jax.sharding.AxisType.Auto,))
-  step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                     num_microbatches=n, cut="markers", cost="uniform",
-                     param_layout="auto", **kw)
-  placed = step.place(params, batch)
-  compiled = step.lower(placed, batch).compile()
-  return (lambda: compiled(placed, batch)), step, compiled
 
 
 def _max_rel(got, want) -> float:
@@ -113,6 +84,7 @@ def main(argv):
     row = {"lowered_as": step.built.plan.loop_summary(),
            "wall_ms": round(1e3 * _med([t[0] for t in ts]), 1),
            "cpu_ms": round(1e3 * _med([t[1] for t in ts]), 1),
+           "sys_ms": round(1e3 * _med([t[2] for t in ts]), 1),
            "faults": _med([t[3] for t in ts]),
            "paired_wall": round(_med([a[0] / b[0] for a, b in pairs]), 3),
            "paired_cpu": round(_med([a[1] / b[1] for a, b in pairs]), 3),
@@ -140,7 +112,8 @@ def markdown(out):
   head = ["variant", "lowered as", "wall ms (CPU)", "paired wall, CPU",
           "busiest device kernels", "lockstep floor", "sync floor",
           "wall / busiest, / sync", "with their reads and accumulation:"
-          " by device, sync floor", "wall / that floor", "faults",
+          " by device, sync floor", "wall / that floor", "system CPU ms",
+          "faults",
           "temp MB", "load"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   load = out["load_average"]
@@ -157,6 +130,7 @@ def markdown(out):
         f"{r['inclusive_in_program_kernel_ms_by_device']},"
         f" {r['inclusive_sync_floor_ms']:.0f}",
         f"{r['wall_ms'] / r['inclusive_sync_floor_ms']:.2f}x",
+        f"{r.get('sys_ms', float('nan')):.0f}",
         str(r["faults"]), str(r["temp_mb"]),
         f"{load[0]}-{load[1]}"]) + " |")
   return "\n".join(lines)

@@ -188,6 +188,16 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
   return out
 
 
+def distinct(prepared: Mapping[int, Prepared]) -> tuple[Any, ...]:
+  """The distinct values of :func:`prepare`'s result (kernels sharing a
+  value hold the same array), in kernel order."""
+  seen: dict[int, Any] = {}
+  for kid in sorted(prepared):
+    for v in prepared[kid].values:
+      seen.setdefault(id(v), v)
+  return tuple(seen.values())
+
+
 def predicted_bytes(kernels: Mapping[int, Any], layout: Any,
                     param_avals: Sequence[Any], num_microbatches: int,
                     inplace: bool = False, hoist: bool = True,

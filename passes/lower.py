@@ -112,9 +112,11 @@ class Lowering(LowerContext):
 
   def body(self, packed: dict[str, Any], slots: Sequence[Sequence[Any]],
            shards: Sequence[Any], batch: Sequence[Any],
-           leaves: Sequence[Any] | None = None) -> Any:
+           leaves: Sequence[Any] | None = None,
+           workspace: bool = False) -> Any:
     """The shard_map body (``passes.lower_program.body``)."""
-    return _program.body(self, packed, slots, shards, batch, leaves)
+    return _program.body(self, packed, slots, shards, batch, leaves,
+                         workspace)
 
   def program(self) -> Callable[[Any, Any], Any]:
     """``fn(params, batch)`` -> ``(loss, grads)`` or outputs; to be jitted."""

@@ -35,9 +35,12 @@ _pin = _fsdp.pin  # GSPMD constraint inside the map (passes.fsdp)
 
 def body(low: LowerContext, packed: dict[str, Any],
          slots: Sequence[Sequence[Any]], shards: Sequence[Any],
-         batch: Sequence[Any], leaves: Sequence[Any] | None = None) -> Any:
+         batch: Sequence[Any], leaves: Sequence[Any] | None = None,
+         workspace: bool = False) -> Any:
   """The shard_map body (one device's view); ``leaves``: the parameters
-  read in place instead of ``packed`` and ``slots``."""
+  read in place instead of ``packed`` and ``slots``; ``workspace``
+  (training only): the distinct hoisted values leave the map too, last,
+  concatenated over the pipe axis (``Switches.workspace``)."""
   ctx = Ctx(lax.axis_index(low.pipe))
   pbuf: dict[Any, Any] = ({INPLACE: leaves} if leaves is not None else
                           {dt: packed[dt][0] for dt in low.layout.dtypes})
@@ -48,7 +51,7 @@ def body(low: LowerContext, packed: dict[str, Any],
     pbuf[("gathered", l)] = _gather.gather(
         shard, low.layout.shards[l][0], low.layout.gathered[l].owners,
         low.num_devices, low.pipe, ctx.dev)
-  pbuf[_hoist.HOISTED] = _hoist.prepare(low, ctx, pbuf, slots)
+  hoisted = pbuf[_hoist.HOISTED] = _hoist.prepare(low, ctx, pbuf, slots)
   state = _initial_state(low, slots, zero3)
   for seg in low.plan.segments:
     state = _runs.segment(low, ctx, seg, state, pbuf, slots, batch)
@@ -56,7 +59,13 @@ def body(low: LowerContext, packed: dict[str, Any],
   n = low.plan.num_microbatches
   if not low.train:
     return tuple(t[:n][None] for t in tacc)
-  return _train_outputs(low, ctx, gacc, sacc, tacc, zero3)
+  outs = _train_outputs(low, ctx, gacc, sacc, tacc, zero3)
+  if workspace:
+    # As computed (a 0-d value as (1,)): a reshape here would be a fusion
+    # of its own, and XLA recomputes the value into it.
+    return outs + (tuple(v if v.ndim else v[None]
+                         for v in _hoist.distinct(hoisted)),)
+  return outs
 
 
 def _initial_state(low: LowerContext, slots: Sequence[Sequence[Any]],

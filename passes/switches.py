@@ -38,6 +38,14 @@ class Switches:
     dead_taps: Convolution taps that only read padding sliced off their
       kernels before the cut (``passes.dead_taps``; off by default:
       ``experiments.resnet_ab --variants=base,dead_taps``).
+    workspace: Placed training calls (``step(placed, batch)``) write the
+      hoisted values into a workspace the step keeps and donates to its
+      next call (``passes.hoist.distinct``, ``tessel_jax.placed_step``), so
+      XLA's CPU runtime does not malloc them afresh (above glibc's mmap
+      threshold: fresh pages, faulted in every step); off: they live in
+      the program's temp, as before 2026-11-26. The workspace stays
+      allocated between steps. Ignored by the parameter-tree program and
+      in inference.
   """
 
   hoist: bool = True
@@ -45,6 +53,7 @@ class Switches:
   tick_order: bool = False
   residual_trim: bool = True
   dead_taps: bool = False
+  workspace: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -268,27 +269,50 @@ class Layouts:
 
   # --- the program ----------------------------------------------------------
 
+  @property
+  def workspace(self) -> bool:
+    """Whether the program takes and returns a workspace
+    (``Switches.workspace``, training only)."""
+    low = self.lowering
+    return low.train and low.switches.workspace
+
+  def workspace_sharding(self) -> Any:
+    """Every workspace array's sharding: one slice per pipe device."""
+    low = self.lowering
+    return NamedSharding(low.mesh, P(low.pipe))
+
   def _mapped(self) -> Any:
     """The lowering's ``shard_map``; in training without FSDP slots, a
     copy of it whose slot gradients leave the map one array per slot, in
     the slots' own spec (the tree program stacks them per class for
     ``unpack_grads``: here that stack and its slices would be two copies
-    of every gradient)."""
+    of every gradient); with a workspace, one whose hoisted values leave
+    the map too, last."""
     low = self.lowering
-    if not low.train or not self.layout.grads_per_slot:
+    if not low.train or not (self.layout.grads_per_slot or self.workspace):
       return low.smap
-    low = copy.copy(low)
-    low.per_slot_grads = True
-    in_specs, (fspec, _, hspec, tspec) = low.map_specs
-    sspec = tuple(tuple(low._slot_spec(c) for _ in range(c.count))  # pylint: disable=protected-access
-                  for c in self.layout.classes)
-    return jax.shard_map(low.body, mesh=low.mesh, in_specs=in_specs,
-                         out_specs=(fspec, sspec, hspec, tspec),
+    in_specs, (fspec, sspec, hspec, tspec) = low.map_specs
+    body = low.body
+    if self.layout.grads_per_slot:
+      low = copy.copy(low)
+      low.per_slot_grads = True
+      sspec = tuple(tuple(low._slot_spec(c) for _ in range(c.count))  # pylint: disable=protected-access
+                    for c in self.layout.classes)
+      body = low.body
+    out_specs = (fspec, sspec, hspec, tspec)
+    if self.workspace:
+      out_specs += (P(low.pipe),)
+      body = functools.partial(body, workspace=True)
+    return jax.shard_map(body, mesh=low.mesh, in_specs=in_specs,
+                         out_specs=out_specs,
                          axis_names={low.pipe, *low.data_axes},
                          check_vma=False)
 
   def program(self) -> Any:
-    """``run(placed, batch)``: ``(value, Placed grads)`` or the outputs."""
+    """``run(placed, batch)``: ``(value, Placed grads)`` or the outputs;
+    with a workspace (:attr:`workspace`), ``run(placed, batch, ws)``:
+    ``((value, Placed grads), ws)``, ``ws`` not read (only donated, so
+    XLA writes the new one into its buffers)."""
     low = self.lowering
     outputs = _outputs.Outputs(low.part, low.per_mb, low.ks.terminal_avals,
                                low.total_n)
@@ -300,11 +324,14 @@ class Layouts:
       if not low.train:
         bufs = smap(dict(placed.flat), slots, placed.gathered, b_leaves)
         return outputs.infer([buf.sum(axis=0) for buf in bufs])
-      gflat, gslots, hgrads, terms = smap(dict(placed.flat), slots,
-                                          placed.gathered, b_leaves)
+      gflat, gslots, hgrads, terms, *ws = smap(dict(placed.flat), slots,
+                                               placed.gathered, b_leaves)
       value = outputs.train([t.sum(axis=0) for t in terms])
-      return value, self.grads(gflat, gslots, hgrads)
+      out = value, self.grads(gflat, gslots, hgrads)
+      return (out, ws[0]) if ws else out
 
+    if self.workspace:
+      return lambda placed, batch, ws: run(placed, batch)
     return run
 
 

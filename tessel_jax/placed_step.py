@@ -34,6 +34,8 @@ class _Entry:
   raw: Callable[..., Any]  # the program, not jitted (for fused steps)
   expected: Placed
   fused: dict[Any, Any] = dataclasses.field(default_factory=dict)
+  workspace: Any = None  # the hoisted values' buffers (Switches.workspace)
+  grad_workspace: Any = None  # train_step's gradient buffers (the same)
 
 
 class _State:
@@ -74,10 +76,14 @@ def _entry(step: Any, key: Any, built: Any) -> _Entry:
   raw = lay.program()
   low = built.lowering
   out = ((NamedSharding(low.mesh, P()), shardings) if low.train else None)
+  if lay.workspace:  # the workspace (argument 2) donated, written in place
+    run = jax.jit(raw, out_shardings=(out, lay.workspace_sharding()),
+                  donate_argnums=2, keep_unused=True)
+  else:
+    run = jax.jit(raw, out_shardings=out)
   entry = _Entry(layouts=lay,
                  pack=jax.jit(lay.pack, out_shardings=shardings),
-                 unpack=jax.jit(lay.unpack), run=jax.jit(raw,
-                                                         out_shardings=out),
+                 unpack=jax.jit(lay.unpack), run=run,
                  raw=raw, expected=_placed.expected(lay))
   st.entries[key] = entry
   return entry
@@ -154,18 +160,53 @@ def check_batch(step: Any, placed: Placed, batch: Any) -> None:
         " step.place(step.unplace(placed), batch)")
 
 
+def _zeros(shapes: Any, shardings: Any) -> Any:
+  """Zero arrays of ``shapes`` (a tree of ``ShapeDtypeStruct``) placed on
+  ``shardings`` (a tree prefix)."""
+  return jax.jit(lambda: jax.tree_util.tree_map(
+      lambda s: jax.numpy.zeros(s.shape, s.dtype), shapes),
+                 out_shardings=shardings)()
+
+
+def _workspace(entry: _Entry, placed: Placed, batch: Any) -> Any:
+  """The entry's hoisted values' buffers, made (zeros) on first use."""
+  if entry.workspace is None:
+    shapes = jax.eval_shape(entry.raw, placed, batch, None)[1]
+    entry.workspace = _zeros(shapes, entry.layouts.workspace_sharding())
+  return entry.workspace
+
+
+def _grad_workspace(entry: _Entry, placed: Placed, batch: Any) -> Any:
+  """Buffers for the fused train step's gradients, made on first use."""
+  if entry.grad_workspace is None:
+    shapes = jax.eval_shape(entry.raw, placed, batch, None)[0][1]
+    entry.grad_workspace = _zeros(shapes, entry.layouts.shardings())
+  return entry.grad_workspace
+
+
 def call(step: Any, placed: Placed, batch: Any) -> Any:
-  """``step(placed, batch)``: the program on already-placed parameters."""
+  """``step(placed, batch)``: the program on already-placed parameters
+  (with ``Switches.workspace``: the step's workspace donated and the new
+  one kept)."""
   entry = _checked(step, placed, "step(placed, batch)")
   check_batch(step, placed, batch)
   step._last = entry.layouts.built  # pylint: disable=protected-access
-  return entry.run(placed, batch)
+  if not entry.layouts.workspace:
+    return entry.run(placed, batch)
+  ws = _workspace(entry, placed, batch)
+  entry.workspace = None  # donated: gone if the call fails
+  out, entry.workspace = entry.run(placed, batch, ws)
+  return out
 
 
 def lower(step: Any, placed: Placed, batch: Any) -> Any:
-  """``jax.stages.Lowered`` of ``step(placed, batch)``."""
+  """``jax.stages.Lowered`` of ``step(placed, batch)`` (with
+  ``Switches.workspace``: of ``run(placed, batch, ws) -> (out, ws)``,
+  ``ws`` donated, as ``step(placed, batch)`` calls it)."""
   entry = _checked(step, placed, "step.lower(placed, batch)")
   check_batch(step, placed, batch)
+  if entry.layouts.workspace:
+    return entry.run.lower(placed, batch, _workspace(entry, placed, batch))
   return entry.run.lower(placed, batch)
 
 
@@ -203,18 +244,36 @@ def train_step(step: Any, optimizer: Any) -> Callable[..., Any]:
     hit = entry.fused.get(id(optimizer))
     if hit is None or hit[0] is not optimizer:
       hit = entry.fused[id(optimizer)] = (optimizer, _fused(entry, optimizer))
-    return hit[1](placed, opt_state, batch)
+    if not entry.layouts.workspace:
+      return hit[1](placed, opt_state, batch)
+    ws = (_workspace(entry, placed, batch),
+          _grad_workspace(entry, placed, batch))
+    entry.workspace = entry.grad_workspace = None  # donated
+    out, (entry.workspace, entry.grad_workspace) = hit[1](
+        placed, opt_state, batch, ws)
+    return out
 
   return run
 
 
 def _fused(entry: _Entry, optimizer: Any) -> Any:
-  """The jitted, donating step + update of one build."""
-  def fused(placed: Placed, opt_state: Any, batch: Any) -> Any:
-    value, grads = entry.raw(placed, batch)
+  """The jitted, donating step + update of one build (with
+  ``Switches.workspace``: ``f(placed, opt_state, batch, ws) -> (out, ws)``,
+  the workspace, hoisted values and gradients, donated too)."""
+  def update(placed: Placed, opt_state: Any, value: Any, grads: Any) -> Any:
     updates, opt_state = optimizer.update(grads, opt_state, placed)
     new = jax.tree_util.tree_map(lambda p, u: (p + u).astype(p.dtype),
                                  placed, updates)
     return value, new, opt_state
 
-  return jax.jit(fused, donate_argnums=(0, 1))
+  if not entry.layouts.workspace:
+    return jax.jit(lambda placed, opt_state, batch: update(
+        placed, opt_state, *entry.raw(placed, batch)), donate_argnums=(0, 1))
+
+  def fused_ws(placed: Placed, opt_state: Any, batch: Any, ws: Any) -> Any:
+    # ws: (hoisted values, gradients): the gradients, which the update
+    # alone reads, leave the program too, into the last call's buffers.
+    out, hoisted = entry.raw(placed, batch, ws[0])
+    return update(placed, opt_state, *out), (hoisted, out[1])
+
+  return jax.jit(fused_ws, donate_argnums=(0, 1, 3), keep_unused=True)

@@ -1,0 +1,39 @@
+"""The lowering variants of the placed ResNet18 step that
+``experiments.resnet_ab`` and ``experiments.train_step_ab`` time (no flags
+here, so both runners can import it)."""
+
+#: Variant name -> ``tj.schedule`` keyword arguments (``switches`` as a
+#: dict of ``passes.switches.Switches`` fields).
+VARIANTS = {
+    "base": {},
+    "ticks": {"switches": {"tick_order": True}},
+    "unrolled": {"interpret_ramps": None},
+    "ticks_unrolled": {"switches": {"tick_order": True},
+                       "interpret_ramps": None},
+    "nohoist": {"switches": {"hoist": False}},
+    "workspace": {"switches": {"workspace": True}},
+    "nohoist_workspace": {"switches": {"hoist": False, "workspace": True}},
+    "dead_taps": {"switches": {"dead_taps": True}},
+    "dead_taps_workspace": {"switches": {"dead_taps": True,
+                                         "workspace": True}},
+}
+
+
+def build(name, fn, params, batch, n):
+  """``(run, step, compiled)`` of variant ``name``, placed."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
+  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
+  from tessel_jax.passes.switches import Switches  # pylint: disable=import-outside-toplevel
+  kw = dict(VARIANTS[name])
+  kw["switches"] = Switches(**kw.get("switches", {}))
+  mesh = jax.make_mesh((2,), ("pipe",),
+                       axis_types=(jax.sharding.AxisType.Auto,))
+  step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                     num_microbatches=n, cut="markers", cost="uniform",
+                     param_layout="auto", **kw)
+  placed = step.place(params, batch)
+  compiled = step.lower(placed, batch).compile()
+  # step(placed, batch), not compiled(...): a workspace step passes its
+  # workspace (Switches.workspace); every variant is called the same way.
+  return (lambda: step(placed, batch)), step, compiled
