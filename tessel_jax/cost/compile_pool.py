@@ -56,9 +56,11 @@ class Lowered:
   lower_seconds: float
 
 
-def compile_all(jobs: Sequence[Lowered], workers: int = WORKERS
+def compile_all(jobs: Sequence[Lowered], workers: int | None = None
                 ) -> list[Prepared]:
-  """``jobs`` compiled, ``workers`` at a time (one: in this thread)."""
+  """``jobs`` compiled, ``workers`` at a time (one: in this thread; None:
+  :data:`WORKERS`, read at the call)."""
+  workers = WORKERS if workers is None else workers
   def one(job: Lowered) -> Prepared:
     t0 = time.perf_counter()
     compiled = job.lowered.compile()
@@ -73,8 +75,8 @@ def compile_all(jobs: Sequence[Lowered], workers: int = WORKERS
 class Prefetch:
   """Kernels compiled ahead of the profiling loop, by cache key."""
 
-  def __init__(self, workers: int = WORKERS) -> None:
-    self.workers = workers
+  def __init__(self, workers: int | None = None) -> None:
+    self.workers = WORKERS if workers is None else workers
     self._ready: dict[str, Prepared] = {}
     self.compiled = 0  # kernels compiled here (ahead or not)
 
