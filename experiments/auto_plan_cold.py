@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from absl import flags
 
@@ -100,10 +101,18 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
       "chose": step.choice.winner.label,
       "predicted_ms": round(step.choice.winner.step, 3),
       "plans": len(step.choice.frontier.plans),
+      "full_builds": full_builds(step.choice.frontier),
       "standins_on_disk": standins(cache),
       "standins_skipped": {  # bounded / uniform-span schedules estimated
           "bound": model.standins_skipped,
           "uniform_spans": model.alt_standins_skipped}}), flush=True)
+
+
+def full_builds(frontier: Any) -> list[str]:
+  """Searched plans of ``frontier`` priced by a full build (the rest were
+  only screened): which ones moves a cold choice's CPU most."""
+  return [p.label for p in frontier.plans
+          if not p.screened and p.candidate.plan is None]
 
 
 def standins(cache: str) -> int:
