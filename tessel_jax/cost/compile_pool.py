@@ -1,8 +1,9 @@
-"""Kernels compiled a few at a time before each is timed alone.
+"""Kernels compiled a few at a time (:data:`WORKERS`, now 1: one at a
+time) before each is timed alone.
 
 ``measure.profile_kernels`` compiles and times every kernel it has not
 measured yet. XLA compiles outside the GIL, so two kernels compiled on two
-threads take about the wall time of one on a 2-core machine (README GPT:
+threads could take about the wall time of one on a 2-core machine (README GPT:
 a cold ``placement="auto"`` choice spent ~10 s CPU compiling the kernels
 of its full builds one after another). The timing itself stays serial and
 starts only once both compiles are done: a kernel is timed on one core
@@ -22,8 +23,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-#: Kernels compiled at once (the process's compile threads).
-WORKERS = 2
+#: Kernels compiled at once (the process's compile threads). 1: each
+#: kernel compiled just before it is timed. Two threads gave no wall gain
+#: quiet (session 31) and cost CPU: cold ``placement="auto"`` on the README
+#: GPT, 5 rounds paired at load 4-10 (session 32, BENCHMARKS.md "cold
+#: choice CPU"), one thread / two: CPU 0.938 (0.88-0.95), wall 0.985
+#: (0.94-1.18). ``experiments.auto_plan_cold --compile_workers=2`` and
+#: ``experiments.auto_plan_cold_compile`` compare them.
+WORKERS = 1
 
 
 @dataclasses.dataclass(frozen=True)
