@@ -26,9 +26,10 @@ from typing import Any
 #: Kernels compiled at once (the process's compile threads). 1: each
 #: kernel compiled just before it is timed. Two threads gave no wall gain
 #: quiet (session 31) and cost CPU: cold ``placement="auto"`` on the README
-#: GPT, 5 rounds paired at load 4-10 (session 32, BENCHMARKS.md "cold
-#: choice CPU"), one thread / two: CPU 0.938 (0.88-0.95), wall 0.985
-#: (0.94-1.18). ``experiments.auto_plan_cold --compile_workers=2`` and
+#: GPT, 8 rounds paired at load 4-10 (session 32, BENCHMARKS.md "cold
+#: choice CPU"), one thread / two: CPU median 0.946 (0.88-1.05, 6 of 8
+#: below 1), wall 1.01 (0.84-1.18: not shown either way under load).
+#: ``experiments.auto_plan_cold --compile_workers=2`` and
 #: ``experiments.auto_plan_cold_compile`` compare them.
 WORKERS = 1
 
