@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from absl import flags
 
@@ -36,6 +37,9 @@ flags.DEFINE_list("placements", ["vshape", "interleaved", "mshape", "mllm",
 flags.DEFINE_string("cache_dir", None,
                     "Measurement and schedule cache (default: a fresh"
                     " temporary directory, so the first choice is cold).")
+flags.DEFINE_integer("compile_workers", None,
+                     "Kernels compiled at once (tessel_jax.cost.compile_pool"
+                     ".WORKERS; default: the module's).")
 flags.DEFINE_integer("warm_runs", 1,
                      "Choices made after the first, each in a new process"
                      " on the same cache (warm).")
@@ -45,21 +49,27 @@ def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
   f = flags.FLAGS
   cli.at_least(0, "warm_runs")
+  if f.compile_workers is not None:
+    cli.at_least(1, "compile_workers")
   cache = f.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cold_")
   env = dict(os.environ)  # as the user started it: choose() adds XLA flags
-  choose(f.cost, f.memory_limit, tuple(f.placements), cache)
+  workers = ([] if f.compile_workers is None else
+             [f"--compile_workers={f.compile_workers}"])
+  choose(f.cost, f.memory_limit, tuple(f.placements), cache,
+         f.compile_workers)
   for _ in range(f.warm_runs):
     subprocess.run([sys.executable, "-m", "experiments.auto_plan_cold",
                     f"--cost={f.cost}", f"--memory_limit={f.memory_limit}",
                     f"--placements={','.join(f.placements)}",
-                    f"--cache_dir={cache}", "--warm_runs=0"], check=True,
-                   env=env)
+                    f"--cache_dir={cache}", "--warm_runs=0"] + workers,
+                   check=True, env=env)
   sys.exit(0)
 
 
 def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
-           cache: str) -> None:
-  """One choice on ``cache`` in this process; prints its JSON line."""
+           cache: str, compile_workers: int | None = None) -> None:
+  """One choice on ``cache`` in this process; prints its JSON line
+  (``compile_workers``: sets ``compile_pool.WORKERS``)."""
   cold = not os.path.isdir(cache) or not os.listdir(cache)
   from experiments import xla_env  # pylint: disable=import-outside-toplevel
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
@@ -67,6 +77,9 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
   import tessel_jax as tj  # pylint: disable=import-outside-toplevel
   from experiments import auto_plan_lib as apl  # pylint: disable=import-outside-toplevel
   from tessel_jax import plans  # pylint: disable=import-outside-toplevel
+  from tessel_jax.cost import compile_pool  # pylint: disable=import-outside-toplevel
+  if compile_workers is not None:
+    compile_pool.WORKERS = compile_workers
   args = apl.AutoPlanArgs(placements=placements, time_limit=5)
   fn, params, batch, has_aux = apl.program(args)
   plans.DEFAULT_PLACEMENTS = args.placements
@@ -84,13 +97,22 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
       "cost": cost, "memory_limit": memory_limit, "cache": (
           "cold" if cold else "warm"), "wall_s": round(wall, 2),
       "cpu_s": round(cpu, 2), "load": [load0, os.getloadavg()[0]],
+      "compile_workers": compile_pool.WORKERS,
       "chose": step.choice.winner.label,
       "predicted_ms": round(step.choice.winner.step, 3),
       "plans": len(step.choice.frontier.plans),
+      "full_builds": full_builds(step.choice.frontier),
       "standins_on_disk": standins(cache),
       "standins_skipped": {  # bounded / uniform-span schedules estimated
           "bound": model.standins_skipped,
           "uniform_spans": model.alt_standins_skipped}}), flush=True)
+
+
+def full_builds(frontier: Any) -> list[str]:
+  """Searched plans of ``frontier`` priced by a full build (the rest were
+  only screened): which ones moves a cold choice's CPU most."""
+  return [p.label for p in frontier.plans
+          if not p.screened and p.candidate.plan is None]
 
 
 def standins(cache: str) -> int:

@@ -53,8 +53,8 @@ def no_wall_caps(monkeypatch):
   monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
   init = budget.Budget.__init__
 
-  def no_wall_cap(self, total):
-    init(self, total)
+  def no_wall_cap(self, total, **kw):
+    init(self, total, **kw)
     self.wall_deadline += 1e6
 
   monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)

@@ -4,12 +4,14 @@ the makespan lower bound ends the work early, with the same schedules."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 
-from tessel_jax import placements, simulate, validate
+from tessel_jax import checks, placements, simulate, step_schedule, validate
 from tessel_jax.hand_placement import SPANS
-from tessel_jax.schedule import Schedule, UnrolledSchedule, concatenate
+from tessel_jax.schedule import (SPLIT_MICROBATCHES, Schedule,
+                                 UnrolledSchedule, concatenate)
 from tessel_jax.search import completion, search_repetend
 
 
@@ -83,3 +85,45 @@ def test_unroll_at_the_bound_tries_no_split(monkeypatch):
   for a in range(1, 8):   # and still never longer than a split
     assert run.makespan <= concatenate(sched.unroll(a),
                                        sched.unroll(8 - a)).makespan
+
+
+def _completion_limits(monkeypatch):
+  seen = []
+  real = completion.complete_all
+
+  def record(*args, time_limit_s, **kw):
+    seen.append(time_limit_s)
+    return real(*args, time_limit_s=time_limit_s, **kw)
+  monkeypatch.setattr(completion, "complete_all", record)
+  return seen
+
+
+@pytest.mark.parametrize("given", [None, 0.05])
+def test_completion_time_limit_reaches_every_small_n_solve(monkeypatch,
+                                                            given):
+  graph = _uniform("mllm", 4)
+  seen = _completion_limits(monkeypatch)
+  sched = search_repetend(graph, time_limit_s=1, list_alternative=False,
+                          completion_time_s=given)
+  for n in range(1, 9):
+    validate.assert_valid(sched.unroll(n))
+  assert seen   # mllm 4 completes N below its templates
+  if given is None:
+    assert min(seen) >= 1.0   # the default: at least 1 s per completion
+  else:
+    assert set(seen) == {given}
+
+
+def test_completion_time_limit_is_checked():
+  with pytest.raises(checks.InputError, match="completion_time_s"):
+    search_repetend(_uniform("vshape", 2), time_limit_s=1,
+                    completion_time_s=0)
+
+
+def test_screening_builds_share_their_budget_with_the_completions():
+  cheap = types.SimpleNamespace(cheap_screening=True, solver_time_limit_s=1.0)
+  full = types.SimpleNamespace(cheap_screening=False, solver_time_limit_s=5.0)
+  assert step_schedule.completion_time_s(cheap) == pytest.approx(
+      1.0 / SPLIT_MICROBATCHES)
+  assert step_schedule.completion_time_s(full) is None
+  assert step_schedule.completion_time_s(object()) is None

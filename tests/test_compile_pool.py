@@ -28,10 +28,11 @@ def _built():
 
 
 def _count_batches(monkeypatch) -> list[int]:
-  """Sizes of the batches ``compile_pool.compile_all`` compiles (timing
-  stubbed: 1 ms a call)."""
+  """Sizes of the batches ``compile_pool.compile_all`` compiles with two
+  compile threads (timing stubbed: 1 ms a call)."""
   sizes: list[int] = []
   real = compile_pool.compile_all
+  monkeypatch.setattr(compile_pool, "WORKERS", 2)   # the pool at work
 
   def counted(jobs, workers=compile_pool.WORKERS):
     sizes.append(len(jobs))

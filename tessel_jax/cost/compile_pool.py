@@ -1,8 +1,9 @@
-"""Kernels compiled a few at a time before each is timed alone.
+"""Kernels compiled a few at a time (:data:`WORKERS`, now 1: one at a
+time) before each is timed alone.
 
 ``measure.profile_kernels`` compiles and times every kernel it has not
 measured yet. XLA compiles outside the GIL, so two kernels compiled on two
-threads take about the wall time of one on a 2-core machine (README GPT:
+threads could take about the wall time of one on a 2-core machine (README GPT:
 a cold ``placement="auto"`` choice spent ~10 s CPU compiling the kernels
 of its full builds one after another). The timing itself stays serial and
 starts only once both compiles are done: a kernel is timed on one core
@@ -22,8 +23,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-#: Kernels compiled at once (the process's compile threads).
-WORKERS = 2
+#: Kernels compiled at once (the process's compile threads). 1: each
+#: kernel compiled just before it is timed. Two threads gave no wall gain
+#: quiet (session 31) and cost CPU: cold ``placement="auto"`` on the README
+#: GPT, 8 rounds paired at load 4-10 (session 32, BENCHMARKS.md "cold
+#: choice CPU"), one thread / two: CPU median 0.946 (0.88-1.05, 6 of 8
+#: below 1), wall 1.01 (0.84-1.18: not shown either way under load).
+#: ``experiments.auto_plan_cold --compile_workers=2`` and
+#: ``experiments.auto_plan_cold_compile`` compare them.
+WORKERS = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,9 +64,11 @@ class Lowered:
   lower_seconds: float
 
 
-def compile_all(jobs: Sequence[Lowered], workers: int = WORKERS
+def compile_all(jobs: Sequence[Lowered], workers: int | None = None
                 ) -> list[Prepared]:
-  """``jobs`` compiled, ``workers`` at a time (one: in this thread)."""
+  """``jobs`` compiled, ``workers`` at a time (one: in this thread; None:
+  :data:`WORKERS`, read at the call)."""
+  workers = WORKERS if workers is None else workers
   def one(job: Lowered) -> Prepared:
     t0 = time.perf_counter()
     compiled = job.lowered.compile()
@@ -73,8 +83,8 @@ def compile_all(jobs: Sequence[Lowered], workers: int = WORKERS
 class Prefetch:
   """Kernels compiled ahead of the profiling loop, by cache key."""
 
-  def __init__(self, workers: int = WORKERS) -> None:
-    self.workers = workers
+  def __init__(self, workers: int | None = None) -> None:
+    self.workers = WORKERS if workers is None else workers
     self._ready: dict[str, Prepared] = {}
     self.compiled = 0  # kernels compiled here (ahead or not)
 

@@ -12,8 +12,12 @@ class Budget:
   even when solves are cut by the limit (wall time would not).
   """
 
-  def __init__(self, total: float):
+  def __init__(self, total: float, completion_s: float | None = None):
+    """``completion_s``: deterministic seconds of each completion solve of
+    an ``N`` below the templates (``compose.with_templates``; None: the
+    default there)."""
     self.total = total
+    self.completion_s = completion_s
     self.used = 0.0
     # Safety net on a loaded machine (deterministic time can run slower
     # than the wall clock): never more than twice the budget in wall time.

@@ -126,7 +126,9 @@ def composed(schedule: Schedule, polish: float, budget: Budget,
   ``unroll`` compacts the modulo schedule in its own order: the warmup
   model of a repetend that spans many periods has thousands of actions and
   CP-SAT loads it for longer than its time limit; nnshape, 32 devices,
-  limit 143, 67 periods: 24 s at 0.05 s.)
+  limit 143, 67 periods: 24 s at 0.05 s.) Each completion of an ``N``
+  below the templates gets ``max(1, polish)`` deterministic seconds, or
+  ``budget.completion_s`` where the caller set it.
   """
   per_cut = max(0.05, min(polish / 4, 0.0025 * schedule.graph.num_blocks))
   rep, templates = ramps.best_rotation(
@@ -134,9 +136,10 @@ def composed(schedule: Schedule, polish: float, budget: Budget,
       max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
       wall_deadline=budget.wall_deadline, seed=solve_kw["seed"],
       num_workers=solve_kw["num_workers"])
+  completion_s = (max(1.0, polish) if budget.completion_s is None
+                  else budget.completion_s)
   return with_templates(dataclasses.replace(schedule, repetend=rep),
-                        templates, solve_kw,
-                        completion_time_s=max(1.0, polish))
+                        templates, solve_kw, completion_time_s=completion_s)
 
 
 def with_templates(schedule: Schedule, templates: completion.Templates,

@@ -51,6 +51,7 @@ import dataclasses
 import functools
 import time
 
+from tessel_jax import checks
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search import compose, portfolio
@@ -71,7 +72,8 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                     seed: int = 0, num_workers: int = 1,
                     complete: bool = True,
                     list_alternative: bool = True,
-                    start: Repetend | None = None) -> Schedule:
+                    start: Repetend | None = None,
+                    completion_time_s: float | None = None) -> Schedule:
   """Searches the most efficient repetend of ``graph`` under a memory limit.
 
   Args:
@@ -98,6 +100,10 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       solve; the period search from scratch still runs there, and the
       shorter of the two compositions is kept (never longer than that
       search where it finds the period in the budget left).
+    completion_time_s: Deterministic seconds of each CP-SAT completion
+      ``Schedule.unroll(N)`` makes for an ``N`` below the templates (one
+      per ``N``, and per split ``a + (N - a)`` for small ``N``); None:
+      ``max(1, polish)`` (``compose.composed``). Must be positive.
 
   Returns:
     A Schedule whose ``status`` is ``OPTIMAL`` when no smaller period is
@@ -112,8 +118,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
       graph, memory_limit, allow_wrap, time_limit_s, seed, num_workers,
       complete, list_alternative)
   given = given_start(graph, start, memory_limit, allow_wrap)
+  if completion_time_s is not None:
+    completion_time_s = checks.time_limit(
+        completion_time_s, "completion_time_s", where="search_repetend")
   t0 = time.perf_counter()
-  budget = Budget(time_limit_s)
+  budget = Budget(time_limit_s, completion_s=completion_time_s)
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
   high = period_upper_bound(graph)
   low = min(high, max(period_lower_bound(graph),
