@@ -33,6 +33,12 @@ REFINE_MARGIN = 0.25
 SCREEN_TIME_LIMIT_S = 1.0
 #: Screening builds estimate unmeasured kernels instead of compiling them.
 SCREEN_ESTIMATE = True
+#: Classic schedules also pay for the stash bytes they hold beyond the
+#: searched plan whose build prices them (``FrontierFunction(price_stash=)``,
+#: ``cost.stash_fill``). Off: not yet shown to choose better across
+#: ``experiments.auto_plan``'s matrix (BENCHMARKS.md, helper "pick3",
+#: session 32; ``--price_stash`` there).
+PRICE_STASH = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +106,7 @@ def auto_build(step: Any, params: Any, batch: Any,
                         screen_time_limit_s=SCREEN_TIME_LIMIT_S,
                         screen_estimate=SCREEN_ESTIMATE,
                         refine_margin=REFINE_MARGIN,
+                        price_stash=PRICE_STASH,
                         **_schedule_options(step))
   fr = ff(params, batch)
   best = fr.choose(step.memory_limit)
