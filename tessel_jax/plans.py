@@ -192,6 +192,8 @@ class FrontierFunction:
         prune=self.prune, screen_time_limit_s=self.screen_time_limit_s,
         screen_estimate=self.screen_estimate,
         refine_margin=self.refine_margin)
+    if self.price_stash:  # absent when off: earlier keys stay valid
+      options.update(price_stash=True)
     key = _frontier_cache.frontier_key(
         _frontier_cache.program_digest(traced), params, batch, self.mesh,
         options)
@@ -206,7 +208,8 @@ class FrontierFunction:
            tuple((tuple(x.shape), str(x.dtype)) for x in leaves),
            tuple(mesh.axis_names), tuple(dict(mesh.shape).items()),
            tuple(int(d.id) for d in mesh.devices.flat), self.mode,
-           self.pipe_axis, repr(sorted(self.schedule_kw.items())))
+           self.pipe_axis, repr(sorted(self.schedule_kw.items())),
+           self.price_stash)
     try:
       hash(key)
     except TypeError:

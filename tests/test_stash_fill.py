@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import math
 
+import jax
+import jax.numpy as jnp
 import pytest
 
+from tessel_jax import plans as P
 from tessel_jax.cost import stash_fill
 
 
@@ -33,3 +36,17 @@ def test_measured_seconds_per_byte_is_finite_and_memoised():
   assert got >= 0 and math.isfinite(got)
   assert stash_fill.measure_seconds_per_byte(
       slots=4, slot_bytes=1 << 16, rounds=3) == got
+
+
+def test_the_stash_term_is_part_of_what_keys_a_frontier(tmp_path):
+  def fn(params, batch):
+    return jnp.mean(batch @ params["w"])
+  params, batch = {"w": jnp.ones((3, 2))}, jnp.ones((4, 3))
+  mesh = jax.make_mesh((1,), ("pipe",))
+  off, on = (P.FrontierFunction(fn, mesh=mesh, cost="measured",
+                                cache_dir=str(tmp_path), price_stash=s)
+             for s in (False, True))
+  assert off.program_key(params, batch) != on.program_key(params, batch)
+  traced = P.trace_markers(fn, params, batch, {})
+  keys = [f._disk_key(traced, params, batch) for f in (off, on)]  # pylint: disable=protected-access
+  assert None not in keys and keys[0][1] != keys[1][1]
