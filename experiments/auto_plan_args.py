@@ -50,7 +50,8 @@ flags.DEFINE_bool("control", _D.control,
                   " floor of the ratios).")
 flags.DEFINE_bool("price_stash", _D.price_stash,
                   "Price the classic schedules' stash beyond the searched"
-                  " plan's (tessel_jax.auto.PRICE_STASH).")
+                  " plan's (tessel_jax.auto.PRICE_STASH; --noprice_stash:"
+                  " the pricing before session 32).")
 flags.DEFINE_string("record_searches", None,
                     "Also write the schedule searches of the cold choice"
                     " here (JSON; input of experiments.auto_plan_unroll"

@@ -35,10 +35,12 @@ SCREEN_TIME_LIMIT_S = 1.0
 SCREEN_ESTIMATE = True
 #: Classic schedules also pay for the stash bytes they hold beyond the
 #: searched plan whose build prices them (``FrontierFunction(price_stash=)``,
-#: ``cost.stash_fill``). Off: not yet shown to choose better across
-#: ``experiments.auto_plan``'s matrix (BENCHMARKS.md, helper "pick3",
-#: session 32; ``--price_stash`` there).
-PRICE_STASH = False
+#: ``cost.stash_fill``). README GPT, 4 devices, unlimited, 15 rounds: without
+#: it GPipe was chosen and measured 1.082x the searched plan in paired CPU
+#: (1.087x wall); with it 1F1B, the cheapest of the four measured; the memory
+#: limits and two zoo models chose the same plan either way (BENCHMARKS.md,
+#: helper "pick3", session 32; ``experiments.auto_plan --noprice_stash``).
+PRICE_STASH = True
 
 
 @dataclasses.dataclass(frozen=True)

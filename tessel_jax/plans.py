@@ -99,11 +99,11 @@ class FrontierFunction:
   with it: same kernels, same bound); the widest data parallelism is
   priced first.
 
-  With ``price_stash=True`` (off by default: not yet shown to choose better
-  across ``experiments.auto_plan``'s matrix) a classic schedule priced on a
-  searched plan's build also pays for the stash bytes it holds beyond that
-  plan's (``plan_pricing.baseline_price``, ``cost.stash_fill``; measured
-  once per process, ~2 s).
+  With ``price_stash=True`` (``placement="auto"`` sets it:
+  ``auto.PRICE_STASH``) a classic schedule priced on a searched plan's
+  build also pays for the stash bytes it holds beyond that plan's
+  (``plan_pricing.baseline_price``, ``cost.stash_fill``; measured once per
+  process, ~1-2 s).
   """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any,
