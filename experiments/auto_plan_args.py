@@ -48,6 +48,10 @@ flags.DEFINE_bool("control", _D.control,
                   "Also time the chosen plan built and compiled a second"
                   " time (a control row, never a candidate: the noise"
                   " floor of the ratios).")
+flags.DEFINE_bool("price_stash", _D.price_stash,
+                  "Price the classic schedules' stash beyond the searched"
+                  " plan's (tessel_jax.auto.PRICE_STASH; --noprice_stash:"
+                  " the pricing before session 32).")
 flags.DEFINE_string("record_searches", None,
                     "Also write the schedule searches of the cold choice"
                     " here (JSON; input of experiments.auto_plan_unroll"
@@ -95,4 +99,5 @@ def from_flags() -> AutoPlanArgs:
       placements=tuple(f.placements) if f.placements else None,
       measure_top=f.measure_top, repeats=f.repeats, time_limit=f.time_limit,
       cache_dir=f.cache_dir or None, output=f.output or None, model=f.model,
-      record_searches=f.record_searches or None, control=f.control)
+      record_searches=f.record_searches or None, control=f.control,
+      price_stash=f.price_stash)

@@ -61,6 +61,7 @@ class AutoPlanArgs(NamedTuple):
   model: str = "readme_gpt"
   record_searches: str | None = None
   control: bool = True
+  price_stash: bool = True
 
 
 def parse_limit(text: str) -> int | None:
@@ -503,6 +504,8 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
   fn, params, batch, has_aux = program(args)
   if args.placements:
     plans.DEFAULT_PLACEMENTS = tuple(args.placements)
+  from tessel_jax import auto as _auto  # pylint: disable=import-outside-toplevel
+  _auto.PRICE_STASH = args.price_stash
   cache = args.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cache_")
   record: dict[str, Any] = {"runner": RUNNER, "args": args._asdict(),
                             "jax": jax.__version__, "cases": []}

@@ -10,7 +10,8 @@ and prices every classic schedule on its build as the choice does
 each schedule's replay into its terms: kernels alone (no per-tick cost),
 ticks alone (zero-time kernels: the microbenchmark's tick model plus the
 stand-in's extra per tick), the whole replay, and the serial part (FSDP,
-packing and unpacking) added to every plan. Then compiles every plan (the
+packing and unpacking) added to every plan; ``priced_stash_ms``: the price
+with the stash term (``FrontierFunction(price_stash=True)``). Then compiles every plan (the
 searched one twice: the second is the control, the noise floor) and times
 them in shuffled interleaved rounds, wall and process CPU, each over the
 searched plan per round (paired medians). Writes JSON.
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import sys
 
@@ -60,6 +62,30 @@ def terms(rr, unrolled, plan=None) -> dict:
           "loops": plan.loop_summary()}
 
 
+def temp_bytes(exe) -> int | None:
+  """XLA's temp buffer bytes of a compiled program (None: not reported)."""
+  try:
+    return int(exe.memory_analysis().temp_size_in_bytes)
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def rusage_per_step(exe, params, batch, calls: int = 5) -> dict:
+  """Median user and system CPU milliseconds and minor page faults of one
+  call of ``exe`` (process ``getrusage`` around each of ``calls`` calls)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  got = []
+  for _ in range(calls):
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    jax.block_until_ready(exe(params, batch))
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    got.append((1e3 * (r1.ru_utime - r0.ru_utime),
+                1e3 * (r1.ru_stime - r0.ru_stime),
+                r1.ru_minflt - r0.ru_minflt))
+  return {k: round(statistics.median(g[i] for g in got), 3)
+          for i, k in enumerate(("user_ms", "sys_ms", "minflt"))}
+
+
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
   f = flags.FLAGS
@@ -83,15 +109,24 @@ def main(argv: list[str]) -> None:
   for name in f.plans:
     if name == "searched":
       row = {"plan": name, "priced_ms": base.step,
+             "priced_stash_ms": base.step,
+             "peak_bytes": list(base.peak_bytes_per_device),
              **terms(rr, built.unrolled, built.plan)}
       exe = step.lower(s.params, s.batch).compile()
     else:
       c = plans.Candidate(f.placement, f.pipe, f.dp, f.microbatches, name)
       priced = ff.price_baseline(c, base)
+      ff.price_stash = True
+      stashed = ff.price_baseline(c, base)
+      ff.price_stash = False
       run = baselines.run(name, built.graph, f.microbatches // f.dp)
-      row = {"plan": name, "priced_ms": priced.step, **terms(rr, run)}
+      row = {"plan": name, "priced_ms": priced.step,
+             "priced_stash_ms": stashed.step,
+             "peak_bytes": list(priced.peak_bytes_per_device),
+             **terms(rr, run)}
       exe = ff.step_for(c, s.markers).lower(s.params, s.batch).compile()
-    row.update(serial_ms=serial, extra_per_call_us=1e6 * rr.extra_s)
+    row.update(serial_ms=serial, extra_per_call_us=1e6 * rr.extra_s,
+               temp_bytes=temp_bytes(exe))
     compiled[len(rows)] = exe
     rows.append(row)
     print(json.dumps({k: (round(v, 3) if isinstance(v, float) else v)
@@ -110,9 +145,13 @@ def main(argv: list[str]) -> None:
                                   3) for k in (0, 1)]
       row["paired_x_searched"] = [round(statistics.median(
           a[k] / b[k] for a, b in zip(mine, first)), 4) for k in (0, 1)]
+      row.update(rusage_per_step(compiled[i], s.params, s.batch))
       print(f"{row['plan']:>20}: priced {row.get('priced_ms', 0):7.2f} ms"
+            f" (stash term {row.get('priced_stash_ms', 0):7.2f})"
             f" measured {row['measured_ms']} (wall, CPU) paired x searched"
-            f" {row['paired_x_searched']}", flush=True)
+            f" {row['paired_x_searched']}; per step user/sys"
+            f" {row['user_ms']}/{row['sys_ms']} ms, {row['minflt']} minor"
+            f" faults, temp {row.get('temp_bytes')} B", flush=True)
   print(f"load average {os.getloadavg()}")
   if f.output:
     with open(f.output, "w", encoding="utf-8") as out:

@@ -33,6 +33,14 @@ REFINE_MARGIN = 0.25
 SCREEN_TIME_LIMIT_S = 1.0
 #: Screening builds estimate unmeasured kernels instead of compiling them.
 SCREEN_ESTIMATE = True
+#: Classic schedules also pay for the stash bytes they hold beyond the
+#: searched plan whose build prices them (``FrontierFunction(price_stash=)``,
+#: ``cost.stash_fill``). README GPT, 4 devices, unlimited, 15 rounds: without
+#: it GPipe was chosen and measured 1.082x the searched plan in paired CPU
+#: (1.087x wall); with it 1F1B, the cheapest of the four measured; the memory
+#: limits and two zoo models chose the same plan either way (BENCHMARKS.md,
+#: helper "pick3", session 32; ``experiments.auto_plan --noprice_stash``).
+PRICE_STASH = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +108,7 @@ def auto_build(step: Any, params: Any, batch: Any,
                         screen_time_limit_s=SCREEN_TIME_LIMIT_S,
                         screen_estimate=SCREEN_ESTIMATE,
                         refine_margin=REFINE_MARGIN,
+                        price_stash=PRICE_STASH,
                         **_schedule_options(step))
   fr = ff(params, batch)
   best = fr.choose(step.memory_limit)

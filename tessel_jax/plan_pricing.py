@@ -14,6 +14,7 @@ import jax
 
 from tessel_jax import validate
 from tessel_jax.cost import predict as _predict
+from tessel_jax.cost import stash_fill as _stash_fill
 from tessel_jax.frontier_result import Candidate, PricedPlan
 from tessel_jax.search import baselines as _baselines
 
@@ -47,7 +48,8 @@ def step_lower_bound(costs: Any, n_local: int) -> float:
 
 def baseline_price(built: Any, c: Candidate, base: PricedPlan,
                    replay_run: Callable[..., float] | None = None,
-                   base_replay_s: float | None = None) -> PricedPlan:
+                   base_replay_s: float | None = None,
+                   stash_s_per_byte: float | None = None) -> PricedPlan:
   """Classic schedule ``c`` priced on ``built``, the build of the searched
   plan ``base`` of the same placement, width and N (same kernels,
   measurements and memory unit): its order is replayed with the measured
@@ -66,6 +68,11 @@ def baseline_price(built: Any, c: Candidate, base: PricedPlan,
   ``base_replay_s``: ``replay_run(built.unrolled, built.plan)`` when the
   caller knows it (:func:`searched_replay`: one per build, however many
   classic schedules are priced on it).
+
+  ``stash_s_per_byte`` (``cost.stash_fill.measure_seconds_per_byte``; None:
+  not priced): the step also pays for the stash bytes it holds beyond
+  ``base``'s, which ``base``'s stand-in priced for ``base`` only
+  (``cost.stash_fill.extra_seconds``).
   """
   t0 = time.perf_counter()
   run = _baselines.run(c.plan, built.graph, c.microbatches // c.dp)
@@ -89,6 +96,11 @@ def baseline_price(built: Any, c: Candidate, base: PricedPlan,
     else:
       ratio = replay(built, run) / replay(built, built.unrolled)
     step = serial + (base.step - serial) * ratio
+    if stash_s_per_byte is not None:
+      costs = getattr(replay_run, "costs", None)
+      step += 1e3 * _stash_fill.extra_seconds(
+          peaks, base.peak_bytes_per_device, stash_s_per_byte, len(peaks),
+          getattr(costs, "shared_cores", None))
   return dataclasses.replace(base, candidate=c, step=step,
                              peak_bytes_per_device=peaks, source=run.source,
                              build_seconds=time.perf_counter() - t0)

@@ -35,6 +35,7 @@ from tessel_jax import frontier_refine as _frontier_refine
 from tessel_jax import placements as _placements
 from tessel_jax import plan_pricing as _plan_pricing
 from tessel_jax.cost import estimate as _estimate
+from tessel_jax.cost import stash_fill as _stash_fill
 from tessel_jax.frontier_cache import FrontierCache
 from tessel_jax.frontier_refine import full_scale  # noqa: F401
 # The pieces, re-exported: tessel_jax.plans stays the one import for users.
@@ -97,6 +98,12 @@ class FrontierFunction:
   fastest fitting plan priced so far is skipped (and its classic baselines
   with it: same kernels, same bound); the widest data parallelism is
   priced first.
+
+  With ``price_stash=True`` (``placement="auto"`` sets it:
+  ``auto.PRICE_STASH``) a classic schedule priced on a searched plan's
+  build also pays for the stash bytes it holds beyond that plan's
+  (``plan_pricing.baseline_price``, ``cost.stash_fill``; measured once per
+  process, ~1-2 s).
   """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any,
@@ -107,8 +114,10 @@ class FrontierFunction:
                refine: int | None = None, prune: bool = False,
                screen_time_limit_s: float | None = None,
                screen_estimate: bool = False, refine_margin: float = 0.0,
-               disk_cache: bool = True, **schedule_kw: Any):
+               disk_cache: bool = True, price_stash: bool = False,
+               **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
+    self.price_stash = price_stash
     self.disk_cache = disk_cache
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
     self.microbatches = (None if microbatches is None else
@@ -183,6 +192,8 @@ class FrontierFunction:
         prune=self.prune, screen_time_limit_s=self.screen_time_limit_s,
         screen_estimate=self.screen_estimate,
         refine_margin=self.refine_margin)
+    if self.price_stash:  # absent when off: earlier keys stay valid
+      options.update(price_stash=True)
     key = _frontier_cache.frontier_key(
         _frontier_cache.program_digest(traced), params, batch, self.mesh,
         options)
@@ -197,7 +208,8 @@ class FrontierFunction:
            tuple((tuple(x.shape), str(x.dtype)) for x in leaves),
            tuple(mesh.axis_names), tuple(dict(mesh.shape).items()),
            tuple(int(d.id) for d in mesh.devices.flat), self.mode,
-           self.pipe_axis, repr(sorted(self.schedule_kw.items())))
+           self.pipe_axis, repr(sorted(self.schedule_kw.items())),
+           self.price_stash)
     try:
       hash(key)
     except TypeError:
@@ -424,7 +436,9 @@ class FrontierFunction:
     replay_run = getattr(step, "replay_run", None)
     base_s = (None if replay_run is None or base.unit != "ms" else
               self._searched_replays(step.built, replay_run))
-    return baseline_price(step.built, c, base, replay_run, base_s)
+    per_byte = (_stash_fill.measure_seconds_per_byte()
+                if self.price_stash and base.unit == "ms" else None)
+    return baseline_price(step.built, c, base, replay_run, base_s, per_byte)
 
   def _baseline(self, c: Candidate, base: PricedPlan, params: Any,
                 batch: Any, markers: int | None) -> PricedPlan:

@@ -50,3 +50,13 @@ def test_classic_schedules_pay_for_their_own_ticks(tmp_path):
     assert got.step - serial_ms == pytest.approx(
         (rep.predicted_step_ms - serial_ms) * rr(run, plan) /
         rr(built.unrolled, built.plan), rel=1e-6)
+    if name == "gpipe":
+      # GPipe holds every micro-batch: with the stash term it also pays
+      # for the bytes it holds beyond the searched plan's, every step.
+      per = 1e-9
+      priced = P.baseline_price(built, c, base, rr, stash_s_per_byte=per)
+      delta = max(got.peak_bytes_per_device) - max(rep.peak_memory_bytes)
+      assert delta > 0
+      shared = rr.costs.shared_cores
+      assert priced.step - got.step == pytest.approx(
+          1e3 * delta * per * (2 / shared if shared else 1), rel=1e-9)
