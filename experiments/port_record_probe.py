@@ -19,6 +19,8 @@ model, then on the lowered plan:
   ``cost="calibrated"`` pricing (``TickModel.plus_calls``);
 * the lowered step's median wall of 15 calls.
 
+``REALTIME=1`` runs it all at real-time priority where allowed.
+
 Usage (fresh cache: the first model built measures the machine):
   TESSEL_JAX_CACHE=$(mktemp -d) python -m experiments.port_record_probe \
       nnx_bn_cnn eqx_mlp
@@ -43,6 +45,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 import tessel_jax as tj  # noqa: E402
+from experiments import realtime  # noqa: E402
 from experiments.model_zoo_models import BUILDERS  # noqa: E402
 from tessel_jax.cost import calibrate as C  # noqa: E402
 from tessel_jax.cost import model as M  # noqa: E402
@@ -51,6 +54,9 @@ from tessel_jax.cost import ports as P  # noqa: E402
 from tessel_jax.cost import ticks as T  # noqa: E402
 
 REPS = int(os.environ.get("REPS", "6"))
+#: ``REALTIME=1``: every thread at real-time priority from the first build
+#: on, as ``model_zoo_spans`` times (``experiments.realtime``).
+REALTIME = os.environ.get("REALTIME") == "1"
 _LAST: dict[str, Any] = {}
 _ORIG = M.CostModel.predict
 
@@ -68,6 +74,8 @@ def _predict(self, *a):
 def probe(name: str, mesh: Any) -> dict[str, Any]:
   """The figures of the module doc for model ``name``."""
   model = BUILDERS[name](32)
+  if REALTIME:
+    realtime.realtime_threads()
   step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
                      num_microbatches=8, has_aux=model.has_aux, cut="auto",
                      cost="measured", seed=0)
@@ -129,6 +137,8 @@ def main(names: list[str]) -> None:
       print(json.dumps({name: probe(name, mesh)}), flush=True)
   finally:
     M.CostModel.predict = _ORIG
+    if REALTIME:
+      realtime.normal_priority()
 
 
 if __name__ == "__main__":
