@@ -60,11 +60,19 @@ def _sds(v: Any) -> jax.ShapeDtypeStruct:
 #: Abstract traces of kernels (``kctx`` None), by kernel and argument
 #: avals: ``placement="auto"`` prices many plans sharing one kernel set
 #: (``step_build.shared``), each asking :func:`predicted_bytes`.
+#:
+#: Two memos, not one: a structural key exists only where the build has a
+#: measured profile (``step_build._profile_keys``; None under
+#: ``cost="uniform"``/``"analytic"``), and :func:`prepare` (lowering) has
+#: no profile in its ``LowerContext`` at all, so it and key-less builds
+#: memoise per kernel object. That memo is weak (freed with its kernel
+#: set); the keyed one outlives kernel sets (its point) and so is bounded.
 _TRACES: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 #: The same by a kernel's structural key (``predicted_bytes``' ``keys``:
 #: its profile's cache key, equal for kernels doing the same work, so the
 #: plans of several placements cut into the same blocks share one trace;
-#: README GPT cold choice: 108 traces for ~40 distinct kernels).
+#: README GPT cold choice: 108 traces for ~40 distinct kernels), least
+#: recently used dropped past ``SHARED_TRACES_SIZE``.
 _SHARED_TRACES: collections.OrderedDict[Any, tuple] = (
     collections.OrderedDict())
 SHARED_TRACES_SIZE = 512

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
+from tessel_jax.cost import cache as cost_cache
 from tessel_jax.cost import compile_pool, estimate, measure
 
 import test_lowering_models as M
@@ -43,11 +44,11 @@ def _count_batches(monkeypatch) -> list[int]:
   return sizes
 
 
-def _profile(built, estimator=None):
+def _profile(built, estimator=None, cache=None):
   return measure.profile_kernels(
       built.kernels, built.graph, built.partition.traced.param_avals,
       jax.devices()[0], repeats=1, warmup=1, memo={},
-      part=built.partition, estimator=estimator)
+      part=built.partition, estimator=estimator, cache=cache)
 
 
 def test_each_kernel_compiled_once_two_at_a_time(monkeypatch):
@@ -59,6 +60,27 @@ def test_each_kernel_compiled_once_two_at_a_time(monkeypatch):
   assert max(sizes) == compile_pool.WORKERS
   assert len(sizes) == -(-distinct // compile_pool.WORKERS)
   assert all(p.seconds > 0 and not p.cached for p in prof.kernels.values())
+
+
+def test_disk_cache_read_once_per_kernel(monkeypatch, tmp_path):
+  """Kernels compiled ahead are looked up on disk once, not again when
+  their turn comes; a second profile reads every kernel from disk."""
+  built = _built()
+  sizes = _count_batches(monkeypatch)
+  cache = cost_cache.ProfileCache(str(tmp_path))
+  reads: list[str] = []
+  real = cache.get
+  monkeypatch.setattr(cache, "get",
+                      lambda kind, key: reads.append(key) or real(kind, key))
+  first = _profile(built, cache=cache)
+  distinct = {p.key for p in first.kernels.values()}
+  assert sorted(reads) == sorted(distinct) and sum(sizes) == len(distinct)
+  assert len(sizes) == -(-len(distinct) // compile_pool.WORKERS)
+  reads.clear()
+  again = _profile(built, cache=cache)
+  assert sorted(reads) == sorted(distinct) and sum(sizes) == len(distinct)
+  assert again.measured == 0 and again.from_cache == len(distinct)
+  assert all(p.cached for p in again.kernels.values())
 
 
 def test_nothing_compiled_ahead_that_the_estimator_prices(monkeypatch):

@@ -137,14 +137,17 @@ def k_fn(half: int) -> Callable[[Any, Any], Any]:
 
 
 def reference(fn: Callable[[Any, Any], Any], params: Any, batch: Any,
-              n: int) -> tuple[Any, Any]:
-  """``jax.value_and_grad`` of the mean of ``fn`` over ``n`` micro-batches."""
+              n: int, jit: bool = False) -> tuple[Any, Any]:
+  """``jax.value_and_grad`` of the mean of ``fn`` over ``n`` micro-batches
+  (``jit``: compiled as one program, cheaper than op by op for a model of
+  many small ops, e.g. a GPT)."""
   def mean_loss(p):
     mbs = jax.tree_util.tree_map(
         lambda x: x.reshape((n, -1) + x.shape[1:]), batch)
     return jnp.mean(jnp.stack([fn(p, jax.tree_util.tree_map(
         lambda x: x[m], mbs)) for m in range(n)]))
-  return jax.value_and_grad(mean_loss)(params)
+  grad = jax.value_and_grad(mean_loss)
+  return (jax.jit(grad) if jit else grad)(params)
 
 
 def reference_infer(fn: Callable[[Any, Any], Any], params: Any, batch: Any,

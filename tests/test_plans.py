@@ -107,6 +107,7 @@ def test_auto_matches_value_and_grad_fits_the_limit_and_explains(monkeypatch):
 
 def test_auto_plan_runner_summary_and_limits():
   from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  from experiments import auto_plan_summary as S  # pylint: disable=import-outside-toplevel
   assert A.parse_limit("none") is None
   assert A.parse_limit("2MiB") == 2 * 2**20 and A.parse_limit("123") == 123
   rows = [{"label": "a", "predicted_ms": 1.0, "chosen": True,
@@ -115,27 +116,27 @@ def test_auto_plan_runner_summary_and_limits():
            "measured_ms": 10.0},
           {"label": "c", "predicted_ms": 3.0, "chosen": False,
            "error": "x"}]
-  got = A.summarise(rows)
+  got = S.summarise(rows)
   assert got["fastest_measured"] == "b" and got["chosen"] == "a"
   assert got["chosen_over_fastest"] == 1.04 and got["within_target"]
   rows[0]["measured_ms"] = 11.0
-  assert not A.summarise(rows)["within_target"]
+  assert not S.summarise(rows)["within_target"]
   assert "chosen_over_fastest_cpu" not in got
   rows[0]["measured_cpu_ms"], rows[1]["measured_cpu_ms"] = 6.0, 5.0
-  got = A.summarise(rows)
+  got = S.summarise(rows)
   assert got["chosen_over_fastest_cpu"] == 1.2 and got["fastest_cpu"] == "b"
   assert "paired_wall_cpu" not in got  # no per-round times
   # Paired: per round chosen / other, then the median over rounds.
   rows[0]["rounds_ms"] = [[10.0, 5.0], [30.0, 6.0], [11.0, 6.0]]
   rows[1]["rounds_ms"] = [[10.0, 5.0], [20.0, 4.0], [10.0, 5.0]]
-  got = A.summarise(rows)
+  got = S.summarise(rows)
   assert got["paired_wall_cpu"] == {"b": [1.1, 1.2]}
   assert got["chosen_over_best_paired"] == 1.1
   assert got["chosen_over_best_paired_cpu"] == 1.2
   # The plain step timed beside them is a reference, never a candidate.
   rows.append({"label": A.REFERENCE, "reference": True, "chosen": False,
                "measured_ms": 1.0, "measured_cpu_ms": 2.0})
-  got = A.summarise(rows)
+  got = S.summarise(rows)
   assert got["fastest_measured"] == "b" and got["fastest_cpu"] == "b"
   assert got["reference_ms"] == [1.0, 2.0]
   assert A.REFERENCE not in got["paired_wall_cpu"]
@@ -144,7 +145,7 @@ def test_auto_plan_runner_summary_and_limits():
   rows.append({"label": "a " + A.CONTROL, "control": True, "chosen": False,
                "measured_ms": 0.5, "measured_cpu_ms": 0.5,
                "rounds_ms": [[10.0, 5.0], [33.0, 6.0], [12.0, 3.0]]})
-  got = A.summarise(rows)
+  got = S.summarise(rows)
   assert got["fastest_measured"] == "b" and "a " + A.CONTROL not in got[
       "paired_wall_cpu"]
   assert got["chosen_over_control_paired"] == [0.9167, 1.0]
@@ -183,7 +184,7 @@ def test_auto_plan_runner_measures_each_placements_fastest():
 
 
 def test_auto_plan_runner_replays_a_measured_tiebreak():
-  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  from experiments import auto_plan_summary as A  # pylint: disable=import-outside-toplevel
   chosen = {"label": "a", "predicted_ms": 10.0, "chosen": True,
             "rounds_ms": [[12.0, 1.0], [12.0, 1.0], [12.0, 1.0], [9.0, 1.0]]}
   tie = {"label": "b", "predicted_ms": 10.3, "chosen": False,

@@ -12,6 +12,7 @@ block.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -130,16 +131,9 @@ def test_unpack_of_gradients_left_per_slot(mesh_shape: dict[str, int],
 
 
 def test_all_gathered_follows_the_fsdp_mode() -> None:
-  params, fn = _model()
-  mesh = _mesh({"pipe": 2, "data": 2})
-  sharded = _put(params, {"layers": [FSDP] * LAYERS}, mesh)
-  batch = {k: jnp.zeros((2 * N, H), jnp.float32) for k in ("x", "y")}
   modes = {}
   for mode in ("per_step", "per_block"):
-    step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
-        2, mode="train"), num_microbatches=N, plan="1f1b",
-                       data_axes=("data",), fsdp=mode)
-    built = step.build(sharded, batch)
+    built = _shared_fsdp_step(mode).built
     modes[mode] = program_bytes.all_gathered(built.layout, built.plan)
   assert modes == {"per_step": True, "per_block": False}
 
@@ -156,6 +150,13 @@ def _fsdp_step(mode: str, cost: str = "uniform", plan: str | None = "1f1b",
                      interpret_ramps=interpret_ramps)  # None: unrolled
   step.build(sharded, batch)
   return step
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_fsdp_step(mode: str) -> Any:
+  """:func:`_fsdp_step` with its defaults, built once per module for the
+  tests that only read the build."""
+  return _fsdp_step(mode)
 
 
 def test_interpreted_ticks_gather_only_their_kernels_roles() -> None:
@@ -214,7 +215,7 @@ def test_plans_compared_with_their_fsdp_collectives(monkeypatch) -> None:
 def test_fsdp_collectives_priced_in_the_step() -> None:
   # Per step: one gather and one reduce-scatter of every FSDP class; each
   # device receives the class's gathered slots less its shard.
-  step = _fsdp_step("per_step")
+  step = _shared_fsdp_step("per_step")
   layout, plan = step.built.layout, step.built.plan
   got = fsdp_comm.collectives(layout, plan)
   fsdp = [c for c in layout.classes if c.fsdp]

@@ -474,21 +474,19 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
   """
   t0 = time.perf_counter()
   by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
-  from_disk: set[str] = set()
   measured = estimated = 0
   out: dict[int, KernelProfile] = {}
   keys = {bid: kernel_key(k, param_avals, device,
                           part.blocks[k.fwd] if part is not None else None,
                           stage) for bid, k in sorted(ks.kernels.items())}
-  kernel_of = {key: ks.kernels[bid] for bid, key in keys.items()}
-  ahead = _compile_pool.Prefetch()
+  on_disk = _disk_records(keys, by_key, cache)
+  ahead = _Ahead(keys, ks, by_key, on_disk, param_avals, device, estimator,
+                 stage)
   for bid, key in keys.items():
     k = ks.kernels[bid]
     rec = by_key.get(key)
-    if rec is None and cache is not None:
-      rec = cache.get("kernel", key)
-      if rec is not None:
-        from_disk.add(key)
+    if rec is None:
+      rec = on_disk.get(key)
     if rec is None and estimator is not None and stage is None:
       rec = estimator.estimate(k, param_avals, by_key.values(), key=key)
       if rec is not None:
@@ -496,15 +494,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
         out[bid] = _kernel_profile(bid, k, rec, key, False)
         continue
     if rec is None:
-      prepared = ahead.take(key)
-      if prepared is None:  # compiled with the next ones to measure
-        ahead.compile([key] + _next_to_measure(key, keys, by_key, cache,
-                                               estimator, stage),
-                      lambda kk: lower_kernel(kernel_of[kk], param_avals,
-                                              device, stage=stage))
-        prepared = ahead.take(key)
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
-                        stage=stage, prepared=prepared)
+                        stage=stage, prepared=ahead.take(key))
       rec.update(label=k.label, backend=device.platform,
                  device_kind=device.device_kind)
       measured += 1
@@ -515,20 +506,62 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
             f" temp {rec['temp_bytes']} B, compile"
             f" {rec['compile_seconds']:.2f} s")
     by_key[key] = rec
-    out[bid] = _kernel_profile(bid, k, rec, key, key in from_disk)
+    out[bid] = _kernel_profile(bid, k, rec, key, key in on_disk)
   return Profile(kernels=out, edge_bytes=edge_bytes(graph, ks),
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
-                 from_cache=len(from_disk), estimated=estimated)
+                 from_cache=len(on_disk), estimated=estimated)
+
+
+def _disk_records(keys: Mapping[int, str], by_key: Mapping[str, Any],
+                  cache: ProfileCache | None) -> dict[str, dict[str, Any]]:
+  """The records on disk of the distinct ``keys`` not in ``by_key``, each
+  file read once (:func:`profile_kernels` and :func:`_next_to_measure`
+  both consult them)."""
+  if cache is None:
+    return {}
+  got = {key: cache.get("kernel", key) for key in dict.fromkeys(keys.values())
+         if key not in by_key}
+  return {key: rec for key, rec in got.items() if rec is not None}
+
+
+class _Ahead:
+  """:func:`profile_kernels`' kernels compiled ahead: taking a key not
+  compiled yet compiles it with the next ones it will measure
+  (:func:`_next_to_measure`), ``compile_pool.WORKERS`` at a time."""
+
+  def __init__(self, keys: Mapping[int, str], ks: Any,
+               by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
+               param_avals: Sequence[Any], device: Any, estimator: Any,
+               stage: Any):
+    self._pool = _compile_pool.Prefetch()
+    self._keys, self._by_key, self._on_disk = keys, by_key, on_disk
+    self._kernel_of = {key: ks.kernels[bid] for bid, key in keys.items()}
+    self._avals, self._device = param_avals, device
+    self._estimator, self._stage = estimator, stage
+
+  def take(self, key: str) -> _compile_pool.Prepared | None:
+    """``key``'s kernel, compiled (with the next ones if it was not)."""
+    prepared = self._pool.take(key)
+    if prepared is None:
+      self._pool.compile(
+          [key] + _next_to_measure(key, self._keys, self._by_key,
+                                   self._on_disk, self._estimator,
+                                   self._stage),
+          lambda kk: lower_kernel(self._kernel_of[kk], self._avals,
+                                  self._device, stage=self._stage))
+      prepared = self._pool.take(key)
+    return prepared
 
 
 def _next_to_measure(key: str, keys: Mapping[int, str],
-                     by_key: Mapping[str, Any], cache: ProfileCache | None,
+                     by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
                      estimator: Any, stage: Any) -> list[str]:
   """Keys after ``key`` (in ``keys``' order) that :func:`profile_kernels`
-  will compile and time too: neither measured nor on disk, and (with an
-  ``estimator``) before it has enough measured kernels to estimate them;
-  at most ``compile_pool.WORKERS - 1``, compiled with ``key``'s kernel."""
+  will compile and time too: neither measured nor on disk (``on_disk``,
+  read once by :func:`_disk_records`), and (with an ``estimator``) before
+  it has enough measured kernels to estimate them; at most
+  ``compile_pool.WORKERS - 1``, compiled with ``key``'s kernel."""
   room = _compile_pool.WORKERS - 1
   if estimator is not None and stage is None:
     room = min(room, estimator.still_to_measure(by_key.values()) - 1)
@@ -537,8 +570,7 @@ def _next_to_measure(key: str, keys: Mapping[int, str],
   for kk in order[order.index(key) + 1:]:
     if len(out) >= room:
       break
-    if kk not in by_key and (cache is None or
-                             cache.get("kernel", kk) is None):
+    if kk not in by_key and kk not in on_disk:
       out.append(kk)
   return out
 
