@@ -1,0 +1,134 @@
+"""What ``python -m experiments.port_record_probe`` does (helper zoo8,
+session 32): why ``cost="measured"`` prices eqx_mlp's ticks below its own
+stand-in program.
+
+One line of JSON per model on stdout. For each model, in order, on 2 fake
+single-threaded CPU devices as ``experiments.model_zoo_spans`` (vshape(2),
+N and rows from the flags (8 and 4), ``cut="auto"``, cost="measured", normal priority unless
+``--realtime``), builds the model, then on the lowered plan:
+
+* ``per_port_ref_us``: the machine's per-port record in use (the stand-in
+  of the first reference plan built in this cache, its fastest sample,
+  ``cost.port_pricing``);
+* the plan's own stand-in program re-timed ``--reps`` times each way,
+  interleaved: ``calibrate.time_step`` fastest sample and capped round
+  medians (what ``cost="calibrated"`` uses);
+* the per-port figure each implies (``ports.solve`` as ``port_pricing``
+  does, serial part off) and the full prediction (kernels + ticks +
+  serial) with the record, with the own figure, and with the
+  ``cost="calibrated"`` pricing (``TickModel.plus_calls``);
+* the lowered step's median wall of 15 calls.
+
+It reads the cost model's arguments by wrapping ``CostModel.predict`` for
+the duration of :func:`main` (a diagnostic: no public hook gives them).
+The process must have its 2 devices before jax starts
+(``model_zoo_flags.two_devices``, which the binary calls).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+# pylint: disable=protected-access
+import jax
+import numpy as np
+
+import tessel_jax as tj
+from experiments import realtime
+from experiments.model_zoo_models import BUILDERS
+from tessel_jax.cost import calibrate as C
+from tessel_jax.cost import model as M
+from tessel_jax.cost import port_pricing as PP
+from tessel_jax.cost import ports as P
+from tessel_jax.cost import ticks as T
+
+_LAST: dict[str, Any] = {}
+_ORIG = M.CostModel.predict
+
+
+def _predict(self, *a):
+  """``CostModel.predict``, remembering its last call during a build (the
+  timers are only set then)."""
+  if self.time_program is not None:
+    costs, _, plan, mesh, axis = a
+    _LAST["args"] = (self, a, self.time_program, sum(
+        self.serial_seconds(costs, plan, plan.layout, mesh, axis)))
+  return _ORIG(self, *a)
+
+
+def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
+  """The figures of the module doc for model ``name`` (``args``: a
+  ``port_record_probe_args.ProbeArgs``)."""
+  model = BUILDERS[name](args.microbatches * args.rows)
+  if args.realtime:
+    realtime.realtime_threads()
+  step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
+                     num_microbatches=args.microbatches, has_aux=model.has_aux, cut="auto",
+                     cost="measured", seed=0)
+  built = step.build(model.params, model.batch)
+  cm, (costs, unrolled, plan, mesh_, axis), timer, serial = _LAST["args"]
+  if plan.loop_summary() != built.plan.loop_summary():
+    raise RuntimeError(f"{name}: the last predict() was not the build's plan")
+  rec = {"plan": plan.loop_summary(), "ticks": len(plan.ticks),
+         "ports": sum(T.tick_ports(t) for t in plan.ticks),
+         "pred_ms_report": built.report.predicted_step_ms,
+         "per_port_ref_us": cm._per_port * 1e6, "serial_ms": serial * 1e3}
+  tc0 = cm.tick_costs(mesh_, axis)
+
+  def tmodel(pp):
+    return T.tick_model(plan, costs.link, PP.priced(tc0, pp), rendezvous=True)
+
+  def idle(pp):
+    return cm._replay(costs, unrolled, tmodel(pp), idle=True).step_seconds
+
+  def full(tm):
+    return (cm._replay(costs, unrolled, tm).step_seconds + serial) * 1e3
+
+  rec["full_ms_ref_per_port"] = full(tmodel(cm._per_port))
+  rec["tick_ms_ref_per_port"] = tmodel(cm._per_port).mean_tick_seconds * 1e3
+  sp = C.standin_plan(plan)
+  fast, med = [], []
+  for _ in range(args.reps):
+    for f in random.sample([True, False], 2):
+      (fast if f else med).append(timer(sp, fastest=f))
+  rec["standin_fastest_ms"] = [round(x * 1e3, 3) for x in fast]
+  rec["standin_median_ms"] = [round(x * 1e3, 3) for x in med]
+  bare = T.tick_model(plan, costs.link, tc0, rendezvous=True)
+  calls = T.kernel_calls(plan)
+  for lab, xs in (("fastest", fast), ("median", med)):
+    s = statistics.median(xs)
+    pp = P.solve(s - serial, idle, 0.0, 1e-6)
+    rec[f"per_port_us_own_{lab}"] = pp * 1e6
+    rec[f"full_ms_own_per_port_{lab}"] = full(tmodel(pp))
+    rec[f"tick_ms_own_per_port_{lab}"] = tmodel(pp).mean_tick_seconds * 1e3
+    extra = C.extra_tick_seconds(s - serial, lambda x: cm._replay(
+        costs, unrolled, bare.plus_calls(x, calls), idle=True).step_seconds)
+    rec[f"full_ms_calibrated_{lab}"] = full(bare.plus_calls(extra, calls))
+  compiled = built.jitted.lower(model.params, model.batch).compile()
+  jax.block_until_ready(compiled(model.params, model.batch))
+  walls = []
+  for _ in range(15):
+    t0 = time.perf_counter()
+    jax.block_until_ready(compiled(model.params, model.batch))
+    walls.append(time.perf_counter() - t0)
+  rec["step_ms_median15"] = statistics.median(walls) * 1e3
+  return {k: round(v, 4) if isinstance(v, float) else v
+          for k, v in rec.items()}
+
+
+def main(args: Any) -> None:
+  """Prints one JSON line of :func:`probe` per model of ``args.models``
+  (``args``: a ``port_record_probe_args.ProbeArgs``)."""
+  M.CostModel.predict = _predict
+  try:
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
+    for name in args.models:
+      print(json.dumps({name: probe(name, mesh, args)}), flush=True)
+  finally:
+    M.CostModel.predict = _ORIG
+    if args.realtime:
+      realtime.normal_priority()
