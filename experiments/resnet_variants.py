@@ -13,7 +13,8 @@ VARIANTS = {
     "nohoist": {"switches": {"hoist": False}},
     "workspace": {"switches": {"workspace": True}},
     "nohoist_workspace": {"switches": {"hoist": False, "workspace": True}},
-    "dead_taps": {"switches": {"dead_taps": True}},
+    "dead_taps": {"switches": {"dead_taps": True}},  # the default since s32
+    "live_taps": {"switches": {"dead_taps": False}},
     "dead_taps_workspace": {"switches": {"dead_taps": True,
                                          "workspace": True}},
 }
