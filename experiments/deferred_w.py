@@ -17,6 +17,7 @@ this measures what they would save on that device's kernels.
 import json
 import os
 import random
+import statistics
 
 from absl import flags
 
@@ -30,11 +31,6 @@ flags.DEFINE_bool("parts", True,
                   " in the same rounds.")
 flags.DEFINE_string("output", "out/deferred_w.json",
                     "Where to write the JSON results ('': stdout only).")
-
-
-def _med(xs):
-  xs = sorted(xs)
-  return xs[len(xs) // 2]
 
 
 def main(argv):
@@ -67,11 +63,11 @@ def main(argv):
   rows = {}
   for k, ts in times.items():
     pairs = list(zip(ts, times[ref]))
-    rows[k] = {"wall_ms": round(1e3 * _med([t[0] for t in ts]), 1),
-               "cpu_ms": round(1e3 * _med([t[1] for t in ts]), 1),
-               "faults": _med([t[3] for t in ts]),
-               "paired_wall": round(_med([a[0] / b[0] for a, b in pairs]), 3),
-               "paired_cpu": round(_med([a[1] / b[1] for a, b in pairs]), 3)}
+    rows[k] = {"wall_ms": round(1e3 * statistics.median_high([t[0] for t in ts]), 1),
+               "cpu_ms": round(1e3 * statistics.median_high([t[1] for t in ts]), 1),
+               "faults": statistics.median_high([t[3] for t in ts]),
+               "paired_wall": round(statistics.median_high([a[0] / b[0] for a, b in pairs]), 3),
+               "paired_cpu": round(statistics.median_high([a[1] / b[1] for a, b in pairs]), 3)}
     print(json.dumps({k: rows[k]}), flush=True)
   out = {"n": f.n, "rows": f.rows, "rounds": f.rounds, "variants": rows,
          "load_average": [round(min(loads), 1), round(max(loads), 1)]}

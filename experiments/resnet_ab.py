@@ -18,11 +18,12 @@ variant.
 import json
 import os
 import random
+import statistics
 
-from absl import app, flags
+from absl import flags
 
 from experiments import cli, xla_env
-from experiments.resnet_variants import VARIANTS, build as _build
+from experiments.resnet_variants import VARIANTS, build as _build, check_names
 
 flags.DEFINE_list("variants", ["base", "ticks"],
                   f"Variants, the first the reference: {sorted(VARIANTS)}.")
@@ -42,19 +43,11 @@ def _max_rel(got, want) -> float:
                              jax.tree_util.tree_leaves(want)))
 
 
-def _med(xs):
-  xs = sorted(xs)
-  return xs[len(xs) // 2]
-
-
 def main(argv):
   cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
-  bad = [v for v in f.variants if v not in VARIANTS]
-  if bad or not f.variants:
-    raise app.UsageError(f"unknown --variants {bad}; choose from"
-                         f" {sorted(VARIANTS)}")
+  check_names(f.variants)
   xla_env.add_xla_flags(xla_env.cpu_flags(2, single_thread=True))
   from experiments import lowering_bench_floors as floors  # pylint: disable=import-outside-toplevel
   from experiments import placed_bench as pb  # pylint: disable=import-outside-toplevel
@@ -82,12 +75,12 @@ def main(argv):
     events, _ = step_profile.trace_events(run)
     text = compiled.as_text()
     row = {"lowered_as": step.built.plan.loop_summary(),
-           "wall_ms": round(1e3 * _med([t[0] for t in ts]), 1),
-           "cpu_ms": round(1e3 * _med([t[1] for t in ts]), 1),
-           "sys_ms": round(1e3 * _med([t[2] for t in ts]), 1),
-           "faults": _med([t[3] for t in ts]),
-           "paired_wall": round(_med([a[0] / b[0] for a, b in pairs]), 3),
-           "paired_cpu": round(_med([a[1] / b[1] for a, b in pairs]), 3),
+           "wall_ms": round(1e3 * statistics.median_high([t[0] for t in ts]), 1),
+           "cpu_ms": round(1e3 * statistics.median_high([t[1] for t in ts]), 1),
+           "sys_ms": round(1e3 * statistics.median_high([t[2] for t in ts]), 1),
+           "faults": statistics.median_high([t[3] for t in ts]),
+           "paired_wall": round(statistics.median_high([a[0] / b[0] for a, b in pairs]), 3),
+           "paired_cpu": round(statistics.median_high([a[1] / b[1] for a, b in pairs]), 3),
            "temp_mb": round(
                compiled.memory_analysis().temp_size_in_bytes / 1e6, 1),
            **floors.floors(step.built.plan,

@@ -20,6 +20,16 @@ VARIANTS = {
 }
 
 
+def check_names(names) -> None:
+  """Raises ``absl.app.UsageError`` unless ``names`` (``--variants``) are
+  known variants, at least one."""
+  from absl import app  # pylint: disable=import-outside-toplevel
+  bad = [v for v in names if v not in VARIANTS]
+  if bad or not names:
+    raise app.UsageError(f"unknown --variants {bad}; choose from"
+                         f" {sorted(VARIANTS)}")
+
+
 def build(name, fn, params, batch, n):
   """``(run, step, compiled)`` of variant ``name``, placed."""
   import jax  # pylint: disable=import-outside-toplevel

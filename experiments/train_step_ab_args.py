@@ -9,7 +9,7 @@ from __future__ import annotations
 from absl import app, flags
 
 from experiments import cli
-from experiments.resnet_variants import VARIANTS
+from experiments.resnet_variants import VARIANTS, check_names
 from experiments.train_step_ab_lib import TrainStepAbArgs
 
 flags.DEFINE_list("variants", ["base", "workspace"],
@@ -27,10 +27,7 @@ def from_flags() -> TrainStepAbArgs:
   """
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
-  bad = [v for v in f.variants if v not in VARIANTS]
-  if bad or not f.variants:
-    raise app.UsageError(f"unknown --variants {bad}; choose from"
-                         f" {sorted(VARIANTS)}")
+  check_names(f.variants)
   if f.rounds < 1:
     raise app.UsageError(f"--rounds must be >= 1, got {f.rounds}")
   return TrainStepAbArgs(variants=tuple(f.variants), rounds=f.rounds,
