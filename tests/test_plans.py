@@ -222,3 +222,23 @@ def test_auto_plan_runner_limits_between_the_smallest_plan_and_the_choice():
   assert A.resolve_limit("none", choice) is None
   with pytest.raises(ValueError, match="in \\[0, 1\\]"):
     A.resolve_limit("between:1.5", choice)
+
+
+def test_auto_plan_runner_times_one_program_once():
+  # A search under a limit its unlimited plan fits gives the same program:
+  # the runner times it once (quiet session 32, README GPT at 6.3 MiB: two
+  # copies of one program measured 35.16 and 34.03 ms, the faster was
+  # "the fastest candidate").
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  params, batch = _inputs()
+  mesh = jax.make_mesh((4,), ("pipe",))
+  ff = P.FrontierFunction(M.chain_fn(KINDS), mesh=mesh, cost="uniform")
+  texts = [ff.step_for(c).lower(params, batch).as_text() for c in (
+      P.Candidate("interleaved", 2, 2, 4),
+      P.Candidate("interleaved", 2, 2, 4, memory_limit=2**40),
+      P.Candidate("interleaved", 2, 2, 4, "gpipe"))]
+  seen: dict[str, str] = {}
+  assert A.same_program(seen, texts[0], "searched") is None
+  assert A.same_program(seen, texts[1], "searched@limit") == "searched"
+  assert A.same_program(seen, texts[2], "gpipe") is None
+  assert seen == {texts[0]: "searched", texts[2]: "gpipe"}
