@@ -442,6 +442,7 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
                                has_aux)
     except tj.TesselError as err:
       record["cases"].append({"memory_limit": text, "error": str(err)})
+      save(record)  # the last case may be this one
       log(f"memory limit {text}: {err}")
       continue
     log(f"memory limit {text}: {step.choice.describe()}")
