@@ -6,6 +6,7 @@ Usage (4 fake devices)::
   python -m experiments.mshape_profile --variants=tj_gpipe,tj_mshape,tj_zbv
   python -m experiments.mshape_profile --ab_straight_order=6
   python -m experiments.mshape_profile --ab_residual_trim=8
+  python -m experiments.mshape_profile --ab_row_dots=10 --variants=tj_mshape
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -41,6 +42,12 @@ flags.DEFINE_integer("ab_residual_trim", 0, "If > 0: instead of the"
                      " rebuilds left out of the stash (the default) and all"
                      " stashed (Switches.residual_trim), both on the"
                      " schedule searched with all stashed, paired ratio.")
+flags.DEFINE_integer("ab_row_dots", 0, "If > 0: instead of the profile,"
+                     " this many interleaved rounds timing each variant's"
+                     " CPU per step with few-row dots' input cotangents as"
+                     " dy @ W.T (the default) and as (W @ dy.T).T"
+                     " (Switches.row_dots, passes.row_dots), both on the"
+                     " schedule searched with row_dots on, paired ratio.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -187,6 +194,9 @@ def main(argv: list[str]) -> None:
   elif f.ab_residual_trim > 0:
     ab(f.n, f.ab_residual_trim, tuple(f.variants), {"residual_trim": False},
        ("trimmed", "all_stashed"))
+  elif f.ab_row_dots > 0:
+    ab(f.n, f.ab_row_dots, tuple(f.variants), {"row_dots": True},
+       ("weight_rhs", "weight_lhs"))
   else:
     profile(f.n, f.repeats, tuple(f.variants))
 

@@ -41,6 +41,7 @@ from .block_vjp import Vjp, Ybar, inexact, zero_cot
 from .errors import fail
 from .modes import BlockMode, choose_modes
 from .partition import ForwardBlock, Partition
+from . import row_dots as _row_dots
 
 Key = tuple
 
@@ -265,8 +266,10 @@ class _Block:
 
 
 def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
-                local_parts: Mapping[int, Partition] | None) -> _Block:
-  """The block as it runs under ``mode`` (the re-trace when split)."""
+                local_parts: Mapping[int, Partition] | None,
+                row_dots: bool = False) -> _Block:
+  """The block as it runs under ``mode`` (the re-trace when split;
+  ``row_dots``: its few-row dots rewritten, ``passes.row_dots``)."""
   ins = tuple(InRef("batch", leaf=s.index) if s.kind == "batch" else
               InRef("value", key=("y", s.index, s.output)) if s.kind == "act"
               else InRef("param", leaf=s.index) for s in full.inputs)
@@ -284,6 +287,8 @@ def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
     out_split = tuple(bool(a.shape) and a.shape[0] == b and
                       la.shape[0] == b // g
                       for a, la in zip(full.out_avals, fb.out_avals))
+  if row_dots:
+    fb = _row_dots.rewrite(fb)
   return _Block(i=full.index, fb=fb, mode=mode,
                 split=g if mode.mode == "split" else 1, ins=ins, params=params,
                 local_in=tuple(fb.in_avals), in_split=in_split,
@@ -296,7 +301,7 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
                   seeds: Sequence[Any] | None = None,
                   forward_of: Mapping[int, int] | None = None,
                   local_parts: Mapping[int, Partition] | None = None,
-                  trim: bool = True) -> KernelSet:
+                  trim: bool = True, row_dots: bool = False) -> KernelSet:
   """Builds every kernel for ``graph``.
 
   Each block on several devices is split by rows or replicated
@@ -316,6 +321,9 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       ``g`` devices runs the equations traced at its local size).
     trim: Leave out of the stash the vjp residuals that ``B`` rebuilds
       cheaply (``passes.residual_trim``; ``Switches.residual_trim``).
+    row_dots: Few-row dots against a weight take their input cotangent
+      with the weight as the left operand (``passes.row_dots``;
+      ``Switches.row_dots``).
   """
   b = microbatch_rows
   keep = dict(keep or {})
@@ -328,7 +336,7 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       b, local_parts, gi.has_grad)
   ks = _Builder(gi, b, seeds, trim)
   for full in part.blocks:
-    blk = _make_block(full, modes[full.index], b, local_parts)
+    blk = _make_block(full, modes[full.index], b, local_parts, row_dots)
     if gi.has_grad[blk.i]:
       ks.train_block(blk, keep.get(blk.i, True))
     else:

@@ -49,6 +49,11 @@ class Switches:
       the program's temp, as before 2026-11-26. The workspace stays
       allocated between steps. Ignored by the parameter-tree program and
       in inference.
+    row_dots: A block's ``x @ W`` of at most 64 rows against a weight of
+      at least 256 per side takes its input cotangent as ``(W @ dy.T).T``
+      (``passes.row_dots``: the weight read in place, not repacked by
+      YNNPACK; exact); off by default (no paired gain shown yet,
+      ``experiments.mshape_profile --ab_row_dots``).
   """
 
   hoist: bool = True
@@ -57,6 +62,7 @@ class Switches:
   residual_trim: bool = True
   dead_taps: bool = True
   workspace: bool = False
+  row_dots: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
