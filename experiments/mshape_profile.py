@@ -48,6 +48,9 @@ flags.DEFINE_integer("ab_row_dots", 0, "If > 0: instead of the profile,"
                      " dy @ W.T (the default) and as (W @ dy.T).T"
                      " (Switches.row_dots, passes.row_dots), both on the"
                      " schedule searched with row_dots on, paired ratio.")
+flags.DEFINE_bool("ab_row_dots_forward", False, "With --ab_row_dots:"
+                  " the rewritten side also takes the forward as"
+                  " (W.T @ x.T).T (Switches.row_dots_forward).")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -195,7 +198,8 @@ def main(argv: list[str]) -> None:
     ab(f.n, f.ab_residual_trim, tuple(f.variants), {"residual_trim": False},
        ("trimmed", "all_stashed"))
   elif f.ab_row_dots > 0:
-    ab(f.n, f.ab_row_dots, tuple(f.variants), {"row_dots": True},
+    ab(f.n, f.ab_row_dots, tuple(f.variants),
+       {"row_dots": True, "row_dots_forward": f.ab_row_dots_forward},
        ("weight_rhs", "weight_lhs"))
   else:
     profile(f.n, f.repeats, tuple(f.variants))

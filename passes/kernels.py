@@ -267,9 +267,10 @@ class _Block:
 
 def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
                 local_parts: Mapping[int, Partition] | None,
-                row_dots: bool = False) -> _Block:
+                row_dots: tuple[bool, bool] = (False, False)) -> _Block:
   """The block as it runs under ``mode`` (the re-trace when split;
-  ``row_dots``: its few-row dots rewritten, ``passes.row_dots``)."""
+  ``row_dots``: its few-row dots rewritten, ``passes.row_dots``, and
+  their forward too)."""
   ins = tuple(InRef("batch", leaf=s.index) if s.kind == "batch" else
               InRef("value", key=("y", s.index, s.output)) if s.kind == "act"
               else InRef("param", leaf=s.index) for s in full.inputs)
@@ -287,8 +288,8 @@ def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
     out_split = tuple(bool(a.shape) and a.shape[0] == b and
                       la.shape[0] == b // g
                       for a, la in zip(full.out_avals, fb.out_avals))
-  if row_dots:
-    fb = _row_dots.rewrite(fb)
+  if row_dots[0]:
+    fb = _row_dots.rewrite(fb, forward=row_dots[1])
   return _Block(i=full.index, fb=fb, mode=mode,
                 split=g if mode.mode == "split" else 1, ins=ins, params=params,
                 local_in=tuple(fb.in_avals), in_split=in_split,
@@ -301,7 +302,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
                   seeds: Sequence[Any] | None = None,
                   forward_of: Mapping[int, int] | None = None,
                   local_parts: Mapping[int, Partition] | None = None,
-                  trim: bool = True, row_dots: bool = False) -> KernelSet:
+                  trim: bool = True, row_dots: bool = False,
+                  row_dots_forward: bool = False) -> KernelSet:
   """Builds every kernel for ``graph``.
 
   Each block on several devices is split by rows or replicated
@@ -323,7 +325,7 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       cheaply (``passes.residual_trim``; ``Switches.residual_trim``).
     row_dots: Few-row dots against a weight take their input cotangent
       with the weight as the left operand (``passes.row_dots``;
-      ``Switches.row_dots``).
+      ``Switches.row_dots``); ``row_dots_forward``: their forward too.
   """
   b = microbatch_rows
   keep = dict(keep or {})
@@ -336,7 +338,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       b, local_parts, gi.has_grad)
   ks = _Builder(gi, b, seeds, trim)
   for full in part.blocks:
-    blk = _make_block(full, modes[full.index], b, local_parts, row_dots)
+    blk = _make_block(full, modes[full.index], b, local_parts,
+                      (row_dots, row_dots_forward))
     if gi.has_grad[blk.i]:
       ks.train_block(blk, keep.get(blk.i, True))
     else:

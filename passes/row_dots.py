@@ -54,6 +54,36 @@ def _row_dot_bwd(res: tuple[Any, Any], g: Any) -> tuple[Any, Any]:
 row_dot.defvjp(_row_dot_fwd, _row_dot_bwd)
 
 
+@jax.custom_vjp
+def row_dot_t(x: Any, w: Any, wt: Any) -> Any:
+  """:func:`row_dot` whose forward reads ``wt`` (``w.T``, parameter-only:
+  ``passes.hoist`` computes it once per step) as the left operand too."""
+  return _forward_t(x, wt)
+
+
+def _forward_t(x: Any, wt: Any) -> Any:
+  xt = lax.optimization_barrier(x.T)
+  return lax.optimization_barrier(wt @ xt).T
+
+
+def _row_dot_t_fwd(x: Any, w: Any, wt: Any) -> tuple[Any, tuple[Any, Any]]:
+  return _forward_t(x, wt), (x, w)
+
+
+def _row_dot_t_bwd(res: tuple[Any, Any], g: Any) -> tuple[Any, Any, None]:
+  return _row_dot_bwd(res, g) + (None,)
+
+
+row_dot_t.defvjp(_row_dot_t_fwd, _row_dot_t_bwd)
+
+
+def _bind(ins: Sequence[Any], forward: bool) -> list[Any]:
+  x, w = ins
+  if not forward:
+    return [row_dot(x, w)]
+  return [row_dot_t(x, w, lax.stop_gradient(w).T)]
+
+
 def matches(eqn: Any, weights: frozenset, max_rows: int,
             min_side: int) -> bool:
   """Whether ``eqn`` is ``x @ W`` with ``x`` of at most ``max_rows`` rows
@@ -75,10 +105,11 @@ def matches(eqn: Any, weights: frozenset, max_rows: int,
           and (pref is None or pref == x.aval.dtype))
 
 
-def rewrite(block: Any, max_rows: int = 64, min_side: int = 256) -> Any:
+def rewrite(block: Any, max_rows: int = 64, min_side: int = 256,
+            forward: bool = False) -> Any:
   """``block`` (a ``passes.partition.ForwardBlock``) with its few-row dots
-  against parameter inputs bound through :func:`row_dot`; the same object
-  where it has none."""
+  against parameter inputs bound through :func:`row_dot` (``forward``:
+  :func:`row_dot_t`); the same object where it has none."""
   weights = frozenset(block.invars[i] for i in block.param_inputs)
   hits = {i for i, e in enumerate(block.eqns)
           if matches(e, weights, max_rows, min_side)}
@@ -86,7 +117,7 @@ def rewrite(block: Any, max_rows: int = 64, min_side: int = 256) -> Any:
     return block
   closed = _closed(block)
   new = compat.retrace(
-      closed, lambda i, eqn, ins: [row_dot(*ins)] if i in hits else None)
+      closed, lambda i, eqn, ins: _bind(ins, forward) if i in hits else None)
   invars, outvars = compat.jaxpr_io(new)
   consts_v, consts = compat.jaxpr_consts(new)
   n = len(block.invars)
@@ -114,4 +145,4 @@ def count(blocks: Sequence[Any], max_rows: int = 64,
   return total
 
 
-__all__ = ["count", "matches", "rewrite", "row_dot"]
+__all__ = ["count", "matches", "rewrite", "row_dot", "row_dot_t"]

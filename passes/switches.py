@@ -54,6 +54,9 @@ class Switches:
       (``passes.row_dots``: the weight read in place, not repacked by
       YNNPACK; exact); off by default (no paired gain shown yet,
       ``experiments.mshape_profile --ab_row_dots``).
+    row_dots_forward: With ``row_dots``, their forward too, as
+      ``(W.T @ x.T).T`` with ``W.T`` hoisted (computed once per step);
+      off by default.
   """
 
   hoist: bool = True
@@ -63,6 +66,7 @@ class Switches:
   dead_taps: bool = True
   workspace: bool = False
   row_dots: bool = False
+  row_dots_forward: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

@@ -45,6 +45,12 @@ def test_row_dot_equals_matmul_and_its_vjp():
   np.testing.assert_allclose(y, y0, rtol=1e-6)
   for a, b in zip(vjp(g), vjp0(g)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
+  # The forward form: w.T given (hoisted in a program), no cotangent to it.
+  yt, vjpt = jax.vjp(lambda x, w: row_dots.row_dot_t(
+      x, w, jax.lax.stop_gradient(w).T), x, w)
+  np.testing.assert_allclose(yt, y0, rtol=1e-5, atol=1e-4)
+  for a, b in zip(vjpt(g), vjp0(g)):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-4)
 
 
 def _block(fn, *args, kinds):
@@ -77,6 +83,10 @@ def test_only_few_row_dots_against_large_parameters():
   x = jnp.asarray(np.random.default_rng(1).normal(size=(16, HIDDEN)),
                   jnp.float32)
   np.testing.assert_allclose(new(x, w)[0], few(x, w)[0], rtol=1e-6)
+  both = row_dots.rewrite(few, forward=True)
+  assert row_dots.count([both]) == 0
+  np.testing.assert_allclose(both(x, w)[0], few(x, w)[0], rtol=1e-5,
+                             atol=1e-5)
 
 
 def _weight_lhs_dots(step, params, batch) -> int:
