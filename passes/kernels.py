@@ -83,6 +83,9 @@ class Kernel:
     mode: ``"single"``, ``"split"`` or ``"replicated"`` (``passes.modes``).
     summed: ``(output, r)`` of outputs that are partial sums over the rows
       (split blocks): every device's value counts, times ``r``.
+    rewrites: Rewrites of its block's equations that change its work but
+      not its block's jaxpr (``("row_dots",)``: ``passes.row_dots``); part
+      of its cost-cache key.
   """
 
   block_id: int
@@ -102,6 +105,7 @@ class Kernel:
   fn: Callable[..., tuple[list[Any], list[Any]]]
   mode: str = "single"
   summed: tuple[tuple[int, float], ...] = ()
+  rewrites: tuple[str, ...] = ()
 
   @property
   def stash_bytes(self) -> int:
@@ -208,6 +212,7 @@ class _Block:
     full_out: Full (micro-batch) output avals.
     local_out: Local output avals.
     out_split: Per output: rows of a split value.
+    rewrites: What rewrote ``fb``'s equations (``Kernel.rewrites``).
   """
 
   i: int
@@ -221,6 +226,7 @@ class _Block:
   full_out: tuple[Any, ...]
   local_out: tuple[Any, ...]
   out_split: tuple[bool, ...]
+  rewrites: tuple[str, ...] = ()
 
   @property
   def devices(self) -> tuple[int, ...]:
@@ -262,7 +268,8 @@ class _Block:
     return Kernel(block_id=gid, label=f"{kind}{self.i}", kind=kind,
                   fwd=self.i, devices=self.devices, split=self.split,
                   params=self.params, mode=self.mode.mode,
-                  summed=self.mode.summed if kind == "F" else (), **kw)
+                  summed=self.mode.summed if kind == "F" else (),
+                  rewrites=self.rewrites, **kw)
 
 
 def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
@@ -288,9 +295,12 @@ def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
     out_split = tuple(bool(a.shape) and a.shape[0] == b and
                       la.shape[0] == b // g
                       for a, la in zip(full.out_avals, fb.out_avals))
+  rewrites = ()
   if row_dots[0]:
-    fb = _row_dots.rewrite(fb, forward=row_dots[1])
-  return _Block(i=full.index, fb=fb, mode=mode,
+    new = _row_dots.rewrite(fb, forward=row_dots[1])
+    if new is not fb:
+      fb, rewrites = new, ("row_dots_forward" if row_dots[1] else "row_dots",)
+  return _Block(rewrites=rewrites, i=full.index, fb=fb, mode=mode,
                 split=g if mode.mode == "split" else 1, ins=ins, params=params,
                 local_in=tuple(fb.in_avals), in_split=in_split,
                 full_out=tuple(full.out_avals), local_out=tuple(fb.out_avals),

@@ -19,6 +19,7 @@ import numpy as np
 import tessel_jax as tj
 from experiments import lowering_bench_lib, peer_bench_lib, peer_gpipe
 from tessel_jax import placements
+from tessel_jax.cost import measure
 
 try:
   from tessel_jax.passes import row_dots
@@ -101,7 +102,7 @@ def test_mshape_reads_weights_in_place_and_stays_exact():
   mesh = jax.make_mesh((4,), ("pipe",), devices=jax.devices()[:4])
   fn = peer_bench_lib.marked_loss([2, 1, 1, 1, 1])
   ref_loss, ref_grads = M.reference(fn, params, batch, 4)
-  sched, found = None, {}
+  sched, found, kernels = None, {}, {}
   for on in (False, True):
     step = tj.schedule(fn, mesh=mesh, placement=placements.mshape(4),
                        num_microbatches=4, cut="markers", cost="uniform",
@@ -111,4 +112,10 @@ def test_mshape_reads_weights_in_place_and_stays_exact():
     assert M.max_rel_err(loss, ref_loss) <= 1e-5
     assert M.max_rel_err(grads, ref_grads) <= 1e-5
     found[on] = _weight_lhs_dots(step, params, batch)
+    kernels[on] = step.built.kernels.kernels
   assert found[False] == 0 and found[True] > 0, found
+  # The rewritten kernels are told apart in the cost cache's key.
+  rewritten = [i for i, k in kernels[True].items() if k.rewrites]
+  assert rewritten and not any(k.rewrites for k in kernels[False].values())
+  assert all(measure._structure(kernels[True][i])
+             != measure._structure(kernels[False][i]) for i in rewritten)
