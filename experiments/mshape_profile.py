@@ -45,12 +45,12 @@ flags.DEFINE_integer("ab_residual_trim", 0, "If > 0: instead of the"
 flags.DEFINE_integer("ab_row_dots", 0, "If > 0: instead of the profile,"
                      " this many interleaved rounds timing each variant's"
                      " CPU per step with few-row dots' input cotangents as"
-                     " dy @ W.T (the default) and as (W @ dy.T).T"
-                     " (Switches.row_dots, passes.row_dots), both on the"
-                     " schedule searched with row_dots on, paired ratio.")
+                     " (W @ dy.T).T (the default, Switches.row_dots,"
+                     " passes.row_dots) and as dy @ W.T, both on the"
+                     " schedule searched with dy @ W.T, paired ratio.")
 flags.DEFINE_bool("ab_row_dots_forward", False, "With --ab_row_dots:"
-                  " the rewritten side also takes the forward as"
-                  " (W.T @ x.T).T (Switches.row_dots_forward).")
+                  " instead, the default against the forward also taken"
+                  " as (W.T @ x.T).T (Switches.row_dots_forward).")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -198,9 +198,12 @@ def main(argv: list[str]) -> None:
     ab(f.n, f.ab_residual_trim, tuple(f.variants), {"residual_trim": False},
        ("trimmed", "all_stashed"))
   elif f.ab_row_dots > 0:
-    ab(f.n, f.ab_row_dots, tuple(f.variants),
-       {"row_dots": True, "row_dots_forward": f.ab_row_dots_forward},
-       ("weight_rhs", "weight_lhs"))
+    if f.ab_row_dots_forward:
+      ab(f.n, f.ab_row_dots, tuple(f.variants), {"row_dots_forward": True},
+         ("backward_only", "forward_too"))
+    else:
+      ab(f.n, f.ab_row_dots, tuple(f.variants), {"row_dots": False},
+         ("weight_lhs", "weight_rhs"))
   else:
     profile(f.n, f.repeats, tuple(f.variants))
 

@@ -52,8 +52,9 @@ class Switches:
     row_dots: A block's ``x @ W`` of at most 64 rows against a weight of
       at least 256 per side takes its input cotangent as ``(W @ dy.T).T``
       (``passes.row_dots``: the weight read in place, not repacked by
-      YNNPACK; exact); off by default (no paired gain shown yet,
-      ``experiments.mshape_profile --ab_row_dots``).
+      YNNPACK; exact); on by default since session 33 (mshape(4) of the
+      4-stage MLP: paired CPU 0.93-0.96, ``experiments.mshape_profile
+      --ab_row_dots=10``); off: ``dy @ W.T``, as before 2026-11-26.
     row_dots_forward: With ``row_dots``, their forward too, as
       ``(W.T @ x.T).T`` with ``W.T`` hoisted (computed once per step);
       off by default.
@@ -65,7 +66,7 @@ class Switches:
   residual_trim: bool = True
   dead_taps: bool = True
   workspace: bool = False
-  row_dots: bool = False
+  row_dots: bool = True
   row_dots_forward: bool = False
 
 
