@@ -53,7 +53,7 @@ class Switches:
       at least 256 per side takes its input cotangent as ``(W @ dy.T).T``
       (``passes.row_dots``: the weight read in place, not repacked by
       YNNPACK; exact); on by default since session 33 (mshape(4) of the
-      4-stage MLP: paired CPU 0.93-0.96, ``experiments.mshape_profile
+      4-stage MLP: paired CPU 0.92-0.96, ``experiments.mshape_profile
       --ab_row_dots=10``); off: ``dy @ W.T``, as before 2026-11-26.
     row_dots_forward: With ``row_dots``, their forward too, as
       ``(W.T @ x.T).T`` with ``W.T`` hoisted (computed once per step);
