@@ -6,6 +6,7 @@ Usage (4 fake devices)::
   python -m experiments.mshape_profile --variants=tj_gpipe,tj_mshape,tj_zbv
   python -m experiments.mshape_profile --ab_straight_order=6
   python -m experiments.mshape_profile --ab_residual_trim=8
+  python -m experiments.mshape_profile --ab_row_dots=10 --variants=tj_mshape
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -41,6 +42,15 @@ flags.DEFINE_integer("ab_residual_trim", 0, "If > 0: instead of the"
                      " rebuilds left out of the stash (the default) and all"
                      " stashed (Switches.residual_trim), both on the"
                      " schedule searched with all stashed, paired ratio.")
+flags.DEFINE_integer("ab_row_dots", 0, "If > 0: instead of the profile,"
+                     " this many interleaved rounds timing each variant's"
+                     " CPU per step with few-row dots' input cotangents as"
+                     " (W @ dy.T).T (the default, Switches.row_dots,"
+                     " passes.row_dots) and as dy @ W.T, both on the"
+                     " schedule searched with dy @ W.T, paired ratio.")
+flags.DEFINE_bool("ab_row_dots_forward", False, "With --ab_row_dots:"
+                  " instead, the default against the forward also taken"
+                  " as (W.T @ x.T).T (Switches.row_dots_forward).")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -187,6 +197,13 @@ def main(argv: list[str]) -> None:
   elif f.ab_residual_trim > 0:
     ab(f.n, f.ab_residual_trim, tuple(f.variants), {"residual_trim": False},
        ("trimmed", "all_stashed"))
+  elif f.ab_row_dots > 0:
+    if f.ab_row_dots_forward:
+      ab(f.n, f.ab_row_dots, tuple(f.variants), {"row_dots_forward": True},
+         ("backward_only", "forward_too"))
+    else:
+      ab(f.n, f.ab_row_dots, tuple(f.variants), {"row_dots": False},
+         ("weight_lhs", "weight_rhs"))
   else:
     profile(f.n, f.repeats, tuple(f.variants))
 

@@ -41,6 +41,7 @@ from .block_vjp import Vjp, Ybar, inexact, zero_cot
 from .errors import fail
 from .modes import BlockMode, choose_modes
 from .partition import ForwardBlock, Partition
+from . import row_dots as _row_dots
 
 Key = tuple
 
@@ -82,6 +83,9 @@ class Kernel:
     mode: ``"single"``, ``"split"`` or ``"replicated"`` (``passes.modes``).
     summed: ``(output, r)`` of outputs that are partial sums over the rows
       (split blocks): every device's value counts, times ``r``.
+    rewrites: Rewrites of its block's equations that change its work but
+      not its block's jaxpr (``("row_dots",)``: ``passes.row_dots``); part
+      of its cost-cache key.
   """
 
   block_id: int
@@ -101,6 +105,7 @@ class Kernel:
   fn: Callable[..., tuple[list[Any], list[Any]]]
   mode: str = "single"
   summed: tuple[tuple[int, float], ...] = ()
+  rewrites: tuple[str, ...] = ()
 
   @property
   def stash_bytes(self) -> int:
@@ -207,6 +212,7 @@ class _Block:
     full_out: Full (micro-batch) output avals.
     local_out: Local output avals.
     out_split: Per output: rows of a split value.
+    rewrites: What rewrote ``fb``'s equations (``Kernel.rewrites``).
   """
 
   i: int
@@ -220,6 +226,7 @@ class _Block:
   full_out: tuple[Any, ...]
   local_out: tuple[Any, ...]
   out_split: tuple[bool, ...]
+  rewrites: tuple[str, ...] = ()
 
   @property
   def devices(self) -> tuple[int, ...]:
@@ -261,12 +268,16 @@ class _Block:
     return Kernel(block_id=gid, label=f"{kind}{self.i}", kind=kind,
                   fwd=self.i, devices=self.devices, split=self.split,
                   params=self.params, mode=self.mode.mode,
-                  summed=self.mode.summed if kind == "F" else (), **kw)
+                  summed=self.mode.summed if kind == "F" else (),
+                  rewrites=self.rewrites, **kw)
 
 
 def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
-                local_parts: Mapping[int, Partition] | None) -> _Block:
-  """The block as it runs under ``mode`` (the re-trace when split)."""
+                local_parts: Mapping[int, Partition] | None,
+                row_dots: tuple[bool, bool] = (False, False)) -> _Block:
+  """The block as it runs under ``mode`` (the re-trace when split;
+  ``row_dots``: its few-row dots rewritten, ``passes.row_dots``, and
+  their forward too)."""
   ins = tuple(InRef("batch", leaf=s.index) if s.kind == "batch" else
               InRef("value", key=("y", s.index, s.output)) if s.kind == "act"
               else InRef("param", leaf=s.index) for s in full.inputs)
@@ -284,7 +295,12 @@ def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
     out_split = tuple(bool(a.shape) and a.shape[0] == b and
                       la.shape[0] == b // g
                       for a, la in zip(full.out_avals, fb.out_avals))
-  return _Block(i=full.index, fb=fb, mode=mode,
+  rewrites = ()
+  if row_dots[0]:
+    new = _row_dots.rewrite(fb, forward=row_dots[1])
+    if new is not fb:
+      fb, rewrites = new, ("row_dots_forward" if row_dots[1] else "row_dots",)
+  return _Block(rewrites=rewrites, i=full.index, fb=fb, mode=mode,
                 split=g if mode.mode == "split" else 1, ins=ins, params=params,
                 local_in=tuple(fb.in_avals), in_split=in_split,
                 full_out=tuple(full.out_avals), local_out=tuple(fb.out_avals),
@@ -296,7 +312,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
                   seeds: Sequence[Any] | None = None,
                   forward_of: Mapping[int, int] | None = None,
                   local_parts: Mapping[int, Partition] | None = None,
-                  trim: bool = True) -> KernelSet:
+                  trim: bool = True, row_dots: bool = False,
+                  row_dots_forward: bool = False) -> KernelSet:
   """Builds every kernel for ``graph``.
 
   Each block on several devices is split by rows or replicated
@@ -316,6 +333,9 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       ``g`` devices runs the equations traced at its local size).
     trim: Leave out of the stash the vjp residuals that ``B`` rebuilds
       cheaply (``passes.residual_trim``; ``Switches.residual_trim``).
+    row_dots: Few-row dots against a weight take their input cotangent
+      with the weight as the left operand (``passes.row_dots``;
+      ``Switches.row_dots``); ``row_dots_forward``: their forward too.
   """
   b = microbatch_rows
   keep = dict(keep or {})
@@ -328,7 +348,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       b, local_parts, gi.has_grad)
   ks = _Builder(gi, b, seeds, trim)
   for full in part.blocks:
-    blk = _make_block(full, modes[full.index], b, local_parts)
+    blk = _make_block(full, modes[full.index], b, local_parts,
+                      (row_dots, row_dots_forward))
     if gi.has_grad[blk.i]:
       ks.train_block(blk, keep.get(blk.i, True))
     else:

@@ -49,6 +49,15 @@ class Switches:
       the program's temp, as before 2026-11-26. The workspace stays
       allocated between steps. Ignored by the parameter-tree program and
       in inference.
+    row_dots: A block's ``x @ W`` of at most 64 rows against a weight of
+      at least 256 per side takes its input cotangent as ``(W @ dy.T).T``
+      (``passes.row_dots``: the weight read in place, not repacked by
+      YNNPACK; exact); on by default since session 33 (mshape(4) of the
+      4-stage MLP: paired CPU 0.92-0.96, ``experiments.mshape_profile
+      --ab_row_dots=10``); off: ``dy @ W.T``, as before 2026-11-26.
+    row_dots_forward: With ``row_dots``, their forward too, as
+      ``(W.T @ x.T).T`` with ``W.T`` hoisted (computed once per step);
+      off by default.
   """
 
   hoist: bool = True
@@ -57,6 +66,8 @@ class Switches:
   residual_trim: bool = True
   dead_taps: bool = True
   workspace: bool = False
+  row_dots: bool = True
+  row_dots_forward: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

@@ -217,6 +217,14 @@ def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
   Returns:
     Values of ``outvars``.
   """
+  return list(jex_core.jaxpr_as_fun(closed_from_eqns(eqns, invars, outvars))(
+      *args))
+
+
+def closed_from_eqns(eqns: Sequence[Any], invars: Sequence[Any],
+                     outvars: Sequence[Any]) -> Any:
+  """A slice of a jaxpr (see :func:`eval_eqns`) as a ClosedJaxpr with no
+  constants."""
   eqns = retarget_constraints(eqns)
   eqns, outvars = drop_constraints(eqns, outvars)
   effects = frozenset().union(*(e.effects for e in eqns)) if eqns else frozenset()
@@ -225,7 +233,7 @@ def eval_eqns(eqns: Sequence[Any], invars: Sequence[Any],
                             tuple(f"out{i}" for i in range(len(outvars))))
   jaxpr = Jaxpr(constvars=[], invars=list(invars), outvars=list(outvars),
                 eqns=list(eqns), effects=effects, debug_info=info)
-  return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))
+  return ClosedJaxpr(jaxpr, [])
 
 
 def jaxpr_text(eqns: Sequence[Any], invars: Sequence[Any],

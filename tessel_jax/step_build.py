@@ -353,7 +353,9 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                     part, graph, train=train, microbatch_rows=rows,
                     keep=keep, seeds=seeds, forward_of=forward_of,
                     local_parts=local_parts,
-                    trim=step.switches.residual_trim))
+                    trim=step.switches.residual_trim,
+                    row_dots=step.switches.row_dots,
+                    row_dots_forward=step.switches.row_dots_forward))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)
     clock.lap("kernels", f"{len(ks.kernels)} kernels")

@@ -184,7 +184,9 @@ def _structure(kernel: Any) -> list[Any]:
           [kernel.params.index(l) for l in kernel.grads],
           [[r.kind, r.key[0] if r.key else ""] for r in kernel.inputs],
           [k[0] for k in kernel.outputs], list(kernel.in_split),
-          list(kernel.out_split), _aval_list(kernel.out_avals)]
+          list(kernel.out_split), _aval_list(kernel.out_avals)] + (
+              [list(kernel.rewrites)] if getattr(kernel, "rewrites", ())
+              else [])
 
 
 def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
