@@ -15,7 +15,7 @@ import tessel_jax as tj
 from tessel_jax import placements
 from tessel_jax.cost import cache as cost_cache
 from tessel_jax.cost import link as cost_link
-from tessel_jax.cost import ports, ticks
+from tessel_jax.cost import port_fit, port_pricing, ports, ticks
 
 from test_cost import _tiny
 
@@ -92,8 +92,9 @@ def test_every_tick_pays_its_fixed_ports_on_every_device():
 
 
 def test_a_measured_prediction_prices_the_fixed_tick_ports(monkeypatch):
-  """``CostModel``'s tick model carries ``ports.TICK_PORTS`` with the
-  machine's per-port figure."""
+  """``CostModel``'s tick model carries the record's fixed ports per tick
+  (``ports.TICK_PORTS`` where it holds one stand-in) with the machine's
+  per-port figure."""
   from tessel_jax.cost import model as cost_model  # pylint: disable=import-outside-toplevel
   seen = []
   orig = ticks.tick_model
@@ -108,7 +109,10 @@ def test_a_measured_prediction_prices_the_fixed_tick_ports(monkeypatch):
                      placement=placements.vshape(2), num_microbatches=4,
                      cost="measured", solver_time_limit_s=10)
   step.build(params, batch)
-  assert seen and all(c.tick_ports == ports.TICK_PORTS for c in seen)
+  # The stand-in's replay is also taken at 0 fixed ports (its slopes,
+  # cost.port_fit); a prediction carries the record's, here of one point.
+  priced = [c for c in seen if c.per_port_s != port_pricing._PROBE_S]  # pylint: disable=protected-access
+  assert priced and all(c.tick_ports == ports.TICK_PORTS for c in priced)
 
 
 @pytest.mark.parametrize("bend", [0.0, 0.3])
@@ -123,26 +127,89 @@ def test_solve_inverts_the_replay(bend):
   assert ports.solve(0.5, lambda x: 0.1, 0.0, 1e-6) == 0.0
 
 
+def _point(ppt, ticks_on_path=100.0, per_port=1e-6, fixed=2e-5,
+           idle=1e-3, serial=2e-4):
+  """A stand-in of ``ppt`` ports per tick on a machine paying ``per_port``
+  seconds per port operation and ``fixed`` per tick (``cost.port_fit``)."""
+  port_s = ppt * ticks_on_path
+  excess = per_port * port_s + fixed * ticks_on_path
+  return {"excess_s": excess, "port_s": port_s, "tick_s": ticks_on_path,
+          "standin_s": idle + serial + excess, "serial_s": serial,
+          "idle_s": idle}
+
+
+def test_the_fit_recovers_the_fixed_and_per_port_parts():
+  # Stand-ins of 17, 46 and 150 ports per tick (eqx_mlp, the CNN, a
+  # transformer) on a machine of 0.5 us per port and 30 us per tick: the
+  # fit finds both, where one stand-in solved with the constant
+  # TICK_PORTS (PORTS_VERSION 7) could not price the small-port program.
+  pts = [_point(ppt, per_port=5e-7, fixed=3e-5) for ppt in (46, 17, 150)]
+  rec = ports.fitted(pts)
+  assert rec["per_port_s"] == pytest.approx(5e-7, rel=1e-6)
+  assert rec["per_port_s"] * rec["tick_ports"] == pytest.approx(3e-5,
+                                                                rel=1e-6)
+  # Two points of different ports per tick are enough.
+  two = ports.fitted(pts[:2])
+  assert two["tick_ports"] == pytest.approx(60.0, rel=1e-6)
+  # One point: the per-port part alone, with the prior fixed part.
+  one = ports.fitted(pts[:1])
+  assert one["tick_ports"] == ports.TICK_PORTS
+  small = pts[1]
+  priced = one["per_port_s"] * (small["port_s"] +
+                                one["tick_ports"] * small["tick_s"])
+  assert priced < 0.8 * small["excess_s"]   # the old record's under-price
+
+
+def test_a_fit_that_would_go_negative_keeps_one_part():
+  # Cost falls with ports per tick: no fixed part can be negative.
+  pts = [_point(20, fixed=0.0), _point(100, per_port=8e-7, fixed=0.0)]
+  pts[0]["excess_s"] *= 1.5
+  per_port, tick_ports = port_fit.fit(pts, 20.0, 1.5)
+  assert per_port > 0 and tick_ports >= 0
+  # Alike ports per tick (within the spread): the prior fixed part.
+  assert port_fit.fit([_point(40), _point(50)], 20.0, 1.5)[1] == 20.0
+  with pytest.raises(ValueError, match="at least one"):
+    port_fit.fit([], 20.0, 1.5)
+
+
 def test_records_are_cached_per_machine_and_checked(tmp_path):
   cache = cost_cache.ProfileCache(str(tmp_path))
   fields = {"backend": "cpu", "pipe": 2}
   calls = []
 
-  def measure():
-    calls.append(1)
-    return {"per_port_s": 1e-6, "standin_s": 0.01}
+  def measure(ppt):
+    def run():
+      calls.append(ppt)
+      return _point(ppt)
+    return run
 
   assert ports.cached_terms(cache, fields, None) == (None, False)
-  rec, hit = ports.cached_terms(cache, fields, measure)
-  assert rec["per_port_s"] == 1e-6 and not hit
-  rec, hit = ports.cached_terms(cache, fields, measure)
-  assert rec["per_port_s"] == 1e-6 and hit and len(calls) == 1
+  rec, hit = ports.cached_terms(cache, fields, measure(46))
+  assert rec["per_port_s"] > 0 and not hit and len(rec["points"]) == 1
+  rec, hit = ports.cached_terms(cache, fields, measure(46))
+  assert hit and len(calls) == 1
+  # A plan of alike ports per tick reads the record; one of far fewer
+  # adds its stand-in and the record is refitted (both parts).
+  rec, hit = ports.cached_terms(cache, fields, measure(40), None,
+                                lambda: 40.0)
+  assert hit and calls == [46]
+  rec, hit = ports.cached_terms(cache, fields, measure(17), None,
+                                lambda: 17.0)
+  assert not hit and calls == [46, 17] and len(rec["points"]) == 2
+  assert rec["per_port_s"] == pytest.approx(1e-6, rel=1e-6)
+  assert rec["tick_ports"] == pytest.approx(20.0, rel=1e-6)
+  # Full (ports.MAX_POINTS): no further stand-in is timed.
+  assert ports.MAX_POINTS == 2
+  rec, hit = ports.cached_terms(cache, fields, measure(150), None,
+                                lambda: 150.0)
+  assert hit and len(calls) == 2
+  assert ports.cached_terms(cache, fields, None)[0] == rec
   # Another machine (mesh size) has its own record.
   assert ports.cached_terms(cache, {**fields, "pipe": 4}, None)[0] is None
   # A negative per-port figure is never stored.
   bad = {"backend": "cpu", "pipe": 8}
-  ports.cached_terms(cache, bad, lambda: {"per_port_s": -1.0,
-                                          "standin_s": 0.01})
+  ports.cached_terms(cache, bad, lambda: _point(40, per_port=-1e-5,
+                                                fixed=0.0))
   assert ports.cached_terms(cache, bad, None)[0] is None
 
 
@@ -155,10 +222,11 @@ def test_a_plan_whose_time_is_not_in_its_ports_is_no_reference(tmp_path):
   fields = {"backend": "cpu", "pipe": 2}
   calls = []
 
-  def measure(sec):
+  def measure(per_port):
     def run():
-      calls.append(sec)
-      return {"per_port_s": sec, "standin_s": 0.3}
+      calls.append(per_port)
+      return _point(40, per_port=per_port,
+                    fixed=ports.TICK_PORTS * per_port)
     return run
 
   for plan_key, sec in (("resnet", 1.03e-4), ("gpt", 0.0)):
@@ -168,9 +236,14 @@ def test_a_plan_whose_time_is_not_in_its_ports_is_no_reference(tmp_path):
         None, False)
   assert calls == [1.03e-4, 0.0]
   rec, hit = ports.cached_terms(cache, fields, measure(8e-7), "zoo")
-  assert rec["per_port_s"] == 8e-7 and not hit
+  assert rec["per_port_s"] == pytest.approx(8e-7) and not hit
   assert ports.cached_terms(cache, fields, None, "resnet")[0][
-      "per_port_s"] == 8e-7
+      "per_port_s"] == pytest.approx(8e-7)
+  # A later point that would break the record is not kept either.
+  rec2, _ = ports.cached_terms(cache, fields, measure(1.03e-4), "big",
+                               lambda: 150.0)
+  assert rec2["per_port_s"] == rec["per_port_s"]
+  assert len(rec2["points"]) == 1
   assert ports.MAX_PER_PORT_S < 1.03e-4
 
 
