@@ -70,7 +70,7 @@ class _Shape:
     slopes in the seconds per port (port operations on its critical path)
     and in the seconds every tick pays (ticks on it)."""
     if self._slopes is None:
-      base = self.idle(0.0, _PROBE_PORTS)   # any fixed ports: 0 s each
+      base = self.idle(0.0, _ports.TICK_PORTS)   # 0 s per port: any
       ports = self.idle(_PROBE_S, 0.0)
       both = self.idle(_PROBE_S, _PROBE_PORTS)
       self._slopes = (base, (ports - base) / _PROBE_S,
