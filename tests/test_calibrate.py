@@ -35,8 +35,8 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
   calls: list = []
 
   def fake_timer(make_program, params, batch, repeats=7):
-    def run(plan, fastest=False):
-      del fastest
+    def run(plan, fastest=False, rounds=3):
+      del fastest, rounds
       calls.append(plan)
       # Every kernel is a stand-in and the program still builds.
       assert all(k.fn.__name__ == "standin" for k in plan.kernels.values())

@@ -223,14 +223,14 @@ def program_timer(make_program: Callable[[Any], Callable[..., Any]],
                   ) -> Callable[[Any], float]:
   """``plan -> seconds of one step``: compiles ``make_program(plan)`` (the
   lowered ``(params, batch)`` program of a plan) and times it on
-  ``params`` and ``batch`` (:func:`time_step`; ``fastest=True``: its
-  fastest sample)."""
+  ``params`` and ``batch`` (:func:`time_step` of ``rounds`` rounds;
+  ``fastest=True``: its fastest sample)."""
   import jax  # pylint: disable=import-outside-toplevel
   params, batch = _concrete(params), _concrete(batch)
 
-  def run(plan: Any, fastest: bool = False) -> float:
+  def run(plan: Any, fastest: bool = False, rounds: int = 3) -> float:
     compiled = jax.jit(make_program(plan)).lower(params, batch).compile()
-    return time_step(lambda: compiled(params, batch), repeats,
+    return time_step(lambda: compiled(params, batch), repeats, rounds,
                      fastest=fastest)
 
   return run

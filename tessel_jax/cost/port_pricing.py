@@ -85,10 +85,11 @@ class _Shape:
 def _measure(model: Any, plan: Any, mesh: Any, pipe_axis: str, costs: Any,
              shape: _Shape) -> dict[str, Any]:
   """One point of the record (``cost.port_fit``): ``plan``'s stand-in
-  timed by capped round medians (as ``cost="calibrated"`` times it), its
-  serial part taken off, against the replay's slopes."""
+  timed by capped round medians (as ``cost="calibrated"`` times it, over
+  ``ports.RECORD_ROUNDS`` rounds), its serial part taken off, against the
+  replay's slopes."""
   standin_s = _processes.agree([model.time_program(
-      _calibrate.standin_plan(plan))])[0]
+      _calibrate.standin_plan(plan), rounds=_ports.RECORD_ROUNDS)])[0]
   serial_s = sum(model.serial_seconds(costs, plan, plan.layout, mesh,
                                       pipe_axis))
   idle_s, port_s, tick_s = shape.slopes()

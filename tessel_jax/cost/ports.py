@@ -79,6 +79,11 @@ TICK_PORTS = 40.0
 #: reference plan whose ports per tick lie outside the record's range by
 #: :data:`POINT_SPREAD` adds its stand-in, until the record holds this many.
 MAX_POINTS = 2
+#: Rounds of samples a point's stand-in is timed in (the smallest round
+#: median is kept, ``calibrate.time_step``; ``cost="calibrated"`` takes 3):
+#: kept for the machine, it is worth a few more chances of a round free of
+#: a busy neighbour (a millisecond program: about 0.1 s more).
+RECORD_ROUNDS = 8
 #: Ratio of ports per tick beyond the record's smallest or largest that
 #: makes a plan's stand-in a new point of the fit.
 POINT_SPREAD = 1.5
