@@ -71,7 +71,8 @@ class TickCosts:
       per port beyond the microbenchmark's toy tick (0: not known; see
       ``cost.model.CostModel.port_seconds``).
     tick_ports: Port operations' worth every tick pays beyond its own
-      ports, priced at ``per_port_s`` (``cost.ports.TICK_PORTS``).
+      ports, priced at ``per_port_s`` (the machine's record, fitted in
+      ``cost.port_fit``).
   """
 
   fixed_s: float = 0.0
