@@ -38,8 +38,11 @@ def test_tick_model_prices_every_port_operation():
   with_ports = ticks.tick_model(plan, link, priced).tick_costs
   counts = set()
   for t in plan.ticks:
-    n = ticks.tick_ports(t)
-    assert n == len(t.reads) + len(t.out_ports) + len(t.grads) + len(t.sends)
+    assert ticks.tick_ports(t) == (len(t.reads) + len(t.out_ports) +
+                                   len(t.grads) + len(t.sends))
+    n = ticks.priced_ports(t)
+    assert n == (len(t.reads) + len(t.out_ports) +
+                 ticks.GRAD_PORTS * len(t.grads) + len(t.sends))
     assert n > 0
     counts.add(n)
     assert with_ports[t.step] == pytest.approx(without[t.step] + 2e-6 * n)
@@ -64,9 +67,9 @@ def test_compact_ticks_are_priced_with_their_own_ports_and_rounds():
     per = [len(spec.sends) + (0 if kid is None else
                               len(spec.in_map.get(kid, ())) +
                               len(spec.out_map.get(kid, ())) +
-                              len(spec.grad_map.get(kid, {})))
+                              ticks.GRAD_PORTS * len(spec.grad_map.get(kid, {})))
            for kid in t.kernels]
-    assert max(per) < ticks.tick_ports(spec)
+    assert max(per) < ticks.priced_ports(spec)
     assert with_ports[t.step] == pytest.approx(
         without[t.step] + 2e-6 * sum(per) / len(per))
 
@@ -283,12 +286,13 @@ def test_interp_ticks_are_priced_by_their_own_ports_and_held_rounds():
       traffic = ticks.interp_device_traffic(spec, tick, plan)
       ports = ticks.interp_device_ports(spec, tick)
       for kid, p in zip(tick.kernels, ports):
-        own = 0 if kid is None else (len(spec.in_map.get(kid, ())) +
-                                     len(spec.out_map.get(kid, ())) +
-                                     len(spec.grad_map.get(kid, {})))
+        own = 0 if kid is None else (
+            len(spec.in_map.get(kid, ())) + len(spec.out_map.get(kid, ())) +
+            ticks.GRAD_PORTS * len(spec.grad_map.get(kid, {})))
         assert p == own + len(spec.sends)
       assert priced[tick.step] == pytest.approx(sum(
           costs.seconds(n, p) for n, p in zip(traffic, ports)) / len(ports))
-      whole = costs.seconds(ticks.tick_traffic(spec), ticks.tick_ports(spec))
+      whole = costs.seconds(ticks.tick_traffic(spec),
+                            ticks.priced_ports(spec))
       cheaper += priced[tick.step] < whole
   assert cheaper > 0   # the segment's table holds more ports than a tick

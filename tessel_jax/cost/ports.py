@@ -61,8 +61,9 @@ from tessel_jax.cost import port_fit, ticks
 #: packing, unpacking and FSDP collectives, taken off before the solve:
 #: every prediction adds it itself, ``cost.port_pricing``; 8: the record
 #: is a fit of the fixed per-tick part and the per-port part together over
-#: up to :data:`MAX_POINTS` stand-ins timed by capped round medians).
-PORTS_VERSION = 8
+#: up to :data:`MAX_POINTS` stand-ins timed by capped round medians; 9: a
+#: gradient port priced as ``ticks.GRAD_PORTS`` port operations).
+PORTS_VERSION = 9
 #: Port operations' worth of fixed cost every tick pays on every device
 #: beyond its own ports (the tick loop's step, its table lookups, the
 #: kernels' 0/1-trip loop conditions) while the record holds one stand-in
