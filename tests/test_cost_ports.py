@@ -171,6 +171,12 @@ def test_a_fit_that_would_go_negative_keeps_one_part():
   assert per_port > 0 and tick_ports >= 0
   # Alike ports per tick (within the spread): the prior fixed part.
   assert port_fit.fit([_point(40), _point(50)], 20.0, 1.5)[1] == 20.0
+  # A fixed part far off the prior (two noisy points): the prior.
+  wild = [_point(20, per_port=1e-7, fixed=5e-5), _point(60, per_port=1e-7,
+                                                        fixed=5e-5)]
+  assert port_fit.fit(wild, 20.0, 1.5)[1] == 20.0
+  assert port_fit.fit(wild, 20.0, 1.5, max_ratio=100.0)[1] == (
+      pytest.approx(500.0))
   with pytest.raises(ValueError, match="at least one"):
     port_fit.fit([], 20.0, 1.5)
 

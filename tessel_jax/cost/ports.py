@@ -62,7 +62,8 @@ from tessel_jax.cost import port_fit, ticks
 #: every prediction adds it itself, ``cost.port_pricing``; 8: the record
 #: is a fit of the fixed per-tick part and the per-port part together over
 #: up to :data:`MAX_POINTS` stand-ins timed by capped round medians; 9: a
-#: gradient port priced as ``ticks.GRAD_PORTS`` port operations).
+#: gradient port priced as ``ticks.GRAD_PORTS`` port operations, and a
+#: two-point fit far off :data:`TICK_PORTS` not kept).
 PORTS_VERSION = 9
 #: Port operations' worth of fixed cost every tick pays on every device
 #: beyond its own ports (the tick loop's step, its table lookups, the
