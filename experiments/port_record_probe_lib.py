@@ -7,9 +7,9 @@ single-threaded CPU devices as ``experiments.model_zoo_spans`` (vshape(2),
 N and rows from the flags (8 and 4), ``cut="auto"``, cost="measured", normal priority unless
 ``--realtime``), builds the model, then on the lowered plan:
 
-* ``per_port_ref_us``: the machine's per-port record in use (the stand-in
-  of the first reference plan built in this cache, its fastest sample,
-  ``cost.port_pricing``);
+* ``per_port_ref_us`` and ``tick_ports_ref``: the machine's per-port
+  record in use (fitted on the stand-ins of the first reference plans built
+  in this cache, ``cost.port_fit``; ``cost.port_pricing``);
 * the plan's own stand-in program re-timed ``--reps`` times each way,
   interleaved: ``calibrate.time_step`` fastest sample and capped round
   medians (what ``cost="calibrated"`` uses);
