@@ -13,8 +13,8 @@ N and rows from the flags (8 and 4), ``cut="auto"``, cost="measured", normal pri
 * the plan's own stand-in program re-timed ``--reps`` times each way,
   interleaved: ``calibrate.time_step`` fastest sample and capped round
   medians (what ``cost="calibrated"`` uses);
-* the per-port figure each implies (``ports.solve`` as ``port_pricing``
-  does, serial part off) and the full prediction (kernels + ticks +
+* the per-port figure each implies (``ports.solve`` with ``ports.TICK_PORTS``,
+  serial part off) and the full prediction (kernels + ticks +
   serial) with the record, with the own figure, and with the
   ``cost="calibrated"`` pricing (``TickModel.plus_calls``);
 * the lowered step's median wall of 15 calls;
