@@ -170,21 +170,29 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
   return "\n".join(lines)
 
 
-def calibrate_machine(args: SpansArgs, mesh: Any) -> dict[str, Any] | None:
+def calibrate_machine(args: SpansArgs, mesh: Any
+                      ) -> tuple[dict[str, Any] | None, Any]:
   """With ``cost="measured"``: builds ``args.reference`` first, so its
   plan's stand-in measures the machine's per-port cost (``cost.ports``,
-  unless already cached); returns the record in use."""
+  unless already cached); returns the record in use and the reference's
+  step (None, None: not measured)."""
   if args.cost != "measured" or not args.reference:
-    return None
+    return None, None
   model = BUILDERS[args.reference](args.rows * args.microbatches)
   step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
                      num_microbatches=args.microbatches,
                      has_aux=model.has_aux, cut="auto", cost="measured",
                      seed=args.seed)
   step.build(model.params, model.batch)
+  return ({"reference": args.reference,
+           **(machine_record(step, mesh) or {})}, step)
+
+
+def machine_record(step: Any, mesh: Any) -> dict[str, Any] | None:
+  """The machine's per-port record in ``step``'s cache now (a later
+  model may add a second stand-in to it, ``cost.port_fit``)."""
   fields = step._costs._mesh_fields(mesh, "pipe")  # pylint: disable=protected-access
-  rec = step._costs.cache.get("ports", _ports.port_key(fields))  # pylint: disable=protected-access
-  return {"reference": args.reference, **(rec or {})}
+  return step._costs.cache.get("ports", _ports.port_key(fields))  # pylint: disable=protected-access
 
 
 def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
@@ -194,7 +202,7 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
   if args.realtime:
     realtime.realtime_threads()
   try:
-    machine = calibrate_machine(args, mesh)
+    machine, ref_step = calibrate_machine(args, mesh)
   finally:
     realtime.normal_priority()
   if machine is not None:
@@ -214,6 +222,9 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
     return judge(got)
 
   rows = model_zoo_rows.each_model(args.models, row, log)
+  end = None if ref_step is None else machine_record(ref_step, mesh)
+  if end is not None:
+    log(json.dumps({"machine_end": end}))
   model_zoo_rows.write_rows(args, rows, markdown, load_start,
-                            {"machine": machine}, log)
+                            {"machine": machine, "machine_end": end}, log)
   return 0

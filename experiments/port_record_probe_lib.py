@@ -7,17 +7,23 @@ single-threaded CPU devices as ``experiments.model_zoo_spans`` (vshape(2),
 N and rows from the flags (8 and 4), ``cut="auto"``, cost="measured", normal priority unless
 ``--realtime``), builds the model, then on the lowered plan:
 
-* ``per_port_ref_us``: the machine's per-port record in use (the stand-in
-  of the first reference plan built in this cache, its fastest sample,
-  ``cost.port_pricing``);
+* ``per_port_ref_us`` and ``tick_ports_ref``: the machine's per-port
+  record in use (fitted on the stand-ins of the first reference plans built
+  in this cache, ``cost.port_fit``; ``cost.port_pricing``);
 * the plan's own stand-in program re-timed ``--reps`` times each way,
   interleaved: ``calibrate.time_step`` fastest sample and capped round
   medians (what ``cost="calibrated"`` uses);
-* the per-port figure each implies (``ports.solve`` as ``port_pricing``
-  does, serial part off) and the full prediction (kernels + ticks +
+* the per-port figure each implies (``ports.solve`` with ``ports.TICK_PORTS``,
+  serial part off) and the full prediction (kernels + ticks +
   serial) with the record, with the own figure, and with the
   ``cost="calibrated"`` pricing (``TickModel.plus_calls``);
-* the lowered step's median wall of 15 calls.
+* the lowered step's median wall of 15 calls;
+* ``point``: the plan's point of the machine's record (``cost.port_fit``)
+  by the capped round medians.
+
+A last line ``fits``: every model's stand-in against the record fitted on
+all the models, on the first alone and on the first three
+(:func:`fits`).
 
 It reads the cost model's arguments by wrapping ``CostModel.predict`` for
 the duration of :func:`main` (a diagnostic: no public hook gives them).
@@ -76,11 +82,13 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
   rec = {"plan": plan.loop_summary(), "ticks": len(plan.ticks),
          "ports": sum(T.tick_ports(t) for t in plan.ticks),
          "pred_ms_report": built.report.predicted_step_ms,
-         "per_port_ref_us": cm._per_port * 1e6, "serial_ms": serial * 1e3}
+         "per_port_ref_us": cm._per_port[0] * 1e6,
+         "tick_ports_ref": cm._per_port[1], "serial_ms": serial * 1e3}
   tc0 = cm.tick_costs(mesh_, axis)
 
-  def tmodel(pp):
-    return T.tick_model(plan, costs.link, PP.priced(tc0, pp), rendezvous=True)
+  def tmodel(pp, k=P.TICK_PORTS):
+    return T.tick_model(plan, costs.link, PP.priced(tc0, pp, k),
+                        rendezvous=True)
 
   def idle(pp):
     return cm._replay(costs, unrolled, tmodel(pp), idle=True).step_seconds
@@ -88,8 +96,8 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
   def full(tm):
     return (cm._replay(costs, unrolled, tm).step_seconds + serial) * 1e3
 
-  rec["full_ms_ref_per_port"] = full(tmodel(cm._per_port))
-  rec["tick_ms_ref_per_port"] = tmodel(cm._per_port).mean_tick_seconds * 1e3
+  rec["full_ms_ref_per_port"] = full(tmodel(*cm._per_port))
+  rec["tick_ms_ref_per_port"] = tmodel(*cm._per_port).mean_tick_seconds * 1e3
   sp = C.standin_plan(plan)
   fast, med = [], []
   for _ in range(args.reps):
@@ -116,8 +124,35 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
     jax.block_until_ready(compiled(model.params, model.batch))
     walls.append(time.perf_counter() - t0)
   rec["step_ms_median15"] = statistics.median(walls) * 1e3
+  idle_s, port_s, tick_s = PP._Shape(cm, costs, unrolled, plan, mesh_,
+                                     tc0).slopes()
+  s = statistics.median(med)
+  rec["point"] = {"excess_s": s - serial - idle_s, "port_s": port_s,
+                  "tick_s": tick_s, "standin_s": s, "serial_s": serial,
+                  "idle_s": idle_s}
   return {k: round(v, 4) if isinstance(v, float) else v
           for k, v in rec.items()}
+
+
+def fits(points: dict[str, dict[str, Any]]) -> dict[str, Any]:
+  """Each model's stand-in (capped round medians, serial part off) against
+  the record fitted (``ports.fitted``) on all models, on the first one
+  (``ports.TICK_PORTS``) and on the first three (the zoo runner's order):
+  predicted over measured, by model."""
+  names = list(points)
+  out = {}
+  for label, use in (("all", names), ("first", names[:1]),
+                     ("first3", names[:3])):
+    rec = P.fitted([points[n] for n in use])
+    ratios = {}
+    for n, p in points.items():
+      pred = (p["idle_s"] + rec["per_port_s"] * (
+          p["port_s"] + rec["tick_ports"] * p["tick_s"]))
+      ratios[n] = round(pred / (p["standin_s"] - p["serial_s"]), 3)
+    out[label] = {"per_port_us": round(rec["per_port_s"] * 1e6, 4),
+                  "tick_ports": round(rec["tick_ports"], 2),
+                  "predicted_over_standin": ratios}
+  return out
 
 
 def main(args: Any) -> None:
@@ -126,8 +161,12 @@ def main(args: Any) -> None:
   M.CostModel.predict = _predict
   try:
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
+    points = {}
     for name in args.models:
-      print(json.dumps({name: probe(name, mesh, args)}), flush=True)
+      rec = probe(name, mesh, args)
+      points[name] = rec["point"]
+      print(json.dumps({name: rec}), flush=True)
+    print(json.dumps({"fits": fits(points)}), flush=True)
   finally:
     M.CostModel.predict = _ORIG
     if args.realtime:

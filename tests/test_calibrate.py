@@ -35,8 +35,8 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
   calls: list = []
 
   def fake_timer(make_program, params, batch, repeats=7):
-    def run(plan, fastest=False):
-      del fastest
+    def run(plan, fastest=False, rounds=3):
+      del fastest, rounds
       calls.append(plan)
       # Every kernel is a stand-in and the program still builds.
       assert all(k.fn.__name__ == "standin" for k in plan.kernels.values())
@@ -125,7 +125,7 @@ def test_the_per_port_solve_leaves_the_serial_part_to_its_own_term(
   assert 250.0 <= timed < 275.0
   (rec_path,) = tmp_path.glob("ports-*")
   rec = step._costs.cache.get("ports", rec_path.stem.split("-", 1)[1])  # pylint: disable=protected-access
-  assert rec["serial_s"] == pytest.approx(0.05)
+  assert rec["points"][0]["serial_s"] == pytest.approx(0.05)
 
 
 def test_a_calibrated_plan_pays_its_serial_part_once(

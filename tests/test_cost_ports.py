@@ -15,7 +15,7 @@ import tessel_jax as tj
 from tessel_jax import placements
 from tessel_jax.cost import cache as cost_cache
 from tessel_jax.cost import link as cost_link
-from tessel_jax.cost import ports, ticks
+from tessel_jax.cost import port_fit, port_pricing, ports, ticks
 
 from test_cost import _tiny
 
@@ -38,8 +38,11 @@ def test_tick_model_prices_every_port_operation():
   with_ports = ticks.tick_model(plan, link, priced).tick_costs
   counts = set()
   for t in plan.ticks:
-    n = ticks.tick_ports(t)
-    assert n == len(t.reads) + len(t.out_ports) + len(t.grads) + len(t.sends)
+    assert ticks.tick_ports(t) == (len(t.reads) + len(t.out_ports) +
+                                   len(t.grads) + len(t.sends))
+    n = ticks.priced_ports(t)
+    assert n == (len(t.reads) + len(t.out_ports) +
+                 ticks.GRAD_PORTS * len(t.grads) + len(t.sends))
     assert n > 0
     counts.add(n)
     assert with_ports[t.step] == pytest.approx(without[t.step] + 2e-6 * n)
@@ -64,9 +67,9 @@ def test_compact_ticks_are_priced_with_their_own_ports_and_rounds():
     per = [len(spec.sends) + (0 if kid is None else
                               len(spec.in_map.get(kid, ())) +
                               len(spec.out_map.get(kid, ())) +
-                              len(spec.grad_map.get(kid, {})))
+                              ticks.GRAD_PORTS * len(spec.grad_map.get(kid, {})))
            for kid in t.kernels]
-    assert max(per) < ticks.tick_ports(spec)
+    assert max(per) < ticks.priced_ports(spec)
     assert with_ports[t.step] == pytest.approx(
         without[t.step] + 2e-6 * sum(per) / len(per))
 
@@ -92,8 +95,9 @@ def test_every_tick_pays_its_fixed_ports_on_every_device():
 
 
 def test_a_measured_prediction_prices_the_fixed_tick_ports(monkeypatch):
-  """``CostModel``'s tick model carries ``ports.TICK_PORTS`` with the
-  machine's per-port figure."""
+  """``CostModel``'s tick model carries the record's fixed ports per tick
+  (``ports.TICK_PORTS`` where it holds one stand-in) with the machine's
+  per-port figure."""
   from tessel_jax.cost import model as cost_model  # pylint: disable=import-outside-toplevel
   seen = []
   orig = ticks.tick_model
@@ -108,7 +112,10 @@ def test_a_measured_prediction_prices_the_fixed_tick_ports(monkeypatch):
                      placement=placements.vshape(2), num_microbatches=4,
                      cost="measured", solver_time_limit_s=10)
   step.build(params, batch)
-  assert seen and all(c.tick_ports == ports.TICK_PORTS for c in seen)
+  # The stand-in's replay is also taken at 0 fixed ports (its slopes,
+  # cost.port_fit); a prediction carries the record's, here of one point.
+  priced = [c for c in seen if c.per_port_s != port_pricing._PROBE_S]  # pylint: disable=protected-access
+  assert priced and all(c.tick_ports == ports.TICK_PORTS for c in priced)
 
 
 @pytest.mark.parametrize("bend", [0.0, 0.3])
@@ -123,26 +130,95 @@ def test_solve_inverts_the_replay(bend):
   assert ports.solve(0.5, lambda x: 0.1, 0.0, 1e-6) == 0.0
 
 
+def _point(ppt, ticks_on_path=100.0, per_port=1e-6, fixed=2e-5,
+           idle=1e-3, serial=2e-4):
+  """A stand-in of ``ppt`` ports per tick on a machine paying ``per_port``
+  seconds per port operation and ``fixed`` per tick (``cost.port_fit``)."""
+  port_s = ppt * ticks_on_path
+  excess = per_port * port_s + fixed * ticks_on_path
+  return {"excess_s": excess, "port_s": port_s, "tick_s": ticks_on_path,
+          "standin_s": idle + serial + excess, "serial_s": serial,
+          "idle_s": idle}
+
+
+def test_the_fit_recovers_the_fixed_and_per_port_parts():
+  # Stand-ins of 17, 46 and 150 ports per tick (eqx_mlp, the CNN, a
+  # transformer) on a machine of 0.5 us per port and 50 us per tick: the
+  # fit finds both, where one stand-in solved with a constant fixed part
+  # (PORTS_VERSION 7) could not price the small-port program.
+  pts = [_point(ppt, per_port=5e-7, fixed=5e-5) for ppt in (46, 17, 150)]
+  rec = ports.fitted(pts)
+  assert rec["per_port_s"] == pytest.approx(5e-7, rel=1e-6)
+  assert rec["per_port_s"] * rec["tick_ports"] == pytest.approx(5e-5,
+                                                                rel=1e-6)
+  # Two points of different ports per tick are enough.
+  two = ports.fitted(pts[:2])
+  assert two["tick_ports"] == pytest.approx(100.0, rel=1e-6)
+  # One point: the per-port part alone, with the prior fixed part.
+  one = ports.fitted(pts[:1])
+  assert one["tick_ports"] == ports.TICK_PORTS
+  small = pts[1]
+  priced = one["per_port_s"] * (small["port_s"] +
+                                one["tick_ports"] * small["tick_s"])
+  assert priced < 0.9 * small["excess_s"]   # the old record's under-price
+
+
+def test_a_fit_that_would_go_negative_keeps_one_part():
+  # Cost falls with ports per tick: no fixed part can be negative.
+  pts = [_point(20, fixed=0.0), _point(100, per_port=8e-7, fixed=0.0)]
+  pts[0]["excess_s"] *= 1.5
+  per_port, tick_ports = port_fit.fit(pts, 20.0, 1.5)
+  assert per_port > 0 and tick_ports >= 0
+  # Alike ports per tick (within the spread): the prior fixed part.
+  assert port_fit.fit([_point(40), _point(50)], 20.0, 1.5)[1] == 20.0
+  # A fixed part far off the prior (two noisy points): the prior.
+  wild = [_point(20, per_port=1e-7, fixed=5e-5), _point(60, per_port=1e-7,
+                                                        fixed=5e-5)]
+  assert port_fit.fit(wild, 20.0, 1.5)[1] == 20.0
+  assert port_fit.fit(wild, 20.0, 1.5, max_ratio=100.0)[1] == (
+      pytest.approx(500.0))
+  with pytest.raises(ValueError, match="at least one"):
+    port_fit.fit([], 20.0, 1.5)
+
+
 def test_records_are_cached_per_machine_and_checked(tmp_path):
   cache = cost_cache.ProfileCache(str(tmp_path))
   fields = {"backend": "cpu", "pipe": 2}
   calls = []
 
-  def measure():
-    calls.append(1)
-    return {"per_port_s": 1e-6, "standin_s": 0.01}
+  def measure(ppt):
+    def run():
+      calls.append(ppt)
+      return _point(ppt)
+    return run
 
   assert ports.cached_terms(cache, fields, None) == (None, False)
-  rec, hit = ports.cached_terms(cache, fields, measure)
-  assert rec["per_port_s"] == 1e-6 and not hit
-  rec, hit = ports.cached_terms(cache, fields, measure)
-  assert rec["per_port_s"] == 1e-6 and hit and len(calls) == 1
+  rec, hit = ports.cached_terms(cache, fields, measure(46))
+  assert rec["per_port_s"] > 0 and not hit and len(rec["points"]) == 1
+  rec, hit = ports.cached_terms(cache, fields, measure(46))
+  assert hit and len(calls) == 1
+  # A plan of alike ports per tick reads the record; one of far fewer
+  # adds its stand-in and the record is refitted (both parts).
+  rec, hit = ports.cached_terms(cache, fields, measure(40), None,
+                                lambda: 40.0)
+  assert hit and calls == [46]
+  rec, hit = ports.cached_terms(cache, fields, measure(17), None,
+                                lambda: 17.0)
+  assert not hit and calls == [46, 17] and len(rec["points"]) == 2
+  assert rec["per_port_s"] == pytest.approx(1e-6, rel=1e-6)
+  assert rec["tick_ports"] == pytest.approx(20.0, rel=1e-6)
+  # Full (ports.MAX_POINTS): no further stand-in is timed.
+  assert ports.MAX_POINTS == 2
+  rec, hit = ports.cached_terms(cache, fields, measure(150), None,
+                                lambda: 150.0)
+  assert hit and len(calls) == 2
+  assert ports.cached_terms(cache, fields, None)[0] == rec
   # Another machine (mesh size) has its own record.
   assert ports.cached_terms(cache, {**fields, "pipe": 4}, None)[0] is None
   # A negative per-port figure is never stored.
   bad = {"backend": "cpu", "pipe": 8}
-  ports.cached_terms(cache, bad, lambda: {"per_port_s": -1.0,
-                                          "standin_s": 0.01})
+  ports.cached_terms(cache, bad, lambda: _point(40, per_port=-1e-5,
+                                                fixed=0.0))
   assert ports.cached_terms(cache, bad, None)[0] is None
 
 
@@ -155,10 +231,11 @@ def test_a_plan_whose_time_is_not_in_its_ports_is_no_reference(tmp_path):
   fields = {"backend": "cpu", "pipe": 2}
   calls = []
 
-  def measure(sec):
+  def measure(per_port):
     def run():
-      calls.append(sec)
-      return {"per_port_s": sec, "standin_s": 0.3}
+      calls.append(per_port)
+      return _point(40, per_port=per_port,
+                    fixed=ports.TICK_PORTS * per_port)
     return run
 
   for plan_key, sec in (("resnet", 1.03e-4), ("gpt", 0.0)):
@@ -168,9 +245,14 @@ def test_a_plan_whose_time_is_not_in_its_ports_is_no_reference(tmp_path):
         None, False)
   assert calls == [1.03e-4, 0.0]
   rec, hit = ports.cached_terms(cache, fields, measure(8e-7), "zoo")
-  assert rec["per_port_s"] == 8e-7 and not hit
+  assert rec["per_port_s"] == pytest.approx(8e-7) and not hit
   assert ports.cached_terms(cache, fields, None, "resnet")[0][
-      "per_port_s"] == 8e-7
+      "per_port_s"] == pytest.approx(8e-7)
+  # A later point that would break the record is not kept either.
+  rec2, _ = ports.cached_terms(cache, fields, measure(1.03e-4), "big",
+                               lambda: 150.0)
+  assert rec2["per_port_s"] == rec["per_port_s"]
+  assert len(rec2["points"]) == 1
   assert ports.MAX_PER_PORT_S < 1.03e-4
 
 
@@ -210,12 +292,13 @@ def test_interp_ticks_are_priced_by_their_own_ports_and_held_rounds():
       traffic = ticks.interp_device_traffic(spec, tick, plan)
       ports = ticks.interp_device_ports(spec, tick)
       for kid, p in zip(tick.kernels, ports):
-        own = 0 if kid is None else (len(spec.in_map.get(kid, ())) +
-                                     len(spec.out_map.get(kid, ())) +
-                                     len(spec.grad_map.get(kid, {})))
+        own = 0 if kid is None else (
+            len(spec.in_map.get(kid, ())) + len(spec.out_map.get(kid, ())) +
+            ticks.GRAD_PORTS * len(spec.grad_map.get(kid, {})))
         assert p == own + len(spec.sends)
       assert priced[tick.step] == pytest.approx(sum(
           costs.seconds(n, p) for n, p in zip(traffic, ports)) / len(ports))
-      whole = costs.seconds(ticks.tick_traffic(spec), ticks.tick_ports(spec))
+      whole = costs.seconds(ticks.tick_traffic(spec),
+                            ticks.priced_ports(spec))
       cheaper += priced[tick.step] < whole
   assert cheaper > 0   # the segment's table holds more ports than a tick

@@ -93,7 +93,8 @@ SCHEMAS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "link": {"latency_s": _seconds0, "bandwidth_bytes_per_s": _rate},
     "group": {"seconds": _seconds0},   # passes.autocut_cost timings
     "standin": {"standin_s": _seconds},
-    "ports": {"per_port_s": _seconds0, "standin_s": _seconds},
+    "ports": {"per_port_s": _seconds0, "standin_s": _seconds,
+              "tick_ports": _seconds0},
     "portsplan": {"per_port_s": _seconds0, "standin_s": _seconds},
     "outside": {"outside_s": _seconds0},   # cost.outside
 }

@@ -170,9 +170,11 @@ def time_step(run: Callable[[], Any], repeats: int = 7, rounds: int = 3,
   CPU time on the CPU backend (:func:`sample_seconds`: a loaded machine
   slows every round). A slow program takes fewer samples (at least 3 in
   all), about ``budget_s`` seconds in all. ``fastest``: the fastest
-  sample instead (a record kept for the machine, ``cost.port_pricing``:
-  at load 18.5 on 2 cores six timings of one stand-in gave 2.6-5.1 ms
-  by round medians and 2.0-2.6 ms, one 3.6, by the fastest sample)."""
+  sample instead (the machine's per-port record took it until
+  ``ports.PORTS_VERSION`` 8: at load 18.5 on 2 cores six timings of one
+  stand-in gave 2.6-5.1 ms by round medians and 2.0-2.6 ms, one 3.6, by
+  the fastest sample, but five fresh records spread 5x, helper zoo8; it
+  now takes round medians over more rounds, ``ports.RECORD_ROUNDS``)."""
   import jax  # pylint: disable=import-outside-toplevel
   t0 = time.perf_counter()
   cores = cpu_cores_of(jax.block_until_ready(run()))
@@ -223,14 +225,14 @@ def program_timer(make_program: Callable[[Any], Callable[..., Any]],
                   ) -> Callable[[Any], float]:
   """``plan -> seconds of one step``: compiles ``make_program(plan)`` (the
   lowered ``(params, batch)`` program of a plan) and times it on
-  ``params`` and ``batch`` (:func:`time_step`; ``fastest=True``: its
-  fastest sample)."""
+  ``params`` and ``batch`` (:func:`time_step` of ``rounds`` rounds;
+  ``fastest=True``: its fastest sample)."""
   import jax  # pylint: disable=import-outside-toplevel
   params, batch = _concrete(params), _concrete(batch)
 
-  def run(plan: Any, fastest: bool = False) -> float:
+  def run(plan: Any, fastest: bool = False, rounds: int = 3) -> float:
     compiled = jax.jit(make_program(plan)).lower(params, batch).compile()
-    return time_step(lambda: compiled(params, batch), repeats,
+    return time_step(lambda: compiled(params, batch), repeats, rounds,
                      fastest=fastest)
 
   return run

@@ -165,7 +165,8 @@ class CostModel:
     self.time_outside: Callable[[Any], Any] | None = None
     self._outside: dict[str, float] = {}
     self._gather_links: dict[str, _link.LinkModel] = {}
-    self._per_port: float | None = None   # cost.ports
+    # cost.ports: (seconds per port, fixed port operations per tick)
+    self._per_port: tuple[float, float] | None = None
     # Set by tessel_jax.plans (placement="auto"): seconds of the fastest
     # fitting plan priced so far. A plan whose prediction *without* its
     # stand-in program is already at or above it cannot win (the stand-in
@@ -334,12 +335,13 @@ class CostModel:
 
   def port_seconds(self, costs: SearchCosts, unrolled: Any, plan: Any,
                    mesh: Any, pipe_axis: str,
-                   tick_costs: _ticks.TickCosts) -> float:
-    """Seconds per port operation of lowered programs on this machine
-    (``cost.ports``): from the disk cache, else measured on ``plan``'s
-    stand-in program, its serial part (:meth:`serial_seconds`) taken off
-    (one compile, once per machine) where :attr:`time_program` is set; 0
-    where neither (screening builds, multi-process runs). See
+                   tick_costs: _ticks.TickCosts) -> tuple[float, float]:
+    """``(seconds per port operation, fixed port operations per tick)`` of
+    lowered programs on this machine (``cost.ports``): from the disk
+    cache, else fitted on ``plan``'s stand-in program, its serial part
+    (:meth:`serial_seconds`) taken off (one compile; a few per machine,
+    ``cost.port_fit``) where :attr:`time_program` is set; 0 seconds where
+    neither (screening builds, multi-process runs). See
     ``cost.port_pricing``."""
     if self._per_port is not None:
       return self._per_port
@@ -350,8 +352,8 @@ class CostModel:
     if got.measured:
       self._hit = False
     if got.final:
-      self._per_port = got.per_port_s
-    return got.per_port_s
+      self._per_port = (got.per_port_s, got.tick_ports)
+    return got.per_port_s, got.tick_ports
 
   def _replay(self, costs: SearchCosts, unrolled: Any,
               tick_model: _ticks.TickModel, idle: bool = False
@@ -423,7 +425,7 @@ class CostModel:
           tick_costs, fixed_s=g * tick_costs.fixed_s,
           per_byte_s=g * tick_costs.per_byte_s)
     if not self.calibrated:  # else the plan's own stand-in prices ticks
-      tick_costs = _port_pricing.priced(tick_costs, self.port_seconds(
+      tick_costs = _port_pricing.priced(tick_costs, *self.port_seconds(
           costs, unrolled, plan, mesh, pipe_axis, tick_costs))
     return _ticks.tick_model(plan, costs.link, tick_costs,
                              rendezvous=rendezvous)

@@ -1,10 +1,11 @@
-"""The machine's seconds per port operation, for one :class:`CostModel`.
+"""The machine's per-port record, for one :class:`CostModel`.
 
-``cost.ports`` says what the figure is and how it is solved; this module
-wires it to a cost model: read from the disk cache, else measured on the
-stand-in program of the first reference plan a build prices
-(``CostModel.time_program``), and priced into the tick costs in one place
-(:func:`priced`).
+``cost.ports`` says what the record is and ``cost.port_fit`` how it is
+fitted; this module wires it to a cost model: read from the disk cache,
+else (or where the record wants another point) measured on the stand-in
+program of the first reference plan a build prices
+(``CostModel.time_program``) against the replay's slopes (:class:`_Shape`),
+and priced into the tick costs in one place (:func:`priced`).
 
 What the stand-in program's step holds beyond its ticks: the packing and
 unpacking around them and any FSDP collectives (``CostModel.serial_seconds``),
@@ -32,40 +33,70 @@ from tessel_jax.cost import ticks as _ticks
 _LOG = logging.getLogger("tessel_jax.cost")
 
 
-def priced(tick_costs: _ticks.TickCosts, per_port_s: float
-           ) -> _ticks.TickCosts:
+def priced(tick_costs: _ticks.TickCosts, per_port_s: float,
+           tick_ports: float = _ports.TICK_PORTS) -> _ticks.TickCosts:
   """``tick_costs`` with ``per_port_s`` per port operation and every tick's
-  fixed :data:`ports.TICK_PORTS` (the one place a measured prediction
-  prices ports)."""
+  fixed ``tick_ports`` (the machine's record, :class:`PortFigure`; the one
+  place a measured prediction prices ports)."""
   return dataclasses.replace(tick_costs, per_port_s=per_port_s,
-                             tick_ports=_ports.TICK_PORTS)
+                             tick_ports=tick_ports)
 
 
-def _measure(model: Any, costs: Any, unrolled: Any, plan: Any, mesh: Any,
-             pipe_axis: str, tick_costs: _ticks.TickCosts) -> dict[str, Any]:
-  """The record of ``plan``'s stand-in: its step, the serial part taken
-  off, solved for the seconds per port (``ports.solve``)."""
-  rendezvous = mesh.devices.flat[0].platform in _ticks.RENDEZVOUS_BACKENDS
+#: Seconds per port and fixed port operations per tick at which the
+#: replay's slopes are taken (about the figures measured on 2 CPU devices).
+_PROBE_S, _PROBE_PORTS = 1e-6, 20.0
 
-  def idle(per_port: float) -> float:
-    tick_model = _ticks.tick_model(plan, costs.link,
-                                   priced(tick_costs, per_port),
-                                   rendezvous=rendezvous)
-    return model._replay(costs, unrolled, tick_model,  # pylint: disable=protected-access
-                         idle=True).step_seconds
 
-  # The record is kept for the machine: its fastest sample, the least
-  # disturbed by whatever else runs at that moment (calibrate.time_step).
+class _Shape:
+  """``plan``'s replay with zero-time kernels, by per-port seconds and
+  fixed ports per tick, and its slopes (computed once)."""
+
+  def __init__(self, model: Any, costs: Any, unrolled: Any, plan: Any,
+               mesh: Any, tick_costs: _ticks.TickCosts) -> None:
+    rendezvous = mesh.devices.flat[0].platform in _ticks.RENDEZVOUS_BACKENDS
+
+    def idle(per_port: float, tick_ports: float) -> float:
+      tick_model = _ticks.tick_model(
+          plan, costs.link, priced(tick_costs, per_port, tick_ports),
+          rendezvous=rendezvous)
+      return model._replay(costs, unrolled, tick_model,  # pylint: disable=protected-access
+                           idle=True).step_seconds
+
+    self.idle = idle
+    self._slopes: tuple[float, float, float] | None = None
+
+  def slopes(self) -> tuple[float, float, float]:
+    """``(idle_s, port_s, tick_s)``: the replay at zero per port, and its
+    slopes in the seconds per port (port operations on its critical path)
+    and in the seconds every tick pays (ticks on it)."""
+    if self._slopes is None:
+      base = self.idle(0.0, _ports.TICK_PORTS)   # 0 s per port: any
+      ports = self.idle(_PROBE_S, 0.0)
+      both = self.idle(_PROBE_S, _PROBE_PORTS)
+      self._slopes = (base, (ports - base) / _PROBE_S,
+                      (both - ports) / (_PROBE_S * _PROBE_PORTS))
+    return self._slopes
+
+  def ports_per_tick(self) -> float:
+    _, port_s, tick_s = self.slopes()
+    return port_s / max(tick_s, 1e-12)
+
+
+def _measure(model: Any, plan: Any, mesh: Any, pipe_axis: str, costs: Any,
+             shape: _Shape) -> dict[str, Any]:
+  """One point of the record (``cost.port_fit``): ``plan``'s stand-in
+  timed by capped round medians (as ``cost="calibrated"`` times it, over
+  ``ports.RECORD_ROUNDS`` rounds), its serial part taken off, against the
+  replay's slopes."""
   standin_s = _processes.agree([model.time_program(
-      _calibrate.standin_plan(plan), fastest=True)])[0]
+      _calibrate.standin_plan(plan), rounds=_ports.RECORD_ROUNDS)])[0]
   serial_s = sum(model.serial_seconds(costs, plan, plan.layout, mesh,
                                       pipe_axis))
-  return {"per_port_s": _ports.solve(standin_s - serial_s, idle, 0.0, 1e-6),
-          "standin_s": standin_s, "serial_s": serial_s,
-          "statistic": "fastest sample",
-          "plan": plan.loop_summary(),
-          "ports": sum(_ticks.tick_ports(t) for t in plan.ticks),
-          "idle_before_s": idle(0.0)}
+  idle_s, port_s, tick_s = shape.slopes()
+  return {"excess_s": standin_s - serial_s - idle_s, "port_s": port_s,
+          "tick_s": tick_s, "standin_s": standin_s, "serial_s": serial_s,
+          "idle_s": idle_s, "plan": plan.loop_summary(),
+          "ports": sum(_ticks.tick_ports(t) for t in plan.ticks)}
 
 
 class PortFigure(NamedTuple):
@@ -73,6 +104,7 @@ class PortFigure(NamedTuple):
 
   Attributes:
     per_port_s: Seconds per port operation (0: not priced).
+    tick_ports: Port operations' worth of fixed cost every tick pays.
     final: The figure holds for the rest of the build (else a later plan
       may measure the machine).
     spent_s: Seconds spent timing (None: nothing was timed).
@@ -80,6 +112,7 @@ class PortFigure(NamedTuple):
   """
 
   per_port_s: float
+  tick_ports: float
   final: bool
   spent_s: float | None
   measured: bool
@@ -97,25 +130,30 @@ def port_seconds(model: Any, costs: Any, unrolled: Any, plan: Any,
   plan_key = _cache.make_key({"what": "portsplan",
                               "version": _ports.PORTS_VERSION, **fields,
                               "plan": _calibrate.plan_signature(plan)})
-  measure = (lambda: _measure(model, costs, unrolled, plan, mesh, pipe_axis,
-                              tick_costs)) if can else None
+  shape = _Shape(model, costs, unrolled, plan, mesh, tick_costs)
+  measure = (lambda: _measure(model, plan, mesh, pipe_axis, costs, shape)
+             ) if can else None
   t0 = time.perf_counter()
   try:
-    rec, hit = _ports.cached_terms(model.cache, fields, measure, plan_key)
+    rec, hit = _ports.cached_terms(model.cache, fields, measure, plan_key,
+                                   shape.ports_per_tick)
   except Exception as err:  # pylint: disable=broad-except
     # The prediction stays usable without it; say why, once.
     _LOG.warning("tessel_jax: the stand-in program of plan %s could not"
                  " be timed (%s: %s); the prediction prices no per-port"
                  " cost", plan.loop_summary(), type(err).__name__, err)
-    return PortFigure(0.0, True, None, False)
+    return PortFigure(0.0, _ports.TICK_PORTS, True, None, False)
   spent = time.perf_counter() - t0
   if rec is None:
     # Not measured here, or this plan is no per-port reference: priced 0
     # for this build; a later plan may measure the machine (unless tried).
-    return PortFigure(0.0, can, spent if can else None, False)
+    return PortFigure(0.0, _ports.TICK_PORTS, can, spent if can else None,
+                      False)
   if not hit:
     _LOG.info("tessel_jax: lowered programs on this machine pay %.3g us"
-              " per port operation (measured on the stand-in of plan %s,"
-              " cached)", rec["per_port_s"] * 1e6, plan.loop_summary())
-  return PortFigure(float(rec["per_port_s"]), True,
+              " per port operation and %.3g port operations per tick"
+              " (fitted on %d stand-ins, the last of plan %s; cached)",
+              rec["per_port_s"] * 1e6, rec["tick_ports"], len(rec["points"]),
+              plan.loop_summary())
+  return PortFigure(float(rec["per_port_s"]), float(rec["tick_ports"]), True,
                     None if hit else spent, not hit)

@@ -17,15 +17,22 @@ port), fused into a few thunks of XLA's CPU runtime each.
 
 So a measured prediction prices ``per_port_s`` seconds per port operation
 on every device at every tick (``TickCosts.per_port_s``), and every tick
-as :data:`TICK_PORTS` more port operations (its fixed cost), measured once per
-machine (backend, device kind, mesh size, XLA flags, cores) on the first
-plan built there: its stand-in program compiled and timed
-(``calibrate.time_step``), ``per_port_s`` solved so that the prediction of
-its ticks with zero-time kernels equals it less the part of the step
-serial with the ticks (packing, unpacking, FSDP collectives, which every
-prediction adds apart: ``cost.port_pricing``; :func:`solve`), cached on
-disk (kind ``"ports"``). Every later plan and model on that machine uses
-it.
+as ``tick_ports`` more port operations (its fixed cost): the machine's
+record (backend, device kind, mesh size, XLA flags, cores), cached on disk
+(kind ``"ports"``) and used by every later plan and model on that machine.
+It is fitted (``cost.port_fit``, :func:`fitted`) on the stand-in programs
+of up to :data:`MAX_POINTS` plans built there: the first, and a later one
+whose ports per tick lie :data:`POINT_SPREAD` outside the first's. Each is
+compiled and timed by capped round medians (``calibrate.time_step``, as
+``cost="calibrated"`` times them), less the part of the step serial with
+the ticks (packing, unpacking, FSDP collectives, which every prediction
+adds apart: ``cost.port_pricing``), against the replay of its ticks with
+zero-time kernels. With one stand-in only ``per_port_s`` is fitted, every
+tick worth :data:`TICK_PORTS`; with two of different ports per tick, both.
+Until ``PORTS_VERSION`` 8 the record was the fastest sample of the first
+plan's stand-in with a constant fixed part: five fresh records in six
+minutes spread 5x (0.13-0.69 us, load 3.6-7.0), and eqx_mlp's 17 ports per
+tick were priced at a third to a half of its own stand-in (helper zoo8).
 
 Not every plan measures it: where the stand-in's time is not in its ports
 the solve gives nonsense, 0 where the tick model's per-byte term already
@@ -45,27 +52,43 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tessel_jax.cost import ticks
+from tessel_jax.cost import port_fit, ticks
 
 #: Bump when the port count or what the terms cover changes (5: solved
 #: over ticks priced in one device's core-seconds; an interp tick priced
 #: per device, with its own kernels' ports and its segment's rounds; 6:
 #: every tick also pays :data:`TICK_PORTS`; 7: the stand-in's serial part,
 #: packing, unpacking and FSDP collectives, taken off before the solve:
-#: every prediction adds it itself, ``cost.port_pricing``).
-PORTS_VERSION = 7
+#: every prediction adds it itself, ``cost.port_pricing``; 8: the record
+#: is a fit of the fixed per-tick part and the per-port part together over
+#: up to :data:`MAX_POINTS` stand-ins timed by capped round medians; 9: a
+#: gradient port priced as ``ticks.GRAD_PORTS`` port operations, and a
+#: two-point fit far off :data:`TICK_PORTS` not kept).
+PORTS_VERSION = 9
 #: Port operations' worth of fixed cost every tick pays on every device
 #: beyond its own ports (the tick loop's step, its table lookups, the
-#: kernels' 0/1-trip loop conditions), priced at the machine's per-port
-#: figure (``ticks.TickCosts.tick_ports``). Fitted on the stand-ins of the
-#: five zoo models and the batch-norm CNN, timed interleaved in one process
-#: (load 14.5, 2 devices, ``vshape(2)``, N = 8, 25 ticks): the seconds per
-#: port each stand-in implies fell with its ports per tick, 1.96 us at 18
-#: (eqx_mlp) to 1.01-1.18 us at 107-172 (the transformers), 1.45 us for
-#: the CNN at 45; a fixed cost per tick worth 21 ports (least squares)
-#: plus ~0.97 us per port fits all six within 16% of their program around
-#: the kernels, where one per-port figure missed by -26% to +44%.
-TICK_PORTS = 20.0
+#: kernels' 0/1-trip loop conditions) while the record holds one stand-in
+#: only (``port_fit.fit``; with two of different ports per tick both parts
+#: are fitted). Fitted (``port_fit.fit``) on the stand-ins of the five zoo
+#: models and the batch-norm CNN by capped round medians, at real-time
+#: priority as ``model_zoo_spans`` builds (2 devices, ``vshape(2)``, N = 8,
+#: 25 ticks, load 3.6-8.6, ``experiments.port_record_probe``): 42 ports
+#: per tick plus 0.86 us per port put four of the six within 5% of their
+#: stand-in (eqx_transformer 0.78x, penzai_llama 1.20x), where 20 (fitted
+#: at normal priority, load 14.5, session 30) priced eqx_mlp's at 0.80x.
+TICK_PORTS = 40.0
+#: Most stand-ins (points) one machine's record is fitted on: each later
+#: reference plan whose ports per tick lie outside the record's range by
+#: :data:`POINT_SPREAD` adds its stand-in, until the record holds this many.
+MAX_POINTS = 2
+#: Rounds of samples a point's stand-in is timed in (the smallest round
+#: median is kept, ``calibrate.time_step``; ``cost="calibrated"`` takes 3):
+#: kept for the machine, it is worth a few more chances of a round free of
+#: a busy neighbour (a millisecond program: about 0.1 s more).
+RECORD_ROUNDS = 8
+#: Ratio of ports per tick beyond the record's smallest or largest that
+#: makes a plan's stand-in a new point of the fit.
+POINT_SPREAD = 1.5
 #: Largest seconds per port operation taken as a machine's figure: twice
 #: the largest measured on the model zoo (1.07 us, load 6-9).
 MAX_PER_PORT_S = 2e-6
@@ -110,30 +133,51 @@ def solve(target: float, replay: Callable[[float], float], at: float,
   return max(at, x)
 
 
+def fitted(points: list[dict[str, Any]]) -> dict[str, Any]:
+  """The machine's record of ``points`` (``cost.port_fit``): its
+  ``per_port_s`` and ``tick_ports`` fitted together where the points'
+  ports per tick span :data:`POINT_SPREAD`, else with :data:`TICK_PORTS`."""
+  per_port, tick_ports = port_fit.fit(points, TICK_PORTS, POINT_SPREAD)
+  return {"per_port_s": per_port, "tick_ports": tick_ports,
+          "points": list(points), "standin_s": points[0]["standin_s"],
+          "statistic": "capped round medians"}
+
+
 def cached_terms(cache: Any, fields: Mapping[str, Any],
                  measure: Callable[[], dict[str, Any]] | None,
-                 plan_key: str | None = None
+                 plan_key: str | None = None,
+                 ports_per_tick: Callable[[], float] | None = None
                  ) -> tuple[dict[str, Any] | None, bool]:
-  """``(record, from the cache?)`` of the machine.
+  """``(record, from the cache?)`` of the machine (:func:`fitted`).
 
-  None when not cached and ``measure`` is None, when the plan of
-  ``plan_key`` was measured before and is no reference, or when
-  ``measure()`` (the record to store: ``per_port_s``, ``standin_s`` and
-  what they were measured on) gives a figure outside
-  ``(0, MAX_PER_PORT_S]``; that plan is then remembered under
-  ``plan_key`` (kind ``"portsplan"``).
+  ``measure()`` times a plan's stand-in: one point of the fit
+  (``cost.port_fit``). It is called where nothing is cached, or where the
+  cached record holds fewer than :data:`MAX_POINTS` points and the plan's
+  ``ports_per_tick()`` lies outside their range by :data:`POINT_SPREAD`;
+  the refitted record then replaces the cached one. A point whose excess
+  over the tick model is not positive, or whose own ``per_port_s`` (alone,
+  with :data:`TICK_PORTS`) or refitted record's falls outside
+  ``(0, MAX_PER_PORT_S]``, is not kept: its plan is
+  remembered under ``plan_key`` (kind ``"portsplan"``) so that it is not
+  timed again, and the record stays as it was (None where there was
+  none). Not from the cache (False) whenever ``measure`` ran.
   """
   key = port_key(fields)
   rec = cache.get("ports", key)
-  if rec is not None:
+  if rec is not None and (measure is None or ports_per_tick is None or
+                          not port_fit.wants(rec["points"], ports_per_tick(),
+                                             MAX_POINTS, POINT_SPREAD)):
     return rec, True
   if measure is None or (plan_key is not None and
                          cache.get("portsplan", plan_key) is not None):
-    return None, False
-  rec = measure()
-  if 0.0 < float(rec["per_port_s"]) <= MAX_PER_PORT_S:
-    cache.put("ports", key, rec)
-    return rec, False
+    return rec, rec is not None
+  point = measure()
+  own = fitted([point])["per_port_s"]
+  new = fitted((rec["points"] if rec is not None else []) + [point])
+  if (float(point["excess_s"]) > 0 and 0.0 < own <= MAX_PER_PORT_S and
+      0.0 < new["per_port_s"] <= MAX_PER_PORT_S):
+    cache.put("ports", key, new)
+    return new, False
   if plan_key is not None:
-    cache.put("portsplan", plan_key, rec)
-  return None, False
+    cache.put("portsplan", plan_key, {**point, "per_port_s": max(0.0, own)})
+  return rec, False
