@@ -37,7 +37,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import tessel_jax as tj
-from experiments import lowering_bench_lib, runs, search_cases_lib, search_lib
+from experiments import (lowering_bench_lib, rel_err, runs, search_cases_lib,
+                         search_lib)
 from tessel_jax import placements
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.schedule import UnrolledSchedule
@@ -286,14 +287,6 @@ def dag_model(graph: BlockGraph, hidden: int, seed: int = 0
   return dag_loss, params
 
 
-def _rel_err(got: Any, want: Any) -> float:
-  errs = []
-  for a, b in zip(jax.tree_util.tree_leaves(got),
-                  jax.tree_util.tree_leaves(want)):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    errs.append(float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)))
-  return max(errs)
-
 
 def _reference(fn: Callable[[Any, Any], Any], params: Any, batch: Any,
                n: int) -> Any:
@@ -349,8 +342,8 @@ def lower_all(graph: BlockGraph, plans: list[str | None],
       row["source"] = built.unrolled.source
       if reference is not None:
         loss, grads = compiled(params, batch)
-        row["check_loss_rel_err"] = _rel_err(loss, reference[0])
-        row["check_grad_rel_err"] = _rel_err(grads, reference[1])
+        row["check_loss_rel_err"] = rel_err.max_rel(loss, reference[0])
+        row["check_grad_rel_err"] = rel_err.max_rel(grads, reference[1])
     except Exception as e:  # pylint: disable=broad-except
       row["error"] = _error(e)
     out[label] = row

@@ -21,7 +21,7 @@ import statistics
 
 from absl import flags
 
-from experiments import cli, xla_env
+from experiments import cli, rel_err, xla_env
 
 flags.DEFINE_integer("n", 8, "Micro-batches.")
 flags.DEFINE_integer("rows", 4, "Rows per micro-batch.")
@@ -46,7 +46,7 @@ def main(argv):
   ref = lib.VARIANTS[0]
   want = runs[ref]()
   for k, run in runs.items():
-    err = lib.max_rel(run(), want)
+    err = rel_err.max_rel(run(), want)
     if err > 1e-4:
       raise AssertionError(f"{k}: rel. error {err} against {ref}")
   if f.parts:

@@ -174,12 +174,6 @@ def programs(n: int, rows: int) -> dict[str, Callable[..., Any]]:
 
 
 
-def max_rel(got: Any, want: Any) -> float:
-  """Largest ``max|a-b| / max|b|`` over the leaves of two trees."""
-  return max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
-             for a, b in zip(jax.tree_util.tree_leaves(got),
-                             jax.tree_util.tree_leaves(want)))
-
 
 #: Pieces of the variants' work, timed beside them (not equal to them).
 PARTS = ("no_add", "dx_only", "fwd_mb", "fwd_batched", "grad_batched")

@@ -50,10 +50,9 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-import numpy as np
 
 import tessel_jax as tj
-from experiments import compare_schedules_lib, gpt_profile, runs
+from experiments import compare_schedules_lib, gpt_profile, rel_err, runs
 from experiments import progress as progress_lib
 from tessel_jax import placements as _placements
 from tessel_jax.cost import link as _link
@@ -138,10 +137,6 @@ def _reference(fn: Callable[[Any, Any], Any], params: Any, batch: Any,
                                                                     mbs)
   return out.reshape((-1,))
 
-
-def _rel_err(got: Any, want: Any) -> float:
-  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-  return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
 def dedicated_ms(built: Any, link: _link.LinkModel) -> float:
@@ -233,7 +228,8 @@ def placement_case(name: str, n: int, args: InferenceArgs,
       compiled = step.lower(params, batch).compile()
       row["compile_seconds"] = round(time.perf_counter() - t0, 3)
       out = compiled(params, batch)
-      row["max_rel_err"] = _rel_err(out, _reference(fn, params, batch, n))
+      row["max_rel_err"] = rel_err.max_rel(
+          out, _reference(fn, params, batch, n))
       times = compare_schedules_lib.time_step(
           lambda: compiled(params, batch), args.repeats)
     except Exception as e:  # pylint: disable=broad-except

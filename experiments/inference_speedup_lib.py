@@ -43,8 +43,8 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import (gpt_profile, realtime, runs, step_profile, workers,
-                         xla_env)
+from experiments import (gpt_profile, realtime, rel_err, runs, step_profile,
+                         workers, xla_env)
 from tessel_jax import placements as _placements
 from tessel_jax.search import plan_graph
 
@@ -138,10 +138,6 @@ def pipe_program(name: str, args: SpeedupArgs, model: Any, mesh: Any
   return (lambda: compiled(params, batch)), row
 
 
-def _rel_err(got: Any, want: Any) -> float:
-  got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-  return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
-
 
 def worker(args: SpeedupArgs) -> int:
   """Builds this process's programs, then answers ``time NAME`` lines."""
@@ -164,7 +160,7 @@ def worker(args: SpeedupArgs) -> int:
       want = np.asarray(plain_program(args)[0]())
     for name in args.placements:
       run, row = pipe_program(name, args, model, mesh)
-      row["max_rel_err"] = _rel_err(run(), want)
+      row["max_rel_err"] = rel_err.max_rel(run(), want)
       row["layer_ms"] = {l.name: round(l.forward_s * 1e3, 3)
                          for l in model.layers}
       runs[name] = run

@@ -22,7 +22,7 @@ import statistics
 
 from absl import flags
 
-from experiments import cli, xla_env
+from experiments import cli, rel_err, xla_env
 from experiments.resnet_variants import VARIANTS, build as _build, check_names
 
 flags.DEFINE_list("variants", ["base", "ticks"],
@@ -33,14 +33,6 @@ flags.DEFINE_bool("profile", True, "Also split one traced step by part.")
 flags.DEFINE_string("output", "out/resnet_ab.json",
                     "Where to write the JSON results ('': stdout only).")
 
-
-def _max_rel(got, want) -> float:
-  """Largest ``max|a-b| / max|b|`` over the leaves of two gradient trees."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  return max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
-             for a, b in zip(jax.tree_util.tree_leaves(got),
-                             jax.tree_util.tree_leaves(want)))
 
 
 def main(argv):
@@ -57,7 +49,7 @@ def main(argv):
   ref = f.variants[0]
   want = built[ref][1].unplace(built[ref][0]()[1])
   for v, (run, step, _) in built.items():
-    err = _max_rel(step.unplace(run()[1]), want)
+    err = rel_err.max_rel(step.unplace(run()[1]), want)
     if err > 1e-5:
       raise AssertionError(f"{v}: gradient rel. error {err} against {ref}")
   times = {v: [] for v in built}

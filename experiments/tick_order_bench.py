@@ -18,7 +18,7 @@ import random
 
 from absl import flags
 
-from experiments import cli, xla_env
+from experiments import cli, rel_err, xla_env
 
 flags.DEFINE_enum("model", "mlp", ["mlp", "resnet18"], "Model.")
 flags.DEFINE_integer("n", 8, "Micro-batches.")
@@ -63,7 +63,7 @@ def main(argv):
   outs = {k: r() for k, r in runs.items()}
   grads = {k: steps[k].unplace(o[1]) if placed else o[1]
            for k, o in outs.items()}
-  err = lb_max_rel(grads["compacted"], grads["planned"])
+  err = rel_err.max_rel(grads["compacted"], grads["planned"])
   if err > 1e-5 or float(outs["compacted"][0]) != float(outs["planned"][0]):
     raise AssertionError(f"compacted ticks differ: gradient rel. err {err}")
   times = {k: [] for k in runs}
@@ -90,14 +90,6 @@ def main(argv):
     with open(f.output, "w") as out:
       out.write(text)
 
-
-def lb_max_rel(got, want) -> float:
-  """Largest ``max|a-b| / max|b|`` over the leaves of two gradient trees."""
-  import jax  # pylint: disable=import-outside-toplevel
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  return max(float(jnp.max(jnp.abs(a - b)) / (jnp.max(jnp.abs(b)) + 1e-30))
-             for a, b in zip(jax.tree_util.tree_leaves(got),
-                             jax.tree_util.tree_leaves(want)))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,8 @@ from jax.sharding import PartitionSpec as P
 import tessel_jax as tj
 from experiments import hlo_count, step_profile
 from experiments import realtime as realtime_
+from experiments import rel_err
 from tessel_jax import placements
-from tessel_jax.verify import rel_err
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import program_bytes  # type: ignore
@@ -206,7 +206,7 @@ def measure(name: str, args: BenchArgs, model: Any, batch: Any,
   compiled = prog.lower(placed, placed_batch).compile()
   compile_s = time.perf_counter() - t0
   out = compiled(placed, placed_batch)
-  err = _max_rel_err(out, reference)
+  err = rel_err.max_rel(out, reference)
   mem = compiled.memory_analysis()
   measured = {"argument": int(mem.argument_size_in_bytes),
               "output": int(mem.output_size_in_bytes),
@@ -287,11 +287,6 @@ def _prediction(step: Any, args: BenchArgs) -> dict[str, Any]:
           "predicted_parts": pred.to_dict(),
           "schedule_makespan": built.unrolled.makespan}
 
-
-def _max_rel_err(got: Any, want: Any) -> float:
-  """Largest relative error over the leaves (``verify.rel_err``)."""
-  return max(rel_err(a, b)[1] for a, b in zip(
-      jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)))
 
 
 def main(args: BenchArgs) -> int:

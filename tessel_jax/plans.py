@@ -22,16 +22,16 @@ process).
 
 from __future__ import annotations
 
-import collections
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
-from tessel_jax import frontier_cache as _frontier_cache
+from tessel_jax import frontier_keys as _frontier_keys
+from tessel_jax import frontier_memo as _frontier_memo
 from tessel_jax import frontier_refine as _frontier_refine
+from tessel_jax import frontier_sweep as _frontier_sweep
 from tessel_jax import placements as _placements
 from tessel_jax import plan_pricing as _plan_pricing
 from tessel_jax.cost import estimate as _estimate
@@ -54,19 +54,10 @@ from tessel_jax.plan_pricing import (Pruned, baseline_price,  # noqa: F401
 DEFAULT_PLACEMENTS = tuple(_placements.PLACEMENTS)
 
 
-#: Priced plans of this process: ``(program key, candidate, screened)`` ->
-#: ``(PricedPlan, ScheduledFunction)``. Choosing again for the same function,
-#: shapes, mesh and options (another memory limit, another
-#: ``placement="auto"`` step) reuses them; a new process has the disk caches
-#: (kernel measurements, schedules).
-_MEMO: collections.OrderedDict[Any, tuple[PricedPlan, Any]] = (
-    collections.OrderedDict())
-MEMO_SIZE = 512
-
-
-def clear_memo() -> None:
-  """Forgets the priced plans of this process (the disk caches stay)."""
-  _MEMO.clear()
+#: Priced plans of this process (``frontier_memo``; the same objects).
+_MEMO = _frontier_memo.MEMO
+MEMO_SIZE = _frontier_memo.MEMO_SIZE
+clear_memo = _frontier_memo.clear
 
 
 class FrontierFunction:
@@ -177,81 +168,22 @@ class FrontierFunction:
   def _disk_key(self, traced: Any, params: Any, batch: Any
                 ) -> tuple[FrontierCache, str] | None:
     """``(cache, key)`` of this frontier on disk; None when it is not
-    cached there (``disk_cache=False``, ``reprofile=True``, uniform costs,
-    or the program did not trace)."""
-    cost = self.schedule_kw.get("cost") or os.environ.get(
-        _frontier_cache.COST_ENV, "measured")
-    if (not self.disk_cache or traced is None or cost == "uniform" or
-        self.schedule_kw.get("reprofile")):
-      return None
-    options = {k: v for k, v in self.schedule_kw.items() if k != "cache_dir"}
-    options.update(
-        placements=self.names, microbatches=self.microbatches,
-        memory_limit=self.memory_limit, baselines=self.baselines,
-        pipe_axis=self.pipe_axis, mode=self.mode, refine=self.refine,
-        prune=self.prune, screen_time_limit_s=self.screen_time_limit_s,
-        screen_estimate=self.screen_estimate,
-        refine_margin=self.refine_margin)
-    if self.price_stash:  # absent when off: earlier keys stay valid
-      options.update(price_stash=True)
-    key = _frontier_cache.frontier_key(
-        _frontier_cache.program_digest(traced), params, batch, self.mesh,
-        options)
-    return FrontierCache(self.schedule_kw.get("cache_dir")), key
+    cached there (``frontier_keys.disk_key``)."""
+    return _frontier_keys.disk_key(self, traced, params, batch)
 
   def program_key(self, params: Any, batch: Any) -> Any:
     """What decides every price: the function, input shapes, mesh and
-    options (None when the function is not hashable: no memo)."""
-    leaves = jax.tree_util.tree_leaves((params, batch))
-    mesh = self.mesh
-    key = (self.fn, jax.tree_util.tree_structure((params, batch)),
-           tuple((tuple(x.shape), str(x.dtype)) for x in leaves),
-           tuple(mesh.axis_names), tuple(dict(mesh.shape).items()),
-           tuple(int(d.id) for d in mesh.devices.flat), self.mode,
-           self.pipe_axis, repr(sorted(self.schedule_kw.items())),
-           self.price_stash)
-    try:
-      hash(key)
-    except TypeError:
-      return None
-    return key
+    options (None when the function is not hashable: no memo;
+    ``frontier_keys.program_key``)."""
+    return _frontier_keys.program_key(self, params, batch)
 
   def _price_all(self, todo: Sequence[Candidate], params: Any, batch: Any,
                  markers: int | None,
                  skipped: list[tuple[str, str]]) -> list[PricedPlan]:
-    """Prices every candidate (screened when ``refine`` is set)."""
-    screen = self.refine is not None
-    priced: list[PricedPlan] = []
-    failed: dict[tuple[str, int, int, int], str] = {}
-    searched: dict[tuple[str, int, int, int], PricedPlan] = {}
-    if self.prune:
-      # Widest data parallelism first (shortest pipelines, least bubble):
-      # a good plan priced early prunes more of the rest.
-      todo = sorted(todo, key=lambda c: c.pipe)
-    for cand in todo:
-      for c in with_limit(cand, self.memory_limit):
-        why = failed.get(shape_of(c))
-        if why is None:
-          try:
-            base = searched.get(shape_of(c))
-            if c.plan is not None and base is not None:
-              priced.append(self._baseline(c, base, params, batch,
-                                           markers))
-              self._note_best(priced[-1])
-              continue
-            priced.append(self.price(c, params, batch, markers, screen))
-            self._note_best(priced[-1])
-            if c.plan is None and c.memory_limit is None:
-              searched[shape_of(c)] = priced[-1]
-            continue
-          except Exception as err:  # pylint: disable=broad-except
-            # One plan that cannot be built (the program does not fit the
-            # placement, or the planner refuses it) is skipped, not fatal.
-            why = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
-            if c.plan is None and c.memory_limit is None:
-              failed[shape_of(c)] = why  # the program does not fit the shape
-        skipped.append((c.label, why))
-    return priced
+    """Prices every candidate (screened when ``refine`` is set;
+    ``frontier_sweep.price_all``)."""
+    return _frontier_sweep.price_all(self, todo, params, batch, markers,
+                                     skipped)
 
   def _note_best(self, p: PricedPlan) -> None:
     """Remembers the fastest fitting measured plan (for pruning)."""
@@ -376,33 +308,14 @@ class FrontierFunction:
       self.costs.standin_ceiling_s = None
     out = self._priced_plan(c, built, screen, time.perf_counter() - t0)
     if key is not None:
-      _MEMO[key] = (out, step)
-      while len(_MEMO) > MEMO_SIZE:
-        _MEMO.popitem(last=False)
+      _frontier_memo.remember(key, out, step)
     return out
 
   def _remembered(self, key: Any, c: Candidate,
                   ceiling: bool) -> PricedPlan | None:
-    """``c``'s price from ``_MEMO`` (None: build it). Raises
-    :class:`Pruned` when its remembered lower bound cannot beat the best
-    so far, and the remembered error when it could not be built."""
-    hit = _MEMO.get(key) if key is not None else None
-    if hit is not None and hit[0].bound and (
-        not ceiling or self._best_ms is None or hit[0].step < self._best_ms):
-      hit = None  # a lower bound that may win here: priced in full now
-    if hit is not None:
-      _MEMO.move_to_end(key)
-      self.memo_hits += 1
-      self.steps[c] = hit[1]
-      return hit[0]
-    known = (_MEMO.get((self._key, c, "bound"))
-             if self.prune and self._key is not None else None)
-    if known is not None:
-      self._check_bound(c, known[0])
-    failed = _MEMO.get((key, "error")) if key is not None else None
-    if failed is not None:
-      raise failed[0]  # this plan could not be built in this process
-    return None
+    """``c``'s price from ``_MEMO`` (None: build it;
+    ``frontier_memo.remembered``)."""
+    return _frontier_memo.remembered(self, key, c, ceiling)
 
   def _priced_plan(self, c: Candidate, built: Any, screen: bool,
                    seconds: float) -> PricedPlan:

@@ -67,9 +67,10 @@ def test_train_runner_takes_the_library_default_unless_told():
 
 def test_deferred_weight_gradients_equal_the_plain_gradient():
   from experiments import deferred_w_lib as lib  # pylint: disable=import-outside-toplevel
+  from experiments import rel_err  # pylint: disable=import-outside-toplevel
   p, xs, ys = lib.inputs(3, 2, cin=4, cout=8, classes=5)
   flat = lambda a: a.reshape((-1,) + a.shape[2:])
   want = jax.jit(jax.grad(lib.loss, argnums=(0, 1)), static_argnums=3)(
       p, flat(xs), flat(ys), 1 / 6)
   grads, gxs = lib.programs(3, 2)["deferred"](p, xs, ys)
-  assert lib.max_rel((grads, flat(gxs)), want) <= 1e-5
+  assert rel_err.max_rel((grads, flat(gxs)), want) <= 1e-5

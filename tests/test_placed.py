@@ -80,8 +80,15 @@ def _adam_matches(step, params, batch, steps=2):
   return placed, tree
 
 
-def test_mlp_placed_equals_value_and_grad_and_adam():
-  fn, params, batch, step = _mlp()
+@pytest.fixture(scope="module")
+def called_mlp():
+  """One 4-micro-batch MLP step shared by the tests that call it before
+  placing (built and compiled once; each test places its own arrays)."""
+  return _mlp()
+
+
+def test_mlp_placed_equals_value_and_grad_and_adam(called_mlp):
+  fn, params, batch, step = called_mlp
   placed, grads = _check_step(step, fn, params, batch, 4)
   # The placed arrays are the layout's, sharded over the pipe axis.
   layout = step.built.layout
@@ -102,9 +109,9 @@ def test_mlp_placed_equals_value_and_grad_and_adam():
   np.testing.assert_allclose(loss, step(placed, batch)[0], rtol=1e-6)
 
 
-def test_train_step_donates_and_matches_adam():
+def test_train_step_donates_and_matches_adam(called_mlp):
   optax = pytest.importorskip("optax")
-  fn, params, batch, step = _mlp()
+  fn, params, batch, step = called_mlp
   del fn
   opt = optax.adam(1e-2)
   train = step.train_step(opt)

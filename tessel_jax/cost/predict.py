@@ -36,6 +36,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tessel_jax.cost import core_sharing as _core_sharing
+
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
@@ -162,24 +164,6 @@ def predict(unrolled: Any, seconds: Mapping[int, float], *,
                     starts=starts, ends=ends, ticks=len(by_step))
 
 
-def _water_fill(capacity: float, caps: list[float]) -> list[float]:
-  """Equal shares of ``capacity``, none above its cap, leftovers shared."""
-  rates = [0.0] * len(caps)
-  left, todo = float(capacity), sorted(range(len(caps)), key=lambda i: caps[i])
-  while todo:
-    share = left / len(todo)
-    i = todo[0]
-    if caps[i] <= share:
-      rates[i] = caps[i]
-      left -= caps[i]
-      todo.pop(0)
-    else:
-      for j in todo:
-        rates[j] = share
-      break
-  return rates
-
-
 def predict_shared(unrolled: Any, work: Mapping[int, float],
                    parallelism: Mapping[int, float], cores: float, *,
                    delays: Mapping[tuple[int, int], float] | None = None,
@@ -217,113 +201,20 @@ def predict_shared(unrolled: Any, work: Mapping[int, float],
   Raises:
     ValueError: if the device orders deadlock (an invalid schedule).
   """
-  graph, nd, position, devices, into, delays, barriers, cost, by_step = (
+  _, nd, position, devices, into, delays, barriers, cost, by_step = (
       _replay_inputs(unrolled, delays, barriers, tick_seconds))
-  steps = sorted(by_step)
-  last = steps[-1] if steps else 0
-  # Per device program: ("bar", seconds) | ("run", action) | ("tick", s).
-  progs: list[list[tuple[str, Any]]] = [[] for _ in range(nd)]
-  for step in steps:
-    bar = barriers.get(step)
-    runs: dict[int, Any] = {}
-    for a in sorted(by_step[step], key=lambda a: position[a.block]):
-      for d in devices[a.block]:
-        runs[d] = a
-    over = cost(step)
-    for d in range(nd):
-      if bar is not None:
-        progs[d].append(("bar", float(bar)))
-      if d in runs:
-        progs[d].append(("run", runs[d]))
-      if over[d]:
-        progs[d].append(("tick", over[d]))
-      if step in (barriers_after or {}):
-        progs[d].append(("bar", float(barriers_after[step])))
-  final = sum(float(v) for k, v in barriers.items() if k > last)
-  if final:
-    for d in range(nd):
-      progs[d].append(("bar", final))
-
-  now = 0.0
-  pos = [0] * nd
-  left: list[float | None] = [None] * nd   # remaining core-seconds
-  busy = [0.0] * nd
-  starts: dict[tuple[int, int], float] = {}
-  ends: dict[tuple[int, int], float] = {}
-  parts: dict[tuple[int, int], int] = {}   # devices still running a block
-  began: dict[int, float] = {}
-
-  def ready_time(a: Any) -> float | None:
-    """When ``a``'s inputs are there (None: a producer is not done)."""
-    t = 0.0
-    for e in into[a.block]:
-      src = (e.src, a.microbatch)
-      if src not in ends:
-        return None
-      t = max(t, ends[src] + float(delays.get((e.src, e.dst), 0.0)))
-    return t
-
-  while True:
-    waits: list[float] = []
-    for d in range(nd):
-      if pos[d] >= len(progs[d]) or left[d] is not None:
-        continue
-      kind, val = progs[d][pos[d]]
-      if kind == "run":
-        t = ready_time(val)
-        if t is None:
-          continue
-        if t > now + 1e-15:
-          waits.append(t)
-          continue
-        left[d] = float(work[val.block])
-        began[d] = now
-        key = (val.block, val.microbatch)
-        starts[key] = min(starts.get(key, now), now)
-      elif kind == "tick":
-        left[d] = val
-    done = [pos[d] >= len(progs[d]) for d in range(nd)]
-    if all(done):
-      break
-    at_bar = [not done[d] and progs[d][pos[d]][0] == "bar" for d in range(nd)]
-    if all(b or f for b, f in zip(at_bar, done)):
-      now += max(progs[d][pos[d]][1] for d in range(nd) if at_bar[d])
-      for d in range(nd):
-        if at_bar[d]:
-          pos[d] += 1
-      continue
-    running = [d for d in range(nd) if left[d] is not None]
-    caps = []
-    for d in running:
-      kind, val = progs[d][pos[d]]
-      caps.append(max(1.0, float(parallelism.get(val.block, 1.0)))
-                  if kind == "run" else 1.0)
-    rates = dict(zip(running, _water_fill(cores, caps)))
-    events = [now + left[d] / rates[d] for d in running if rates[d] > 0]
-    events += waits
-    if not events:
-      raise ValueError("the device orders deadlock: every device waits for"
-                       " a block that never runs; the schedule is invalid")
-    dt = max(0.0, min(events) - now)
-    now += dt
-    for d in running:
-      left[d] -= rates[d] * dt
-      if left[d] <= 1e-12:
-        kind, val = progs[d][pos[d]]
-        if kind == "run":
-          key = (val.block, val.microbatch)
-          parts[key] = parts.get(key, len(devices[val.block])) - 1
-          if parts[key] == 0:  # every device's share is done
-            ends[key] = now
-          busy[d] += now - began[d]
-        left[d] = None
-        pos[d] += 1
-  step_s = now
+  progs = _core_sharing.device_programs(by_step, position, devices, nd,
+                                        barriers, cost, barriers_after)
+  replay = _core_sharing.SharedReplay(progs, work, parallelism, cores,
+                                      devices, into, delays)
+  step_s = replay.run()
+  busy = replay.busy
   bubbles = (1.0 - sum(busy) / (nd * step_s)) if step_s > 0 else 0.0
   return Prediction(step_seconds=step_s, busy_seconds=tuple(busy),
                     bubble_ratio=max(0.0, bubbles),
                     peak_bytes=_peaks(unrolled, memory_bytes or {}),
-                    starts=starts, ends=ends, ticks=len(steps))
+                    starts=replay.starts, ends=replay.ends,
+                    ticks=len(by_step))
 
 
 def _peaks(unrolled: Any, mem: Mapping[int, int]) -> tuple[int, ...]:
