@@ -17,6 +17,15 @@ VARIANTS = {
     "live_taps": {"switches": {"dead_taps": False}},
     "dead_taps_workspace": {"switches": {"dead_taps": True,
                                          "workspace": True}},
+    # The automatic cut on measured costs of the program it runs (dead taps
+    # sliced before the costing), ignoring the model's marker after block 5.
+    "auto_cut": {"cut": "auto", "cost": "measured"},
+    # The marker after basic block 1, 2, 3 or 4 (``resnet.make_loss``'s
+    # ``cut_after``) instead of 5: more of the network on device 1.
+    "cut1": {"cut_after": (1,)},
+    "cut2": {"cut_after": (2,)},
+    "cut3": {"cut_after": (3,)},
+    "cut4": {"cut_after": (4,)},
 }
 
 
@@ -36,13 +45,15 @@ def build(name, fn, params, batch, n):
   import tessel_jax as tj  # pylint: disable=import-outside-toplevel
   from tessel_jax import placements  # pylint: disable=import-outside-toplevel
   from tessel_jax.passes.switches import Switches  # pylint: disable=import-outside-toplevel
-  kw = dict(VARIANTS[name])
+  kw = {"cut": "markers", "cost": "uniform", **VARIANTS[name]}
+  if "cut_after" in kw:
+    from experiments import resnet  # pylint: disable=import-outside-toplevel
+    fn = resnet.make_loss(tj.boundary, cut_after=kw.pop("cut_after"))
   kw["switches"] = Switches(**kw.get("switches", {}))
   mesh = jax.make_mesh((2,), ("pipe",),
                        axis_types=(jax.sharding.AxisType.Auto,))
   step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                     num_microbatches=n, cut="markers", cost="uniform",
-                     param_layout="auto", **kw)
+                     num_microbatches=n, param_layout="auto", **kw)
   placed = step.place(params, batch)
   compiled = step.lower(placed, batch).compile()
   # step(placed, batch), not compiled(...): a workspace step passes its
