@@ -95,6 +95,13 @@ def build(step: Any, params: Any, batch: Any,
           functools.partial(_program_of, step, part, layout, data_axes,
                             train, n_total, traced), params, batch)
       if calibrate else None)
+  # The stand-in program of this build's plans, kept for placement="auto"
+  # (tessel_jax.paired_standins) where the frontier already holds the trace.
+  step.standin_program = (
+      functools.partial(_program_of, step, part, layout, data_axes, train,
+                        n_total, traced)
+      if calibrate and getattr(step, "shared_front", None) is not None
+      else None)
   step._costs.time_outside = (  # pylint: disable=protected-access
       _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
                             params) if calibrate and train else None)

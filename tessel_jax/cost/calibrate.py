@@ -236,6 +236,16 @@ def program_timer(make_program: Callable[[Any], Callable[..., Any]],
   return run
 
 
+def program_runner(make_program: Callable[[Any], Callable[..., Any]],
+                   params: Any, batch: Any, plan: Any) -> Callable[[], Any]:
+  """``make_program(plan)`` compiled on ``params`` and ``batch``: a
+  no-argument call of one step (for :func:`time_step`)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  params, batch = _concrete(params), _concrete(batch)
+  compiled = jax.jit(make_program(plan)).lower(params, batch).compile()
+  return lambda: compiled(params, batch)
+
+
 def _standin_key(plan: Any, fields: Mapping[str, Any]) -> str:
   from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
   return make_key({"what": "standin", "version": STANDIN_VERSION, **fields,
