@@ -56,11 +56,13 @@ def standin_of(c: Candidate) -> Candidate:
 
 
 def leaders(plans: Sequence[PricedPlan], memory_limit: int | None,
-            margin: float = MARGIN) -> list[Candidate]:
+            margin: float | None = None) -> list[Candidate]:
   """Stand-ins of the fastest fitting plan and of the fastest fitting plan
   priced on another stand-in, when that one is within ``margin`` of the
   first; else ``[]``. Only measured full builds count (a screened or
-  lower-bound price has no stand-in timing of its own)."""
+  lower-bound price has no stand-in timing of its own). ``margin``:
+  :data:`MARGIN` by default."""
+  margin = MARGIN if margin is None else margin
   fits = sorted((p for p in plans
                  if p.unit == "ms" and not p.screened and not p.bound and
                  (memory_limit is None or p.peak_bytes <= memory_limit)),
@@ -73,6 +75,9 @@ def leaders(plans: Sequence[PricedPlan], memory_limit: int | None,
     if other != first:
       if p.step <= fits[0].step * (1.0 + margin):
         return [first, other]
+      _LOG.info("tessel_jax: %s priced %.1f%% above %s: stand-ins not"
+                " re-timed", p.label, 100 * (p.step / fits[0].step - 1),
+                fits[0].label)
       return []
   return []
 
@@ -136,9 +141,14 @@ def _old_seconds(steps: Mapping[Candidate, Any], c: Candidate
 
 
 def _window_of(step: Any, params: Any, batch: Any) -> Callable[[], float]:
-  """One-window timer of ``step``'s stand-in program (compiled now)."""
-  run = _calibrate.program_runner(step.standin_program, params, batch,
-                                  _calibrate.standin_plan(step.built.plan))
+  """One-window timer of ``step``'s stand-in program: the one compiled
+  when its plan was priced (``calibrate.kept_runner``), else compiled now
+  (its seconds read from the disk cache)."""
+  plan = _calibrate.standin_plan(step.built.plan)
+  run = _calibrate.kept_runner(step.standin_program, plan)
+  if run is None:
+    run = _calibrate.program_runner(step.standin_program, params, batch,
+                                    plan)
   return lambda: _calibrate.time_step(run, repeats=REPEATS, rounds=1)
 
 
@@ -149,7 +159,19 @@ def recheck(plans: Sequence[PricedPlan], steps: Mapping[Candidate, Any],
   stand-ins (:func:`leaders`); unchanged when none are close, or a
   stand-in cannot be rebuilt or run (logged). ``steps``: the priced
   ``ScheduledFunction`` of each candidate; ``key``: the program's key for
-  this process's memo (None: none)."""
+  this process's memo (None: none). The stand-in programs the builds kept
+  compiled are dropped after it."""
+  try:
+    return _recheck(plans, steps, params, batch, memory_limit, key)
+  finally:
+    for step in steps.values():
+      getattr(getattr(step, "standin_program", None), "compiled", {}).clear()
+
+
+def _recheck(plans: Sequence[PricedPlan], steps: Mapping[Candidate, Any],
+             params: Any, batch: Any, memory_limit: int | None,
+             key: Any) -> list[PricedPlan]:
+  """:func:`recheck`."""
   lead = leaders(plans, memory_limit)
   if not lead:
     return list(plans)

@@ -311,6 +311,7 @@ class FrontierFunction:
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
     step.screening = screen and not cheap  # skips the uniform-span search
+    step.keep_standins = self.paired_standins  # paired_standins.recheck
     if self._key is not None:
       # One trace, cut and kernel set per placement, width and N: shared by
       # the screening build, the full one, those under a memory limit and

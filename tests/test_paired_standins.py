@@ -102,3 +102,27 @@ def test_recheck_reprices_from_the_steps_and_remembers(monkeypatch):
   # A build that kept no stand-in program: prices unchanged.
   steps[V] = types.SimpleNamespace(built=None)
   assert PS.recheck(plans, steps, None, None, None, key="other") == plans
+
+
+def test_a_build_keeps_its_compiled_standin_for_the_paired_timing(tmp_path):
+  import jax
+  import tessel_jax as tj
+  from tessel_jax import placements
+  from tessel_jax.cost import calibrate
+  from test_cost import _tiny
+  fn, params, batch = _tiny(n=4, kinds=("embed", "head"))
+  step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=placements.vshape(2), num_microbatches=4,
+                     cost="calibrated", cache_dir=str(tmp_path))
+  step.keep_standins = True   # FrontierFunction(paired_standins=True) sets it
+  built = step.build(params, batch)
+  plan = calibrate.standin_plan(built.plan)
+  run = calibrate.kept_runner(step.standin_program, plan)
+  assert run is not None      # no second compile for the paired timing
+  jax.block_until_ready(run())
+  # Without the flag nothing compiled is kept past the build.
+  plain = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                      placement=placements.vshape(2), num_microbatches=4,
+                      cost="calibrated", cache_dir=str(tmp_path))
+  plain.build(params, batch)
+  assert plain.standin_program is None
