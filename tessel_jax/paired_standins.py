@@ -12,8 +12,8 @@ right 12 of 12 times.
 
 So before ``placement="auto"`` chooses, when the fastest fitting plan and
 the fastest fitting plan priced on another stand-in program are within
-:data:`MARGIN`, both stand-ins are compiled again and timed in
-:data:`ROUNDS` shuffled rounds; the median of the per-round ratios
+:data:`MARGIN`, both stand-ins (kept compiled by their builds) are timed in turns, in
+:data:`ROUNDS` rounds of :data:`REPEATS` shuffled turns; the median of the per-round ratios
 replaces the ratio of the two single timings (their geometric mean is
 kept: only the ranking is re-measured), and every plan priced on either
 stand-in moves by its stand-in's change (the price moves 1:1 with the
@@ -38,9 +38,9 @@ _LOG = logging.getLogger(__name__)
 
 #: Leaders priced within this fraction of the fastest are timed again.
 MARGIN = 0.15
-#: Shuffled rounds of the paired timing (one window per stand-in each).
+#: Rounds of the paired timing (a ratio of medians each).
 ROUNDS = 7
-#: Samples per window (``calibrate.time_step``: their median).
+#: Samples per stand-in and round, taken in turns in a shuffled order.
 REPEATS = 5
 
 #: This process's paired re-timings: (program key, stand-ins) -> seconds.
@@ -82,31 +82,39 @@ def leaders(plans: Sequence[PricedPlan], memory_limit: int | None,
   return []
 
 
-def paired_seconds(windows: Mapping[Hashable, Callable[[], float]],
+def paired_seconds(samplers: Mapping[Hashable, Callable[[], float]],
                    old: Mapping[Hashable, float], rounds: int = ROUNDS,
-                   rng: random.Random | None = None) -> dict[Hashable, float]:
+                   repeats: int = REPEATS, rng: random.Random | None = None
+                   ) -> dict[Hashable, float]:
   """Seconds of each stand-in, re-ranked by side-by-side timing.
 
   Args:
-    windows: Per stand-in, a call timing one window of it (seconds).
+    samplers: Per stand-in, a call timing one step of it (seconds).
     old: Per stand-in, the seconds its plans were priced on.
-    rounds: Rounds; each times every stand-in once, in a shuffled order.
+    rounds: Rounds; a round's ratio is the median of a stand-in's samples
+      over the first stand-in's.
+    repeats: Samples per stand-in and round, taken in turns (each turn in
+      a shuffled order), so the stand-ins share the machine's load.
     rng: Shuffles the order (seeded by default).
 
   Returns:
-    Per stand-in: ``G * r / geomean(r)``, ``r`` the median over rounds of
-    its window over the first stand-in's, ``G`` the geometric mean of
-    ``old`` (only the ranking is measured again).
+    Per stand-in: ``G * r / geomean(r)``, ``r`` the median of its round
+    ratios, ``G`` the geometric mean of ``old`` (only the ranking is
+    measured again).
   """
   rng = rng or random.Random(0)
-  keys = list(windows)
+  keys = list(samplers)
   ratios: dict[Hashable, list[float]] = {k: [] for k in keys}
   for _ in range(rounds):
-    order = keys[:]
-    rng.shuffle(order)
-    got = {k: float(windows[k]()) for k in order}
+    got: dict[Hashable, list[float]] = {k: [] for k in keys}
+    for _ in range(repeats):
+      order = keys[:]
+      rng.shuffle(order)
+      for k in order:
+        got[k].append(float(samplers[k]()))
+    first = statistics.median(got[keys[0]])
     for k in keys:
-      ratios[k].append(got[k] / got[keys[0]])
+      ratios[k].append(statistics.median(got[k]) / first)
   med = {k: statistics.median(v) for k, v in ratios.items()}
   level = math.exp(statistics.fmean(math.log(old[k]) for k in keys))
   spread = math.exp(statistics.fmean(math.log(med[k]) for k in keys))
@@ -140,16 +148,25 @@ def _old_seconds(steps: Mapping[Candidate, Any], c: Candidate
   return None if old is None or old <= 0 else float(old)
 
 
-def _window_of(step: Any, params: Any, batch: Any) -> Callable[[], float]:
-  """One-window timer of ``step``'s stand-in program: the one compiled
+def _sampler_of(step: Any, params: Any, batch: Any) -> Callable[[], float]:
+  """Times one step of ``step``'s stand-in program per call (capped by the
+  process CPU time, ``calibrate.sample_seconds``): the program compiled
   when its plan was priced (``calibrate.kept_runner``), else compiled now
   (its seconds read from the disk cache)."""
+  import jax  # pylint: disable=import-outside-toplevel
   plan = _calibrate.standin_plan(step.built.plan)
   run = _calibrate.kept_runner(step.standin_program, plan)
   if run is None:
     run = _calibrate.program_runner(step.standin_program, params, batch,
                                     plan)
-  return lambda: _calibrate.time_step(run, repeats=REPEATS, rounds=1)
+  cores = _calibrate.cpu_cores_of(jax.block_until_ready(run()))  # warm up
+
+  def sample() -> float:
+    t0, c0 = time.perf_counter(), time.process_time()
+    jax.block_until_ready(run())
+    return _calibrate.sample_seconds(time.perf_counter() - t0,
+                                     time.process_time() - c0, cores)
+  return sample
 
 
 def recheck(plans: Sequence[PricedPlan], steps: Mapping[Candidate, Any],
@@ -184,7 +201,7 @@ def _recheck(plans: Sequence[PricedPlan], steps: Mapping[Candidate, Any],
     new = _MEMO.get(memo_key) if memo_key is not None else None
     if new is None:
       new = paired_seconds(
-          {c: _window_of(steps[c], params, batch) for c in lead}, old)
+          {c: _sampler_of(steps[c], params, batch) for c in lead}, old)
   except Exception as err:  # pylint: disable=broad-except
     _LOG.warning("tessel_jax: the leaders' stand-ins could not be timed"
                  " again side by side (%s: %s); their single timings stay",

@@ -1,6 +1,6 @@
 """placement="auto": the close leaders' stand-ins timed again side by side
-(``tessel_jax.paired_standins``). A fake window timer: every window of a
-round shares the machine's load (the round's factor), so one stand-in timed
+(``tessel_jax.paired_standins``). A fake sample timer: both stand-ins of a
+turn share the machine's load (the turn's factor), so one stand-in timed
 alone in an unlucky window is priced high, while the paired ratio of every
 round is the true one."""
 
@@ -25,8 +25,8 @@ def _plan(c, step, plan=None):
 
 
 def _windows():
-  """Per stand-in a window timer: the true seconds times the round's load
-  factor (0.75-1.25, the same for both stand-ins of a round)."""
+  """Per stand-in a sample timer: the true seconds times the turn's load
+  factor (0.75-1.25, the same for both stand-ins of a turn)."""
   rng = random.Random(3)
   state = {"factor": 1.0, "seen": set()}
 
@@ -86,11 +86,11 @@ def test_recheck_reprices_from_the_steps_and_remembers(monkeypatch):
   windows = _windows()
   compiled = []
 
-  def fake_window_of(s, params, batch):
+  def fake_sampler_of(s, params, batch):
     del params, batch
     compiled.append(s.built.plan)
     return windows[s.built.plan]
-  monkeypatch.setattr(PS, "_window_of", fake_window_of)
+  monkeypatch.setattr(PS, "_sampler_of", fake_sampler_of)
   monkeypatch.setattr(PS, "_MEMO", {})
   plans = [_plan(V, 14.0, "1f1b"), _plan(I, 13.05, "1f1b")]
   again = PS.recheck(plans, steps, None, None, None, key="prog")
