@@ -12,12 +12,13 @@ right 12 of 12 times.
 
 So before ``placement="auto"`` chooses, when the fastest fitting plan and
 the fastest fitting plan priced on another stand-in program are within
-:data:`MARGIN`, both stand-ins (kept compiled by their builds) are timed in turns, in
-:data:`ROUNDS` rounds of :data:`REPEATS` shuffled turns; the median of the per-round ratios
-replaces the ratio of the two single timings (their geometric mean is
-kept: only the ranking is re-measured), and every plan priced on either
-stand-in moves by its stand-in's change (the price moves 1:1 with the
-stand-in seconds, lim9's probe 2: +0.72 ms for +0.72 ms).
+:data:`MARGIN`, both stand-ins (kept compiled by their builds) are timed
+in turns, :data:`ROUNDS` rounds of :data:`REPEATS` shuffled turns; the
+median of the per-round ratios replaces the ratio of the two single
+timings (their geometric mean is kept: only the ranking is re-measured),
+and every plan priced on either stand-in moves by its stand-in's change
+(the price moves 1:1 with the stand-in seconds, lim9's probe 2: +0.72 ms
+for +0.72 ms).
 """
 
 from __future__ import annotations

@@ -230,7 +230,8 @@ def program_timer(make_program: Callable[[Any], Callable[..., Any]],
 
   def run(plan: Any, fastest: bool = False) -> float:
     compiled = jax.jit(make_program(plan)).lower(params, batch).compile()
-    runner = lambda: compiled(params, batch)
+    def runner() -> Any:
+      return compiled(params, batch)
     kept = getattr(make_program, "compiled", None)
     if kept is not None:  # the caller times it again (kept_runner)
       kept[_program_key(plan)] = runner
