@@ -41,6 +41,14 @@ SCREEN_ESTIMATE = True
 #: limits and two zoo models chose the same plan either way (BENCHMARKS.md,
 #: helper "pick3", session 32; ``experiments.auto_plan --noprice_stash``).
 PRICE_STASH = True
+#: The fastest fitting plan and the fastest priced on another stand-in
+#: program, when within ``paired_standins.MARGIN``, are re-priced from
+#: their stand-ins timed side by side (``FrontierFunction(
+#: paired_standins=)``): one stand-in timing varies +-25% between windows
+#: seconds apart, and hf_gpt2 at 4 devices chose interleaved (priced 0.92x
+#: vshape) that measured 1.13x (BENCHMARKS.md, helpers "lim9" and "pick4",
+#: session 33).
+PAIRED_STANDINS = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +117,7 @@ def auto_build(step: Any, params: Any, batch: Any,
                         screen_estimate=SCREEN_ESTIMATE,
                         refine_margin=REFINE_MARGIN,
                         price_stash=PRICE_STASH,
+                        paired_standins=PAIRED_STANDINS,
                         **_schedule_options(step))
   fr = ff(params, batch)
   best = fr.choose(step.memory_limit)

@@ -29,7 +29,7 @@ def program_key(ff: FrontierFunction, params: Any, batch: Any) -> Any:
          tuple(mesh.axis_names), tuple(dict(mesh.shape).items()),
          tuple(int(d.id) for d in mesh.devices.flat), ff.mode,
          ff.pipe_axis, repr(sorted(ff.schedule_kw.items())),
-         ff.price_stash)
+         ff.price_stash, ff.paired_standins)
   try:
     hash(key)
   except TypeError:
@@ -49,6 +49,8 @@ def _options(ff: FrontierFunction) -> dict[str, Any]:
       refine_margin=ff.refine_margin)
   if ff.price_stash:  # absent when off: earlier keys stay valid
     options.update(price_stash=True)
+  if ff.paired_standins:  # absent when off: earlier keys stay valid
+    options.update(paired_standins=True)
   return options
 
 

@@ -32,6 +32,7 @@ from tessel_jax import frontier_keys as _frontier_keys
 from tessel_jax import frontier_memo as _frontier_memo
 from tessel_jax import frontier_refine as _frontier_refine
 from tessel_jax import frontier_sweep as _frontier_sweep
+from tessel_jax import paired_standins as _paired_standins
 from tessel_jax import placements as _placements
 from tessel_jax import plan_pricing as _plan_pricing
 from tessel_jax.cost import estimate as _estimate
@@ -95,6 +96,11 @@ class FrontierFunction:
   build also pays for the stash bytes it holds beyond that plan's
   (``plan_pricing.baseline_price``, ``cost.stash_fill``; measured once per
   process, ~1-2 s).
+
+  With ``paired_standins=True`` (``placement="auto"``:
+  ``auto.PAIRED_STANDINS``) the two close leaders priced on different
+  stand-in programs are re-priced from a side-by-side timing of their
+  stand-ins (``paired_standins.recheck``).
   """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any,
@@ -106,9 +112,10 @@ class FrontierFunction:
                screen_time_limit_s: float | None = None,
                screen_estimate: bool = False, refine_margin: float = 0.0,
                disk_cache: bool = True, price_stash: bool = False,
-               **schedule_kw: Any):
+               paired_standins: bool = False, **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
     self.price_stash = price_stash
+    self.paired_standins = paired_standins
     self.disk_cache = disk_cache
     self.names = tuple(placements or DEFAULT_PLACEMENTS)
     self.microbatches = (None if microbatches is None else
@@ -160,6 +167,9 @@ class FrontierFunction:
     priced = self._price_all(todo, params, batch, markers, skipped)
     if self.refine is not None:
       self._refine(priced, params, batch, markers, skipped)
+    if self.paired_standins:
+      priced = _paired_standins.recheck(priced, self.steps, params, batch,
+                                        self.memory_limit, self._key)
     name = getattr(self.fn, "__name__", type(self.fn).__name__)
     return ProgramFrontier(fn_name=name, plans=tuple(priced),
                            pareto=pareto(priced), skipped=tuple(skipped),
@@ -231,6 +241,7 @@ class FrontierFunction:
                         memory_limit=c.memory_limit,
                         pipe_axis=self.pipe_axis, **kw)
     step.screening = screen and not cheap  # skips the uniform-span search
+    step.keep_standins = self.paired_standins  # paired_standins.recheck
     if self._key is not None:
       # One trace, cut and kernel set per placement, width and N: shared by
       # the screening build, the full one, those under a memory limit and

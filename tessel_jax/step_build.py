@@ -90,10 +90,16 @@ def build(step: Any, params: Any, batch: Any,
               getattr(step, "cheap_screening", False))
   calibrate = (costs is not None and not screened and
                step._costs.measured)  # pylint: disable=protected-access
+  make_program = functools.partial(_program_of, step, part, layout,
+                                   data_axes, train, n_total, traced)
+  # placement="auto" times the close leaders' stand-ins again side by side
+  # (tessel_jax.paired_standins): their compiled programs are kept for it.
+  keep = calibrate and getattr(step, "keep_standins", False)
+  if keep:
+    make_program.compiled = {}  # filled by calibrate.program_timer
+  step.standin_program = make_program if keep else None
   step._costs.time_program = (  # pylint: disable=protected-access
-      _calibrate.program_timer(
-          functools.partial(_program_of, step, part, layout, data_axes,
-                            train, n_total, traced), params, batch)
+      _calibrate.program_timer(make_program, params, batch)
       if calibrate else None)
   step._costs.time_outside = (  # pylint: disable=protected-access
       _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,

@@ -232,10 +232,36 @@ def program_timer(make_program: Callable[[Any], Callable[..., Any]],
 
   def run(plan: Any, fastest: bool = False, rounds: int = 3) -> float:
     compiled = jax.jit(make_program(plan)).lower(params, batch).compile()
-    return time_step(lambda: compiled(params, batch), repeats, rounds,
-                     fastest=fastest)
+    def runner() -> Any:
+      return compiled(params, batch)
+    kept = getattr(make_program, "compiled", None)
+    if kept is not None:  # the caller times it again (kept_runner)
+      kept[_program_key(plan)] = runner
+    return time_step(runner, repeats, rounds, fastest=fastest)
 
   return run
+
+
+def _program_key(plan: Any) -> str:
+  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
+  return make_key({"plan": plan_signature(plan)})
+
+
+def kept_runner(make_program: Any, plan: Any) -> Callable[[], Any] | None:
+  """The compiled program of ``plan`` that :func:`program_timer` kept on
+  ``make_program`` (when it has a ``compiled`` dict), or None."""
+  kept = getattr(make_program, "compiled", None)
+  return None if kept is None else kept.get(_program_key(plan))
+
+
+def program_runner(make_program: Callable[[Any], Callable[..., Any]],
+                   params: Any, batch: Any, plan: Any) -> Callable[[], Any]:
+  """``make_program(plan)`` compiled on ``params`` and ``batch``: a
+  no-argument call of one step (for :func:`time_step`)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  params, batch = _concrete(params), _concrete(batch)
+  compiled = jax.jit(make_program(plan)).lower(params, batch).compile()
+  return lambda: compiled(params, batch)
 
 
 def _standin_key(plan: Any, fields: Mapping[str, Any]) -> str:
