@@ -28,3 +28,17 @@ def test_a_typed_key_constant_is_digested_by_its_data():
   assert frontier_cache.program_digest(a) == frontier_cache.program_digest(
       _traced(0))
   assert frontier_cache.program_digest(a) != frontier_cache.program_digest(b)
+
+
+def test_paired_standins_enter_both_keys_only_when_on():
+  from tessel_jax import frontier_keys  # pylint: disable=import-outside-toplevel
+  import tessel_jax as tj  # pylint: disable=import-outside-toplevel
+  mesh = tj.cpu_mesh(2)
+  params, batch = {"w": jnp.ones((3, 2))}, jnp.ones((4, 3))
+  fn = lambda p, b: jnp.mean(b @ p["w"])  # pylint: disable=unnecessary-lambda-assignment
+  off = P.FrontierFunction(fn, mesh=mesh)
+  on = P.FrontierFunction(fn, mesh=mesh, paired_standins=True)
+  assert "paired_standins" not in frontier_keys._options(off)  # pylint: disable=protected-access
+  assert frontier_keys._options(on)["paired_standins"] is True  # pylint: disable=protected-access
+  assert (frontier_keys.program_key(off, params, batch) !=
+          frontier_keys.program_key(on, params, batch))
