@@ -92,7 +92,9 @@ def matches(eqn: Any, weights: frozenset, max_rows: int,
             min_side: int) -> bool:
   """Whether ``eqn`` is ``x @ W`` with ``x`` of at most ``max_rows`` rows
   and ``W`` (a variable in ``weights``) at least ``min_side`` per side, one
-  dtype throughout."""
+  dtype throughout, at the default precision (a dot the user gave a
+  ``precision`` is left as written: the rewritten dots would not carry
+  it)."""
   if compat.primitive_name(eqn) != _DOT or len(eqn.invars) != 2:
     return False
   p = compat.eqn_params(eqn)
@@ -106,7 +108,8 @@ def matches(eqn: Any, weights: frozenset, max_rows: int,
   pref = p.get("preferred_element_type")
   return (len(xs) == 2 and len(ws) == 2 and xs[0] <= max_rows
           and min(ws) >= min_side and len(dtypes) == 1
-          and (pref is None or pref == x.aval.dtype))
+          and (pref is None or pref == x.aval.dtype)
+          and p.get("precision") is None)
 
 
 def rewrite(block: Any, max_rows: int = 64, min_side: int = 256,

@@ -76,6 +76,10 @@ def test_only_few_row_dots_against_large_parameters():
                                 kinds=("batch", "param"))]) == 0
   assert row_dots.count([_block(f, jnp.ones((16, HIDDEN)), w,
                                 kinds=("batch", "act"))]) == 0
+  exact = lambda x, w: jnp.matmul(  # pylint: disable=unnecessary-lambda-assignment
+      x, w, precision=jax.lax.Precision.HIGHEST)
+  assert row_dots.count([_block(exact, jnp.ones((16, HIDDEN)), w,
+                                kinds=("batch", "param"))]) == 0
   small = jnp.ones((64, 64))
   assert row_dots.count([_block(f, jnp.ones((16, 64)), small,
                                 kinds=("batch", "param"))]) == 0
