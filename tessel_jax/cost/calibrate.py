@@ -227,13 +227,10 @@ def program_timer(make_program: Callable[[Any], Callable[..., Any]],
   lowered ``(params, batch)`` program of a plan) and times it on
   ``params`` and ``batch`` (:func:`time_step` of ``rounds`` rounds;
   ``fastest=True``: its fastest sample)."""
-  import jax  # pylint: disable=import-outside-toplevel
   params, batch = _concrete(params), _concrete(batch)
 
   def run(plan: Any, fastest: bool = False, rounds: int = 3) -> float:
-    compiled = jax.jit(make_program(plan)).lower(params, batch).compile()
-    def runner() -> Any:
-      return compiled(params, batch)
+    runner = program_runner(make_program, params, batch, plan)
     kept = getattr(make_program, "compiled", None)
     if kept is not None:  # the caller times it again (kept_runner)
       kept[_program_key(plan)] = runner
