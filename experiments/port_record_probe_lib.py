@@ -13,7 +13,8 @@ N and rows from the flags (8 and 4), ``cut="auto"``, cost="measured", normal pri
 * the plan's own stand-in program re-timed ``--reps`` times each way,
   interleaved: ``calibrate.time_step`` fastest sample and capped round
   medians (what ``cost="calibrated"`` uses);
-* the per-port figure each implies (``ports.solve`` with ``ports.TICK_PORTS``,
+* the per-port figure each implies (``port_solve.solve`` with
+  ``ports.TICK_PORTS``,
   serial part off) and the full prediction (kernels + ticks +
   serial) with the record, with the own figure, and with the
   ``cost="calibrated"`` pricing (``TickModel.plus_calls``);
@@ -44,7 +45,7 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
-from experiments import realtime
+from experiments import port_solve, realtime
 from experiments.model_zoo_models import BUILDERS
 from tessel_jax.cost import calibrate as C
 from tessel_jax.cost import model as M
@@ -109,7 +110,7 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
   calls = T.kernel_calls(plan)
   for lab, xs in (("fastest", fast), ("median", med)):
     s = statistics.median(xs)
-    pp = P.solve(s - serial, idle, 0.0, 1e-6)
+    pp = port_solve.solve(s - serial, idle, 0.0, 1e-6)
     rec[f"per_port_us_own_{lab}"] = pp * 1e6
     rec[f"full_ms_own_per_port_{lab}"] = full(tmodel(pp))
     rec[f"tick_ms_own_per_port_{lab}"] = tmodel(pp).mean_tick_seconds * 1e3

@@ -2,8 +2,9 @@
 
 The seconds per port operation are measured once per machine on a stand-in
 program (``tests/test_calibrate.py`` checks that wiring with a fixed
-timer); here: the tick model prices every port, the solve inverts the
-replay, and the cached record is checked like every other kind.
+timer); here: the tick model prices every port, the record is fitted,
+and the cached record is checked like every other kind (the one-stand-in
+solve of ``experiments.port_record_probe``: test_experiments_port_solve).
 """
 
 from __future__ import annotations
@@ -116,18 +117,6 @@ def test_a_measured_prediction_prices_the_fixed_tick_ports(monkeypatch):
   # cost.port_fit); a prediction carries the record's, here of one point.
   priced = [c for c in seen if c.per_port_s != port_pricing._PROBE_S]  # pylint: disable=protected-access
   assert priced and all(c.tick_ports == ports.TICK_PORTS for c in priced)
-
-
-@pytest.mark.parametrize("bend", [0.0, 0.3])
-def test_solve_inverts_the_replay(bend):
-  # 500 port operations on the critical path over 2 ms of kernels; a bend
-  # (the shared-core replay) is corrected by the second step.
-  replay = lambda x: 0.002 + 500 * x + bend * (500 * x) ** 2
-  x = ports.solve(0.004, replay, 0.0, 1e-6)
-  assert replay(x) == pytest.approx(0.004, rel=0.01)
-  # A program no slower than its prediction prices nothing more.
-  assert ports.solve(0.001, replay, 0.0, 1e-6) == 0.0
-  assert ports.solve(0.5, lambda x: 0.1, 0.0, 1e-6) == 0.0
 
 
 def _point(ppt, ticks_on_path=100.0, per_port=1e-6, fixed=2e-5,

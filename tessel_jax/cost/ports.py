@@ -35,7 +35,7 @@ minutes spread 5x (0.13-0.69 us, load 3.6-7.0), and eqx_mlp's 17 ports per
 tick were priced at a third to a half of its own stand-in (helper zoo8).
 
 Not every plan measures it: where the stand-in's time is not in its ports
-the solve gives nonsense, 0 where the tick model's per-byte term already
+the per-port figure is nonsense, 0 where the tick model's per-byte term already
 over-prices the ticks (ports of tens of KiB: the README GPT) and 103 us
 where the ticks move parameter-sized gradients (ResNet18, 11.7M
 parameters: stand-in 306 ms against 45 ms predicted). So only a plan of small ports
@@ -110,27 +110,6 @@ def port_key(fields: Mapping[str, Any]) -> str:
   backend facts, ``CostModel._mesh_fields``)."""
   from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
   return make_key({"what": "ports", "version": PORTS_VERSION, **fields})
-
-
-def solve(target: float, replay: Callable[[float], float], at: float,
-          probe: float) -> float:
-  """``x >= at`` where ``replay(x)`` (increasing, about linear) equals
-  ``target``; ``at`` where ``replay(at)`` already reaches it.
-
-  One secant step from ``at`` over ``probe``, corrected once where the
-  shared-core replay bends.
-  """
-  base = replay(at)
-  if target <= base:
-    return at
-  slope = (replay(at + probe) - base) / probe
-  if slope <= 0:
-    return at
-  x = at + (target - base) / slope
-  got = replay(x)
-  if abs(got - target) > 0.01 * target and got > base:
-    x = at + (x - at) * (target - base) / (got - base)
-  return max(at, x)
 
 
 def fitted(points: list[dict[str, Any]]) -> dict[str, Any]:
