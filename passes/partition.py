@@ -468,17 +468,6 @@ def _fresh_like(atom: Any) -> Any:
   return compat.new_var(atom.aval)
 
 
-def block_summary(part: Partition) -> list[str]:
-  """One line per block: inputs and outputs (for errors and debugging)."""
-  lines = []
-  for b in part.blocks:
-    ins = ", ".join(f"{s.kind}{s.index}" + (f".{s.output}" if s.kind == "act"
-                                            else "") for s in b.inputs)
-    outs = ", ".join(f"{tuple(a.shape)}:{a.dtype}" for a in b.out_avals)
-    lines.append(f"F{b.index}: reads [{ins}] -> [{outs}]")
-  return lines
-
-
 def leaves_used(block: ForwardBlock, kind: str) -> tuple[int, ...]:
   """Leaf indices of ``kind`` (``param``/``batch``) a block reads."""
   return tuple(s.index for s in block.inputs if s.kind == kind)

@@ -2,8 +2,8 @@
 
 Everything version-sensitive lives here so that a JAX upgrade is one file's
 work: the ``tessel_boundary`` primitive and its rules, jaxpr inspection and
-re-evaluation of jaxpr slices, the varying cast of shard_map, the Auto-typed
-copy of a mesh, and the device memory query. Measured on JAX 0.10.2
+re-evaluation of jaxpr slices, the Auto-typed copy of a mesh, and the
+device memory query. Measured on JAX 0.10.2
 (DESIGN.md §5).
 """
 
@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
-from jax import lax
 from jax.extend import core as jex_core
 from jax.interpreters import ad, batching, mlir
 from jax.sharding import AxisType, Mesh
@@ -286,16 +285,6 @@ def has_explicit_axes(mesh: Mesh) -> bool:
   return any(t == AxisType.Explicit for t in types)
 
 
-def to_varying(x: Any, axes: tuple[str, ...]) -> Any:
-  """Casts ``x`` to varying over ``axes`` (``lax.pcast``; pvary is gone)."""
-  if not axes:
-    return x
-  pcast = getattr(lax, "pcast", None)
-  if pcast is not None:
-    return pcast(x, axes, to="varying")
-  return lax.pvary(x, axes)  # pragma: no cover - older JAX
-
-
 def device_memory_limit(device: Any) -> int | None:
   """Bytes the device reports as its memory limit (None when unknown)."""
   try:
@@ -388,27 +377,6 @@ def flatten_jaxpr(closed: Any, *, drop_boundaries: bool = False) -> Any:
     return _inline_eval(closed.jaxpr, closed.consts, args, drop_boundaries)
 
   return jax.make_jaxpr(run)(*avals)
-
-
-def insert_boundaries(closed: Any, positions: Sequence[int]) -> Any:
-  """Inserts an operand-less ``tessel_boundary`` before equation ``p``.
-
-  Args:
-    closed: A ClosedJaxpr.
-    positions: Equation indices (each in ``1..len(eqns) - 1``).
-
-  Returns:
-    A ClosedJaxpr with the same variables, constants and outputs whose
-    top-level equations are split into ``len(positions) + 1`` segments.
-  """
-  cut = set(int(p) for p in positions)
-  eqns = []
-  for i, eqn in enumerate(closed.jaxpr.eqns):
-    if i in cut:
-      eqns.append(jex_core.new_jaxpr_eqn([], [], boundary_p, {},
-                                         jex_core.no_effects))
-    eqns.append(eqn)
-  return ClosedJaxpr(closed.jaxpr.replace(eqns=eqns), list(closed.consts))
 
 
 def eqn_params(eqn: Any) -> Any:
@@ -515,13 +483,6 @@ def retrace(closed: Any, handler: Callable[[int, Any, list[Any]],
     return [read(v) for v in jaxpr.outvars]
 
   return jax.make_jaxpr(run)(*avals)
-
-
-def eval_jaxpr(jaxpr: Any, args: Sequence[Any]) -> list[Any]:
-  """Evaluates an open Jaxpr (no constants) or a ClosedJaxpr on ``args``."""
-  if isinstance(jaxpr, ClosedJaxpr):
-    return eval_closed(jaxpr, args)
-  return list(jex_core.jaxpr_as_fun(ClosedJaxpr(jaxpr, []))(*args))
 
 
 def jaxpr_consts(closed: Any) -> tuple[list[Any], list[Any]]:

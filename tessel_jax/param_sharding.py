@@ -300,17 +300,3 @@ def _check_fsdp_entry(name: str, spec: Any, shape: tuple[int, ...], dim: int,
         f" another dimension over the data axes")
 
 
-def split_entries(entries: Sequence[Any], axes: Sequence[str]
-                  ) -> tuple[tuple[Any, ...], tuple[tuple[str, ...], ...]]:
-  """``(entries without axes, per dimension the axes of axes it names)``.
-
-  E.g. ``((("data", "model"), None), ("data",))`` ->
-  ``(("model", None), (("data",), ()))``.
-  """
-  rest, taken = [], []
-  for e in entries:
-    named = _named_axes(e)
-    keep = tuple(a for a in named if a not in axes)
-    taken.append(tuple(a for a in named if a in axes))
-    rest.append(None if not keep else keep[0] if len(keep) == 1 else keep)
-  return tuple(rest), tuple(taken)

@@ -30,7 +30,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -333,13 +332,6 @@ class Layouts:
     if self.workspace:
       return lambda placed, batch, ws: run(placed, batch)
     return run
-
-
-def batch_signature(batch: Any) -> Any:
-  """Tree structure and leaf shapes/dtypes of ``batch``."""
-  return (jax.tree_util.tree_structure(batch),
-          tuple((tuple(np.shape(x)), str(x.dtype))
-                for x in jax.tree_util.tree_leaves(batch)))
 
 
 def _pack_stored(layouts: Layouts, leaves: Sequence[Any]) -> Placed:

@@ -172,8 +172,3 @@ def call_overhead(device: Any, repeats: int = 7, cores: int | None = None,
   return _OVERHEAD[key]
 
 
-def dispatch_seconds(device: Any, repeats: int = 7,
-                     cores: int | None = None, stage: Any = None) -> float:
-  """Seconds of one call of an (almost) empty jitted function on ``device``
-  (:func:`call_overhead`'s ``empty_s``)."""
-  return call_overhead(device, repeats, cores, stage).empty_s
