@@ -16,7 +16,7 @@ single-threaded CPU devices:
 * the program's time outside its kernels (real step minus the busier
   device's in-program kernel time) beside the stand-in program's step;
 * thunks per device and step, kernel thunks apart;
-* each kernel timed per run inside a loop (``cost.looped_time``: no call
+* each kernel timed per run inside a loop (``experiments.looped_time``: no call
   around it), the busier device's sum beside what the kernels add to the
   stand-in: the real and stand-in programs are timed in alternated rounds
   (:func:`paired_steps`), so "real - stand-in" is a paired figure.
@@ -42,12 +42,12 @@ import jax
 import numpy as np
 
 import tessel_jax as tj
+from experiments import looped_time as _looped
 from experiments import model_zoo_rows, realtime, step_profile
 from experiments.model_zoo_rows import ZOO_MODELS
 from experiments.model_zoo_models import BUILDERS
 from tessel_jax import step_build as _step_build
 from tessel_jax.cost import calibrate as _calibrate
-from tessel_jax.cost import looped_time as _looped
 
 REST = "rest"
 _KERNEL = re.compile(r"tj_kernel/k(\d+)")

@@ -1,4 +1,4 @@
-"""A kernel timed per run inside a loop (``cost.looped_time``, the zoo
+"""A kernel timed per run inside a loop (``experiments.looped_time``, the zoo
 runner's diagnostic column): the loop runs the kernel every trip and the
 slope over two trip counts leaves out what the call costs. Timings are
 replaced by a fixed law here: the arithmetic and the wiring are checked,
@@ -12,7 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tessel_jax.cost import call_timing, looped_time, measure
+from experiments import looped_time
+from tessel_jax.cost import call_timing, measure
 
 from test_measure_overhead import _kernels
 
