@@ -83,27 +83,10 @@ def build(step: Any, params: Any, batch: Any,
   ramps = _ramps.resolve(step.interpret_ramps, layout, step.fsdp)
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
                                 layout, shards, ramps.value)
-  # Measured predictions may time a plan's program (not in a screening
-  # build, tessel_jax.plans): "calibrated" each plan's stand-in, "measured"
-  # the first plan on a machine for its per-port cost (cost.ports).
-  screened = (getattr(step, "screening", False) or
-              getattr(step, "cheap_screening", False))
-  calibrate = (costs is not None and not screened and
-               step._costs.measured)  # pylint: disable=protected-access
   make_program = functools.partial(_program_of, step, part, layout,
                                    data_axes, train, n_total, traced)
-  # placement="auto" times the close leaders' stand-ins again side by side
-  # (tessel_jax.paired_standins): their compiled programs are kept for it.
-  keep = calibrate and getattr(step, "keep_standins", False)
-  if keep:
-    make_program.compiled = {}  # filled by calibrate.program_timer
-  step.standin_program = make_program if keep else None
-  step._costs.time_program = (  # pylint: disable=protected-access
-      _calibrate.program_timer(make_program, params, batch)
-      if calibrate else None)
-  step._costs.time_outside = (  # pylint: disable=protected-access
-      _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
-                            params) if calibrate and train else None)
+  _install_timers(step, costs, make_program, params, batch, data_axes,
+                  traced, train)
   try:
     plan, chosen, other_ms, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
@@ -120,9 +103,7 @@ def build(step: Any, params: Any, batch: Any,
     step.replay_run = (None if costs is None else _run_replay(
         step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
   finally:
-    # The timer holds the traced program: never keep it past this build.
-    step._costs.time_program = None  # pylint: disable=protected-access
-    step._costs.time_outside = None  # pylint: disable=protected-access
+    _release_timers(step)
   clock.lap("lower", f"plan {plan.loop_summary()}")
   clock.total("built (compiles at the first call)")
   return Built(graph=sgraph, schedule=schedule, unrolled=unrolled, plan=plan,
@@ -131,6 +112,50 @@ def build(step: Any, params: Any, batch: Any,
                report=report,
                profile=costs.profile if costs is not None else None,
                lowering=lowering)
+
+
+def _install_timers(step: Any, costs: Any, make_program: Any, params: Any,
+                    batch: Any, data_axes: Any, traced: Any,
+                    train: bool) -> None:
+  """Sets the program timers a measured prediction uses on ``step._costs``
+  (and ``step.standin_program``), or None where the build times nothing.
+
+  Args:
+    step: The ScheduledFunction being built.
+    costs: The build's measured costs (None: not measured).
+    make_program: ``plan -> program`` of this build (``_program_of``).
+    params: The parameters the timers run the programs on.
+    batch: The batch the timers run the programs on.
+    data_axes: The mesh's data-parallel axes.
+    traced: The traced function.
+    train: Whether the step is a training step.
+  """
+  # Measured predictions may time a plan's program (not in a screening
+  # build, tessel_jax.plans): "calibrated" each plan's stand-in, "measured"
+  # the first plan on a machine for its per-port cost (cost.ports).
+  screened = (getattr(step, "screening", False) or
+              getattr(step, "cheap_screening", False))
+  calibrate = (costs is not None and not screened and
+               step._costs.measured)  # pylint: disable=protected-access
+  # placement="auto" times the close leaders' stand-ins again side by side
+  # (tessel_jax.paired_standins): their compiled programs are kept for it.
+  keep = calibrate and getattr(step, "keep_standins", False)
+  if keep:
+    make_program.compiled = {}  # filled by calibrate.program_timer
+  step.standin_program = make_program if keep else None
+  step._costs.time_program = (  # pylint: disable=protected-access
+      _calibrate.program_timer(make_program, params, batch)
+      if calibrate else None)
+  step._costs.time_outside = (  # pylint: disable=protected-access
+      _outside.layout_timer(step.mesh, step.pipe_axis, data_axes, traced,
+                            params) if calibrate and train else None)
+
+
+def _release_timers(step: Any) -> None:
+  """Drops the timers :func:`_install_timers` set: they hold the traced
+  program, never kept past the build."""
+  step._costs.time_program = None  # pylint: disable=protected-access
+  step._costs.time_outside = None  # pylint: disable=protected-access
 
 
 @dataclasses.dataclass(frozen=True)
