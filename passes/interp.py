@@ -50,9 +50,25 @@ def build_interp(env: Env, ticks: Sequence[Tick], start: int,
   row_offset = np.array(
       [[ctx_offset(kernels[k], d, b) if k is not None else 0
         for d, k in enumerate(t.kernels)] for t in seg], np.int64)
-
-  # Reads.
   port_list, in_map = assign_inputs(env, kids)
+  reads = _reads(env, seg, port_list, in_map)
+  out_ports, out_map = assign_outputs(env, kids)
+  sends = _sends(env, seg, out_map, start)
+  # Gradient accumulators: those of every kernel of the segment.
+  grads, grad_map = grad_ports(env, kids)
+  terms = _terms(env, seg, kids, out_map)
+  return Tick(step=seg[0].step, kernels=(), mb=np.zeros((T, D), np.int64),
+              branches=branches, branch_of=branch_of, reads=tuple(reads),
+              in_map=in_map, out_ports=tuple(out_ports), out_map=out_map,
+              sends=tuple(sends), grads=tuple(grads), grad_map=grad_map,
+              terms=tuple(terms), row_offset=row_offset)
+
+
+def _reads(env: Env, seg: Sequence[Tick], port_list: Sequence[Any],
+           in_map: Any) -> list[ReadPort]:
+  """The segment's read ports: per port its index and row tables over the
+  ticks (``port_list``, ``in_map``: ``tick_tables.assign_inputs``)."""
+  T, D = len(seg), env.D
   reads = []
   for p, cls in enumerate(port_list):
     index = np.zeros((T, D), np.int64)
@@ -69,9 +85,14 @@ def build_interp(env: Env, ticks: Sequence[Tick], start: int,
       rowed = rowed or rp.rowed
     reads.append(ReadPort(rp.kind, rp.source, rp.aval, rowed, _static(index),
                           row))
+  return reads
 
-  # Out ports and sends (lanes: payload shape x ring shift).
-  out_ports, out_map = assign_outputs(env, kids)
+
+def _sends(env: Env, seg: Sequence[Tick], out_map: Any,
+           start: int) -> list[Round]:
+  """The segment's sends, in lanes (payload shape x ring shift) of as many
+  rounds as the busiest tick's source needs (``_rounds``)."""
+  D = env.D
   per_tick: list[dict[tuple, dict[int, list]]] = []
   lanes: dict[tuple, int] = {}
   for t in seg:
@@ -85,12 +106,14 @@ def build_interp(env: Env, ticks: Sequence[Tick], start: int,
     for lane, srcs in by_lane.items():
       lanes[lane] = max(lanes.get(lane, 0), max(len(v) for v in srcs.values()))
     per_tick.append(by_lane)
-  sends = _rounds(env, per_tick, lanes, start)
+  return _rounds(env, per_tick, lanes, start)
 
-  # Gradient accumulators: those of every kernel of the segment.
-  grads, grad_map = grad_ports(env, kids)
 
-  # Terminals.
+def _terms(env: Env, seg: Sequence[Tick], kids: Sequence[int],
+           out_map: Any) -> list[TermAcc]:
+  """The segment's terminal accumulators: one per kernel output that is a
+  terminal, with its per-tick mask, row, scale and micro-batch tables."""
+  T, D, b, kernels = len(seg), env.D, env.b, env.kernels
   terms = []
   for kid in kids:
     k = kernels[kid]
@@ -114,13 +137,7 @@ def build_interp(env: Env, ticks: Sequence[Tick], start: int,
       terms.append(TermAcc(terminal=j, port=out_map[kid][o], mask=mask,
                            row=row, rowed=bool(k.out_split[o]),
                            mb=_static(mb), scale=scale))
-
-  return Tick(step=seg[0].step, kernels=(), mb=np.zeros((T, D), np.int64),
-              branches=branches, branch_of=branch_of, reads=tuple(reads),
-              in_map=in_map, out_ports=tuple(out_ports), out_map=out_map,
-              sends=tuple(sends), grads=tuple(grads), grad_map=grad_map,
-              terms=tuple(terms), row_offset=row_offset)
-
+  return terms
 
 def _rounds(env: Env, per_tick: Sequence[dict[tuple, dict[int, list]]],
             lanes: dict[tuple, int], start: int) -> list[Round]:
