@@ -47,24 +47,28 @@ def _check(step: Any, fn: Any, params: Any, specs: Any, mesh: Any,
   return compiled
 
 
-@pytest.mark.parametrize("mesh_shape,layer,n", [
-    ({"pipe": 2, "data": 2}, DATA_ONLY, 16),  # plan 3 + loop(6x3) + 3
-    ({"pipe": 2, "data": 2, "model": 2}, DATA_MODEL, 2)])
+@pytest.mark.parametrize("mesh_shape,layer,n,ramps", [
+    # interp(3) + loop(6x3) + interp(3): per block the default ("auto")
+    # interprets every tick, so the loop is asked for.
+    ({"pipe": 2, "data": 2}, DATA_ONLY, 16, 3),
+    ({"pipe": 2, "data": 2, "model": 2}, DATA_MODEL, 2, "auto")])
 def test_per_block_equals_value_and_grad(mesh_shape: dict[str, int],
-                                         layer: dict[str, Any],
-                                         n: int) -> None:
+                                         layer: dict[str, Any], n: int,
+                                         ramps: Any) -> None:
   params, _, fn = mlp_model()
   mesh = _mesh(mesh_shape)
   step = tj.schedule(fn, mesh=mesh, placement=tj.placements.vshape(
       2, mode="train"), num_microbatches=n, plan="1f1b", data_axes=("data",),
-                     fsdp="per_block")
+                     fsdp="per_block", interpret_ramps=ramps)
   compiled = _check(step, fn, params, _specs(layer), mesh,
                     _batch(4 * n, False), n)
   layout = step.built.layout
   assert layout.fsdp_per_block
   text = compiled.as_text()
-  if any(seg.kind == "loop" for seg in step.built.plan.segments):
+  if ramps != "auto":
     # The repetend gathers (once per iteration) inside its loop body.
+    assert [s.kind for s in step.built.plan.segments] == [
+        "interp", "loop", "interp"]
     assert any(re.search(r"all-gather(?:-start)?\(", line) and
                "tj_seg_loop/while/body" in line
                for line in text.splitlines())
