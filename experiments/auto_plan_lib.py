@@ -28,7 +28,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -82,18 +82,34 @@ def parse_limit(text: str) -> int | None:
 BETWEEN = "between:"
 
 
+def floor_peak(priced: Sequence[Any]) -> int:
+  """The smallest peak a plan of ``priced`` is known to reach in full: over
+  the plans built in full and the classic schedules priced on a full
+  build. A screened price leaves out the kernel workspace (known once
+  compiled), so its peak is below its full build's: a limit at a screened
+  peak can fit no plan (eqx_transformer, 8 devices, session 33: between:0.33
+  = 398,187 B, below every full build). Every peak when no plan was built
+  in full."""
+  screened = {p.candidate for p in priced if p.screened}
+  full = [p.peak_bytes for p in priced
+          if plans.base_of(p.candidate) not in screened]
+  return min(full or [p.peak_bytes for p in priced])
+
+
 def resolve_limit(text: str, unlimited: Any) -> int | None:
   """:func:`parse_limit`, or for ``between:F`` (``0 <= F <= 1``) the bytes
-  F of the way from the smallest priced plan's peak to the peak of
-  ``unlimited`` (the choice without a limit, ``plans.AutoChoice``): limits
-  that bind, on any program, without knowing its sizes first."""
+  F of the way from the smallest full-build peak (:func:`floor_peak`) to
+  the peak of ``unlimited`` (the choice without a limit,
+  ``plans.AutoChoice``): limits that bind, on any program, without knowing
+  its sizes first, and that a plan fits (the plan at the floor is priced
+  again, from the memo, under the limit)."""
   if not text.strip().startswith(BETWEEN):
     return parse_limit(text)
   frac = float(text.strip()[len(BETWEEN):])
   if not 0.0 <= frac <= 1.0:
     raise ValueError(f"memory limit {text!r}: F must be in [0, 1]")
-  low = min(p.peak_bytes for p in unlimited.frontier.plans)
-  high = unlimited.winner.peak_bytes
+  low = floor_peak(unlimited.frontier.plans)
+  high = max(low, unlimited.winner.peak_bytes)
   return int(low + frac * (high - low))
 
 
@@ -441,12 +457,15 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
       step, secs = time_choice(fn, mesh, params, batch, args, cache, limit,
                                has_aux)
     except tj.TesselError as err:
-      record["cases"].append({"memory_limit": text, "error": str(err)})
+      record["cases"].append({"memory_limit": text,
+                              "memory_limit_bytes": limit,
+                              "error": str(err)})
       save(record)  # the last case may be this one
       log(f"memory limit {text}: {err}")
       continue
     log(f"memory limit {text}: {step.choice.describe()}")
     case: dict[str, Any] = {"memory_limit": text,
+                            "memory_limit_bytes": limit,
                             "choose_seconds": round(secs, 2),
                             "frontier": step.choice.frontier.to_dict(),
                             "candidates": []}

@@ -224,6 +224,37 @@ def test_auto_plan_runner_limits_between_the_smallest_plan_and_the_choice():
     A.resolve_limit("between:1.5", choice)
 
 
+def test_auto_plan_runner_between_floor_is_a_full_build_peak():
+  # A screened price leaves out the kernel workspace: its peak is below
+  # its full build's, so a floor at it gave a limit no plan fits
+  # (eqx_transformer, 8 devices, session 33: between:0.33 = 398,187 B). The
+  # floor is the smallest peak of a plan built in full, or of a classic
+  # schedule priced on one.
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+  from tessel_jax import plans as P  # pylint: disable=import-outside-toplevel
+
+  def plan(name, peak, plan=None, screened=False):
+    return P.PricedPlan(candidate=P.Candidate(name, 2, 2, 8, plan), step=1.0,
+                        unit="ms", peak_bytes_per_device=(peak,), source="x",
+                        blocks=2, build_seconds=0.0, screened=screened)
+  chosen = plan("vshape", 4000)
+  low_screened = plan("zbv", 1000, screened=True)
+  on_screened = plan("zbv", 900, plan="1f1b")   # priced on zbv's screened build
+  full_small = plan("vshape", 2000, plan="gpipe")  # on vshape's full build
+  choice = types.SimpleNamespace(frontier=types.SimpleNamespace(
+      plans=[chosen, low_screened, on_screened, full_small]), winner=chosen)
+  assert A.floor_peak(choice.frontier.plans) == 2000
+  assert A.resolve_limit("between:0", choice) == 2000
+  assert A.resolve_limit("between:0.5", choice) == 3000
+  # Nothing built in full: every peak counts.
+  assert A.floor_peak([low_screened, plan("mllm", 3000, screened=True)]) == 1000
+  # The floor above the choice (the choice a screened plan): no negative span.
+  odd = types.SimpleNamespace(frontier=types.SimpleNamespace(
+      plans=[plan("zbv", 800, screened=True), full_small]),
+      winner=plan("zbv", 800, screened=True))
+  assert A.resolve_limit("between:0.5", odd) == 2000
+
+
 def test_auto_plan_runner_times_one_program_once():
   # A search under a limit its unlimited plan fits gives the same program:
   # the runner times it once (quiet session 32, README GPT at 6.3 MiB: two
