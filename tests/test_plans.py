@@ -255,6 +255,53 @@ def test_auto_plan_runner_between_floor_is_a_full_build_peak():
   assert A.resolve_limit("between:0.5", odd) == 2000
 
 
+def test_unlimited_choice_takes_a_faster_plan_searched_under_a_limit(
+    monkeypatch):
+  # README GPT, 8 devices (session 33): the search under 4.64 MB found 39.77
+  # ms at 3.88 MB, the search without a limit 40.51 ms at 5.08 MB. A plan
+  # that fits a limit fits no limit (and every larger one): a frontier of
+  # the same program priced later in the process chooses the fastest of
+  # every plan priced, not only of its own searches.
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  P.clear_memo()
+  mine = P.Candidate("vshape", 2, 4, 8)
+  lim = P.Candidate("vshape", 2, 4, 8, memory_limit=4_640_000)
+  other = P.Candidate("interleaved", 2, 4, 8, memory_limit=4_640_000)
+  bound = P.Candidate("vshape", 2, 4, 8, memory_limit=4_000_000)
+
+  def priced(c, step, peak, **kw):
+    return P.PricedPlan(candidate=c, step=step, unit="ms",
+                        peak_bytes_per_device=(peak,), source="tessel",
+                        blocks=2, build_seconds=0.0, **kw)
+  own = priced(mine, 40.51, 5_080_000)
+  at_limit = priced(lim, 39.77, 3_880_000)
+  P._MEMO[("K", lim, False)] = (at_limit, "lim step")
+  P._MEMO[("K", other, False)] = (priced(other, 30.0, 3_000_000), "x")
+  P._MEMO[("K", bound, False)] = (priced(bound, 20.0, 3_500_000,
+                                         bound=True), "y")
+  P._MEMO[("K", lim, True)] = (priced(lim, 10.0, 3_880_000,
+                                      screened=True), "z")
+  P._MEMO[("other program", lim, False)] = (priced(lim, 5.0, 100), "w")
+  monkeypatch.setattr(P, "candidates", lambda *a, **k: [mine])
+
+  def frontier_at(limit):
+    ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, placements=["vshape"],
+                            memory_limit=limit)
+    ff._key = "K"
+    monkeypatch.setattr(ff, "_price_all", lambda *a, **k: [own])
+    return ff, ff._price_frontier({}, np.zeros((8, 2)), None, 0.0)
+  try:
+    ff, fr = frontier_at(None)
+    # Neither the lower bound, the screened price, another program's plan
+    # nor a placement this frontier does not try.
+    assert [p.step for p in fr.plans] == [40.51, 39.77]
+    assert fr.choose(None) is at_limit and ff.steps[lim] == "lim step"
+    assert frontier_at(4_000_000)[1].choose(4_000_000) is at_limit
+    assert frontier_at(3_000_000)[1].plans == (own,)  # 3.88 MB: no fit
+  finally:
+    P.clear_memo()
+
+
 def test_auto_plan_runner_times_one_program_once():
   # A search under a limit its unlimited plan fits gives the same program:
   # the runner times it once (quiet session 32, README GPT at 6.3 MiB: two
