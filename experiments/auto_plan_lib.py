@@ -82,27 +82,44 @@ def parse_limit(text: str) -> int | None:
 BETWEEN = "between:"
 
 
+def workspace_gap(priced: Sequence[Any]) -> int:
+  """The most a full build's peak exceeded its screened peak over the
+  plans of ``priced`` this process priced both ways (``plans`` memo; 0:
+  none): the kernel workspace a screened price leaves out."""
+  shown = {p.candidate for p in priced}
+  full: dict[Any, int] = {}
+  screened: dict[Any, int] = {}
+  for k, (plan, _step) in list(plans._MEMO.items()):  # pylint: disable=protected-access
+    if not (isinstance(k, tuple) and len(k) == 3 and k[1] in shown):
+      continue
+    if k[2] is False:
+      full[k[:2]] = plan.peak_bytes
+    elif plan.screened:
+      screened[k[:2]] = plan.peak_bytes
+  return max([full[k] - screened[k] for k in full.keys() & screened.keys()]
+             + [0])
+
+
 def floor_peak(priced: Sequence[Any]) -> int:
-  """The smallest peak a plan of ``priced`` is known to reach in full: over
-  the plans built in full and the classic schedules priced on a full
-  build. A screened price leaves out the kernel workspace (known once
-  compiled), so its peak is below its full build's: a limit at a screened
-  peak can fit no plan (eqx_transformer, 8 devices, session 33: between:0.33
-  = 398,187 B, below every full build). Every peak when no plan was built
-  in full."""
-  screened = {p.candidate for p in priced if p.screened}
-  full = [p.peak_bytes for p in priced
-          if plans.base_of(p.candidate) not in screened]
-  return min(full or [p.peak_bytes for p in priced])
+  """The smallest peak a plan of ``priced`` can be expected to reach in
+  full. A screened price leaves out the kernel workspace (known once
+  compiled), so a floor at a screened peak gave a limit no plan fits
+  (eqx_transformer, 8 devices, session 33: between:0.33 = 398,187 B, below
+  every full build). A screened peak counts with the largest workspace
+  gap seen (:func:`workspace_gap`), as does a classic schedule priced on a
+  screened build; a full build's peak as it is."""
+  on_screened = {p.candidate for p in priced if p.screened}
+  gap = workspace_gap(priced)
+  return min(p.peak_bytes + (gap if plans.base_of(p.candidate) in on_screened
+                             else 0) for p in priced)
 
 
 def resolve_limit(text: str, unlimited: Any) -> int | None:
   """:func:`parse_limit`, or for ``between:F`` (``0 <= F <= 1``) the bytes
-  F of the way from the smallest full-build peak (:func:`floor_peak`) to
-  the peak of ``unlimited`` (the choice without a limit,
+  F of the way from the smallest peak expected in full (:func:`floor_peak`)
+  to the peak of ``unlimited`` (the choice without a limit,
   ``plans.AutoChoice``): limits that bind, on any program, without knowing
-  its sizes first, and that a plan fits (the plan at the floor is priced
-  again, from the memo, under the limit)."""
+  its sizes first. A limit no plan fits is recorded with the error."""
   if not text.strip().startswith(BETWEEN):
     return parse_limit(text)
   frac = float(text.strip()[len(BETWEEN):])

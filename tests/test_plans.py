@@ -224,14 +224,14 @@ def test_auto_plan_runner_limits_between_the_smallest_plan_and_the_choice():
     A.resolve_limit("between:1.5", choice)
 
 
-def test_auto_plan_runner_between_floor_is_a_full_build_peak():
+def test_auto_plan_runner_between_floor_counts_the_screened_workspace():
   # A screened price leaves out the kernel workspace: its peak is below
   # its full build's, so a floor at it gave a limit no plan fits
-  # (eqx_transformer, 8 devices, session 33: between:0.33 = 398,187 B). The
-  # floor is the smallest peak of a plan built in full, or of a classic
-  # schedule priced on one.
+  # (eqx_transformer, 8 devices, session 33: between:0.33 = 398,187 B). A
+  # screened peak (and a classic schedule priced on a screened build)
+  # counts with the largest full - screened gap of the plans priced both
+  # ways in this process.
   from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
-  from tessel_jax import plans as P  # pylint: disable=import-outside-toplevel
 
   def plan(name, peak, plan=None, screened=False):
     return P.PricedPlan(candidate=P.Candidate(name, 2, 2, 8, plan), step=1.0,
@@ -243,16 +243,23 @@ def test_auto_plan_runner_between_floor_is_a_full_build_peak():
   full_small = plan("vshape", 2000, plan="gpipe")  # on vshape's full build
   choice = types.SimpleNamespace(frontier=types.SimpleNamespace(
       plans=[chosen, low_screened, on_screened, full_small]), winner=chosen)
-  assert A.floor_peak(choice.frontier.plans) == 2000
-  assert A.resolve_limit("between:0", choice) == 2000
-  assert A.resolve_limit("between:0.5", choice) == 3000
-  # Nothing built in full: every peak counts.
-  assert A.floor_peak([low_screened, plan("mllm", 3000, screened=True)]) == 1000
-  # The floor above the choice (the choice a screened plan): no negative span.
-  odd = types.SimpleNamespace(frontier=types.SimpleNamespace(
-      plans=[plan("zbv", 800, screened=True), full_small]),
-      winner=plan("zbv", 800, screened=True))
-  assert A.resolve_limit("between:0.5", odd) == 2000
+  P.clear_memo()
+  try:
+    assert A.workspace_gap(choice.frontier.plans) == 0  # nothing both ways
+    assert A.resolve_limit("between:0", choice) == 900
+    P._MEMO[("K", chosen.candidate, True)] = (plan("vshape", 3400, None,
+                                                   True), None)
+    P._MEMO[("K", chosen.candidate, False)] = (chosen, None)
+    P._MEMO[("K", low_screened.candidate, "bound")] = (plan("zbv", 1), None)
+    assert A.workspace_gap(choice.frontier.plans) == 600
+    assert A.floor_peak(choice.frontier.plans) == 1500   # 900 + 600
+    assert A.resolve_limit("between:0.5", choice) == 2750
+    # The floor above the choice's peak: the limit is the floor.
+    odd = types.SimpleNamespace(frontier=choice.frontier,
+                                winner=plan("zbv", 800, screened=True))
+    assert A.resolve_limit("between:0.5", odd) == 1500
+  finally:
+    P.clear_memo()
 
 
 def test_unlimited_choice_takes_a_faster_plan_searched_under_a_limit(
