@@ -90,8 +90,9 @@ def workspace_gap(priced: Sequence[Any]) -> int:
   full: dict[Any, int] = {}
   screened: dict[Any, int] = {}
   for k, (plan, _step) in list(plans._MEMO.items()):  # pylint: disable=protected-access
-    if not (isinstance(k, tuple) and len(k) == 3 and k[1] in shown):
-      continue
+    if not (isinstance(k, tuple) and len(k) == 3 and k[1] in shown and
+            isinstance(plan, plans.PricedPlan)):
+      continue  # (a lower bound is kept as ``(ms, None)``)
     if k[2] is False:
       full[k[:2]] = plan.peak_bytes
     elif plan.screened:

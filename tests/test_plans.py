@@ -250,7 +250,7 @@ def test_auto_plan_runner_between_floor_counts_the_screened_workspace():
     P._MEMO[("K", chosen.candidate, True)] = (plan("vshape", 3400, None,
                                                    True), None)
     P._MEMO[("K", chosen.candidate, False)] = (chosen, None)
-    P._MEMO[("K", low_screened.candidate, "bound")] = (plan("zbv", 1), None)
+    P._MEMO[("K", low_screened.candidate, "bound")] = (0.5, None)  # as kept
     assert A.workspace_gap(choice.frontier.plans) == 600
     assert A.floor_peak(choice.frontier.plans) == 1500   # 900 + 600
     assert A.resolve_limit("between:0.5", choice) == 2750
