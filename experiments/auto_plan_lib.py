@@ -28,7 +28,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 import jax
@@ -82,18 +82,52 @@ def parse_limit(text: str) -> int | None:
 BETWEEN = "between:"
 
 
+def workspace_gap(priced: Sequence[Any]) -> int:
+  """The most a full build's peak exceeded its screened peak over the
+  plans of ``priced`` this process priced both ways (``plans`` memo; 0:
+  none): the kernel workspace a screened price leaves out."""
+  shown = {p.candidate for p in priced}
+  full: dict[Any, int] = {}
+  screened: dict[Any, int] = {}
+  for k, (plan, _step) in list(plans._MEMO.items()):  # pylint: disable=protected-access
+    if not (isinstance(k, tuple) and len(k) == 3 and k[1] in shown and
+            isinstance(plan, plans.PricedPlan)):
+      continue  # (a lower bound is kept as ``(ms, None)``)
+    if k[2] is False:
+      full[k[:2]] = plan.peak_bytes
+    elif plan.screened:
+      screened[k[:2]] = plan.peak_bytes
+  return max([full[k] - screened[k] for k in full.keys() & screened.keys()]
+             + [0])
+
+
+def floor_peak(priced: Sequence[Any]) -> int:
+  """The smallest peak a plan of ``priced`` can be expected to reach in
+  full. A screened price leaves out the kernel workspace (known once
+  compiled), so a floor at a screened peak gave a limit no plan fits
+  (eqx_transformer, 8 devices, session 33: between:0.33 = 398,187 B, below
+  every full build). A screened peak counts with the largest workspace
+  gap seen (:func:`workspace_gap`), as does a classic schedule priced on a
+  screened build; a full build's peak as it is."""
+  on_screened = {p.candidate for p in priced if p.screened}
+  gap = workspace_gap(priced)
+  return min(p.peak_bytes + (gap if plans.base_of(p.candidate) in on_screened
+                             else 0) for p in priced)
+
+
 def resolve_limit(text: str, unlimited: Any) -> int | None:
   """:func:`parse_limit`, or for ``between:F`` (``0 <= F <= 1``) the bytes
-  F of the way from the smallest priced plan's peak to the peak of
-  ``unlimited`` (the choice without a limit, ``plans.AutoChoice``): limits
-  that bind, on any program, without knowing its sizes first."""
+  F of the way from the smallest peak expected in full (:func:`floor_peak`)
+  to the peak of ``unlimited`` (the choice without a limit,
+  ``plans.AutoChoice``): limits that bind, on any program, without knowing
+  its sizes first. A limit no plan fits is recorded with the error."""
   if not text.strip().startswith(BETWEEN):
     return parse_limit(text)
   frac = float(text.strip()[len(BETWEEN):])
   if not 0.0 <= frac <= 1.0:
     raise ValueError(f"memory limit {text!r}: F must be in [0, 1]")
-  low = min(p.peak_bytes for p in unlimited.frontier.plans)
-  high = unlimited.winner.peak_bytes
+  low = floor_peak(unlimited.frontier.plans)
+  high = max(low, unlimited.winner.peak_bytes)
   return int(low + frac * (high - low))
 
 
@@ -441,12 +475,15 @@ def run(args: AutoPlanArgs, log: Callable[[str], None] = print,
       step, secs = time_choice(fn, mesh, params, batch, args, cache, limit,
                                has_aux)
     except tj.TesselError as err:
-      record["cases"].append({"memory_limit": text, "error": str(err)})
+      record["cases"].append({"memory_limit": text,
+                              "memory_limit_bytes": limit,
+                              "error": str(err)})
       save(record)  # the last case may be this one
       log(f"memory limit {text}: {err}")
       continue
     log(f"memory limit {text}: {step.choice.describe()}")
     case: dict[str, Any] = {"memory_limit": text,
+                            "memory_limit_bytes": limit,
                             "choose_seconds": round(secs, 2),
                             "frontier": step.choice.frontier.to_dict(),
                             "candidates": []}

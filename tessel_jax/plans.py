@@ -167,6 +167,10 @@ class FrontierFunction:
     priced = self._price_all(todo, params, batch, markers, skipped)
     if self.refine is not None:
       self._refine(priced, params, batch, markers, skipped)
+    # The plans searched under other limits in this process that fit this
+    # one: the choice is the fastest of every plan priced.
+    priced += _frontier_memo.limited_plans(
+        self, {p.candidate for p in priced})
     if self.paired_standins:
       priced = _paired_standins.recheck(priced, self.steps, params, batch,
                                         self.memory_limit, self._key)

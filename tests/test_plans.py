@@ -224,6 +224,91 @@ def test_auto_plan_runner_limits_between_the_smallest_plan_and_the_choice():
     A.resolve_limit("between:1.5", choice)
 
 
+def test_auto_plan_runner_between_floor_counts_the_screened_workspace():
+  # A screened price leaves out the kernel workspace: its peak is below
+  # its full build's, so a floor at it gave a limit no plan fits
+  # (eqx_transformer, 8 devices, session 33: between:0.33 = 398,187 B). A
+  # screened peak (and a classic schedule priced on a screened build)
+  # counts with the largest full - screened gap of the plans priced both
+  # ways in this process.
+  from experiments import auto_plan_lib as A  # pylint: disable=import-outside-toplevel
+
+  def plan(name, peak, plan=None, screened=False):
+    return P.PricedPlan(candidate=P.Candidate(name, 2, 2, 8, plan), step=1.0,
+                        unit="ms", peak_bytes_per_device=(peak,), source="x",
+                        blocks=2, build_seconds=0.0, screened=screened)
+  chosen = plan("vshape", 4000)
+  low_screened = plan("zbv", 1000, screened=True)
+  on_screened = plan("zbv", 900, plan="1f1b")   # priced on zbv's screened build
+  full_small = plan("vshape", 2000, plan="gpipe")  # on vshape's full build
+  choice = types.SimpleNamespace(frontier=types.SimpleNamespace(
+      plans=[chosen, low_screened, on_screened, full_small]), winner=chosen)
+  P.clear_memo()
+  try:
+    assert A.workspace_gap(choice.frontier.plans) == 0  # nothing both ways
+    assert A.resolve_limit("between:0", choice) == 900
+    P._MEMO[("K", chosen.candidate, True)] = (plan("vshape", 3400, None,
+                                                   True), None)
+    P._MEMO[("K", chosen.candidate, False)] = (chosen, None)
+    P._MEMO[("K", low_screened.candidate, "bound")] = (0.5, None)  # as kept
+    assert A.workspace_gap(choice.frontier.plans) == 600
+    assert A.floor_peak(choice.frontier.plans) == 1500   # 900 + 600
+    assert A.resolve_limit("between:0.5", choice) == 2750
+    # The floor above the choice's peak: the limit is the floor.
+    odd = types.SimpleNamespace(frontier=choice.frontier,
+                                winner=plan("zbv", 800, screened=True))
+    assert A.resolve_limit("between:0.5", odd) == 1500
+  finally:
+    P.clear_memo()
+
+
+def test_unlimited_choice_takes_a_faster_plan_searched_under_a_limit(
+    monkeypatch):
+  # README GPT, 8 devices (session 33): the search under 4.64 MB found 39.77
+  # ms at 3.88 MB, the search without a limit 40.51 ms at 5.08 MB. A plan
+  # that fits a limit fits no limit (and every larger one): a frontier of
+  # the same program priced later in the process chooses the fastest of
+  # every plan priced, not only of its own searches.
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  P.clear_memo()
+  mine = P.Candidate("vshape", 2, 4, 8)
+  lim = P.Candidate("vshape", 2, 4, 8, memory_limit=4_640_000)
+  other = P.Candidate("interleaved", 2, 4, 8, memory_limit=4_640_000)
+  bound = P.Candidate("vshape", 2, 4, 8, memory_limit=4_000_000)
+
+  def priced(c, step, peak, **kw):
+    return P.PricedPlan(candidate=c, step=step, unit="ms",
+                        peak_bytes_per_device=(peak,), source="tessel",
+                        blocks=2, build_seconds=0.0, **kw)
+  own = priced(mine, 40.51, 5_080_000)
+  at_limit = priced(lim, 39.77, 3_880_000)
+  P._MEMO[("K", lim, False)] = (at_limit, "lim step")
+  P._MEMO[("K", other, False)] = (priced(other, 30.0, 3_000_000), "x")
+  P._MEMO[("K", bound, False)] = (priced(bound, 20.0, 3_500_000,
+                                         bound=True), "y")
+  P._MEMO[("K", lim, True)] = (priced(lim, 10.0, 3_880_000,
+                                      screened=True), "z")
+  P._MEMO[("other program", lim, False)] = (priced(lim, 5.0, 100), "w")
+  monkeypatch.setattr(P, "candidates", lambda *a, **k: [mine])
+
+  def frontier_at(limit):
+    ff = P.FrontierFunction(lambda p, b: 0.0, mesh=None, placements=["vshape"],
+                            memory_limit=limit)
+    ff._key = "K"
+    monkeypatch.setattr(ff, "_price_all", lambda *a, **k: [own])
+    return ff, ff._price_frontier({}, np.zeros((8, 2)), None, 0.0)
+  try:
+    ff, fr = frontier_at(None)
+    # Neither the lower bound, the screened price, another program's plan
+    # nor a placement this frontier does not try.
+    assert [p.step for p in fr.plans] == [40.51, 39.77]
+    assert fr.choose(None) is at_limit and ff.steps[lim] == "lim step"
+    assert frontier_at(4_000_000)[1].choose(4_000_000) is at_limit
+    assert frontier_at(3_000_000)[1].plans == (own,)  # 3.88 MB: no fit
+  finally:
+    P.clear_memo()
+
+
 def test_auto_plan_runner_times_one_program_once():
   # A search under a limit its unlimited plan fits gives the same program:
   # the runner times it once (quiet session 32, README GPT at 6.3 MiB: two
