@@ -174,3 +174,18 @@ def test_replay_pricing_swaps_the_profiled_kernel_term():
       "replayed_thunk_priced_ms"] == 1.0
   assert lib.with_replay_pricing(row, None, term) is row
   assert lib.with_replay_pricing(row, 1e-6, None) is row
+
+
+def test_parts_split_the_prediction_into_kernel_term_and_stand_in():
+  row = {"model": "m", "predicted_ms": 10.0, "real_ms": 9.0,
+         "standin_ms": 5.0, "real_minus_standin_ms": 2.0,
+         "replayed_profiled_ms": 4.0}
+  got = lib.with_parts(row)
+  assert got["predicted_rest_ms"] == 6.0             # 10 - 4
+  assert got["kernel_term_over_added"] == 2.0        # 4 / 2: over-priced
+  assert got["rest_over_standin"] == 1.2             # 6 / 5
+  assert lib.with_parts({**row, "standin_ms": None}) == {
+      **row, "standin_ms": None}
+  cells = _cells({**_ROW, **lib.with_parts({**_ROW, **row})})
+  assert cells["kernel term / (real - stand-in)"] == "2.00"
+  assert cells["rest / stand-in"] == "1.20"
