@@ -17,6 +17,7 @@ from tessel_jax import checks as _checks
 from tessel_jax import compat
 from tessel_jax import schedule_cache as _schedule_cache
 from tessel_jax.cost import model as _cost_model
+from tessel_jax.cost import quantize as _quantize
 from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import SPANS
 from tessel_jax.schedule import (SPLIT_MICROBATCHES, Schedule,
@@ -217,6 +218,25 @@ def uniform_candidate(step: Any, graph: BlockGraph, ks: Any, unit: int,
   except (InfeasibleMemory, _errors.TesselError):
     return None
   return alt_graph, alt_sched, alt_unrolled
+
+
+def coarse_candidate(step: Any, costs: Any, unit: int, layout: Any,
+                     n_local: int, hoisted: int = 0) -> Any:
+  """``(graph, schedule, unrolled)`` searched on the measured spans
+  re-quantised on a coarser grid (``cost.quantize.coarser``) under the
+  same memory limit, or None: no coarser grid, a resolution the user gave,
+  or no schedule."""
+  if step._costs.time_resolution is not None:  # pylint: disable=protected-access
+    return None
+  coarse = _quantize.coarser(costs.quantized)
+  if coarse is None:
+    return None
+  try:
+    sched, unrolled = find_schedule(step, coarse, unit, layout, n_local,
+                                    costs, hoisted)
+  except (InfeasibleMemory, _errors.TesselError):
+    return None
+  return coarse, sched, unrolled
 
 
 #: ``pick_schedule``: the schedule searched on uniform spans is first
