@@ -232,7 +232,8 @@ def summary(q: Quantized) -> dict[str, Any]:
 
 def coarser(q: Quantized) -> BlockGraph | None:
   """``q``'s graph re-quantised on a coarser grid (spans and edge delays;
-  memory units kept), or None where there is none.
+  memory units kept), or None where there is none (or its spans are
+  ``q``'s).
 
   ``q``'s busiest device takes ``S`` steps per micro-batch; the grid is the
   one of ``ceil(S / 2) .. S - 1`` steps with the smallest rounding error
@@ -256,6 +257,8 @@ def coarser(q: Quantized) -> BlockGraph | None:
     return None
   blocks = tuple(dataclasses.replace(b, span=to_steps(q.seconds[b.id], best))
                  for b in q.graph.blocks)
+  if [b.span for b in blocks] == [b.span for b in q.graph.blocks]:
+    return None
   edges = tuple(Edge(e.src, e.dst, to_steps(
       q.delay_seconds.get((e.src, e.dst), 0.0), best, minimum=0))
                 for e in q.graph.edges)
