@@ -225,8 +225,11 @@ def coarse_candidate(step: Any, costs: Any, unit: int, layout: Any,
   """``(graph, schedule, unrolled)`` searched on the measured spans
   re-quantised on a coarser grid (``cost.quantize.coarser``) under the
   same memory limit, or None: no coarser grid, a resolution the user gave,
-  or no schedule."""
-  if step._costs.time_resolution is not None:  # pylint: disable=protected-access
+  a cheap screening build (``plans.FrontierFunction``: one more CP-SAT
+  search in each of the cold choice's many screening builds; the full
+  builds of the leaders search it), or no schedule."""
+  if (step._costs.time_resolution is not None or  # pylint: disable=protected-access
+      getattr(step, "cheap_screening", False)):
     return None
   coarse = _quantize.coarser(costs.quantized)
   if coarse is None:

@@ -126,3 +126,13 @@ def test_a_coarse_schedule_in_the_same_order_is_not_priced(monkeypatch):
       monkeypatch, {"fine": 0.56, "coarse": 0.01, "uniform": 0.63},
       coarse_same=True)
   assert (plan.name, chosen, picked) == ("fine", "measured", None)
+
+
+def test_no_coarse_search_in_a_cheap_screening_build_or_given_resolution():
+  q = _loaded()
+  costs = types.SimpleNamespace(quantized=q)
+  for model_res, cheap in ((None, True), (1e-3, False)):
+    step = types.SimpleNamespace(
+        _costs=types.SimpleNamespace(time_resolution=model_res),
+        cheap_screening=cheap)
+    assert step_schedule.coarse_candidate(step, costs, 1, None, 8) is None
