@@ -58,6 +58,14 @@ class Switches:
     row_dots_forward: With ``row_dots``, their forward too, as
       ``(W.T @ x.T).T`` with ``W.T`` hoisted (computed once per step);
       off by default.
+    coarse_grid: With measured costs, the schedule searched on the
+      measured spans on a coarser grid (``cost.quantize.coarser``) is a
+      third candidate of the build's pick, lowered when predicted faster
+      (``step_build._coarse_pick``); off by default: in session 34's loaded
+      runs of peer_bench's 4-stage mshape it made the loop-form schedule
+      more frequent in cold builds (4/6 against 1/6) but not in full
+      ``peer_bench`` runs (1/3 against 2/2), see BENCHMARKS.md (helper
+      "stage8", session 34).
   """
 
   hoist: bool = True
@@ -68,6 +76,7 @@ class Switches:
   workspace: bool = False
   row_dots: bool = True
   row_dots_forward: bool = False
+  coarse_grid: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

@@ -213,7 +213,8 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
   """``(plan, chosen spans, other's predicted ms, picked)`` (chosen:
   ``"measured"``, ``"coarse"`` or ``"uniform"``): with measured
   costs and a searched schedule, the one searched on the measured spans
-  on a coarser grid (:func:`_coarse_pick`) and then the one searched on
+  on a coarser grid (:func:`_coarse_pick`, with the ``coarse_grid``
+  switch) and then the one searched on
   uniform spans are lowered instead when predicted faster
   (``step._pick_schedule``)."""
   plan = make_plan(unrolled.actions)
@@ -222,8 +223,10 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
   if (costs is None or step.plan is not None or
       getattr(step, "screening", False)):
     return plan, None, None, None
-  plan, coarse = _coarse_pick(step, costs, unit, layout, n_local, unrolled,
-                              plan, make_plan, clock, hoisted)
+  coarse = None
+  if step.switches.coarse_grid:
+    plan, coarse = _coarse_pick(step, costs, unit, layout, n_local,
+                                unrolled, plan, make_plan, clock, hoisted)
   if coarse is not None:
     unrolled = coarse[2]
   alt = step_schedule.uniform_candidate(step, graph, ks, unit, layout,

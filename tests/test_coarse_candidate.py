@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from passes.switches import Switches
 from tessel_jax import placements, step_build, step_schedule
 from tessel_jax.cost import quantize
 from tessel_jax.schedule import Action
@@ -80,10 +81,12 @@ class _Model:
     return self.seconds[run.name]
 
 
-def _choose(monkeypatch, seconds, coarse_same=False):
+def _choose(monkeypatch, seconds, coarse_same=False,
+            switches=Switches(coarse_grid=True)):
   model = _Model(seconds)
   step = types.SimpleNamespace(_costs=model, mesh=None, pipe_axis="pipe",
-                               plan=None, screening=False)
+                               plan=None, screening=False,
+                               switches=switches)
   step._pick_schedule = lambda *a: step_schedule.pick_schedule(step, *a)
   fine, coarse, uniform = _run("fine"), _run("coarse"), _run("uniform")
   if coarse_same:
@@ -136,3 +139,12 @@ def test_no_coarse_search_in_a_cheap_screening_build_or_given_resolution():
         _costs=types.SimpleNamespace(time_resolution=model_res),
         cheap_screening=cheap)
     assert step_schedule.coarse_candidate(step, costs, 1, None, 8) is None
+
+
+def test_the_coarse_grid_is_not_tried_by_default(monkeypatch):
+  # Off by default (mixed evidence in full peer_bench runs): the coarse
+  # grid's schedule, though priced faster here, is not lowered.
+  plan, chosen, _, picked = _choose(
+      monkeypatch, {"fine": 0.62, "coarse": 0.56, "uniform": 0.63},
+      switches=Switches())
+  assert (plan.name, chosen, picked) == ("fine", "measured", None)
