@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 
 TICK_ORDER_ENV = "TESSEL_JAX_TICK_ORDER"
+COARSE_GRID_ENV = "TESSEL_JAX_COARSE_GRID"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,9 +82,12 @@ class Switches:
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   """The default switches, ``tick_order`` on where
-  ``TESSEL_JAX_TICK_ORDER=1`` (``environ``: default ``os.environ``)."""
+  ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` where
+  ``TESSEL_JAX_COARSE_GRID=1`` (``environ``: default ``os.environ``; for
+  A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
-  return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1")
+  return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
+                  coarse_grid=env.get(COARSE_GRID_ENV, "") == "1")
 
 
-__all__ = ["Switches", "TICK_ORDER_ENV", "from_env"]
+__all__ = ["COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]

@@ -9,6 +9,7 @@ import types
 
 import pytest
 
+from passes import switches as switches_lib
 from passes.switches import Switches
 from tessel_jax import placements, step_build, step_schedule
 from tessel_jax.cost import quantize
@@ -148,3 +149,9 @@ def test_the_coarse_grid_is_not_tried_by_default(monkeypatch):
       monkeypatch, {"fine": 0.62, "coarse": 0.56, "uniform": 0.63},
       switches=Switches())
   assert (plan.name, chosen, picked) == ("fine", "measured", None)
+
+
+def test_the_environment_turns_it_on():
+  assert not switches_lib.from_env({}).coarse_grid
+  assert switches_lib.from_env(
+      {switches_lib.COARSE_GRID_ENV: "1"}).coarse_grid
