@@ -62,11 +62,11 @@ class Switches:
     coarse_grid: With measured costs, the schedule searched on the
       measured spans on a coarser grid (``cost.quantize.coarser``) is a
       third candidate of the build's pick, lowered when predicted faster
-      (``step_build._coarse_pick``); off by default: in session 34's loaded
-      runs of peer_bench's 4-stage mshape it made the loop-form schedule
-      more frequent in cold builds (4/6 against 1/6) but not in full
-      ``peer_bench`` runs (1/3 against 2/2), see BENCHMARKS.md (helper
-      "stage8", session 34).
+      (``step_build._coarse_pick``); on by default since session 34
+      (peer_bench's 4-stage mshape: the loop-form schedule, 8-12% less CPU
+      than the interpreted forms, in 4/6 cold builds against 1/6, see
+      BENCHMARKS.md, helper "stage8"); off (``TESSEL_JAX_COARSE_GRID=0``):
+      two candidates, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -77,17 +77,17 @@ class Switches:
   workspace: bool = False
   row_dots: bool = True
   row_dots_forward: bool = False
-  coarse_grid: bool = False
+  coarse_grid: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   """The default switches, ``tick_order`` on where
-  ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` where
-  ``TESSEL_JAX_COARSE_GRID=1`` (``environ``: default ``os.environ``; for
+  ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` off where
+  ``TESSEL_JAX_COARSE_GRID=0`` (``environ``: default ``os.environ``; for
   A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
-                  coarse_grid=env.get(COARSE_GRID_ENV, "") == "1")
+                  coarse_grid=env.get(COARSE_GRID_ENV, "") != "0")
 
 
 __all__ = ["COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]

@@ -142,16 +142,16 @@ def test_no_coarse_search_in_a_cheap_screening_build_or_given_resolution():
     assert step_schedule.coarse_candidate(step, costs, 1, None, 8) is None
 
 
-def test_the_coarse_grid_is_not_tried_by_default(monkeypatch):
-  # Off by default (mixed evidence in full peer_bench runs): the coarse
-  # grid's schedule, though priced faster here, is not lowered.
+def test_the_coarse_grid_is_not_tried_with_the_switch_off(monkeypatch):
+  # Switches(coarse_grid=False): the coarse grid's schedule, though priced
+  # faster here, is not lowered (two candidates, as before).
   plan, chosen, _, picked = _choose(
       monkeypatch, {"fine": 0.62, "coarse": 0.56, "uniform": 0.63},
-      switches=Switches())
+      switches=Switches(coarse_grid=False))
   assert (plan.name, chosen, picked) == ("fine", "measured", None)
 
 
-def test_the_environment_turns_it_on():
-  assert not switches_lib.from_env({}).coarse_grid
-  assert switches_lib.from_env(
-      {switches_lib.COARSE_GRID_ENV: "1"}).coarse_grid
+def test_on_by_default_and_the_environment_turns_it_off():
+  assert Switches().coarse_grid and switches_lib.from_env({}).coarse_grid
+  assert not switches_lib.from_env(
+      {switches_lib.COARSE_GRID_ENV: "0"}).coarse_grid
