@@ -7,6 +7,8 @@ Usage (4 fake devices)::
   python -m experiments.mshape_profile --ab_straight_order=6
   python -m experiments.mshape_profile --ab_residual_trim=8
   python -m experiments.mshape_profile --ab_row_dots=10 --variants=tj_mshape
+  python -m experiments.mshape_profile --pick_builds=6 --pick_busy=2 \
+      --variants=tj_mshape
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -51,6 +53,17 @@ flags.DEFINE_integer("ab_row_dots", 0, "If > 0: instead of the profile,"
 flags.DEFINE_bool("ab_row_dots_forward", False, "With --ab_row_dots:"
                   " instead, the default against the forward also taken"
                   " as (W.T @ x.T).T (Switches.row_dots_forward).")
+flags.DEFINE_integer("pick_builds", 0, "If > 0: instead of the profile,"
+                     " this many cold builds of each variant (measured"
+                     " cost, a fresh cache directory each), printing the"
+                     " schedule each lowers and its prediction, then the"
+                     " distinct programs timed in --pick_rounds shuffled"
+                     " rounds (CPU per step, paired against the first"
+                     " build's).")
+flags.DEFINE_integer("pick_busy", 0, "With --pick_builds: busy processes"
+                     " (a Python loop each) running during the builds only,"
+                     " as on a loaded machine.")
+flags.DEFINE_integer("pick_rounds", 8, "With --pick_builds: timing rounds.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -187,12 +200,94 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
         "load_average": os.getloadavg()}), flush=True)
 
 
+def _busy(count: int) -> list[Any]:
+  """``count`` processes spinning a core each (the caller kills them)."""
+  # pylint: disable=import-outside-toplevel
+  import subprocess
+  import sys
+  return [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+          for _ in range(count)]
+
+
+def _cold_build(name: str, n: int, params: Any, batch: Any, mesh: Any
+                ) -> tuple[Any, dict[str, Any]]:
+  """``(compiled, row)`` of one measured-cost build of ``name`` with a
+  fresh cache directory, as peer_bench builds its tj variants."""
+  # pylint: disable=import-outside-toplevel
+  import tempfile
+
+  import tessel_jax as tj
+  from experiments import peer_bench_lib as pbl
+  placement, blocks = pbl.tj_layout(name, 8, 4)
+  with tempfile.TemporaryDirectory() as cache:
+    built = tj.schedule(pbl.marked_loss(blocks), mesh=mesh,
+                        placement=placement, num_microbatches=n,
+                        cut="markers", cost="measured", interpret_ramps=8,
+                        cache_dir=cache).build(params, batch)
+  rep = built.report
+  row = {"variant": name, "lowered_as": built.plan.loop_summary(),
+         "schedule_costs": rep.schedule_costs,
+         "predicted_ms": round(rep.predicted_step_ms, 1),
+         "other_predicted_ms": (None if rep.alternative_ms is None else
+                                round(rep.alternative_ms, 1)),
+         "resolution_ms": round(1e3 * rep.time_resolution_s, 3),
+         "build_s": round(built.build_seconds, 2)}
+  return built.jitted.lower(params, batch).compile(), row
+
+
+def pick(n: int, builds: int, busy: int, rounds: int,
+         variants: tuple[str, ...]) -> None:
+  """``builds`` cold builds of each variant (``busy`` spinning processes
+  beside them); then each variant's distinct lowered programs timed in
+  shuffled rounds, CPU per step and paired against the first build's."""
+  # pylint: disable=import-outside-toplevel
+  import random
+
+  import jax
+  import numpy as np
+  params, batch, mesh = _inputs(n)
+  programs: dict[tuple[str, str], Any] = {}
+  for name in variants:
+    for b in range(builds):
+      spin = _busy(busy)
+      try:
+        compiled, row = _cold_build(name, n, params, batch, mesh)
+      finally:
+        for p in spin:
+          p.kill()
+          p.wait()
+      programs.setdefault((name, row["lowered_as"]), compiled)
+      print(json.dumps({"build": b, "busy": busy, **row,
+                        "load_average": os.getloadavg()}), flush=True)
+  cpu: dict[tuple[str, str], list[float]] = {k: [] for k in programs}
+  rng = random.Random(0)
+  for _ in range(rounds):
+    keys = list(programs)
+    rng.shuffle(keys)
+    for k in keys:
+      jax.block_until_ready(programs[k](params, batch))
+      c0 = _cpu_s()
+      jax.block_until_ready(programs[k](params, batch))
+      cpu[k].append(1e3 * (_cpu_s() - c0))
+  for name in variants:
+    keys = [k for k in programs if k[0] == name]
+    for k in keys:
+      print(json.dumps({
+          "variant": name, "lowered_as": k[1],
+          "cpu_ms": round(float(np.median(cpu[k])), 1),
+          "paired_vs_first": round(float(np.median(
+              [a / b for a, b in zip(cpu[k], cpu[keys[0]])])), 4),
+          "load_average": os.getloadavg()}), flush=True)
+
+
 def main(argv: list[str]) -> None:
   """The binary: 4 fake CPU devices, then :func:`main` on the flags."""
   cli.no_arguments(argv)
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
   f = flags.FLAGS
-  if f.ab_straight_order > 0:
+  if f.pick_builds > 0:
+    pick(f.n, f.pick_builds, f.pick_busy, f.pick_rounds, tuple(f.variants))
+  elif f.ab_straight_order > 0:
     ab_straight_order(f.n, f.ab_straight_order, tuple(f.variants))
   elif f.ab_residual_trim > 0:
     ab(f.n, f.ab_residual_trim, tuple(f.variants), {"residual_trim": False},

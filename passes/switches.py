@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 
 TICK_ORDER_ENV = "TESSEL_JAX_TICK_ORDER"
+COARSE_GRID_ENV = "TESSEL_JAX_COARSE_GRID"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,14 @@ class Switches:
     row_dots_forward: With ``row_dots``, their forward too, as
       ``(W.T @ x.T).T`` with ``W.T`` hoisted (computed once per step);
       off by default.
+    coarse_grid: With measured costs, the schedule searched on the
+      measured spans on a coarser grid (``cost.quantize.coarser``) is a
+      third candidate of the build's pick, lowered when predicted faster
+      (``step_build._coarse_pick``); on by default since session 34
+      (peer_bench's 4-stage mshape: the loop-form schedule, 8-12% less CPU
+      than the interpreted forms, in 4/6 cold builds against 1/6, see
+      BENCHMARKS.md, helper "stage8"); off (``TESSEL_JAX_COARSE_GRID=0``):
+      two candidates, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -68,13 +77,17 @@ class Switches:
   workspace: bool = False
   row_dots: bool = True
   row_dots_forward: bool = False
+  coarse_grid: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   """The default switches, ``tick_order`` on where
-  ``TESSEL_JAX_TICK_ORDER=1`` (``environ``: default ``os.environ``)."""
+  ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` off where
+  ``TESSEL_JAX_COARSE_GRID=0`` (``environ``: default ``os.environ``; for
+  A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
-  return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1")
+  return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
+                  coarse_grid=env.get(COARSE_GRID_ENV, "") != "0")
 
 
-__all__ = ["Switches", "TICK_ORDER_ENV", "from_env"]
+__all__ = ["COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]

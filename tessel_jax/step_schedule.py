@@ -17,6 +17,7 @@ from tessel_jax import checks as _checks
 from tessel_jax import compat
 from tessel_jax import schedule_cache as _schedule_cache
 from tessel_jax.cost import model as _cost_model
+from tessel_jax.cost import quantize as _quantize
 from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import SPANS
 from tessel_jax.schedule import (SPLIT_MICROBATCHES, Schedule,
@@ -118,11 +119,13 @@ def memory_units(step: Any, unit: int, layout: Any, costs: Any = None,
 
 
 def find_schedule(step: Any, graph: BlockGraph, unit: int, layout: Any,
-                  n_local: int, costs: Any = None, hoisted: int = 0
+                  n_local: int, costs: Any = None, hoisted: int = 0,
+                  time_limit_s: float | None = None
                   ) -> tuple[Schedule | None, UnrolledSchedule]:
   """``(schedule, unrolled)`` of ``n_local`` micro-batches on ``graph``:
   ``step.plan`` when given, else cached or searched (``hoisted``: see
-  :func:`memory_limit_bytes`).
+  :func:`memory_limit_bytes`; ``time_limit_s``: the search's CP-SAT
+  budget, None: ``step.solver_time_limit_s``).
 
   Raises:
     InfeasibleMemory: no schedule fits the memory limit.
@@ -132,7 +135,9 @@ def find_schedule(step: Any, graph: BlockGraph, unit: int, layout: Any,
     return given
   limit = memory_units(step, unit, layout, costs, hoisted)
   cache = _schedule_cache.ScheduleCache(step.cache_dir)
-  options = {"time_limit_s": step.solver_time_limit_s, "seed": step.seed}
+  if time_limit_s is None:
+    time_limit_s = step.solver_time_limit_s
+  options = {"time_limit_s": time_limit_s, "seed": step.seed}
   completion_s = completion_time_s(step)
   if completion_s is not None:  # (full builds keep their keys)
     options["completion_time_s"] = completion_s
@@ -142,7 +147,7 @@ def find_schedule(step: Any, graph: BlockGraph, unit: int, layout: Any,
     step.schedule_cache_hits += 1
     return hit
   step.searches += 1
-  sched = _search(step, graph, limit, unit)
+  sched = _search(step, graph, limit, unit, time_limit_s)
   unrolled = sched.unroll(n_local)
   cache.store(key, sched, unrolled)
   return sched, unrolled
@@ -182,13 +187,13 @@ def completion_time_s(step: Any) -> float | None:
 
 
 def _search(step: Any, graph: BlockGraph, limit: int | None,
-            unit: int) -> Schedule:
-  """``search.search_repetend`` with the step's time limit and seed (and
-  :func:`completion_time_s`)."""
+            unit: int, time_limit_s: float) -> Schedule:
+  """``search.search_repetend`` with ``time_limit_s`` and the step's seed
+  (and :func:`completion_time_s`)."""
   from tessel_jax import search  # pylint: disable=import-outside-toplevel
   try:
     return search.search_repetend(graph, memory_limit=limit,
-                                  time_limit_s=step.solver_time_limit_s,
+                                  time_limit_s=time_limit_s,
                                   seed=step.seed,
                                   completion_time_s=completion_time_s(step))
   except search.InfeasibleScheduleError as err:
@@ -217,6 +222,36 @@ def uniform_candidate(step: Any, graph: BlockGraph, ks: Any, unit: int,
   except (InfeasibleMemory, _errors.TesselError):
     return None
   return alt_graph, alt_sched, alt_unrolled
+
+
+#: ``coarse_candidate``'s share of the step's CP-SAT budget. peer_bench's
+#: 4-stage mshape at load 17: a coarse grid's search ran its whole 30 s
+#: (the default grid's took 1.9 s) and lost; where it won (loaded builds)
+#: the search and its price took 2.5-4.9 s.
+COARSE_SEARCH_SHARE = 1 / 8
+
+
+def coarse_candidate(step: Any, costs: Any, unit: int, layout: Any,
+                     n_local: int, hoisted: int = 0) -> Any:
+  """``(graph, schedule, unrolled)`` searched on the measured spans
+  re-quantised on a coarser grid (``cost.quantize.coarser``) under the
+  same memory limit, or None: no coarser grid, a resolution the user gave,
+  a cheap screening build (``plans.FrontierFunction``: one more CP-SAT
+  search in each of the cold choice's many screening builds; the full
+  builds of the leaders search it), or no schedule."""
+  if (step._costs.time_resolution is not None or  # pylint: disable=protected-access
+      getattr(step, "cheap_screening", False)):
+    return None
+  coarse = _quantize.coarser(costs.quantized)
+  if coarse is None:
+    return None
+  try:
+    sched, unrolled = find_schedule(
+        step, coarse, unit, layout, n_local, costs, hoisted,
+        time_limit_s=step.solver_time_limit_s * COARSE_SEARCH_SHARE)
+  except (InfeasibleMemory, _errors.TesselError):
+    return None
+  return coarse, sched, unrolled
 
 
 #: ``pick_schedule``: the schedule searched on uniform spans is first

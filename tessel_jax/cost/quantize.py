@@ -227,3 +227,39 @@ def summary(q: Quantized) -> dict[str, Any]:
                                    6),
           "spans": {q.graph.block(b).label: q.graph.block(b).span
                     for b in q.graph.ids}}
+
+
+
+def coarser(q: Quantized) -> BlockGraph | None:
+  """``q``'s graph re-quantised on a coarser grid (spans and edge delays;
+  memory units kept), or None where there is none (or its spans are
+  ``q``'s).
+
+  ``q``'s busiest device takes ``S`` steps per micro-batch; the grid is the
+  one of ``ceil(S / 2) .. S - 1`` steps with the smallest rounding error
+  (:func:`choose_resolution`'s measure; ties: the coarser). A few per cent
+  more or less in one kernel's measured seconds moves the default grid a
+  long way, as the rounding error is not monotonic in ``S`` (peer_bench's
+  4-stage mshape: 13-14 steps quiet, 19-20 with two busy processes beside
+  the build, 5.4% at 13), and the search then orders blocks otherwise:
+  there, schedules lowering to interpreted ticks that measured ~10% slower
+  than the loop-form one of 13-14 steps
+  (``step_schedule.coarse_candidate`` prices both).
+  """
+  busiest = max(_loads(q.graph, q.seconds))
+  steps = int(round(busiest / q.resolution))
+  best, best_err = None, math.inf
+  for s in range(steps - 1, (steps + 1) // 2 - 1, -1):
+    _, weighted, load = _errors(q.graph, q.seconds, busiest / s)
+    if max(weighted, load) < best_err - 1e-12:
+      best, best_err = busiest / s, max(weighted, load)
+  if best is None:
+    return None
+  blocks = tuple(dataclasses.replace(b, span=to_steps(q.seconds[b.id], best))
+                 for b in q.graph.blocks)
+  if [b.span for b in blocks] == [b.span for b in q.graph.blocks]:
+    return None
+  edges = tuple(Edge(e.src, e.dst, to_steps(
+      q.delay_seconds.get((e.src, e.dst), 0.0), best, minimum=0))
+                for e in q.graph.edges)
+  return dataclasses.replace(q.graph, blocks=blocks, edges=edges)

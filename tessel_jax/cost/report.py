@@ -52,8 +52,10 @@ class CostReport:
     link: The communication model (``LinkModel.to_dict()``).
     backend: Backend the kernels were measured on.
     schedule_costs: Spans the lowered schedule was searched on:
-      ``"measured"``, or ``"uniform"`` when the schedule searched on uniform
-      spans was predicted faster (its quantisation error is then None).
+      ``"measured"``, ``"coarse"`` when the one searched on the measured
+      spans on a coarser grid (``quantize.coarser``) was predicted faster,
+      or ``"uniform"`` when the one searched on uniform spans was (the
+      quantisation error is None for these two).
     alternative_ms: Predicted step time of the candidate not taken (None:
       no choice was made).
     block_modes: Forward block label (``F0``) of every block on several
@@ -114,7 +116,8 @@ class CostReport:
               f" (quantisation error {qe}, step"
               f" {1e3 * (self.time_resolution_s or 0):.3f} ms)")
       if self.alternative_ms is not None:
-        other = "uniform" if self.schedule_costs == "measured" else "measured"
+        other = ("measured" if self.schedule_costs == "uniform"
+                 else "uniform")
         head += (f"; schedule searched on {self.schedule_costs} spans, the"
                  f" one on {other} spans predicted {self.alternative_ms:.2f}"
                  f" ms")
