@@ -55,6 +55,7 @@ import numpy as np
 from tessel_jax import compat
 
 from . import autocut_cost, scan_split
+from . import param_only as _param_only
 from .cut_dp import DEFAULT_TOLERANCE, block_costs, optimal_cuts
 from .errors import fail
 from .tracing import Traced, trace
@@ -161,9 +162,17 @@ def live_bytes(closed_jaxpr: Any) -> np.ndarray:
 
 
 def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
-              device: Any | None = None,
-              cache: Any = None) -> tuple[np.ndarray, str]:
+              device: Any | None = None, cache: Any = None,
+              num_params: int | None = None) -> tuple[np.ndarray, str]:
   """Per-equation costs of the top-level equations and their source.
+
+  With ``num_params`` (the jaxpr's first ``num_params`` inputs are the
+  parameters), ``"measured"`` and ``"analytic"`` price the equations as the
+  placed program runs them per micro-batch: parameter-only work the
+  lowering hoists out of the ticks (``passes.param_only.find``, e.g. the
+  slices of dead convolution taps) runs once per step and costs 0 here, and
+  the timed groups read its outputs as inputs (see
+  ``autocut_cost.measured_costs``'s ``per_step``).
 
   Args:
     closed_jaxpr: The (flattened) traced function.
@@ -172,18 +181,21 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
     train: Cost forward + backward.
     device: Where to measure.
     cache: ``cost.cache.ProfileCache`` for measured group timings.
+    num_params: Parameter inputs (None: price every equation per
+      micro-batch).
   """
   eqns = closed_jaxpr.jaxpr.eqns
   if isinstance(cost, str):
     platform = autocut_cost.platform_of(device)
     est = autocut_cost.roofline_seconds(autocut_cost.analytic_costs(eqns),
                                         train=train, platform=platform)
+    per_step = hoisted_eqns(closed_jaxpr, num_params)
     if cost == "analytic":
-      return est, "analytic"
+      return np.where(per_step, 0.0, est), "analytic"
     if cost == "measured":
       m = autocut_cost.measured_costs(closed_jaxpr, train=train,
                                       device=device, estimate=est,
-                                      cache=cache)
+                                      cache=cache, per_step=per_step)
       return m.seconds, "measured"
     raise ValueError(f"cost must be 'measured', 'analytic', a sequence or a"
                      f" callable, got {cost!r}")
@@ -193,6 +205,20 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
     raise ValueError(f"{arr.shape[0] if arr.ndim else 0} costs given for"
                      f" {len(eqns)} equations")
   return arr, "given"
+
+
+def hoisted_eqns(closed_jaxpr: Any, num_params: int | None) -> np.ndarray:
+  """Per top-level equation, True when it is parameter-only work the
+  lowering computes once per step (``passes.param_only.find`` on the
+  function's first ``num_params`` inputs); all False when ``num_params``
+  is None."""
+  eqns = closed_jaxpr.jaxpr.eqns
+  if not num_params:
+    return np.zeros(len(eqns), bool)
+  found = _param_only.find(closed_jaxpr,
+                           closed_jaxpr.jaxpr.invars[:num_params])
+  prelude = {id(e) for e in found.prelude}
+  return np.array([id(e) in prelude for e in eqns], dtype=bool)
 
 
 # --- the api entry point -----------------------------------------------------
@@ -322,7 +348,8 @@ def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
         f" counts as one, a scan one per iteration); mark the blocks with"
         f" tj.boundary, or pick a placement with fewer blocks")
   eqn_cost, source = eqn_costs(flat, cost=cost, train=train, device=device,
-                               cache=cache)
+                               cache=cache,
+                               num_params=len(traced.param_avals))
   costs = scan_split.unit_costs(eqn_cost, units, sites)
   live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,
@@ -454,5 +481,5 @@ def flatten(traced: Traced) -> Any:
 
 
 __all__ = ["AutoCut", "CUT_MODES", "cut_info", "cut_to", "eqn_costs",
-           "flatten", "live_bytes", "with_cut"]
+           "flatten", "hoisted_eqns", "live_bytes", "with_cut"]
 

@@ -393,7 +393,8 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
                    num_groups: int = 12, device: Any | None = None,
                    repeats: int = 7, min_seconds: float = 0.005,
                    estimate: np.ndarray | None = None,
-                   seed: int = 0, cache: Any = None) -> MeasuredCosts:
+                   seed: int = 0, cache: Any = None,
+                   per_step: Sequence[bool] | None = None) -> MeasuredCosts:
   """Times contiguous groups of top-level equations; spreads by estimate.
 
   Args:
@@ -410,6 +411,11 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
     seed: Seed for the example inputs.
     cache: A ``tessel_jax.cost.cache.ProfileCache``: group timings are read
       from it and new ones stored (None: this process only).
+    per_step: Per equation, True where the placed program runs it once per
+      step rather than per micro-batch (parameter-only work the lowering
+      hoists, ``passes.hoist``): such equations cost 0 and are left out of
+      the timed groups, whose programs read (and, training, differentiate)
+      their outputs as inputs, as the program's kernels do.
 
   Returns:
     :class:`MeasuredCosts`.
@@ -422,6 +428,12 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
     estimate = roofline_seconds(analytic_costs(eqns), train=train,
                                 platform=_platform(device))
   estimate = np.asarray(estimate, dtype=float)
+  skip = (np.zeros(len(eqns), bool) if per_step is None
+          else np.asarray(per_step, dtype=bool))
+  if skip.shape != (len(eqns),):
+    raise ValueError(f"per_step has {skip.shape[0] if skip.ndim else 0}"
+                     f" entries for {len(eqns)} equations")
+  estimate = np.where(skip, 0.0, estimate)
   bounds = group_bounds(eqns, estimate, num_groups)
   const_vars = set(jaxpr.constvars)
   consts = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
@@ -441,7 +453,8 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
   groups = []
   for a, b in bounds:
     used_after = {v for v, last in last_use.items() if last >= b}
-    group = _make_group(eqns[a:b], used_after, const_vars)
+    group = _make_group([e for i, e in enumerate(eqns[a:b], a) if not skip[i]],
+                        used_after, const_vars)
     groups.append(group)
     keys.append((group.key, kind, train))
   _from_disk(cache, keys)
@@ -470,8 +483,9 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
     t = _GROUP_CACHE[key]
     group_seconds.append(t)
     est = estimate[a:b]
-    share = est / est.sum() if est.sum() > 0 else np.full(b - a, 1.0 / (b - a))
-    seconds[a:b] = t * share
+    if est.sum() <= 0:
+      est = np.where(skip[a:b], 0.0, 1.0)
+    seconds[a:b] = t * est / est.sum() if est.sum() > 0 else 0.0
   timed = len(pending)
   return MeasuredCosts(seconds=seconds, groups=tuple(bounds),
                        group_seconds=tuple(group_seconds), timed=timed,
