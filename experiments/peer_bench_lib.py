@@ -37,7 +37,7 @@ from tessel_jax import placements
 
 VARIANTS = ("plain_1core", "plain_2core", "data_parallel", "hand_gpipe",
             "tj_searched", "tj_gpipe", "tj_1f1b", "tj_compact", "tj_mshape",
-            "tj_zbv")
+            "tj_zbv", "tj_mshape_compact", "tj_zbv_compact")
 # The default variants: issue 15's 2-stage table, and at 4 stages its work
 # ratio (searched mshape and zbv against the hand GPipe; plain jit on one
 # core is the useful work, tessel_jax's GPipe the same placement as the hand
@@ -111,10 +111,10 @@ def tj_layout(name: str, layers: int, stages: int
   ``zbv(S)`` chains ``2S`` blocks of ``L / 2S``, two per device. Every
   device does ``L / S`` layers of work per micro-batch in each.
   """
-  if name == "tj_mshape":
+  if name.startswith("tj_mshape"):
     return (placements.mshape(stages),
             [layers // 2] + [layers // (2 * stages)] * stages)
-  if name == "tj_zbv":
+  if name.startswith("tj_zbv"):
     return placements.zbv(stages), [layers // (2 * stages)] * (2 * stages)
   return placements.vshape(stages), [layers // stages] * stages
 
@@ -138,7 +138,9 @@ def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
   plan = "gpipe" if name == "tj_gpipe" else "1f1b" if name == "tj_1f1b" else None
   # tj_compact: the searched schedule with every tick in one table-driven
   # loop (interpret_ramps=0: each kernel body once in the program).
-  ramps = 0 if name == "tj_compact" else 8
+  # The ``*_compact`` variants are mshape/zbv lowered the same way (the
+  # library's default, interpret_ramps="auto").
+  ramps = 0 if name.endswith("_compact") else 8
   return (lambda: tj.schedule(marked_loss(blocks), mesh=mesh,
                               placement=placement, num_microbatches=n,
                               plan=plan, cut="markers", cost=args.cost,
