@@ -203,6 +203,11 @@ def test_plans_compared_with_their_fsdp_collectives(monkeypatch) -> None:
   # Both schedules are priced even where the measured timings give the
   # uniform one's order (then the build prices one and reuses it).
   monkeypatch.setattr(step_build, "same_order", lambda a, b: False)
+  # Only these two: the coarser-grid candidate (Switches.coarse_grid,
+  # tests/test_coarse_candidate.py) would be priced too.
+  monkeypatch.setattr(step_build, "_coarse_pick",
+                      lambda step, costs, unit, layout, n_local, unrolled,
+                      plan, *rest, **kw: (plan, None))
   step = _fsdp_step("per_block", cost="measured", plan=None)
   report = step.built.report
   assert report.alternative_ms is not None and len(seen) == 2
