@@ -229,7 +229,6 @@ def summary(q: Quantized) -> dict[str, Any]:
                     for b in q.graph.ids}}
 
 
-
 def coarser(q: Quantized) -> BlockGraph | None:
   """``q``'s graph re-quantised on a coarser grid (spans and edge delays;
   memory units kept), or None where there is none (or its spans are
