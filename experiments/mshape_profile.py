@@ -75,6 +75,27 @@ def _cpu_s() -> float:
   return r.ru_utime + r.ru_stime
 
 
+def _shuffled_cpu_ms(runs: dict, rounds: int, params: Any, batch: Any
+                     ) -> dict[Any, list[float]]:
+  """CPU ms of one call of each of ``runs`` per round (a warm call first),
+  the runs in a shuffled order each round (seed 0)."""
+  # pylint: disable=import-outside-toplevel
+  import random
+
+  import jax
+  cpu: dict[Any, list[float]] = {k: [] for k in runs}
+  rng = random.Random(0)
+  for _ in range(rounds):
+    keys = list(runs)
+    rng.shuffle(keys)
+    for k in keys:
+      jax.block_until_ready(runs[k](params, batch))
+      c0 = _cpu_s()
+      jax.block_until_ready(runs[k](params, batch))
+      cpu[k].append(1e3 * (_cpu_s() - c0))
+  return cpu
+
+
 def plan_counts(plan: Any) -> dict[str, int]:
   """What a tick plan does per step, counted from its static tables."""
   ticks = plan.ticks
@@ -150,9 +171,6 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
   alternately (shuffled per round); prints the medians and the paired
   ratio on / off."""
   # pylint: disable=import-outside-toplevel
-  import random
-
-  import jax
   import numpy as np
 
   import tessel_jax as tj
@@ -180,16 +198,7 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
                         "temp_mb": round(compiled.memory_analysis()
                                          .temp_size_in_bytes / 1e6, 1)}),
             flush=True)
-  cpu = {k: [] for k in runs}
-  rng = random.Random(0)
-  for _ in range(rounds):
-    keys = list(runs)
-    rng.shuffle(keys)
-    for k in keys:
-      jax.block_until_ready(runs[k](params, batch))
-      c0 = _cpu_s()
-      jax.block_until_ready(runs[k](params, batch))
-      cpu[k].append(1e3 * (_cpu_s() - c0))
+  cpu = _shuffled_cpu_ms(runs, rounds, params, batch)
   for name in variants:
     on_, off_ = cpu[(name, True)], cpu[(name, False)]
     print(json.dumps({
@@ -241,9 +250,6 @@ def pick(n: int, builds: int, busy: int, rounds: int,
   beside them); then each variant's distinct lowered programs timed in
   shuffled rounds, CPU per step and paired against the first build's."""
   # pylint: disable=import-outside-toplevel
-  import random
-
-  import jax
   import numpy as np
   params, batch, mesh = _inputs(n)
   programs: dict[tuple[str, str], Any] = {}
@@ -259,16 +265,7 @@ def pick(n: int, builds: int, busy: int, rounds: int,
       programs.setdefault((name, row["lowered_as"]), compiled)
       print(json.dumps({"build": b, "busy": busy, **row,
                         "load_average": os.getloadavg()}), flush=True)
-  cpu: dict[tuple[str, str], list[float]] = {k: [] for k in programs}
-  rng = random.Random(0)
-  for _ in range(rounds):
-    keys = list(programs)
-    rng.shuffle(keys)
-    for k in keys:
-      jax.block_until_ready(programs[k](params, batch))
-      c0 = _cpu_s()
-      jax.block_until_ready(programs[k](params, batch))
-      cpu[k].append(1e3 * (_cpu_s() - c0))
+  cpu = _shuffled_cpu_ms(programs, rounds, params, batch)
   for name in variants:
     keys = [k for k in programs if k[0] == name]
     for k in keys:
