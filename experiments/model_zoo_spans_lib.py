@@ -56,8 +56,9 @@ class SpansArgs(NamedTuple):
 
 @contextlib.contextmanager
 def forced(which: str | None, choices: list[str]) -> Iterator[None]:
-  """Lowers the candidate ``which`` ("measured" / "uniform"; None: as
-  chosen) whatever the prediction says; appends the automatic choice to
+  """Lowers the candidate ``which`` ("measured": searched on the measured
+  spans, on the automatic or the coarser grid as the build priced them /
+  "uniform"; None: as chosen) whatever the prediction says; appends the automatic choice to
   ``choices``. Wraps ``ScheduledFunction._pick_schedule`` for the block."""
   orig = _api.ScheduledFunction._pick_schedule
 

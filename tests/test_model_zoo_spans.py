@@ -35,7 +35,11 @@ def test_forced_lowers_each_candidate_and_restores_the_choice():
     want = jax.value_and_grad(_fn)(params, batch)
     loss, _ = built.jitted(params, batch)
     np.testing.assert_allclose(loss, want[0], rtol=1e-5)
-  assert got == {"measured": "measured", "uniform": "uniform"}
+  # "measured" is the schedule searched on the measured spans, on the
+  # automatic grid or on the coarser one (Switches.coarse_grid), whichever
+  # the build priced faster.
+  assert got["measured"] in ("measured", "coarse"), got
+  assert got["uniform"] == "uniform", got
   assert api.ScheduledFunction._pick_schedule is orig
 
 
