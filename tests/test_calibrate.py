@@ -18,6 +18,7 @@ import pytest
 import tessel_jax as tj
 from tessel_jax import placements
 from tessel_jax.cost import calibrate, ports
+from tessel_jax.passes.switches import Switches
 
 from test_cost import _tiny
 
@@ -48,9 +49,14 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
 
   monkeypatch.setattr(calibrate, "program_timer", fake_timer)
   fn, params, batch = _tiny(n=4, kinds=("embed", "head"))
+  # The coarser-grid candidate (Switches.coarse_grid) is left out: these
+  # tests read the timed plan's price from predicted_step_ms or
+  # alternative_ms, and a coarse schedule predicted faster than the timed
+  # one would take its place in the report (CI of 2520ab8 failed so).
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
                      placement=placements.vshape(2), num_microbatches=4,
-                     cost=cost, cache_dir=str(tmp_path))
+                     cost=cost, cache_dir=str(tmp_path),
+                     switches=Switches(coarse_grid=False))
   step.build(params, batch)
   return step, calls, (fn, params, batch)
 
