@@ -8,6 +8,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tessel_jax import frontier_fit as _frontier_fit
 from tessel_jax.plans import FrontierFunction, PricedPlan, ProgramFrontier
 
 #: Screened plans built in full before choosing (``FrontierFunction``);
@@ -98,7 +99,10 @@ def auto_build(step: Any, params: Any, batch: Any,
                placements: Sequence[str] | None = None
                ) -> tuple[Any, AutoChoice]:
   """Prices every plan of ``step.fn`` on ``step.mesh``, picks the fastest
-  predicted one whose peak fits ``step.memory_limit`` and builds it.
+  predicted one whose peak fits ``step.memory_limit`` and builds it; a
+  plan whose full build does not fit (a screened peak leaves out the
+  kernel workspace) gives way to the next fitting one
+  (``frontier_fit.build_fitting``).
 
   Returns:
     ``(Built, AutoChoice)``.
@@ -119,21 +123,17 @@ def auto_build(step: Any, params: Any, batch: Any,
                         price_stash=PRICE_STASH,
                         paired_standins=PAIRED_STANDINS,
                         **_schedule_options(step))
-  fr = ff(params, batch)
-  best = fr.choose(step.memory_limit)
-  if best is None:
+  fitted = _frontier_fit.build_fitting(ff, ff(params, batch),
+                                      step.memory_limit, params, batch)
+  fr = fitted.frontier
+  if fitted.winner is None:
     raise step._error(_nothing_fits(fr, step.memory_limit))  # pylint: disable=protected-access
-  if best.candidate not in ff.steps:
-    # A classic schedule priced by replay, or a frontier read from the disk
-    # cache: built now (and remembered by the per-process memo like every
-    # priced plan).
-    ff.price(best.candidate, params, batch, ff.markers)
-  chosen = ff.steps[best.candidate]
-  built = chosen.build(params, batch)
-  choice = AutoChoice(winner=best, runner_up=fr.runner_up(step.memory_limit),
+  choice = AutoChoice(winner=fitted.winner,
+                      runner_up=fr.runner_up(step.memory_limit),
                       memory_limit=step.memory_limit, frontier=fr,
                       choose_seconds=time.perf_counter() - t0,
-                      step=chosen)
+                      step=fitted.step)
+  built = fitted.built
   return built, choice
 
 
