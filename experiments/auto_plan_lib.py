@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 import jax
 
 import tessel_jax as tj
-from tessel_jax import plans
+from tessel_jax import frontier_memo, plans
 
 from experiments import train_lib
 from experiments.auto_plan_summary import summarise
@@ -89,14 +89,13 @@ def workspace_gap(priced: Sequence[Any]) -> int:
   shown = {p.candidate for p in priced}
   full: dict[Any, int] = {}
   screened: dict[Any, int] = {}
-  for k, (plan, _step) in list(plans._MEMO.items()):  # pylint: disable=protected-access
-    if not (isinstance(k, tuple) and len(k) == 3 and k[1] in shown and
-            isinstance(plan, plans.PricedPlan)):
-      continue  # (a lower bound is kept as ``(ms, None)``)
-    if k[2] is False:
-      full[k[:2]] = plan.peak_bytes
-    elif plan.screened:
-      screened[k[:2]] = plan.peak_bytes
+  for e in frontier_memo.entries():
+    if e.candidate not in shown:
+      continue
+    if e.screen is False:
+      full[e.program_key, e.candidate] = e.plan.peak_bytes
+    elif e.plan.screened:
+      screened[e.program_key, e.candidate] = e.plan.peak_bytes
   return max([full[k] - screened[k] for k in full.keys() & screened.keys()]
              + [0])
 

@@ -1,16 +1,18 @@
 """The priced plans of this process, shared by every ``tj.frontier``.
 
-``(program key, candidate, screened)`` -> ``(PricedPlan,
+``(program key, candidate, screened)`` (:func:`plan_key`) -> ``(PricedPlan,
 ScheduledFunction)``. Choosing again for the same function, shapes, mesh
 and options (another memory limit, another ``placement="auto"`` step)
 reuses them; a new process has the disk caches (kernel measurements,
-schedules). A plan's lower bound (``(program key, candidate, "bound")``)
-and a build's error (``(key, "error")``) are remembered too.
+schedules). A plan's lower bound (:func:`remember_bound`) and a build's
+error (:func:`remember_error`) are remembered too. Other modules read the
+memo through :func:`entries` (its key layout stays here).
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from tessel_jax.frontier_result import Candidate, PricedPlan
@@ -26,6 +28,61 @@ MEMO_SIZE = 512
 def clear() -> None:
   """Forgets the priced plans of this process (the disk caches stay)."""
   MEMO.clear()
+
+
+def plan_key(program_key: Any, c: Candidate, screen: Any) -> Any:
+  """The memo key of ``c``'s price (``screen``: False for a full build,
+  else what the screening build was, ``FrontierFunction._screen_tag``);
+  None when the program has no key (no memo)."""
+  return None if program_key is None else (program_key, c, screen)
+
+
+def remember_bound(program_key: Any, c: Candidate, ms: float) -> None:
+  """Keeps ``c``'s lower bound (ms, before any search)."""
+  MEMO[(program_key, c, "bound")] = (ms, None)
+
+
+def known_bound(program_key: Any, c: Candidate) -> float | None:
+  """``c``'s remembered lower bound in ms (None: none)."""
+  hit = MEMO.get((program_key, c, "bound"))
+  return None if hit is None else hit[0]
+
+
+def remember_error(key: Any, err: Exception) -> None:
+  """Keeps the error the build under ``key`` (:func:`plan_key`) raised."""
+  MEMO[(key, "error")] = (err, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+  """One priced plan of the memo.
+
+  Attributes:
+    program_key: The program's key (``FrontierFunction.program_key``).
+    candidate: The plan.
+    screen: False for a full build, else the screening build's tag.
+    plan: Its price.
+    step: Its ``ScheduledFunction``.
+  """
+
+  program_key: Any
+  candidate: Candidate
+  screen: Any
+  plan: PricedPlan
+  step: Any
+
+
+def entries(program_key: Any = None) -> list[Entry]:
+  """The priced plans of ``program_key`` in this process, oldest first
+  (None: of every program; a program without a key has no memo), lower
+  bounds and errors left out."""
+  out = []
+  for k, (plan, step) in list(MEMO.items()):
+    if (isinstance(k, tuple) and len(k) == 3 and
+        isinstance(k[1], Candidate) and isinstance(plan, PricedPlan) and
+        (program_key is None or k[0] == program_key)):
+      out.append(Entry(k[0], k[1], k[2], plan, step))
+  return out
 
 
 def remember(key: Any, plan: PricedPlan, step: Any) -> None:
@@ -51,47 +108,11 @@ def remembered(ff: FrontierFunction, key: Any, c: Candidate,
     ff.memo_hits += 1
     ff.steps[c] = hit[1]
     return hit[0]
-  known = (MEMO.get((ff._key, c, "bound"))  # pylint: disable=protected-access
+  known = (known_bound(ff._key, c)  # pylint: disable=protected-access
            if ff.prune and ff._key is not None else None)  # pylint: disable=protected-access
   if known is not None:
-    ff._check_bound(c, known[0])  # pylint: disable=protected-access
+    ff._check_bound(c, known)  # pylint: disable=protected-access
   failed = MEMO.get((key, "error")) if key is not None else None
   if failed is not None:
     raise failed[0]  # this plan could not be built in this process
   return None
-
-
-def limited_plans(ff: FrontierFunction, have: set[Candidate]
-                  ) -> list[PricedPlan]:
-  """The searched plans of ``ff``'s program built in full under some
-  memory limit in this process (another ``tj.frontier`` or
-  ``placement="auto"`` call), not in ``have``, of ``ff``'s placements and
-  micro-batch counts, whose peak fits ``ff.memory_limit`` (None: every
-  one).
-
-  A plan searched under a limit fits no limit, and every limit above its
-  peak; the search under a limit can find a plan faster than the search
-  without one (README GPT, 8 devices, session 33: 39.77 ms at 3.88 MB
-  under 4.64 MB, 40.51 ms at 5.08 MB without a limit: each search is cut
-  at a CP-SAT budget, and it orders by the quantized period, not the
-  replayed step). Lower bounds (``PricedPlan.bound``) are left out. Each
-  plan's ``ScheduledFunction`` goes into ``ff.steps``.
-  """
-  key, limit = ff._key, ff.memory_limit  # pylint: disable=protected-access
-  if key is None:
-    return []
-  out = []
-  for k, (plan, step) in list(MEMO.items()):
-    if not (isinstance(k, tuple) and len(k) == 3 and k[0] == key and
-            k[2] is False and isinstance(k[1], Candidate)):
-      continue
-    c = k[1]
-    if (c.plan is not None or c.memory_limit is None or c in have or
-        plan.bound or (limit is not None and plan.peak_bytes > limit) or
-        c.placement not in ff.names or
-        (ff.microbatches is not None and
-         c.microbatches not in ff.microbatches)):
-      continue
-    ff.steps[c] = step
-    out.append(plan)
-  return out

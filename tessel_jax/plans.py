@@ -29,6 +29,7 @@ from typing import Any
 import jax
 
 from tessel_jax import frontier_keys as _frontier_keys
+from tessel_jax import frontier_limited as _frontier_limited
 from tessel_jax import frontier_memo as _frontier_memo
 from tessel_jax import frontier_refine as _frontier_refine
 from tessel_jax import frontier_sweep as _frontier_sweep
@@ -101,6 +102,14 @@ class FrontierFunction:
   ``auto.PAIRED_STANDINS``) the two close leaders priced on different
   stand-in programs are re-priced from a side-by-side timing of their
   stand-ins (``paired_standins.recheck``).
+
+  The result can depend on what this process priced before: the plans of
+  the same program, shapes, mesh and options are remembered
+  (``frontier_memo``), and the plans another call searched under another
+  memory limit are added when they fit this one
+  (``frontier_limited.limited_plans``): only full builds that fit, so a
+  later call may list more plans and choose a faster one, never one over
+  its limit.
   """
 
   def __init__(self, fn: Callable[..., Any], *, mesh: Any,
@@ -168,8 +177,9 @@ class FrontierFunction:
     if self.refine is not None:
       self._refine(priced, params, batch, markers, skipped)
     # The plans searched under other limits in this process that fit this
-    # one: the choice is the fastest of every plan priced.
-    priced += _frontier_memo.limited_plans(
+    # one: the choice is the fastest of every plan priced (so the result
+    # depends on what the process priced before: see frontier_limited).
+    priced += _frontier_limited.limited_plans(
         self, {p.candidate for p in priced})
     if self.paired_standins:
       priced = _paired_standins.recheck(priced, self.steps, params, batch,
@@ -259,7 +269,7 @@ class FrontierFunction:
       def bound(costs: Any, n_local: int, c: Candidate = c) -> None:
         ms = step_lower_bound(costs, n_local) * 1e3
         if self._key is not None:
-          _MEMO[(self._key, c, "bound")] = (ms, None)
+          _frontier_memo.remember_bound(self._key, c, ms)
         self._check_bound(c, ms)
       step.price_bound = bound
     if self.costs is None:
@@ -297,10 +307,9 @@ class FrontierFunction:
             markers: int | None = None, screen: bool = False,
             ceiling: bool = True) -> PricedPlan:
     """Builds candidate ``c`` and reads its price (remembered per process,
-    see ``_MEMO``); ``ceiling=False``: never a lower bound (its stand-in is
+    see ``frontier_memo``); ``ceiling=False``: never a lower bound (its stand-in is
     timed, see :meth:`_standin_ceiling`)."""
-    key = (None if self._key is None else
-           (self._key, c, self._screen_tag(screen)))
+    key = _frontier_memo.plan_key(self._key, c, self._screen_tag(screen))
     hit = self._remembered(key, c, ceiling)
     if hit is not None:
       return hit
@@ -316,7 +325,7 @@ class FrontierFunction:
       raise
     except Exception as err:  # pylint: disable=broad-except
       if key is not None:
-        _MEMO[(key, "error")] = (err, None)
+        _frontier_memo.remember_error(key, err)
       raise
     finally:
       self.costs.estimator = None
@@ -328,7 +337,7 @@ class FrontierFunction:
 
   def _remembered(self, key: Any, c: Candidate,
                   ceiling: bool) -> PricedPlan | None:
-    """``c``'s price from ``_MEMO`` (None: build it;
+    """``c``'s price from the memo (None: build it;
     ``frontier_memo.remembered``)."""
     return _frontier_memo.remembered(self, key, c, ceiling)
 
@@ -414,6 +423,11 @@ def frontier(fn: Callable[..., Any] | None = None, *, mesh: Any,
       priced within this fraction of the fastest full build.
     **schedule_kw: Other ``tj.schedule`` options (``cost``, ``recompute``,
       ``optimizer_slots``, ``solver_time_limit_s``, ...).
+
+  The plans priced are remembered for the process: a later call for the
+  same program may list more plans (those searched under another memory
+  limit that fit this one) and choose a faster one; see
+  :class:`FrontierFunction`.
   """
   def make(f: Callable[..., Any]) -> FrontierFunction:
     return FrontierFunction(f, mesh=mesh, placements=placements,

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import pytest
 
 import tessel_jax as tj
+from tessel_jax import frontier_memo as FM
 from tessel_jax import plans as P
 
 import test_lowering_models as M
@@ -247,10 +248,10 @@ def test_auto_plan_runner_between_floor_counts_the_screened_workspace():
   try:
     assert A.workspace_gap(choice.frontier.plans) == 0  # nothing both ways
     assert A.resolve_limit("between:0", choice) == 900
-    P._MEMO[("K", chosen.candidate, True)] = (plan("vshape", 3400, None,
-                                                   True), None)
-    P._MEMO[("K", chosen.candidate, False)] = (chosen, None)
-    P._MEMO[("K", low_screened.candidate, "bound")] = (0.5, None)  # as kept
+    FM.remember(FM.plan_key("K", chosen.candidate, True),
+                plan("vshape", 3400, None, True), None)
+    FM.remember(FM.plan_key("K", chosen.candidate, False), chosen, None)
+    FM.remember_bound("K", low_screened.candidate, 0.5)
     assert A.workspace_gap(choice.frontier.plans) == 600
     assert A.floor_peak(choice.frontier.plans) == 1500   # 900 + 600
     assert A.resolve_limit("between:0.5", choice) == 2750
@@ -282,13 +283,17 @@ def test_unlimited_choice_takes_a_faster_plan_searched_under_a_limit(
                         blocks=2, build_seconds=0.0, **kw)
   own = priced(mine, 40.51, 5_080_000)
   at_limit = priced(lim, 39.77, 3_880_000)
-  P._MEMO[("K", lim, False)] = (at_limit, "lim step")
-  P._MEMO[("K", other, False)] = (priced(other, 30.0, 3_000_000), "x")
-  P._MEMO[("K", bound, False)] = (priced(bound, 20.0, 3_500_000,
-                                         bound=True), "y")
-  P._MEMO[("K", lim, True)] = (priced(lim, 10.0, 3_880_000,
-                                      screened=True), "z")
-  P._MEMO[("other program", lim, False)] = (priced(lim, 5.0, 100), "w")
+  FM.remember(FM.plan_key("K", lim, False), at_limit, "lim step")
+  FM.remember(FM.plan_key("K", other, False),
+              priced(other, 30.0, 3_000_000), "x")
+  FM.remember(FM.plan_key("K", bound, False),
+              priced(bound, 20.0, 3_500_000, bound=True), "y")
+  FM.remember(FM.plan_key("K", lim, True),
+              priced(lim, 10.0, 3_880_000, screened=True), "z")
+  FM.remember(FM.plan_key("other program", lim, False),
+              priced(lim, 5.0, 100), "w")
+  assert [e.candidate for e in FM.entries("K")] == [lim, other, bound, lim]
+  assert len(FM.entries()) == 5
   monkeypatch.setattr(P, "candidates", lambda *a, **k: [mine])
 
   def frontier_at(limit):

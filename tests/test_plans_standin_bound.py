@@ -13,6 +13,7 @@ import pytest
 
 import tessel_jax as tj
 from tessel_jax import placements
+from tessel_jax import frontier_memo as FM
 from tessel_jax import plans as P
 from tessel_jax.cost import calibrate
 
@@ -115,7 +116,8 @@ def test_a_bound_price_in_the_memo_is_priced_again_where_it_could_win(
   ff._key = ("program",)
   c = P.Candidate("b", 2, 1, 4)
   P.clear_memo()
-  P._MEMO[(ff._key, c, False)] = (_plan("b", 12.0, bound=True), "step")
+  FM.remember(FM.plan_key(ff._key, c, False), _plan("b", 12.0, bound=True),
+              "step")
 
   class Rebuilt(Exception):
     pass
