@@ -16,6 +16,7 @@ the full peak in the plan's place (or drops the plan) and chooses again.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any
 
 from tessel_jax.frontier_result import (PricedPlan, ProgramFrontier,
@@ -26,6 +27,8 @@ try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import errors as _errors  # type: ignore
 except ImportError:  # run from the repository root
   from passes import errors as _errors  # type: ignore
+
+_LOG = logging.getLogger("tessel_jax")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,9 +94,15 @@ def build_fitting(ff: Any, fr: ProgramFrontier, limit: int | None,
       full, step, built = _full_build(ff, p, params, batch)
     except (_errors.TesselError, Pruned) as err:
       del plans[i]
-      skipped.append((p.label, f"{type(err).__name__} in its full build"
-                      f" (placement='auto'): {str(err).splitlines()[0]}"))
+      why = (f"{type(err).__name__} in its full build (placement='auto'):"
+             f" {str(err).splitlines()[0]}")
+      skipped.append((p.label, why))
+      _LOG.info("placement='auto': %s dropped, %s", p.label, why)
       continue
+    if limit is not None and full.peak_bytes > limit >= p.peak_bytes:
+      _LOG.info("placement='auto': %s peaks at %d bytes in full (%d"
+                " priced), over memory_limit=%d: the next fitting plan",
+                p.label, full.peak_bytes, p.peak_bytes, limit)
     plans[i] = full
     done[p.candidate] = (step, built)
 
