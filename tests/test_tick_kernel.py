@@ -5,7 +5,9 @@ The lowering computes a kernel's parameter-only values once per step
 recomputed at every call. Here each layer reads ``W @ W.T`` of a 128x128
 weight (2.1 MFLOP of parameter-only work against 4 rows x 128 x 128 per
 micro-batch): the profiled kernels' flops must leave it out, and the
-lowered program still equals ``jax.value_and_grad``.
+lowered program still equals ``jax.value_and_grad``. Every kernel is
+compiled inside a ``lax.cond`` branch, as the ticks run it (XLA's CPU
+backend compiles nested computations differently).
 """
 
 from __future__ import annotations
@@ -84,3 +86,14 @@ def test_measured_build_profiles_hoisted_kernels_without_their_prelude():
   assert flops[True] and len(flops[True]) == len(flops[False])
   for on, off in zip(flops[True], flops[False]):
     assert off - on >= 0.9 * PARAM_ONLY_FLOPS, (on, off)
+
+
+def test_lower_kernel_compiles_the_kernel_inside_a_branch():
+  fn, params, batch = gram_model()
+  built = _step(fn, False, "uniform").build(params, batch)
+  avals = built.partition.traced.param_avals
+  dev = jax.devices()[0]
+  for k in built.kernels.kernels.values():
+    job = measure.lower_kernel(k, avals, dev)
+    assert len(job.dv) == len(k.in_avals) + 1       # the branch flag last
+    assert " conditional(" in job.lowered.compile().as_text(), k.label

@@ -14,9 +14,12 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   measured once per process), so the figure is the kernel's own compute
   as it runs inlined in the program, where no call, input or output array
   exists.
-  A kernel the lowering runs with its parameter-only values hoisted out of
-  the ticks (``passes.hoist``; ``hoisted`` of :func:`profile_kernels`) is
-  timed so, with those values given as inputs (``cost.tick_kernel``).
+  The kernel is compiled inside a ``lax.cond`` branch, as the ticks run it
+  (XLA's CPU backend compiles a nested computation differently: a
+  weight-gradient convolution keeps a slow form there). A kernel the
+  lowering runs with its parameter-only values hoisted out of the ticks
+  (``passes.hoist``; ``hoisted`` of :func:`profile_kernels`) is timed so,
+  with those values given as inputs (``cost.tick_kernel``).
   On the CPU backend a kernel is timed with every thread of the process on
   one core: inside a multi-device program each fake device runs its part
   on one thread (measured on JAX 0.10.2: a device computing while the other
@@ -62,8 +65,9 @@ from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
 
 #: Bump when what a kernel's record measures changes (old records are then
 #: not read). 2: the per-array call overhead taken off
-#: (``call_timing.call_overhead``). 3: a kernel the lowering hoists from is
-#: timed without its parameter-only work (``cost.tick_kernel``).
+#: (``call_timing.call_overhead``). 3: timed as the ticks run it, inside a
+#: ``lax.cond`` branch and, where the lowering hoists, without its
+#: parameter-only work (``cost.tick_kernel``).
 PROFILE_VERSION = 3
 
 
@@ -303,9 +307,10 @@ def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                  hoist: bool = False) -> _compile_pool.Lowered:
   """``kernel`` alone lowered for ``device`` (or ``stage``, see
   :func:`time_kernel`) with its example inputs; compiled by
-  ``compile_pool``. With ``hoist`` (single device only) its parameter-only
-  values are computed first and given after its inputs, as the ticks run
-  it (``cost.tick_kernel``)."""
+  ``compile_pool``. On one device it runs inside a ``lax.cond`` branch, as
+  the ticks run it (its flag is the last input; ``cost.tick_kernel``);
+  with ``hoist`` its parameter-only values are computed first and given
+  after its inputs."""
   p, d = kernel_avals(kernel, param_avals)
   rng = np.random.default_rng(seed)
   pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
@@ -315,6 +320,9 @@ def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   if f is not None:
     fn = _tick_kernel.tick_callable(f, len(d))
     dv = list(dv) + _tick_kernel.hoisted_values(f, pv, device)
+  if stage is None:  # as the ticks run it: inside a branch
+    fn = _tick_kernel.in_branch(fn)
+    dv = list(dv) + [_tick_kernel.branch_flag(device)]
   lowered = jax.jit(fn).lower(pv, dv)
   flops = analysed_flops(lowered) if stage is None else None
   return _compile_pool.Lowered(lowered, pv, dv, flops,
