@@ -65,7 +65,8 @@ def test_lower_kernel_leaves_the_parameter_only_work_out():
     ticked = measure.lower_kernel(k, avals, dev, hoist=True).flops
     assert plain - ticked >= 0.9 * PARAM_ONLY_FLOPS, (k.label, plain, ticked)
     p, d = measure.kernel_avals(k, avals)
-    assert tick_kernel.found(k, p, d) is not None
+    assert tick_kernel.traced(k, p, d, True).hoisted
+    assert not tick_kernel.traced(k, p, d, False).hoisted
     assert (measure.kernel_key(k, avals, dev, hoist=True)
             != measure.kernel_key(k, avals, dev))
 

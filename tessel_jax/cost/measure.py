@@ -314,15 +314,13 @@ def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   p, d = kernel_avals(kernel, param_avals)
   rng = np.random.default_rng(seed)
   pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
-  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
   t0 = time.perf_counter()
-  f = _tick_kernel.found(kernel, p, d) if hoist and stage is None else None
-  if f is not None:
+  if stage is None:  # as the ticks run it (cost.tick_kernel)
+    f = _tick_kernel.traced(kernel, p, d, hoist)
     fn = _tick_kernel.tick_callable(f, len(d))
-    dv = list(dv) + _tick_kernel.hoisted_values(f, pv, device)
-  if stage is None:  # as the ticks run it: inside a branch
-    fn = _tick_kernel.in_branch(fn)
-    dv = list(dv) + [_tick_kernel.branch_flag(device)]
+    dv = list(dv) + _tick_kernel.example_inputs(f, p, device, rng)
+  else:
+    fn = _on_stage(kernel, stage)
   lowered = jax.jit(fn).lower(pv, dv)
   flops = analysed_flops(lowered) if stage is None else None
   return _compile_pool.Lowered(lowered, pv, dv, flops,
