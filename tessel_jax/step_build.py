@@ -499,8 +499,12 @@ def _search_graph(step: Any, graph: BlockGraph, ks: Any, traced: Any,
     return (None,) + step_schedule.uniform_graph(graph, ks)
   stage = _stage.stage_of(step.mesh, step.pipe_axis,
                           tuple(data_sizes or ()), layout)
+  hoisted = frozenset(
+      b for b, k in ks.kernels.items()
+      if step.switches.hoist and _hoist.hoistable(layout, n_local, k))
   costs = model.search_graph(graph, ks, traced.param_avals, step.mesh,
-                             step.pipe_axis, part, stage=stage)
+                             step.pipe_axis, part, stage=stage,
+                             hoisted=hoisted)
   clock.lap("profile")
   bound = getattr(step, "price_bound", None)  # tessel_jax.plans pruning
   if bound is not None:

@@ -14,6 +14,12 @@ block: ``F``, ``B`` and, with a split backward, ``W``):
   measured once per process), so the figure is the kernel's own compute
   as it runs inlined in the program, where no call, input or output array
   exists.
+  The kernel is compiled inside a ``lax.cond`` branch, as the ticks run it
+  (XLA's CPU backend compiles a nested computation differently: a
+  weight-gradient convolution keeps a slow form there). A kernel the
+  lowering runs with its parameter-only values hoisted out of the ticks
+  (``passes.hoist``; ``hoisted`` of :func:`profile_kernels`) is timed so,
+  with those values given as inputs (``cost.tick_kernel``).
   On the CPU backend a kernel is timed with every thread of the process on
   one core: inside a multi-device program each fake device runs its part
   on one thread (measured on JAX 0.10.2: a device computing while the other
@@ -51,6 +57,7 @@ import numpy as np
 from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost import compile_pool as _compile_pool
+from tessel_jax.cost import tick_kernel as _tick_kernel
 from tessel_jax.cost.cache import ProfileCache, make_key
 from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
                                          example_array, restricted_cores,
@@ -58,8 +65,10 @@ from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
 
 #: Bump when what a kernel's record measures changes (old records are then
 #: not read). 2: the per-array call overhead taken off
-#: (``call_timing.call_overhead``).
-PROFILE_VERSION = 2
+#: (``call_timing.call_overhead``). 3: timed as the ticks run it, inside a
+#: ``lax.cond`` branch and, where the lowering hoists, without its
+#: parameter-only work (``cost.tick_kernel``).
+PROFILE_VERSION = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,7 +199,8 @@ def _structure(kernel: Any) -> list[Any]:
 
 
 def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
-               block: Any = None, stage: Any = None) -> str:
+               block: Any = None, stage: Any = None,
+               hoist: bool = False) -> str:
   """Cache key: (jaxpr text, shapes, backend, device kind, JAX, XLA flags).
 
   With ``block`` (the kernel's ``passes.partition.ForwardBlock``) the text
@@ -199,7 +209,8 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   kernel is traced alone (slower: a vjp trace per kernel). Either way two
   kernels doing the same work on the same shapes (identical layers) share
   a key. With ``stage`` (a ``cost.stage.Stage``) the stage's axes and the
-  specs of the kernel's parameters join the key.
+  specs of the kernel's parameters join the key. ``hoist``: the kernel is
+  timed with its parameter-only values given (:func:`lower_kernel`).
   """
   p, d = kernel_avals(kernel, param_avals)
   if block is not None:
@@ -213,6 +224,8 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   text = re.sub(r" at 0x[0-9a-f]+", "", text)
   cores = cpu_cores() if device.platform == "cpu" else None
   extra = {"stage": stage.key(kernel.params)} if stage is not None else {}
+  if hoist:
+    extra["hoist"] = True
   return make_key({
       **extra,
       "what": "kernel",
@@ -290,15 +303,24 @@ def _stage_inputs(kernel: Any, p: Sequence[Any], d: Sequence[Any],
 
 
 def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
-                 seed: int = 0, stage: Any = None) -> _compile_pool.Lowered:
+                 seed: int = 0, stage: Any = None,
+                 hoist: bool = False) -> _compile_pool.Lowered:
   """``kernel`` alone lowered for ``device`` (or ``stage``, see
   :func:`time_kernel`) with its example inputs; compiled by
-  ``compile_pool``."""
+  ``compile_pool``. On one device it runs inside a ``lax.cond`` branch, as
+  the ticks run it (its flag is the last input; ``cost.tick_kernel``);
+  with ``hoist`` its parameter-only values are computed first and given
+  after its inputs."""
   p, d = kernel_avals(kernel, param_avals)
   rng = np.random.default_rng(seed)
   pv, dv = _stage_inputs(kernel, p, d, device, stage, rng)
-  fn = kernel_callable(kernel) if stage is None else _on_stage(kernel, stage)
   t0 = time.perf_counter()
+  if stage is None:  # as the ticks run it (cost.tick_kernel)
+    f = _tick_kernel.traced(kernel, p, d, hoist)
+    fn = _tick_kernel.tick_callable(f, len(d))
+    dv = list(dv) + _tick_kernel.example_inputs(f, p, device, rng)
+  else:
+    fn = _on_stage(kernel, stage)
   lowered = jax.jit(fn).lower(pv, dv)
   flops = analysed_flops(lowered) if stage is None else None
   return _compile_pool.Lowered(lowered, pv, dv, flops,
@@ -308,10 +330,11 @@ def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
 def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
                 repeats: int = 5, warmup: int = 2, seed: int = 0,
                 rounds: int = ROUNDS, stage: Any = None,
-                prepared: _compile_pool.Prepared | None = None
-                ) -> dict[str, Any]:
+                prepared: _compile_pool.Prepared | None = None,
+                hoist: bool = False) -> dict[str, Any]:
   """Compiles ``kernel`` alone for ``device`` and times it (``prepared``:
-  already compiled, :func:`lower_kernel` then ``compile_pool``).
+  already compiled, :func:`lower_kernel` then ``compile_pool``; ``hoist``:
+  see :func:`lower_kernel`).
 
   With ``stage`` (``cost.stage.Stage``) it is compiled for the stage's
   devices as the program runs it (``_on_stage``): parameters split over
@@ -335,7 +358,8 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   """
   if prepared is None:
     prepared = _compile_pool.compile_all(
-        [lower_kernel(kernel, param_avals, device, seed=seed, stage=stage)])[0]
+        [lower_kernel(kernel, param_avals, device, seed=seed, stage=stage,
+                      hoist=hoist)])[0]
   compiled, pv, dv = prepared.compiled, prepared.pv, prepared.dv
   flops, compile_s = prepared.flops, prepared.compile_seconds
   temp = 0
@@ -451,7 +475,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                     memo: dict[str, dict[str, Any]] | None = None,
                     part: Any = None, stage: Any = None,
                     log: Callable[[str], None] | None = None,
-                    estimator: Any = None) -> Profile:
+                    estimator: Any = None,
+                    hoisted: frozenset[int] = frozenset()) -> Profile:
   """Measures every kernel of ``ks`` (each distinct one once).
 
   Args:
@@ -473,6 +498,9 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
       ``memo`` nor on disk is estimated from its flops instead of being
       compiled and timed, once enough kernels are measured (single-device
       profiles only; estimates are not stored).
+    hoisted: Block ids of the kernels the lowering runs with their
+      parameter-only values computed before the ticks (``passes.hoist``):
+      timed so (:func:`lower_kernel`'s ``hoist``).
   """
   t0 = time.perf_counter()
   by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
@@ -480,10 +508,11 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
   out: dict[int, KernelProfile] = {}
   keys = {bid: kernel_key(k, param_avals, device,
                           part.blocks[k.fwd] if part is not None else None,
-                          stage) for bid, k in sorted(ks.kernels.items())}
+                          stage, hoist=bid in hoisted and stage is None)
+          for bid, k in sorted(ks.kernels.items())}
   on_disk = _disk_records(keys, by_key, cache)
   ahead = _Ahead(keys, ks, by_key, on_disk, param_avals, device, estimator,
-                 stage)
+                 stage, hoisted)
   for bid, key in keys.items():
     k = ks.kernels[bid]
     rec = by_key.get(key)
@@ -497,7 +526,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
         continue
     if rec is None:
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
-                        stage=stage, prepared=ahead.take(key))
+                        stage=stage, prepared=ahead.take(key),
+                        hoist=bid in hoisted)
       rec.update(label=k.label, backend=device.platform,
                  device_kind=device.device_kind)
       measured += 1
@@ -535,10 +565,11 @@ class _Ahead:
   def __init__(self, keys: Mapping[int, str], ks: Any,
                by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
                param_avals: Sequence[Any], device: Any, estimator: Any,
-               stage: Any):
+               stage: Any, hoisted: frozenset[int] = frozenset()):
     self._pool = _compile_pool.Prefetch()
     self._keys, self._by_key, self._on_disk = keys, by_key, on_disk
     self._kernel_of = {key: ks.kernels[bid] for bid, key in keys.items()}
+    self._hoist = {key: bid in hoisted for bid, key in keys.items()}
     self._avals, self._device = param_avals, device
     self._estimator, self._stage = estimator, stage
 
@@ -551,7 +582,8 @@ class _Ahead:
                                    self._on_disk, self._estimator,
                                    self._stage),
           lambda kk: lower_kernel(self._kernel_of[kk], self._avals,
-                                  self._device, stage=self._stage))
+                                  self._device, stage=self._stage,
+                                  hoist=self._hoist[kk]))
       prepared = self._pool.take(key)
     return prepared
 

@@ -150,17 +150,21 @@ class CostModel:
 
   def search_graph(self, graph: BlockGraph, ks: Any, param_avals: Any,
                    mesh: Any, pipe_axis: str, part: Any = None,
-                   stage: Any = None) -> SearchCosts:
+                   stage: Any = None,
+                   hoisted: frozenset[int] = frozenset()) -> SearchCosts:
     """Profiles ``ks`` (of partition ``part``) and quantises ``graph``
     (``search_costs``).
 
     With ``stage`` (``cost.stage.Stage``) every kernel is profiled on the
     devices of one stage, sharded over the GSPMD axes as the program runs
     it. In a multi-process run every process profiles its first device (or
-    stage) and all use process 0's figures.
+    stage) and all use process 0's figures. ``hoisted``: block ids of the
+    kernels the lowering runs with their parameter-only values computed
+    before the ticks (``passes.hoist``), profiled so.
     """
     return _search_costs.search_costs(self, graph, ks, param_avals, mesh,
-                                      pipe_axis, part=part, stage=stage)
+                                      pipe_axis, part=part, stage=stage,
+                                      hoisted=hoisted)
 
   # --- prediction -------------------------------------------------------------
 

@@ -126,15 +126,19 @@ def _workspace(prof: Any, num_devices: int) -> list[int]:
 
 def search_costs(model: CostModel, graph: BlockGraph, ks: Any,
                  param_avals: Any, mesh: Any, pipe_axis: str,
-                 part: Any = None, stage: Any = None) -> SearchCosts:
-  """Profiles ``ks`` (of partition ``part``) and quantises ``graph``
+                 part: Any = None, stage: Any = None,
+                 hoisted: frozenset[int] = frozenset()) -> SearchCosts:
+  """Profiles ``ks`` (of partition ``part``; ``hoisted``: block ids of the
+  kernels run with their parameter-only values hoisted,
+  ``measure.profile_kernels``) and quantises ``graph``
   (``CostModel.search_graph``)."""
   mesh = _processes.local_mesh(mesh, pipe_axis)
   device = mesh.devices.flat[0]
   prof = _measure.profile_kernels(ks, graph, param_avals, device,
                                   cache=model.cache, repeats=model.repeats,
                                   memo=model.memo.kernels, part=part,
-                                  stage=stage, estimator=model.estimator)
+                                  stage=stage, estimator=model.estimator,
+                                  hoisted=hoisted)
   model.tally.add(prof.profile_seconds, hit=prof.cache_hit,
                   measured=prof.measured)
   link = model.link_model(mesh, pipe_axis)
