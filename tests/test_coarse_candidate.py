@@ -7,6 +7,7 @@ with a fake cost model: no jax, no timing."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
@@ -15,6 +16,7 @@ from passes import switches as switches_lib
 from passes.switches import Switches
 from tessel_jax import placements, step_build, step_schedule
 from tessel_jax.cost import quantize, report
+from tessel_jax.graph import Edge
 from tessel_jax.schedule import Action
 
 # peer_bench's 4-stage mshape, its kernels measured beside two busy
@@ -237,3 +239,46 @@ def test_on_by_default_and_the_environment_turns_it_off():
   assert Switches().coarse_grid and switches_lib.from_env({}).coarse_grid
   assert not switches_lib.from_env(
       {switches_lib.COARSE_GRID_ENV: "0"}).coarse_grid
+
+
+def _coarser_by_hand(q: quantize.Quantized):
+  """``quantize.coarser`` as it rebuilt the spans and edge delays itself
+  (session 34), memory units kept: the reference it is checked against."""
+  busiest = max(quantize._loads(q.graph, q.seconds))
+  steps = int(round(busiest / q.resolution))
+  best, best_err = None, float("inf")
+  for s in range(steps - 1, (steps + 1) // 2 - 1, -1):
+    _, weighted, load = quantize._errors(q.graph, q.seconds, busiest / s)
+    if max(weighted, load) < best_err - 1e-12:
+      best, best_err = busiest / s, max(weighted, load)
+  if best is None:
+    return None
+  blocks = tuple(dataclasses.replace(
+      b, span=quantize.to_steps(q.seconds[b.id], best))
+                 for b in q.graph.blocks)
+  if [b.span for b in blocks] == [b.span for b in q.graph.blocks]:
+    return None
+  edges = tuple(Edge(e.src, e.dst, quantize.to_steps(
+      q.delay_seconds.get((e.src, e.dst), 0.0), best, minimum=0))
+                for e in q.graph.edges)
+  return dataclasses.replace(q.graph, blocks=blocks, edges=edges)
+
+
+@pytest.mark.parametrize("units", [quantize.MEMORY_UNITS, 5])
+def test_coarser_requantizes_as_the_hand_copy_did(units):
+  # Spans, edge delays (communication between devices) and memory units
+  # (also with another memory_units than the default) as before.
+  graph = placements.mshape(4)
+  seconds = {b.id: LOADED_MS[b.label] * 1e-3 for b in graph.blocks}
+  memory = {b.id: (1000 + 37 * int(b.label[1:])) * (1 if b.kind == "F"
+                                                     else -1)
+            for b in graph.blocks}
+  delays = {(e.src, e.dst): 1.3e-3 * (1 + e.src % 3) for e in graph.edges}
+  q = quantize.quantize(graph, seconds, memory, delays, memory_units=units)
+  got, want = quantize.coarser(q), _coarser_by_hand(q)
+  assert want is not None and got == want
+  assert any(e.delay > 0 for e in got.edges)
+  assert [b.memory for b in got.blocks] == [b.memory for b in q.graph.blocks]
+  same = quantize.quantize(placements.vshape(2),
+                           {0: 1e-3, 1: 1e-3, 2: 1e-3, 3: 1e-3})
+  assert quantize.coarser(same) is None and _coarser_by_hand(same) is None
