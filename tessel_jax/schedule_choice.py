@@ -166,6 +166,7 @@ def choose(step: Any, costs: Any, unrolled: Any, plan: Any,
     priced.append(_price(step, costs, cand.name, found, found[2],
                          make_plan(found[2].actions), best))
   if not priced:
+    clock.lap("price", "no other schedule: the first lowered unpriced")
     return None
   taken = min(priced, key=lambda p: p.seconds).name  # ties: the earlier
   clock.lap("price", f"{len(priced)} schedule(s), lowering the one searched"
