@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tessel_jax as tj
-from tessel_jax import placements, step_schedule, validate
+from tessel_jax import placements, validate
 from tessel_jax.cost import cache as cost_cache
 from tessel_jax.cost import link as cost_link
 from tessel_jax.cost import measure, predict, quantize, ticks
@@ -302,15 +302,6 @@ def _tiny(rows_per_mb=4, n=4, kinds=("embed", "layer", "head")):
   fn = M.chain_fn(list(kinds))
   params = M.make_params(M.num_layers(list(kinds)))
   return fn, params, M.make_batch(n * rows_per_mb)
-
-
-@pytest.fixture
-def measured_first_only(monkeypatch):
-  """Measured builds lower the schedule searched on the measured spans,
-  searching and pricing no other candidate (``step_schedule.candidates``):
-  for tests of what a build measures and caches, not of the choice
-  (tests/test_coarse_candidate.py, the report test below)."""
-  monkeypatch.setattr(step_schedule, "candidates", lambda *a, **k: [])
 
 
 def test_cache_hit_and_invalidation(tmp_path, measured_first_only):
