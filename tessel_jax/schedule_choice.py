@@ -78,11 +78,13 @@ class Choice:
     priced: The distinct candidates priced, in search order.
     taken: The name of the one lowered.
     twins: Candidate -> the earlier one in the same order (not priced).
+    found: Every candidate found, in search order.
   """
 
   priced: tuple[Priced, ...]
   taken: str
   twins: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  found: tuple[str, ...] = ()
 
   @property
   def chosen(self) -> Priced:
@@ -91,11 +93,11 @@ class Choice:
 
   @property
   def candidate_ms(self) -> dict[str, float]:
-    """Every candidate priced -> its predicted ms; a twin has its earlier
-    candidate's (the same tick plan)."""
+    """Every candidate found -> its predicted ms, in search order; a twin
+    has its earlier candidate's (the same tick plan)."""
     ms = {p.name: 1e3 * p.seconds for p in self.priced}
     ms.update({t: ms[o] for t, o in self.twins.items()})
-    return ms
+    return {n: ms[n] for n in self.found or ms}
 
   @property
   def alternative_ms(self) -> float | None:
@@ -171,7 +173,10 @@ def choose(step: Any, costs: Any, unrolled: Any, plan: Any,
   taken = min(priced, key=lambda p: p.seconds).name  # ties: the earlier
   clock.lap("price", f"{len(priced)} schedule(s), lowering the one searched"
             f" on {taken} spans")
-  return Choice(tuple(priced), taken, twins)
+  found = tuple(n for n, _ in found_before) + tuple(twins)
+  order = [FIRST] + [c.name for c in candidates]
+  return Choice(tuple(priced), taken, twins,
+                tuple(sorted(found, key=order.index)))
 
 
 def _price(step: Any, costs: Any, name: str, found: Any, run: Any, plan: Any,

@@ -151,6 +151,7 @@ def test_a_coarse_schedule_in_the_same_order_is_not_priced(monkeypatch):
   assert choice.twins == {"coarse": "measured"}
   assert choice.candidate_ms == pytest.approx(
       {"measured": 560.0, "coarse": 560.0, "uniform": 630.0})
+  assert list(choice.candidate_ms) == ["measured", "coarse", "uniform"]
 
 
 def test_each_distinct_candidate_is_priced_once_and_the_cheapest_lowered(
