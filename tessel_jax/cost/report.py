@@ -60,8 +60,8 @@ class CostReport:
       (the same tick plan); None: no other candidate was found.
     candidate_ms: Every candidate found -> its predicted step time (ms),
       in search order, the lowered one's included; one in the same order
-      as an earlier one
-      has that one's (not priced again). Empty: no choice was made.
+      as an earlier one has that one's (not priced again). Empty: no
+      choice was made.
     block_modes: Forward block label (``F0``) of every block on several
       devices -> how it shares a micro-batch: ``"split 4-way"`` or
       ``"replicated: <reason>"`` (``passes.modes``).
