@@ -33,7 +33,7 @@ import tessel_jax as tj
 from experiments import model_zoo_rows, realtime
 from experiments.model_zoo_rows import ZOO_MODELS
 from experiments.model_zoo_models import BUILDERS  # noqa: F401 (args)
-from tessel_jax import api as _api
+from tessel_jax import schedule_choice as _schedule_choice
 from tessel_jax.cost import ports as _ports
 
 CANDIDATES = ("measured", "uniform")
@@ -57,25 +57,29 @@ class SpansArgs(NamedTuple):
 @contextlib.contextmanager
 def forced(which: str | None, choices: list[str]) -> Iterator[None]:
   """Lowers the candidate ``which`` ("measured": searched on the measured
-  spans, on the automatic or the coarser grid as the build priced them /
-  "uniform"; None: as chosen) whatever the prediction says; appends the automatic choice to
-  ``choices``. Wraps ``ScheduledFunction._pick_schedule`` for the block."""
-  orig = _api.ScheduledFunction._pick_schedule
+  spans, on the automatic or the coarser grid, the cheaper / "uniform";
+  None: as chosen) whatever the prediction says; appends the automatic
+  choice to ``choices``. Wraps ``schedule_choice.choose`` for the block."""
+  orig = _schedule_choice.choose
 
-  def pick(self, costs, unrolled, plan, alt, make_plan):
-    res = orig(self, costs, unrolled, plan, alt, make_plan)
-    choices.append(res[1])
-    if which is None or alt is None or res[1] == which:
+  def choose(*args, **kwargs):
+    res = orig(*args, **kwargs)
+    if res is None or len(res.priced) < 2:
       return res
-    if which == "measured":
-      return plan, "measured", None, None
-    return make_plan(alt[2].actions), "uniform", None, alt
+    # ("measured": either grid of the measured spans, as CANDIDATES say)
+    choices.append("uniform" if res.taken == "uniform" else "measured")
+    if which == "measured" and res.taken == "uniform":
+      return res.take(min((p for p in res.priced if p.name != "uniform"),
+                          key=lambda p: p.seconds).name)
+    if which == "uniform":
+      return res.take("uniform")
+    return res
 
-  _api.ScheduledFunction._pick_schedule = pick
+  _schedule_choice.choose = choose
   try:
     yield
   finally:
-    _api.ScheduledFunction._pick_schedule = orig
+    _schedule_choice.choose = orig
 
 
 def _cpu_s() -> float:

@@ -23,7 +23,6 @@ from tessel_jax import placed_step as _placed_step
 from tessel_jax import progress as _progress
 from tessel_jax import step_build
 from tessel_jax import step_checks
-from tessel_jax import step_schedule
 from tessel_jax.built import Built, shared_modes
 from tessel_jax.cost import model as _cost_model
 from tessel_jax.schedule import Schedule, UnrolledSchedule
@@ -269,10 +268,3 @@ class ScheduledFunction:
                     f" {warning}", UserWarning, stacklevel=4)
     return data, auto, specs
 
-  def _pick_schedule(self, costs: Any, unrolled: UnrolledSchedule,
-                     plan: Any, alt: Any, make_plan: Callable[[Any], Any]
-                     ) -> tuple:
-    """``step_schedule.pick_schedule`` (a method, so that experiments can
-    wrap it: ``experiments.model_zoo_spans_lib.forced``)."""
-    return step_schedule.pick_schedule(self, costs, unrolled, plan, alt,
-                                       make_plan)

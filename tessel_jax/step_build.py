@@ -23,6 +23,7 @@ from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placements as _placements
 from tessel_jax import progress as _progress
 from tessel_jax import ramps as _ramps
+from tessel_jax import schedule_choice as _schedule_choice
 from tessel_jax import step_cut
 from tessel_jax import step_schedule
 from tessel_jax.built import Built, block_modes
@@ -88,15 +89,15 @@ def build(step: Any, params: Any, batch: Any,
   _install_timers(step, costs, make_program, params, batch, data_axes,
                   traced, train)
   try:
-    plan, chosen, other_ms, picked = _choose_plan(
+    plan, choice, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
         clock, hoisted)
     if picked is not None:
       sgraph, schedule, unrolled = picked
     lowering, jitted = _lower_program(step, plan, part, layout, data_axes,
                                       train, n_total, traced)
-    report = _report(step, costs, unrolled, plan, layout, unit, ks, chosen,
-                     other_ms, _ramps.with_fsdp(
+    report = _report(step, costs, unrolled, plan, layout, unit, ks, choice,
+                     _ramps.with_fsdp(
                          ramps.note, layout,
                          _fsdp_choice.why(step, layout, plan)), hoisted)
     report = _with_hoisted(report, lowering, traced, costs)
@@ -234,83 +235,30 @@ def _make_plan(step: Any, ks: Any, n_local: int, num_devices: int,
 
 def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
                  unit: int, layout: Any, n_local: int, unrolled: Any,
-                 make_plan: Any, clock: Any, hoisted: int = 0) -> tuple:
-  """``(plan, chosen spans, other's predicted ms, picked)`` (chosen:
-  ``"measured"``, ``"coarse"`` or ``"uniform"``): with measured
-  costs and a searched schedule, the one searched on the measured spans
-  on a coarser grid (:func:`_coarse_pick`, with the ``coarse_grid``
-  switch) and then the one searched on
-  uniform spans are lowered instead when predicted faster
-  (``step._pick_schedule``)."""
+                 make_plan: Any, clock: Any, hoisted: int = 0
+                 ) -> tuple[Any, Any, Any]:
+  """``(plan, choice, picked)``: with measured costs and a searched
+  schedule, the candidates of ``step_schedule.candidates`` priced against
+  the one searched on the measured spans (``schedule_choice.choose``;
+  ``choice``: None when none was found or nothing is priced) and the
+  cheapest lowered; ``picked``: its ``(graph, schedule, unrolled)``, None
+  when it is the first."""
   plan = make_plan(unrolled.actions)
   # A screening build (tessel_jax.plans, placement="auto") prices only
   # the schedule searched on measured spans.
   if (costs is None or step.plan is not None or
       getattr(step, "screening", False)):
-    return plan, None, None, None
-  coarse = None
-  if step.switches.coarse_grid:
-    plan, coarse = _coarse_pick(step, costs, unit, layout, n_local,
-                                unrolled, plan, make_plan, clock, hoisted)
-  if coarse is not None:
-    unrolled = coarse[2]
-  alt = step_schedule.uniform_candidate(step, graph, ks, unit, layout,
-                                        n_local, costs, hoisted)
-  same = alt is not None and same_order(alt[2].actions, unrolled.actions)
-  clock.lap("search on uniform spans", "none" if alt is None
-            else "the same order as on measured spans" if same else
-            "another order")
+    return plan, None, None
   # The first price of a process also measures the lowering's per-tick
   # and packing costs on this machine (cost.ticks, cost.outside; cached).
-  if same:
-    # The same tick plan, so the same prediction: not planned twice.
-    # Priced as pick_schedule prices (FSDP and outside terms included).
-    ms = 1e3 * step._costs.step_seconds(  # pylint: disable=protected-access
-        costs, unrolled, plan, layout, step.mesh, step.pipe_axis)
-    clock.lap("price", "one schedule")
-    return plan, "measured" if coarse is None else "coarse", ms, coarse
-  plan, chosen, other_ms, picked = step._pick_schedule(  # pylint: disable=protected-access
-      costs, unrolled, plan, alt, make_plan)
-  clock.lap("price", f"lowering the schedule searched on {chosen} spans,"
-            f" predicted faster" if alt is not None else
-            "the schedule searched on measured spans")
-  if picked is not None:
-    return plan, chosen, other_ms, picked
-  return plan, "measured" if coarse is None else "coarse", other_ms, coarse
-
-
-def _coarse_pick(step: Any, costs: Any, unit: int, layout: Any,
-                 n_local: int, unrolled: Any, plan: Any, make_plan: Any,
-                 clock: Any, hoisted: int = 0) -> tuple[Any, Any]:
-  """``(plan, coarse)``: the schedule searched on the measured spans on a
-  coarser grid (``step_schedule.coarse_candidate``; ``coarse``: its
-  ``(graph, schedule, unrolled)``) when it orders blocks otherwise and is
-  predicted faster (``step_schedule.pick_schedule``), else ``(plan,
-  None)``. peer_bench's 4-stage mshape: the default grid moves with a few
-  per cent of measurement noise, and on the finer grid the search found
-  only interpreted schedules ~10% slower (priced so too)."""
-  coarse = step_schedule.coarse_candidate(step, costs, unit, layout,
-                                          n_local, hoisted)
-  if coarse is None or same_order(coarse[2].actions, unrolled.actions):
-    clock.lap("search on coarser measured spans",
-              "none" if coarse is None else "the same order")
-    return plan, None
-  plan, _, _, picked = step_schedule.pick_schedule(step, costs, unrolled,
-                                                   plan, coarse, make_plan)
-  clock.lap("search on coarser measured spans", "another order, "
-            + ("predicted faster" if picked is not None else "slower"))
-  return plan, picked
-
-
-def same_order(a: Sequence[Any], b: Sequence[Any]) -> bool:
-  """Whether two unrolled schedules start the same blocks together in the
-  same order (their start steps may be in other units): then they make
-  the same tick plan (``passes.plan.build_plan`` numbers the distinct
-  start steps), so they are predicted the same."""
-  def order(actions: Sequence[Any]) -> list[tuple[int, int, int]]:
-    rank = {s: t for t, s in enumerate(sorted({x.start for x in actions}))}
-    return sorted((rank[x.start], x.block, x.microbatch) for x in actions)
-  return len(a) == len(b) and order(a) == order(b)
+  choice = _schedule_choice.choose(
+      step, costs, unrolled, plan,
+      step_schedule.candidates(step, graph, ks, unit, layout, n_local,
+                               costs, hoisted), make_plan, clock)
+  if choice is None:
+    return plan, None, None
+  chosen = choice.chosen
+  return chosen.plan, choice, chosen.found
 
 
 def _program_of(step: Any, part: Any, layout: Any, data_axes: Sequence[str],
@@ -341,19 +289,21 @@ def _lower_program(step: Any, plan: Any, part: Any, layout: Any,
 
 
 def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
-            unit: int, ks: Any, chosen: str | None,
-            other_ms: float | None, lowering: str = "",
+            unit: int, ks: Any, choice: Any, lowering: str = "",
             hoisted: int = 0) -> Any:
-  """The build's ``CostReport`` (None when the cost model gives none)."""
+  """The build's ``CostReport`` (None when the cost model gives none);
+  ``choice``: the ``schedule_choice.Choice`` made (None: none)."""
   model = step._costs  # pylint: disable=protected-access
   report = model.report(
       costs, unrolled, plan, layout, unit,
       step_schedule.memory_limit_bytes(step, layout, costs, hoisted),
-      step.mesh,
-      step.pipe_axis, schedule_costs=chosen, alternative_ms=other_ms)
+      step.mesh, step.pipe_axis,
+      schedule_costs=None if choice is None else choice.taken,
+      alternative_ms=None if choice is None else choice.alternative_ms)
   if report is not None:
-    report = dataclasses.replace(report, block_modes=block_modes(ks),
-                                 lowering=lowering)
+    report = dataclasses.replace(
+        report, block_modes=block_modes(ks), lowering=lowering,
+        candidate_ms={} if choice is None else choice.candidate_ms)
   return report
 
 

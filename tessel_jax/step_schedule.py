@@ -1,6 +1,6 @@
 """A scheduled step's schedule: given, classic (``search.baselines``),
-cached or searched under the memory limit, and (measured costs) the pick
-between the schedules searched on measured and on uniform spans.
+cached or searched under the memory limit, and (measured costs) the other
+candidates ``schedule_choice`` prices against it.
 
 Every function takes the ``ScheduledFunction`` (``step``) whose options it
 reads; failures are ``step._error`` messages naming the fix.
@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
 from typing import Any
 
 from tessel_jax import checks as _checks
 from tessel_jax import compat
 from tessel_jax import schedule_cache as _schedule_cache
-from tessel_jax.cost import model as _cost_model
+from tessel_jax import schedule_choice as _choice
 from tessel_jax.cost import quantize as _quantize
 from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import SPANS
@@ -254,78 +253,26 @@ def coarse_candidate(step: Any, costs: Any, unit: int, layout: Any,
   return coarse, sched, unrolled
 
 
-#: ``pick_schedule``: the schedule searched on uniform spans is first
-#: priced with the per-tick seconds of the measured-spans plan's stand-in
-#: (``CostModel.replay_like``); its own stand-in program is compiled and
-#: timed only when that estimate is below ``1 + ALT_STANDIN_MARGIN`` times
-#: the measured-spans plan's price. Two schedules of one build's kernels
-#: had stand-in figures up to ~30% apart per tick (README GPT, interleaved
-#: pipe2 x dp2), about a third of the price: 10% keeps every close call
-#: calibrated. README GPT, 4 devices, cold choice: most second stand-ins
-#: were of schedules that lost.
-ALT_STANDIN_MARGIN = 0.10
-
-
-def pick_schedule(step: Any, costs: Any, unrolled: UnrolledSchedule,
-                  plan: Any, alt: Any, make_plan: Callable[[Any], Any]
-                  ) -> tuple:
-  """The integer search sees blocks on independent devices; the
-  prediction also knows the lowering's per-tick costs, rendezvous and
-  shared CPU cores. Lowers whichever of the schedules searched on the
-  measured and on uniform spans (``alt``) it predicts faster; the uniform
-  one's stand-in is timed only when it may win (``ALT_STANDIN_MARGIN``).
-
-  Returns ``(plan, "measured" | "uniform", other's predicted ms,
-  (graph, schedule, unrolled) of the uniform one or None)``.
-  """
-  if alt is None:
-    return plan, "measured", None, None
-  alt_plan = make_plan(alt[2].actions)
-  model = step._costs  # pylint: disable=protected-access
-
-  def price(run: UnrolledSchedule, p: Any) -> tuple[float, float | None]:
-    # The FSDP collectives included, as the build will gather them; with
-    # the per-call figure its stand-in measured (standin_extra).
-    seconds = model.step_seconds(costs, run, p, p.layout, step.mesh,
-                                 step.pipe_axis)
-    return seconds, standin_extra(model)
-
-  mine, extra_s = price(unrolled, plan)
-  guess = _guess_alt(step, costs, alt[2], alt_plan, extra_s)
-  if guess is not None and guess >= mine * (1 + ALT_STANDIN_MARGIN):
-    theirs = guess   # cannot win: its stand-in is not compiled
-    model.alt_standins_skipped += 1
-  else:
-    theirs, _ = price(alt[2], alt_plan)
-  mine, theirs = _cost_model.agree([mine, theirs])
-  # every process lowers the same schedule
-  if theirs < mine:
-    return alt_plan, "uniform", mine * 1e3, alt
-  return plan, "measured", theirs * 1e3, None
-
-
-def standin_extra(model: Any) -> float | None:
-  """Seconds per kernel call the stand-in of the plan ``model`` priced last
-  added (``CostModel.extra_last_s``), or None where that plan's stand-in was not
-  timed (not calibrated, a lower bound, a multi-process run). Call it
-  right after the pricing whose figure it reads."""
-  if not model.calibrated or model.bound_last or model.extra_last_s <= 0:
-    return None
-  return float(model.extra_last_s)
-
-
-def _guess_alt(step: Any, costs: Any, run: UnrolledSchedule, p: Any,
-               extra_s: float | None) -> float | None:
-  """Seconds of ``run`` lowered as ``p`` with ``extra_s`` stand-in seconds
-  per kernel call (another plan's, :func:`standin_extra`) instead of a
-  stand-in of its own; None when ``extra_s`` is None (nothing to estimate
-  with)."""
-  if extra_s is None:
-    return None
-  model = step._costs  # pylint: disable=protected-access
-  return model.replay_like(costs, run, p, step.mesh, step.pipe_axis,
-                           extra_s) + sum(model.serial_seconds(
-                               costs, p, p.layout, step.mesh, step.pipe_axis))
+def candidates(step: Any, graph: BlockGraph, ks: Any, unit: int,
+               layout: Any, n_local: int, costs: Any, hoisted: int = 0
+               ) -> list[_choice.Candidate]:
+  """The schedules a measured build may lower instead of the one searched
+  on the measured spans (``schedule_choice.choose`` prices them in this
+  order): the same spans on a coarser grid (:func:`coarse_candidate`,
+  with the ``coarse_grid`` switch), then uniform spans
+  (:func:`uniform_candidate`). Each is searched only when its turn
+  comes."""
+  out = []
+  if step.switches.coarse_grid:
+    out.append(_choice.Candidate(
+        "coarse", "coarser measured spans",
+        lambda: coarse_candidate(step, costs, unit, layout, n_local,
+                                 hoisted)))
+  out.append(_choice.Candidate(
+      "uniform", "uniform spans",
+      lambda: uniform_candidate(step, graph, ks, unit, layout, n_local,
+                                costs, hoisted)))
+  return out
 
 
 def search_note(sched: Schedule | None, unrolled: UnrolledSchedule,

@@ -58,3 +58,13 @@ def no_wall_caps(monkeypatch):
     self.wall_deadline += 1e6
 
   monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)
+
+
+@pytest.fixture
+def measured_first_only(monkeypatch):
+  """Measured builds lower the schedule searched on the measured spans,
+  searching and pricing no other candidate (``step_schedule.candidates``):
+  for tests of what a build measures and caches, not of the choice (tests/test_coarse_candidate.py, test_cost's report test and
+  test_program_bytes' FSDP pricing test check that)."""
+  from tessel_jax import step_schedule  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(step_schedule, "candidates", lambda *a, **k: [])

@@ -50,9 +50,8 @@ def _build(tmp_path: object, monkeypatch: pytest.MonkeyPatch,
   monkeypatch.setattr(calibrate, "program_timer", fake_timer)
   fn, params, batch = _tiny(n=4, kinds=("embed", "head"))
   # The coarser-grid candidate (Switches.coarse_grid) is left out: these
-  # tests read the timed plan's price from predicted_step_ms or
-  # alternative_ms, and a coarse schedule predicted faster than the timed
-  # one would take its place in the report (CI of 2520ab8 failed so).
+  # tests count the stand-ins of two candidates (the timed plan's price is
+  # read from report.candidate_ms["measured"], whichever is lowered).
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
                      placement=placements.vshape(2), num_microbatches=4,
                      cost=cost, cache_dir=str(tmp_path),
@@ -103,7 +102,7 @@ def test_measured_cost_times_one_standin_per_machine(
   # The per-port seconds make the zero-kernel replay of the plan timed
   # (the first candidate) the stand-in's 250 ms; the other candidate, with
   # fewer port operations, is priced with the same seconds per port.
-  timed = max(rep.predicted_step_ms, rep.alternative_ms or 0.0)
+  timed = rep.candidate_ms.get("measured", rep.predicted_step_ms)
   assert 250.0 <= timed < 300.0
   assert rep.predicted_step_ms > 10.0
   step2, calls2, _ = _build(tmp_path, monkeypatch, 0.0125, cost="measured")
@@ -127,7 +126,7 @@ def test_the_per_port_solve_leaves_the_serial_part_to_its_own_term(
   assert len(calls) == 1
   rep = step.report
   assert rep.outside_ms == pytest.approx(50.0)
-  timed = max(rep.predicted_step_ms, rep.alternative_ms or 0.0)
+  timed = rep.candidate_ms.get("measured", rep.predicted_step_ms)
   assert 250.0 <= timed < 275.0
   (rec_path,) = tmp_path.glob("ports-*")
   rec = step._costs.cache.get("ports", rec_path.stem.split("-", 1)[1])  # pylint: disable=protected-access

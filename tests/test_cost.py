@@ -304,7 +304,7 @@ def _tiny(rows_per_mb=4, n=4, kinds=("embed", "layer", "head")):
   return fn, params, M.make_batch(n * rows_per_mb)
 
 
-def test_cache_hit_and_invalidation(tmp_path):
+def test_cache_hit_and_invalidation(tmp_path, measured_first_only):
   mesh = jax.make_mesh((2,), ("pipe",))
   fn, params, batch = _tiny()
   placement = tj.Placement([(0, 1), 0, 1])
@@ -427,6 +427,11 @@ def test_measured_cost_equals_value_and_grad_and_reports():
   assert rep.schedule_costs in ("measured", "coarse", "uniform")
   assert rep.alternative_ms is not None
   assert rep.alternative_ms >= rep.predicted_step_ms
+  # Every candidate's price; the lowered one's is the cheapest and the
+  # report's prediction.
+  assert "measured" in rep.candidate_ms and len(rep.candidate_ms) >= 2
+  assert rep.candidate_ms[rep.schedule_costs] == pytest.approx(
+      rep.predicted_step_ms) == min(rep.candidate_ms.values())
   spans = {b.label: b.span for b in step.built.graph.blocks}
   if rep.schedule_costs == "uniform":
     assert rep.quantization_error is None
@@ -495,8 +500,8 @@ def test_a_schedule_in_the_same_order_is_priced_as_the_lowered_one(
   # When the schedule searched on uniform spans orders the blocks as the
   # measured one does, its price is the lowered plan's own, outside and
   # FSDP terms included (it once left out the outside term).
-  from tessel_jax import step_build  # pylint: disable=import-outside-toplevel
-  monkeypatch.setattr(step_build, "same_order", lambda a, b: True)
+  from tessel_jax import schedule_choice  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(schedule_choice, "same_order", lambda a, b: True)
   fn, params, batch = _tiny(n=4, kinds=("embed", "head"))
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),
                      placement=placements.vshape(2), num_microbatches=4,
@@ -504,3 +509,5 @@ def test_a_schedule_in_the_same_order_is_priced_as_the_lowered_one(
   rep = step.build(params, batch).report
   assert rep.schedule_costs == "measured" and rep.outside_ms > 0
   assert rep.alternative_ms == pytest.approx(rep.predicted_step_ms)
+  assert set(rep.candidate_ms.values()) == {rep.candidate_ms["measured"]}
+  assert rep.candidate_ms["measured"] == pytest.approx(rep.predicted_step_ms)

@@ -7,7 +7,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import model_zoo_spans_lib as lib
-from tessel_jax import api
+from tessel_jax import schedule_choice
 
 
 def _fn(params, batch):
@@ -22,7 +22,7 @@ def test_forced_lowers_each_candidate_and_restores_the_choice():
             "w1": jax.random.normal(k[1], (16, 16)) * 0.3}
   batch = {"x": jax.random.normal(k[2], (16, 16))}
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
-  orig = api.ScheduledFunction._pick_schedule
+  orig = schedule_choice.choose
   got = {}
   for which in lib.CANDIDATES:
     choices: list[str] = []
@@ -40,7 +40,7 @@ def test_forced_lowers_each_candidate_and_restores_the_choice():
   # the build priced faster.
   assert got["measured"] in ("measured", "coarse"), got
   assert got["uniform"] == "uniform", got
-  assert api.ScheduledFunction._pick_schedule is orig
+  assert schedule_choice.choose is orig
 
 
 def test_judge_and_markdown():

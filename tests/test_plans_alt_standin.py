@@ -1,4 +1,4 @@
-"""``step_schedule.pick_schedule`` under ``cost="calibrated"``: the schedule
+"""``schedule_choice.choose`` under ``cost="calibrated"``: the schedule
 searched on uniform spans is priced first with the measured-spans plan's
 stand-in seconds per kernel call; its own stand-in program is compiled and timed
 only when that estimate may win (``ALT_STANDIN_MARGIN``). Fake cost model:
@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from tessel_jax import step_schedule as S
+from tessel_jax import schedule_choice as S
 
 
 class _Model:
@@ -40,13 +40,19 @@ class _Model:
 
 
 def _pick(model):
+  """``(plan, taken, other's ms, picked)`` of the choice between the
+  schedules named "measured" and "uniform"."""
   step = types.SimpleNamespace(_costs=model, mesh=None,
                                pipe_axis="pipe")
   mine = types.SimpleNamespace(actions="measured")
   alt = (None, None, types.SimpleNamespace(actions="uniform"))
-  return S.pick_schedule(
+  choice = S.choose(
       step, None, mine, types.SimpleNamespace(layout=None, name="measured"),
-      alt, lambda actions: types.SimpleNamespace(layout=None, name=actions))
+      [S.Candidate("uniform", "uniform spans", lambda: alt)],
+      lambda actions: types.SimpleNamespace(layout=None, name=actions),
+      types.SimpleNamespace(lap=lambda *a: None))
+  chosen = choice.chosen
+  return chosen.plan, choice.taken, choice.alternative_ms, chosen.found
 
 
 def test_a_uniform_schedule_estimated_well_slower_times_no_standin():

@@ -22,7 +22,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 import tessel_jax as tj
-from tessel_jax import step_build
+from tessel_jax import schedule_choice, step_schedule
 from tessel_jax.cost import model as cost_model
 
 from test_lowering_models import max_rel_err, reference
@@ -202,19 +202,20 @@ def test_plans_compared_with_their_fsdp_collectives(monkeypatch) -> None:
   monkeypatch.setattr(cost_model.CostModel, "step_seconds", spy)
   # Both schedules are priced even where the measured timings give the
   # uniform one's order (then the build prices one and reuses it).
-  monkeypatch.setattr(step_build, "same_order", lambda a, b: False)
+  monkeypatch.setattr(schedule_choice, "same_order", lambda a, b: False)
   # Only these two: the coarser-grid candidate (Switches.coarse_grid,
   # tests/test_coarse_candidate.py) would be priced too.
-  monkeypatch.setattr(step_build, "_coarse_pick",
-                      lambda step, costs, unit, layout, n_local, unrolled,
-                      plan, *rest, **kw: (plan, None))
+  monkeypatch.setattr(step_schedule, "coarse_candidate",
+                      lambda *a, **kw: None)
   step = _fsdp_step("per_block", cost="measured", plan=None)
   report = step.built.report
-  assert report.alternative_ms is not None and len(seen) == 2
-  assert all(serial > 0 for _, serial in seen)
-  prices = sorted(1e3 * s for s, _ in seen)
-  assert sorted([report.predicted_step_ms, report.alternative_ms]) == (
+  assert set(report.candidate_ms) == {"measured", "uniform"}
+  assert len(seen) == 2 and all(serial > 0 for _, serial in seen)
+  prices = [1e3 * s for s, _ in seen]
+  assert [report.candidate_ms[n] for n in ("measured", "uniform")] == (
       pytest.approx(prices))
+  assert report.predicted_step_ms == pytest.approx(
+      report.candidate_ms[report.schedule_costs])
 
 
 def test_fsdp_collectives_priced_in_the_step() -> None:

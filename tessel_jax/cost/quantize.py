@@ -53,6 +53,8 @@ class Quantized:
     time_error: Time-weighted block error ``sum |span*res - t| / sum t``.
     load_error: Largest per-device relative error of the load per
       micro-batch (sum of spans of the device's blocks).
+    memory_units: The ``memory_units`` it was made with (the largest
+      block memory in units): :func:`coarser` keeps them.
   """
 
   graph: BlockGraph
@@ -64,6 +66,7 @@ class Quantized:
   block_errors: Mapping[int, float]
   time_error: float
   load_error: float
+  memory_units: int = MEMORY_UNITS
 
   def limit_units(self, limit_bytes: int | None) -> int | None:
     """A byte limit in this graph's memory units (rounded down)."""
@@ -207,7 +210,7 @@ def quantize(graph: BlockGraph, seconds: Mapping[int, float],
                    seconds={b.id: float(seconds[b.id]) for b in graph.blocks},
                    memory_bytes=mem, delay_seconds=delays,
                    block_errors=block_err, time_error=weighted,
-                   load_error=load)
+                   load_error=load, memory_units=memory_units)
 
 
 def plan_error(quantized_makespan: int, resolution: float,
@@ -230,7 +233,8 @@ def summary(q: Quantized) -> dict[str, Any]:
 
 
 def coarser(q: Quantized) -> BlockGraph | None:
-  """``q``'s graph re-quantised on a coarser grid (spans and edge delays;
+  """``q``'s graph re-quantised on a coarser grid (:func:`quantize` of its
+  seconds, bytes and delays at that resolution: spans and edge delays;
   memory units kept), or None where there is none (or its spans are
   ``q``'s).
 
@@ -254,11 +258,8 @@ def coarser(q: Quantized) -> BlockGraph | None:
       best, best_err = busiest / s, max(weighted, load)
   if best is None:
     return None
-  blocks = tuple(dataclasses.replace(b, span=to_steps(q.seconds[b.id], best))
-                 for b in q.graph.blocks)
-  if [b.span for b in blocks] == [b.span for b in q.graph.blocks]:
+  graph = quantize(q.graph, q.seconds, q.memory_bytes, q.delay_seconds,
+                   resolution=best, memory_units=q.memory_units).graph
+  if [b.span for b in graph.blocks] == [b.span for b in q.graph.blocks]:
     return None
-  edges = tuple(Edge(e.src, e.dst, to_steps(
-      q.delay_seconds.get((e.src, e.dst), 0.0), best, minimum=0))
-                for e in q.graph.edges)
-  return dataclasses.replace(q.graph, blocks=blocks, edges=edges)
+  return graph

@@ -51,13 +51,17 @@ class CostReport:
     ticks: Ticks of the lowered program.
     link: The communication model (``LinkModel.to_dict()``).
     backend: Backend the kernels were measured on.
-    schedule_costs: Spans the lowered schedule was searched on:
-      ``"measured"``, ``"coarse"`` when the one searched on the measured
-      spans on a coarser grid (``quantize.coarser``) was predicted faster,
-      or ``"uniform"`` when the one searched on uniform spans was (the
-      quantisation error is None for these two).
-    alternative_ms: Predicted step time of the candidate not taken (None:
-      no choice was made).
+    schedule_costs: The candidate lowered, by the spans it was searched
+      on (``schedule_choice.choose``): ``"measured"``, ``"coarse"`` (the
+      measured spans on a coarser grid, ``quantize.coarser``) or
+      ``"uniform"`` (the quantisation error is None for these two).
+    alternative_ms: Predicted step time of the cheapest other distinct
+      candidate; the lowered one's own where every other was in its order
+      (the same tick plan); None: no other candidate was found.
+    candidate_ms: Every candidate found -> its predicted step time (ms),
+      in search order, the lowered one's included; one in the same order
+      as an earlier one has that one's (not priced again). Empty: no
+      choice was made.
     block_modes: Forward block label (``F0``) of every block on several
       devices -> how it shares a micro-batch: ``"split 4-way"`` or
       ``"replicated: <reason>"`` (``passes.modes``).
@@ -93,6 +97,7 @@ class CostReport:
   backend: str = ""
   schedule_costs: str = ""
   alternative_ms: float | None = None
+  candidate_ms: Mapping[str, float] = dataclasses.field(default_factory=dict)
   block_modes: Mapping[str, str] = dataclasses.field(default_factory=dict)
   chosen_plan: str = ""
   lowering: str = ""
@@ -115,12 +120,7 @@ class CostReport:
       head = (f"predicted step {self.predicted_step_ms:.2f} ms"
               f" (quantisation error {qe}, step"
               f" {1e3 * (self.time_resolution_s or 0):.3f} ms)")
-      if self.alternative_ms is not None:
-        other = ("measured" if self.schedule_costs == "uniform"
-                 else "uniform")
-        head += (f"; schedule searched on {self.schedule_costs} spans, the"
-                 f" one on {other} spans predicted {self.alternative_ms:.2f}"
-                 f" ms")
+      head += self._choice()
     prof = ("cached" if self.cache_hit else
             f"{self.kernels_measured} kernels in {self.profile_seconds:.2f} s")
     shared = "".join(f"; {label} {how}"
@@ -130,3 +130,15 @@ class CostReport:
     return (f"{head}; peak memory per device {mib} MiB; bubble ratio"
             f" {self.bubble_ratio:.3f}; profiling {prof}{shared}{chosen}"
             f"{lowering}")
+
+  def _choice(self) -> str:
+    """The candidates compared, for :meth:`summary` ("" when none)."""
+    if self.candidate_ms:
+      each = ", ".join(f"{name} {ms:.2f} ms"
+                       for name, ms in self.candidate_ms.items())
+      return (f"; schedule searched on {self.schedule_costs} spans of"
+              f" candidates predicted {each}")
+    if self.alternative_ms is not None:
+      return (f"; schedule searched on {self.schedule_costs} spans, another"
+              f" predicted {self.alternative_ms:.2f} ms")
+    return ""
