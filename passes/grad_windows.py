@@ -32,21 +32,34 @@ def window(eqns: Sequence[Any], outvars: Sequence[Any], var: Any
   """``(start, limit)`` of ``var``'s elements the equations read.
 
   Returns the bounding box of every read when each one is a ``slice``
-  with unit strides and the box is smaller than ``var``; None when
-  ``var`` is read otherwise (any other equation, including a call that
-  takes it whole), is an output, or is read whole (or not at all).
+  with unit strides (a slice read only by slices in turn counts as the
+  box of those: ``passes.dead_taps`` slices one spatial dimension at a
+  time) and the box is smaller than ``var``; None when ``var`` is read
+  otherwise (any other equation, including a call that takes it whole),
+  is an output, or is read whole (or not at all).
 
   Args:
     eqns: The equations of the block (top level).
     outvars: Its outputs.
     var: One of its input variables.
   """
+  box = _read_box(eqns, outvars, var)
+  shape = tuple(var.aval.shape)
+  if box is None or box == ((0,) * len(shape), shape):
+    return None
+  return box
+
+
+def _read_box(eqns: Sequence[Any], outvars: Sequence[Any], var: Any
+              ) -> Window | None:
+  """The box of ``var`` that slices read (None: read otherwise or not
+  at all)."""
   if any(v is var for v in outvars):
     return None
   shape = tuple(var.aval.shape)
   lo, hi = list(shape), [0] * len(shape)
   seen = False
-  for eqn in eqns:
+  for i, eqn in enumerate(eqns):
     if not any(v is var for v in eqn.invars):
       continue
     if compat.primitive_name(eqn) != "slice":
@@ -54,12 +67,16 @@ def window(eqns: Sequence[Any], outvars: Sequence[Any], var: Any
     p = compat.eqn_params(eqn)
     if p.get("strides") not in (None, (1,) * len(shape)):
       return None
+    start = [int(b) for b in p["start_indices"]]
+    limit = [int(b) for b in p["limit_indices"]]
+    inner = _read_box(eqns[i + 1:], outvars, eqn.outvars[0])
+    if inner is not None:  # a slice of the slice: narrow to its box
+      limit = [s + b for s, b in zip(start, inner[1])]
+      start = [s + a for s, a in zip(start, inner[0])]
     seen = True
-    lo = [min(a, int(b)) for a, b in zip(lo, p["start_indices"])]
-    hi = [max(a, int(b)) for a, b in zip(hi, p["limit_indices"])]
-  if not seen or (tuple(lo) == (0,) * len(shape) and tuple(hi) == shape):
-    return None
-  return tuple(lo), tuple(hi)
+    lo = [min(a, b) for a, b in zip(lo, start)]
+    hi = [max(a, b) for a, b in zip(hi, limit)]
+  return (tuple(lo), tuple(hi)) if seen else None
 
 
 def block_windows(block: Any) -> dict[int, Window]:
