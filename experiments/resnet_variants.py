@@ -18,14 +18,27 @@ VARIANTS = {
     "dead_taps_workspace": {"switches": {"dead_taps": True,
                                          "workspace": True}},
     # The automatic cut on measured costs of the program it runs (dead taps
-    # sliced before the costing), ignoring the model's marker after block 5.
+    # sliced before the costing), ignoring the model's marker.
     "auto_cut": {"cut": "auto", "cost": "measured"},
-    # The marker after basic block 1, 2, 3 or 4 (``resnet.make_loss``'s
-    # ``cut_after``) instead of 5: more of the network on device 1.
+    # The automatic cut on analytic costs (the roofline: ``cost="uniform"``
+    # prices the cut analytically), schedule searched on uniform spans as
+    # base's: the cut alone moves (``experiments.placed_bench``'s model).
+    "auto_uniform": {"cut": "auto"},
+    # Dead-tap weight gradients added whole (``Switches.grad_windows``
+    # off), as before 2026-11-27.
+    "no_grad_windows": {"switches": {"grad_windows": False}},
+    "auto_no_grad_windows": {"cut": "auto",
+                             "switches": {"grad_windows": False}},
+    # The marker after basic block 1 to 5 (``resnet.make_loss``'s
+    # ``cut_after``) instead of ``placed_bench.RESNET_CUT_AFTER`` (2, where
+    # the automatic cut lands; 5 before 2026-11-27).
     "cut1": {"cut_after": (1,)},
     "cut2": {"cut_after": (2,)},
     "cut3": {"cut_after": (3,)},
     "cut4": {"cut_after": (4,)},
+    "cut5": {"cut_after": (5,)},
+    "cut5_no_grad_windows": {"cut_after": (5,),
+                             "switches": {"grad_windows": False}},
 }
 
 

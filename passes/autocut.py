@@ -240,7 +240,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
            weights: Sequence[float] | None = None,
            tolerance: float = DEFAULT_TOLERANCE, device: Any | None = None,
            what: str = "the placement", split_leaves: bool = False,
-           cache: Any = None) -> Traced:
+           cache: Any = None, hoist: bool = True) -> Traced:
   """The traced function with exactly ``num_blocks`` blocks.
 
   * ``cut="markers"``: the user's ``tj.boundary`` markers must make
@@ -271,6 +271,11 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       ``like`` when given.
     cache: ``cost.cache.ProfileCache`` keeping measured group timings on
       disk (the same cut in the next process).
+    hoist: The lowering computes parameter-only work once per step
+      (``Switches.hoist`` on and two micro-batches or more,
+      ``passes.hoist.hoistable``): price it 0 per micro-batch
+      (:func:`eqn_costs`' ``num_params``). False: price it per
+      micro-batch, as the kernels then run it at every tick.
 
   Returns:
     A Traced with ``num_blocks`` blocks (an auto cut is recorded for
@@ -284,7 +289,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   split = split_leaves or (like is not None and like.leaf_split is not None)
   out = _cut_to(traced, num_blocks, fn_name=fn_name, cut=cut, like=like,
                 cost=cost, train=train, weights=weights, tolerance=tolerance,
-                device=device, what=what, cache=cache)
+                device=device, what=what, cache=cache, hoist=hoist)
   return _split_leaves(out) if split else out
 
 
@@ -307,7 +312,8 @@ def _split_leaves(traced: Traced) -> Traced:
 def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
             cut: str | None, like: Traced | None, cost: Any, train: bool,
             weights: Sequence[float] | None, tolerance: float,
-            device: Any | None, what: str, cache: Any = None) -> Traced:
+            device: Any | None, what: str, cache: Any = None,
+            hoist: bool = True) -> Traced:
   """:func:`cut_to` before any leaf split."""
   t0 = time.perf_counter()
   name = fn_name or traced.fn_name
@@ -349,7 +355,8 @@ def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
         f" tj.boundary, or pick a placement with fewer blocks")
   eqn_cost, source = eqn_costs(flat, cost=cost, train=train, device=device,
                                cache=cache,
-                               num_params=len(traced.param_avals))
+                               num_params=(len(traced.param_avals) if hoist
+                                           else None))
   costs = scan_split.unit_costs(eqn_cost, units, sites)
   live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,

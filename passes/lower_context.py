@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from . import grad_windows as _grad_windows
 from .kernels import KernelSet
 from .packing import Layout
 from .partition import Partition
@@ -58,6 +59,11 @@ class LowerContext:
         part.aux_terminals if train else range(len(self.ks.terminals)))
     self.num_devices = layout.num_devices
     self.gathered = tuple(sorted(layout.gathered))
+    # Forward block -> {leaf: window its gradient can be nonzero in}
+    # (``passes.grad_windows``; ``Switches.grad_windows``).
+    self.grad_windows = {
+        b.index: _grad_windows.block_windows(b) for b in part.blocks
+    } if train and switches.grad_windows else {}
 
   @property
   def inplace_params(self) -> bool:

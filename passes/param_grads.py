@@ -5,7 +5,8 @@ per dtype, slot arrays, gathered leaves, FSDP shards per block) inside its
 own switch branch or 0/1-trip loop (``passes.tick_compute``), so an
 accumulator is read and written only at the ticks where a block that owns
 it runs. A leaf sharded over the pipe axis comes back reduced and
-re-sharded with one ``psum_scatter``.
+re-sharded with one ``psum_scatter``. A leaf its block reads only through
+static slices gets only their box added (``passes.grad_windows``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from jax import lax
 
 from . import fsdp_kernel as _fsdp_kernel
 from . import fsdp_tick as _fsdp_tick
+from . import grad_windows as _grad_windows
 from . import indexing as _indexing
 from .lower_context import LowerContext
 from .tick_ctx import Ctx, scoped
@@ -94,7 +96,9 @@ def accumulate(low: LowerContext, ctx: Ctx, kernel: Any,
       continue
     key = (_fsdp_tick.grad_key(low.layout, kernel, leaf) or
            ("slot",) + tuple(where))
-    accs[key] = accs[key] + g.astype(accs[key].dtype)
+    win = (low.grad_windows.get(kernel.fwd, {}).get(leaf)
+           if leaf not in low.layout.shards else None)
+    accs[key] = _grad_windows.add(accs[key], g.astype(accs[key].dtype), win)
   _accumulate_flat(low, ctx, kernel, by_leaf, accs)
 
 

@@ -67,6 +67,13 @@ class Switches:
       than the interpreted forms, in 4/6 cold builds against 1/6, see
       BENCHMARKS.md, helper "stage8"); off (``TESSEL_JAX_COARSE_GRID=0``):
       two candidates, as before 2026-11-27.
+    grad_windows: A parameter gradient whose block reads the leaf only
+      through static slices (``passes.dead_taps``' live taps) is added
+      into its accumulator over the slices' box alone
+      (``passes.grad_windows``, exact; ResNet18 vshape(2) paired 0.90
+      CPU, 0.93 wall at load 14, ``experiments.resnet_ab
+      --variants=base,no_grad_windows``); off: added whole, as before
+      2026-11-27.
   """
 
   hoist: bool = True
@@ -78,6 +85,7 @@ class Switches:
   row_dots: bool = True
   row_dots_forward: bool = False
   coarse_grid: bool = True
+  grad_windows: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

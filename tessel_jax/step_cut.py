@@ -179,6 +179,8 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
   ``like``: the cut full-size trace, whose cut a re-trace (per-device rows
   of a shared block) reuses. ``split_leaves``: store a scanned stack's
   parameter leaves as one leaf per block's slice (``autocut.cut_to``).
+  Parameter-only work is priced once per step only where the lowering
+  hoists it (``Switches.hoist``, two micro-batches or more).
   """
   markers = step.cut == "markers" or (step.cut is None and
                                       traced.num_blocks > 1)
@@ -189,7 +191,8 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
       cost="analytic" if step.cost == "uniform" else "measured",
       train=step.mode == "train", weights=weights,
       device=step.mesh.devices.flat[0], what=what,
-      split_leaves=split_leaves, cache=step._costs.cache)
+      split_leaves=split_leaves, cache=step._costs.cache,
+      hoist=step.switches.hoist and int(step.num_microbatches) >= 2)
 
 
 def count_error(step: Any, have: int, want: int, what: str,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import types
 
 import jax
 import jax.numpy as jnp
@@ -473,6 +474,28 @@ def test_measured_groups_read_hoisted_values_as_inputs():
   assert m.seconds[hoisted].sum() == 0 and m.seconds.sum() > 0
   with pytest.raises(ValueError, match="per_step has 1 entries"):
     autocut_cost.measured_costs(flat, per_step=[True])
+
+def test_cut_prices_parameter_work_per_microbatch_where_not_hoisted():
+  # With Switches(hoist=False) (or one micro-batch) the kernels slice the
+  # big parameter at every tick: the cut must price it per micro-batch
+  # ([slice, layer 0] | 5 layers), not once per step (3 | 3 layers).
+  from tessel_jax.passes import switches as _switches
+  fn, params, batch = _sliced_first_layer()
+  traced = _trace(fn, params, batch)
+  dots = _dot_positions(autocut.flatten(traced))
+  per_mb = autocut.cut_info(autocut.cut_to(traced, 2, cut="auto",
+                                           cost="analytic", hoist=False))
+  assert sum(d < per_mb.positions[0] for d in dots) == 1, per_mb.describe()
+  model = types.SimpleNamespace(
+      fn=fn, params=params, batch={"x": jnp.ones((8, 128)) / 4})
+  first = {}
+  for hoist in (False, True):
+    step = _check_schedule(fn, model, "vshape", 2, devices=2, cut="auto",
+                           switches=_switches.Switches(hoist=hoist))
+    info = autocut.cut_info(step.built.partition.traced)
+    first[hoist] = sum(d < info.positions[0] for d in dots)
+  assert first == {False: 1, True: 3}, first
+
 
 # --- real models --------------------------------------------------------------
 
