@@ -229,6 +229,71 @@ def summary(q: Quantized) -> dict[str, Any]:
                     for b in q.graph.ids}}
 
 
+def _regrid(q: Quantized, resolution: float) -> BlockGraph:
+  """``q``'s graph with spans and edge delays on ``resolution`` (memory
+  units kept)."""
+  blocks = tuple(dataclasses.replace(
+      b, span=to_steps(q.seconds[b.id], resolution)) for b in q.graph.blocks)
+  edges = tuple(Edge(e.src, e.dst, to_steps(
+      q.delay_seconds.get((e.src, e.dst), 0.0), resolution, minimum=0))
+                for e in q.graph.edges)
+  return dataclasses.replace(q.graph, blocks=blocks, edges=edges)
+
+
+def _unfloored_error(graph: BlockGraph, seconds: Mapping[int, float],
+                     resolution: float) -> float:
+  """:func:`choose_resolution`'s rounding error (time-weighted blocks,
+  per-device loads) over the blocks of at least half a step: a shorter
+  block takes the one-step floor of any grid (peer_bench's zbv(4): the
+  first block's input gradient, 0.2 ms beside ~10 ms kernels), which is
+  no misestimate of the others."""
+  kept = [b for b in graph.blocks if seconds[b.id] >= resolution / 2]
+  total = sum(seconds[b.id] for b in kept)
+  if not total > 0:
+    return math.inf
+  quant = {b.id: to_steps(seconds[b.id], resolution) * resolution
+           for b in kept}
+  weighted = sum(abs(quant[b.id] - seconds[b.id]) for b in kept) / total
+  real = [0.0] * graph.num_devices
+  got = [0.0] * graph.num_devices
+  for b in kept:
+    for d in b.devices:
+      real[d] += seconds[b.id]
+      got[d] += quant[b.id]
+  load = max((abs(g - r) / r for r, g in zip(real, got) if r > 0),
+             default=0.0)
+  return max(weighted, load)
+
+
+def aligned(q: Quantized, tolerance: float = 2 * DEFAULT_TOLERANCE
+            ) -> BlockGraph | None:
+  """``q``'s graph on the grid of one step per typical kernel, or None.
+
+  The step is the median seconds of the busiest device's blocks, adjusted
+  so that device's load is a whole number of steps. Where kernels of
+  nearly equal seconds round to different step counts on the default grid,
+  the schedule's devices start their kernels at staggered steps and the
+  lowering runs more ticks (peer_bench's zbv(4), whose F, B and W kernels
+  all take ~10 ms: the default grid's 24 steps gave 3 and 4 step spans and
+  66 ticks, stash 56 MB; this grid all 1, 51 ticks, stash 26 MB). None
+  where the rounding error of the blocks of at least half a step
+  (:func:`_unfloored_error`) exceeds ``tolerance`` or the spans are
+  ``q``'s.
+  """
+  loads = _loads(q.graph, q.seconds)
+  busiest = max(range(len(loads)), key=loads.__getitem__)
+  own = sorted(q.seconds[b.id] for b in q.graph.blocks
+               if busiest in b.devices)
+  steps = max(1, int(round(loads[busiest] / own[len(own) // 2])))
+  resolution = loads[busiest] / steps
+  if _unfloored_error(q.graph, q.seconds, resolution) > tolerance:
+    return None
+  graph = _regrid(q, resolution)
+  if [b.span for b in graph.blocks] == [b.span for b in q.graph.blocks]:
+    return None
+  return graph
+
+
 def coarser(q: Quantized) -> BlockGraph | None:
   """``q``'s graph re-quantised on a coarser grid (spans and edge delays;
   memory units kept), or None where there is none (or its spans are
