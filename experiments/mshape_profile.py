@@ -9,6 +9,8 @@ Usage (4 fake devices)::
   python -m experiments.mshape_profile --ab_row_dots=10 --variants=tj_mshape
   python -m experiments.mshape_profile --pick_builds=6 --pick_busy=2 \
       --variants=tj_mshape
+  python -m experiments.mshape_profile --pick_builds=2 --pick_aligned \
+      --variants=tj_zbv
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -64,6 +66,10 @@ flags.DEFINE_integer("pick_busy", 0, "With --pick_builds: busy processes"
                      " (a Python loop each) running during the builds only,"
                      " as on a loaded machine.")
 flags.DEFINE_integer("pick_rounds", 8, "With --pick_builds: timing rounds.")
+flags.DEFINE_bool("pick_aligned", False, "With --pick_builds: each build"
+                  " twice, with the library's switches and with"
+                  " Switches(aligned_grid=True) (cost.quantize.aligned),"
+                  " alternated.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
                   "peer_bench variants to profile (tj_gpipe, tj_mshape,"
                   " tj_zbv).")
@@ -218,10 +224,11 @@ def _busy(count: int) -> list[Any]:
           for _ in range(count)]
 
 
-def _cold_build(name: str, n: int, params: Any, batch: Any, mesh: Any
-                ) -> tuple[Any, dict[str, Any]]:
+def _cold_build(name: str, n: int, params: Any, batch: Any, mesh: Any,
+                switches: Any = None) -> tuple[Any, dict[str, Any]]:
   """``(compiled, row)`` of one measured-cost build of ``name`` with a
-  fresh cache directory, as peer_bench builds its tj variants."""
+  fresh cache directory, as peer_bench builds its tj variants
+  (``switches``: None, the library's)."""
   # pylint: disable=import-outside-toplevel
   import tempfile
 
@@ -232,7 +239,8 @@ def _cold_build(name: str, n: int, params: Any, batch: Any, mesh: Any
     built = tj.schedule(pbl.marked_loss(blocks), mesh=mesh,
                         placement=placement, num_microbatches=n,
                         cut="markers", cost="measured", interpret_ramps=8,
-                        cache_dir=cache).build(params, batch)
+                        cache_dir=cache, switches=switches
+                        ).build(params, batch)
   rep = built.report
   row = {"variant": name, "lowered_as": built.plan.loop_summary(),
          "schedule_costs": rep.schedule_costs,
@@ -245,25 +253,30 @@ def _cold_build(name: str, n: int, params: Any, batch: Any, mesh: Any
 
 
 def pick(n: int, builds: int, busy: int, rounds: int,
-         variants: tuple[str, ...]) -> None:
+         variants: tuple[str, ...], aligned: bool = False) -> None:
   """``builds`` cold builds of each variant (``busy`` spinning processes
-  beside them); then each variant's distinct lowered programs timed in
+  beside them; ``aligned``: each also with ``Switches(aligned_grid=True)``,
+  alternated); then each variant's distinct lowered programs timed in
   shuffled rounds, CPU per step and paired against the first build's."""
   # pylint: disable=import-outside-toplevel
   import numpy as np
+
+  from tessel_jax.passes.switches import Switches
   params, batch, mesh = _inputs(n)
   programs: dict[tuple[str, str], Any] = {}
+  settings = (None, Switches(aligned_grid=True)) if aligned else (None,)
   for name in variants:
-    for b in range(builds):
+    for b, switches in ((b, s) for b in range(builds) for s in settings):
       spin = _busy(busy)
       try:
-        compiled, row = _cold_build(name, n, params, batch, mesh)
+        compiled, row = _cold_build(name, n, params, batch, mesh, switches)
       finally:
         for p in spin:
           p.kill()
           p.wait()
       programs.setdefault((name, row["lowered_as"]), compiled)
-      print(json.dumps({"build": b, "busy": busy, **row,
+      print(json.dumps({"build": b, "busy": busy,
+                        "aligned_grid": switches is not None, **row,
                         "load_average": os.getloadavg()}), flush=True)
   cpu = _shuffled_cpu_ms(programs, rounds, params, batch)
   for name in variants:
@@ -283,7 +296,8 @@ def main(argv: list[str]) -> None:
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
   f = flags.FLAGS
   if f.pick_builds > 0:
-    pick(f.n, f.pick_builds, f.pick_busy, f.pick_rounds, tuple(f.variants))
+    pick(f.n, f.pick_builds, f.pick_busy, f.pick_rounds, tuple(f.variants),
+         f.pick_aligned)
   elif f.ab_straight_order > 0:
     ab_straight_order(f.n, f.ab_straight_order, tuple(f.variants))
   elif f.ab_residual_trim > 0:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 TICK_ORDER_ENV = "TESSEL_JAX_TICK_ORDER"
 COARSE_GRID_ENV = "TESSEL_JAX_COARSE_GRID"
+ALIGNED_GRID_ENV = "TESSEL_JAX_ALIGNED_GRID"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Switches:
     coarse_grid: With measured costs, the schedule searched on the
       measured spans on a coarser grid (``cost.quantize.coarser``) is a
       third candidate of the build's pick, lowered when predicted faster
-      (``step_build._coarse_pick``); on by default since session 34
+      (``schedule_choice.choose``); on by default since session 34
       (peer_bench's 4-stage mshape: the loop-form schedule, 8-12% less CPU
       than the interpreted forms, in 4/6 cold builds against 1/6, see
       BENCHMARKS.md, helper "stage8"); off (``TESSEL_JAX_COARSE_GRID=0``):
@@ -74,6 +75,12 @@ class Switches:
       CPU, 0.93 wall at load 14, ``experiments.resnet_ab
       --variants=base,no_grad_windows``); off: added whole, as before
       2026-11-27.
+    aligned_grid: With ``coarse_grid``, that candidate is searched on the
+      grid of one step per typical kernel (``cost.quantize.aligned``) where
+      it exists, else on the coarser grid as before; off by default
+      (``TESSEL_JAX_ALIGNED_GRID=1`` turns it on; peer_bench's 4-stage zbv:
+      51 ticks instead of 66, stash 26 instead of 56 MB, paired CPU ~0.97-0.99
+      on a loaded machine, BENCHMARKS.md, helper "zbv9").
   """
 
   hoist: bool = True
@@ -86,16 +93,19 @@ class Switches:
   row_dots_forward: bool = False
   coarse_grid: bool = True
   grad_windows: bool = True
+  aligned_grid: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   """The default switches, ``tick_order`` on where
   ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` off where
-  ``TESSEL_JAX_COARSE_GRID=0`` (``environ``: default ``os.environ``; for
+  ``TESSEL_JAX_COARSE_GRID=0``, ``aligned_grid`` on where
+  ``TESSEL_JAX_ALIGNED_GRID=1`` (``environ``: default ``os.environ``; for
   A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
-                  coarse_grid=env.get(COARSE_GRID_ENV, "") != "0")
+                  coarse_grid=env.get(COARSE_GRID_ENV, "") != "0",
+                  aligned_grid=env.get(ALIGNED_GRID_ENV, "") == "1")
 
 
-__all__ = ["COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]
+__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]

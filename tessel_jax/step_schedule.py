@@ -233,7 +233,8 @@ COARSE_SEARCH_SHARE = 1 / 8
 def coarse_candidate(step: Any, costs: Any, unit: int, layout: Any,
                      n_local: int, hoisted: int = 0) -> Any:
   """``(graph, schedule, unrolled)`` searched on the measured spans
-  re-quantised on a coarser grid (``cost.quantize.coarser``) under the
+  re-quantised on a coarser grid (``cost.quantize.coarser``; with the
+  ``aligned_grid`` switch ``cost.quantize.aligned`` first) under the
   same memory limit, or None: no coarser grid, a resolution the user gave,
   a cheap screening build (``plans.FrontierFunction``: one more CP-SAT
   search in each of the cold choice's many screening builds; the full
@@ -241,7 +242,10 @@ def coarse_candidate(step: Any, costs: Any, unit: int, layout: Any,
   if (step._costs.time_resolution is not None or  # pylint: disable=protected-access
       getattr(step, "cheap_screening", False)):
     return None
-  coarse = _quantize.coarser(costs.quantized)
+  coarse = (_quantize.aligned(costs.quantized)
+            if step.switches.aligned_grid else None)
+  if coarse is None:
+    coarse = _quantize.coarser(costs.quantized)
   if coarse is None:
     return None
   try:

@@ -118,7 +118,7 @@ class CostModel:
     self.bound_last = False
     self.standins_skipped = 0
     # Uniform-span schedules not given a stand-in of their own
-    # (``step_schedule.pick_schedule``: estimated well slower).
+    # (``schedule_choice.choose``: estimated well slower).
     self.alt_standins_skipped = 0
     # Seconds per kernel call the last prediction's stand-in added (0: none).
     self.extra_last_s = 0.0
