@@ -67,7 +67,7 @@ flags.DEFINE_integer("pick_busy", 0, "With --pick_builds: busy processes"
                      " as on a loaded machine.")
 flags.DEFINE_integer("pick_rounds", 8, "With --pick_builds: timing rounds.")
 flags.DEFINE_bool("pick_aligned", False, "With --pick_builds: each build"
-                  " twice, with the library's switches and with"
+                  " twice, with Switches(aligned_grid=False) and with"
                   " Switches(aligned_grid=True) (cost.quantize.aligned),"
                   " alternated.")
 flags.DEFINE_list("variants", ["tj_gpipe", "tj_mshape", "tj_zbv"],
@@ -255,7 +255,8 @@ def _cold_build(name: str, n: int, params: Any, batch: Any, mesh: Any,
 def pick(n: int, builds: int, busy: int, rounds: int,
          variants: tuple[str, ...], aligned: bool = False) -> None:
   """``builds`` cold builds of each variant (``busy`` spinning processes
-  beside them; ``aligned``: each also with ``Switches(aligned_grid=True)``,
+  beside them; ``aligned``: each with ``Switches(aligned_grid=False)`` and
+  ``Switches(aligned_grid=True)``,
   alternated); then each variant's distinct lowered programs timed in
   shuffled rounds, CPU per step and paired against the first build's."""
   # pylint: disable=import-outside-toplevel
@@ -264,7 +265,8 @@ def pick(n: int, builds: int, busy: int, rounds: int,
   from tessel_jax.passes.switches import Switches
   params, batch, mesh = _inputs(n)
   programs: dict[tuple[str, str], Any] = {}
-  settings = (None, Switches(aligned_grid=True)) if aligned else (None,)
+  settings = ((Switches(aligned_grid=False), Switches(aligned_grid=True))
+              if aligned else (None,))
   for name in variants:
     for b, switches in ((b, s) for b in range(builds) for s in settings):
       spin = _busy(busy)
@@ -276,7 +278,8 @@ def pick(n: int, builds: int, busy: int, rounds: int,
           p.wait()
       programs.setdefault((name, row["lowered_as"]), compiled)
       print(json.dumps({"build": b, "busy": busy,
-                        "aligned_grid": switches is not None, **row,
+                        "aligned_grid": (switches or Switches()).aligned_grid,
+                        **row,
                         "load_average": os.getloadavg()}), flush=True)
   cpu = _shuffled_cpu_ms(programs, rounds, params, batch)
   for name in variants:

@@ -77,10 +77,12 @@ class Switches:
       2026-11-27.
     aligned_grid: With ``coarse_grid``, that candidate is searched on the
       grid of one step per typical kernel (``cost.quantize.aligned``) where
-      it exists, else on the coarser grid as before; off by default
-      (``TESSEL_JAX_ALIGNED_GRID=1`` turns it on; peer_bench's 4-stage zbv:
-      51 ticks instead of 66, stash 26 instead of 56 MB, paired CPU ~0.97-0.99
-      on a loaded machine, BENCHMARKS.md, helper "zbv9").
+      it exists, else on the coarser grid; on by default since session 35
+      (peer_bench's 4-stage zbv: 51 ticks instead of 66, stash 26 instead of
+      56 MB; quiet, 6 alternated pairs: zbv CPU x the hand GPipe 0.830-0.872,
+      median 0.861, against 0.875-0.900, median 0.883, lower in 6/6 pairs;
+      BENCHMARKS.md, helpers "zbv9" and the session-35 quiet section); off
+      (``TESSEL_JAX_ALIGNED_GRID=0``): the coarser grid alone, as before.
   """
 
   hoist: bool = True
@@ -93,19 +95,19 @@ class Switches:
   row_dots_forward: bool = False
   coarse_grid: bool = True
   grad_windows: bool = True
-  aligned_grid: bool = False
+  aligned_grid: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   """The default switches, ``tick_order`` on where
   ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` off where
-  ``TESSEL_JAX_COARSE_GRID=0``, ``aligned_grid`` on where
-  ``TESSEL_JAX_ALIGNED_GRID=1`` (``environ``: default ``os.environ``; for
+  ``TESSEL_JAX_COARSE_GRID=0``, ``aligned_grid`` off where
+  ``TESSEL_JAX_ALIGNED_GRID=0`` (``environ``: default ``os.environ``; for
   A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
                   coarse_grid=env.get(COARSE_GRID_ENV, "") != "0",
-                  aligned_grid=env.get(ALIGNED_GRID_ENV, "") == "1")
+                  aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0")
 
 
 __all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]

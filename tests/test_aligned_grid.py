@@ -79,7 +79,7 @@ def test_the_switch_searches_the_aligned_grid_else_the_coarser(monkeypatch):
   q = _zbv()
   on = _searched(monkeypatch, q, Switches(aligned_grid=True))
   assert on == [1] * len(q.graph.blocks)
-  off = _searched(monkeypatch, q, Switches())
+  off = _searched(monkeypatch, q, Switches(aligned_grid=False))
   assert off == [b.span for b in quantize.coarser(q).blocks]
   # No aligned grid (mshape): the coarser one, switch or not.
   m = _mshape()
@@ -87,8 +87,8 @@ def test_the_switch_searches_the_aligned_grid_else_the_coarser(monkeypatch):
       b.span for b in quantize.coarser(m).blocks]
 
 
-def test_off_by_default_and_the_environment_turns_it_on():
-  assert not Switches().aligned_grid
-  assert not switches_lib.from_env({}).aligned_grid
-  assert switches_lib.from_env(
-      {switches_lib.ALIGNED_GRID_ENV: "1"}).aligned_grid
+def test_on_by_default_and_the_environment_turns_it_off():
+  assert Switches().aligned_grid
+  assert switches_lib.from_env({}).aligned_grid
+  assert not switches_lib.from_env(
+      {switches_lib.ALIGNED_GRID_ENV: "0"}).aligned_grid
