@@ -101,24 +101,29 @@ def limit_units(limit_bytes: int | None, unit: int) -> int | None:
   return max(0, int(limit_bytes) // int(unit))
 
 
-def _loads(graph: BlockGraph, values: Mapping[int, float]) -> list[float]:
+def _loads(graph: BlockGraph, values: Mapping[int, float],
+           blocks: Sequence[Any] | None = None) -> list[float]:
   out = [0.0] * graph.num_devices
-  for b in graph.blocks:
+  for b in graph.blocks if blocks is None else blocks:
     for d in b.devices:
       out[d] += values[b.id]
   return out
 
 
 def _errors(graph: BlockGraph, seconds: Mapping[int, float],
-            resolution: float) -> tuple[dict[int, float], float, float]:
-  spans = {b.id: to_steps(seconds[b.id], resolution) for b in graph.blocks}
+            resolution: float, blocks: Sequence[Any] | None = None
+            ) -> tuple[dict[int, float], float, float]:
+  """``(per-block, time-weighted, worst per-device load)`` rounding errors
+  at ``resolution``, over ``blocks`` (default: all of ``graph``'s)."""
+  blocks = graph.blocks if blocks is None else blocks
+  spans = {b.id: to_steps(seconds[b.id], resolution) for b in blocks}
   q = {b: s * resolution for b, s in spans.items()}
   block = {b: abs(q[b] - t) / t if t > 0 else 0.0 for b, t in seconds.items()
            if b in q}
-  total = sum(seconds[b.id] for b in graph.blocks)
-  weighted = (sum(abs(q[b.id] - seconds[b.id]) for b in graph.blocks) /
+  total = sum(seconds[b.id] for b in blocks)
+  weighted = (sum(abs(q[b.id] - seconds[b.id]) for b in blocks) /
               total) if total > 0 else 0.0
-  real, got = _loads(graph, seconds), _loads(graph, q)
+  real, got = _loads(graph, seconds, blocks), _loads(graph, q, blocks)
   load = max((abs(g - r) / r for r, g in zip(real, got) if r > 0), default=0.0)
   return block, weighted, load
 
@@ -251,20 +256,9 @@ def _unfloored_error(graph: BlockGraph, seconds: Mapping[int, float],
   first block's input gradient, 0.2 ms beside ~10 ms kernels), which is
   no misestimate of the others."""
   kept = [b for b in graph.blocks if seconds[b.id] >= resolution / 2]
-  total = sum(seconds[b.id] for b in kept)
-  if not total > 0:
+  if not sum(seconds[b.id] for b in kept) > 0:
     return math.inf
-  quant = {b.id: to_steps(seconds[b.id], resolution) * resolution
-           for b in kept}
-  weighted = sum(abs(quant[b.id] - seconds[b.id]) for b in kept) / total
-  real = [0.0] * graph.num_devices
-  got = [0.0] * graph.num_devices
-  for b in kept:
-    for d in b.devices:
-      real[d] += seconds[b.id]
-      got[d] += quant[b.id]
-  load = max((abs(g - r) / r for r, g in zip(real, got) if r > 0),
-             default=0.0)
+  _, weighted, load = _errors(graph, seconds, resolution, blocks=kept)
   return max(weighted, load)
 
 
