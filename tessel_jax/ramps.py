@@ -2,18 +2,28 @@
 
 ``interpret_ramps`` says which ticks of the plan run as one table-driven
 loop over a switch of their kernels (``passes.interp``) instead of unrolled
-or looped over the repetend. Its default, ``"auto"``, resolves to
+or looped over the repetend. Its default, ``"auto"``, resolves by the
+mesh's platform:
 
-* ``0`` (*compact*): every tick in one table-driven loop, remote messages
-  held in outboxes until due (``passes.held``). Each kernel body is compiled
-  once: the smallest program and the fastest first call (quiet peer_bench,
-  2026-11-26 08:05: step 0.84/0.88x the hand-written GPipe at N = 8/32,
-  first call 1.44/1.31x it, HLO 170 vs 381 kchars of the looped lowering).
-  With FSDP parameters (sharded over a data axis) gathered per block
-  (``fsdp="per_block"``, or ``"auto"`` where only that fits the memory
-  limit, ``tessel_jax.fsdp_choice``), each kernel gathers its own leaves
-  inside its 0/1-trip loop and reduce-scatters its gradients there
-  (``passes.fsdp_kernel``): ZeRO-3 per block, as in the loop lowering.
+* CPU and TPU: ``0`` (*compact*): every tick in one table-driven loop,
+  remote messages held in outboxes until due (``passes.held``). Each kernel
+  body is compiled once: the smallest program and the fastest first call
+  (quiet peer_bench, 2026-11-26 08:05: step 0.84/0.88x the hand-written
+  GPipe at N = 8/32, first call 1.44/1.31x it, HLO 170 vs 381 kchars of
+  the looped lowering). With FSDP parameters (sharded over a data axis)
+  gathered per block (``fsdp="per_block"``, or ``"auto"`` where only that
+  fits the memory limit, ``tessel_jax.fsdp_choice``), each kernel gathers
+  its own leaves inside its 0/1-trip loop and reduce-scatters its
+  gradients there (``passes.fsdp_kernel``): ZeRO-3 per block, as in the
+  loop lowering. (TPU: not measured; its loop predicates stay on the
+  chip.)
+* GPU (``cuda``, ``rocm``, ``gpu``): None (*loops, every ramp unrolled*).
+  XLA's GPU runtime reads every ``while`` predicate back to the host, one
+  synchronisation per iteration, and the compact tick runs each kernel in
+  a 0/1-trip loop: on one H200 (jax 0.11.2, 2026-11-27,
+  ``experiments.device_ticks``) a compact tick cost 390-470 us more than
+  the same kernels in a ``lax.scan``, the loop form's 9-10 us; the MLP's
+  step 27.2 against 2.7 ms at N = 8 and 126 against 8.2 ms at N = 32.
 
 An explicit value is used as given: ``0`` is the compact lowering; an
 integer ``k > 0`` the *loop* lowering (the repetend runs as a ``fori_loop``
@@ -61,25 +71,32 @@ def check(option: Any) -> str | None:
   return None
 
 
-def resolve(option: Any, layout: Any, fsdp: str) -> Ramps:
+#: Platforms whose ``while`` predicates go back to the host each iteration.
+HOST_PREDICATE_PLATFORMS = frozenset({"gpu", "cuda", "rocm"})
+
+
+def resolve(option: Any, platform: str = "cpu") -> Ramps:
   """The ``interpret_ramps`` to lower with.
 
   Args:
     option: ``tj.schedule``'s ``interpret_ramps``.
-    layout: The parameter layout (``passes.packing.Layout``); kept for
-      the callers, the choice no longer depends on it.
-    fsdp: ``tj.schedule``'s ``fsdp`` option (likewise).
+    platform: The mesh's devices' platform (``jax.Device.platform``):
+      ``"auto"`` is the compact lowering on CPU and TPU, loops with every
+      ramp unrolled on GPU (see the module docstring).
 
   Returns:
     The value and a note naming the lowering and why it was chosen.
   """
-  del layout, fsdp
   if not (isinstance(option, str) and option == AUTO):
     option = None if option is None else int(option)
     name = ("unrolled ramps" if option is None else
             "compact" if option == COMPACT else "loops")
     return Ramps(option, f"lowering {name} (interpret_ramps={option!r},"
                          f" given)")
+  if platform.lower() in HOST_PREDICATE_PLATFORMS:
+    return Ramps(None, f"lowering unrolled ramps (interpret_ramps=None,"
+                       f" auto on {platform}: each loop predicate is a"
+                       f" host synchronisation there)")
   return Ramps(COMPACT, f"lowering compact (interpret_ramps={COMPACT},"
                         f" auto)")
 
@@ -94,5 +111,5 @@ def with_fsdp(note: str, layout: Any, why: str = "") -> str:
       f" ({why})" if why else "")
 
 
-__all__ = ["AUTO", "COMPACT", "LOOPS", "Ramps", "check", "resolve",
-           "with_fsdp"]
+__all__ = ["AUTO", "COMPACT", "HOST_PREDICATE_PLATFORMS", "LOOPS", "Ramps",
+           "check", "resolve", "with_fsdp"]

@@ -81,7 +81,8 @@ def build(step: Any, params: Any, batch: Any,
       data_sizes={a: int(mesh_shape[a]) for a in data_axes})
   if step.has_aux:
     _shared_aux.check(part, ks, local_parts)
-  ramps = _ramps.resolve(step.interpret_ramps, layout, step.fsdp)
+  ramps = _ramps.resolve(step.interpret_ramps,
+                         step.mesh.devices.flat[0].platform)
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
                                 layout, shards, ramps.value)
   make_program = functools.partial(_program_of, step, part, layout,

@@ -1,6 +1,7 @@
 """``tj.schedule(interpret_ramps=...)``'s default, resolved per build
-(``tessel_jax.ramps``): compact for every layout, FSDP parameters
-included; explicit values win; bad values are refused by name."""
+(``tessel_jax.ramps``): compact on CPU and TPU, loops with every ramp
+unrolled on GPU (each loop predicate is a host synchronisation there);
+explicit values win on every platform; bad values are refused by name."""
 
 from __future__ import annotations
 
@@ -33,30 +34,57 @@ PLAIN = _layout((), ())
 FSDP = _layout((), (("data",),))
 
 
-@pytest.mark.parametrize("layout,fsdp", [
-    (PLAIN, "auto"), (PLAIN, "per_block"), (FSDP, "auto"),
-    (FSDP, "per_block"), (FSDP, "per_step")])
-def test_auto_is_compact_for_every_layout(layout, fsdp):
+@pytest.mark.parametrize("platform", ["cpu", "tpu"])
+def test_auto_is_compact_on_cpu_and_tpu(platform):
   # FSDP parameters included: each kernel gathers its own inside its
   # 0/1-trip loop (passes.fsdp_kernel; tests/test_fsdp_compact.py).
-  got = ramps.resolve("auto", layout, fsdp)
+  got = ramps.resolve("auto", platform)
   assert got.value == 0
   assert got.note == "lowering compact (interpret_ramps=0, auto)"
+
+
+@pytest.mark.parametrize("platform", ["gpu", "cuda", "rocm", "CUDA"])
+def test_auto_unrolls_the_ramps_on_gpu(platform):
+  # experiments.device_ticks on one H200: a compact tick cost 390-470 us
+  # over a lax.scan of the same kernels, the loop form's 9-10 us.
+  got = ramps.resolve("auto", platform)
+  assert got.value is None
+  assert got.note.startswith("lowering unrolled ramps (interpret_ramps=None,"
+                             f" auto on {platform}")
 
 
 @pytest.mark.parametrize("given,name", [(0, "compact"), (8, "loops"),
                                         (2, "loops"),
                                         (None, "unrolled ramps")])
-def test_an_explicit_value_wins(given, name):
+@pytest.mark.parametrize("platform", ["cpu", "gpu"])
+def test_an_explicit_value_wins(given, name, platform):
   assert ramps.check(given) is None
-  for layout in (PLAIN, FSDP):
-    got = ramps.resolve(given, layout, "auto")
-    assert got.value == given
-    assert got.note == f"lowering {name} (interpret_ramps={given!r}, given)"
+  got = ramps.resolve(given, platform)
+  assert got.value == given
+  assert got.note == f"lowering {name} (interpret_ramps={given!r}, given)"
+
+
+def test_a_build_resolves_by_its_mesh_platform(monkeypatch):
+  seen = []
+  resolve = ramps.resolve
+
+  def spy(option, platform="cpu"):
+    seen.append(platform)
+    return resolve(option, platform)
+
+  monkeypatch.setattr(ramps, "resolve", spy)
+  mesh = jax.make_mesh((2,), ("pipe",))
+  step = tj.schedule(lambda p, b: jnp.sum(jnp.tanh(b @ p[0]) @ p[1]),
+                     mesh=mesh, placement="vshape", num_microbatches=2,
+                     cut="auto")
+  params = [jnp.ones((4, 4)), jnp.ones((4, 4))]
+  step(params, jnp.ones((4, 4)))
+  assert seen == [mesh.devices.flat[0].platform] == ["cpu"]
+  assert step.report.lowering.startswith("lowering compact")
 
 
 def test_the_note_says_how_fsdp_is_gathered():
-  note = ramps.resolve(0, FSDP, "auto").note
+  note = ramps.resolve(0).note
   assert ramps.with_fsdp(note, PLAIN) == note
   assert ramps.with_fsdp(note, FSDP) == (
       f"{note}; FSDP parameters gathered once per step")
