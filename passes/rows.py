@@ -507,9 +507,8 @@ def _cond(eqn: Any, ins: list[Axis], rows: int) -> Result:
 
 
 def _scan(eqn: Any, ins: list[Axis], rows: int) -> Result:
-  p = compat.eqn_params(eqn)
-  nc, ncar = p["num_consts"], p["num_carry"]
-  body = compat.sub_jaxprs(eqn)[0]
+  _, nc, ncar, _ = compat.scan_layout(eqn)
+  body = compat.scan_body(eqn).jaxpr
   xs = ins[nc + ncar:]
   if 0 in xs:
     return _mixed(eqn, "scan over the batch axis")

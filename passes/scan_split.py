@@ -257,10 +257,7 @@ def _bind_chunk(site: ScanSite, ins: Sequence[Any], lo: int, hi: int,
   xs = list(ins[split:])
   if (lo, hi) != (0, site.length):
     xs = [lax.slice_in_dim(x, lo, hi, axis=0) for x in xs]
-  updates: dict[str, Any] = {"length": hi - lo}
-  if body is not None:
-    updates["jaxpr"] = body
-  bind = lambda *a: compat.bind_eqn(site.scan, a, **updates)
+  bind = lambda *a: compat.bind_scan(site.scan, a, hi - lo, body)
   if site.remat is not None:
     bind = jax.checkpoint(bind, **site.remat)
   return list(bind(*ins[:split], *xs))

@@ -406,15 +406,74 @@ def is_scan(eqn: Any) -> bool:
 
 
 def scan_layout(eqn: Any) -> tuple[int, int, int, bool]:
-  """``(length, num_consts, num_carry, reverse)`` of a scan equation."""
+  """``(length, num_consts, num_carry, reverse)`` of a scan equation.
+
+  jax <= 0.10 names the counts (``num_consts``, ``num_carry``); jax >= 0.11
+  gives the inputs' groups instead (``ft_in``: consts, carry, xs; one
+  entry per flat input).
+  """
   p = eqn.params
-  return (int(p["length"]), int(p["num_consts"]), int(p["num_carry"]),
-          bool(p["reverse"]))
+  if "num_consts" in p:
+    return (int(p["length"]), int(p["num_consts"]), int(p["num_carry"]),
+            bool(p["reverse"]))
+  sizes = _input_group_sizes(p["ft_in"])
+  if len(sizes) != 3 or sum(sizes) != len(eqn.invars):
+    raise NotImplementedError(
+        f"tessel_jax cannot read this jax {jax.__version__} scan's inputs"
+        f" (ft_in={p['ft_in']!r} for {len(eqn.invars)} inputs); pin jax to"
+        f" a version the project tests (pyproject.toml)")
+  return int(p["length"]), sizes[0], sizes[1], bool(p["reverse"])
+
+
+def _input_group_sizes(groups: Any) -> list[int]:
+  """Flat inputs per group of a jax >= 0.11 scan's ``ft_in`` (a
+  ``jax._src.flattree.FlatTree`` of the groups consts, carry, xs: ``unpack``
+  gives the groups, ``len`` a group's inputs)."""
+  return [len(group) for group in groups.unpack()]
 
 
 def scan_body(eqn: Any) -> Any:
-  """The body (a ClosedJaxpr) of a scan equation."""
-  return eqn.params["jaxpr"]
+  """The body (a ClosedJaxpr) of a scan equation (jax >= 0.11 keeps an
+  open Jaxpr without constants there)."""
+  body = eqn.params["jaxpr"]
+  if isinstance(body, ClosedJaxpr):
+    return body
+  if body.constvars:
+    raise NotImplementedError(
+        f"tessel_jax cannot read this jax {jax.__version__} scan body"
+        f" with {len(body.constvars)} constants; pin jax to a version the"
+        f" project tests (pyproject.toml)")
+  return ClosedJaxpr(body, ())
+
+
+def bind_scan(eqn: Any, ins: Sequence[Any], length: int,
+              body: Any = None) -> list[Any]:
+  """``eqn``'s scan over ``length`` iterations of ``body`` (a ClosedJaxpr
+  with the scan body's signature; default: its own) on ``ins`` (consts,
+  carry, xs); returns the final carry then the ys.
+
+  jax <= 0.10 rebinds the primitive with the new parameters; later
+  versions hold the body in another form, so there the scan is built
+  anew with ``lax.scan`` around the body.
+  """
+  if "num_consts" in eqn.params:
+    updates: dict[str, Any] = {"length": length}
+    if body is not None:
+      updates["jaxpr"] = body
+    return bind_eqn(eqn, ins, **updates)
+  _, nc, ncar, reverse = scan_layout(eqn)
+  run = jex_core.jaxpr_as_fun(scan_body(eqn) if body is None else body)
+  consts = list(ins[:nc])
+
+  def one(carry: list[Any], xs: list[Any]) -> tuple[list[Any], list[Any]]:
+    outs = run(*consts, *carry, *xs)
+    return list(outs[:ncar]), list(outs[ncar:])
+
+  carry, ys = jax.lax.scan(one, list(ins[nc:nc + ncar]),
+                           list(ins[nc + ncar:]), length=length,
+                           reverse=reverse,
+                           unroll=eqn.params.get("unroll", 1))
+  return list(carry) + list(ys)
 
 
 def remat_info(eqn: Any) -> tuple[Any, dict[str, Any]] | None:
