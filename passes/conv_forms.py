@@ -27,6 +27,7 @@ re-bound), so the values are the same sums in the same order.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -166,10 +167,26 @@ def count(blocks: Sequence[Any]) -> int:
   return sum(applies(e) for b in blocks for e in b.eqns)
 
 
+#: Rewritten blocks by block: one rewrite per block object, so the kernel
+#: sets of several plans over one partition share their convolutions'
+#: functions (``passes.block_vjp``'s probes are keyed by the jaxpr's text,
+#: which names them).
+_REWRITTEN: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()
+
+
 def rewrite(block: Any) -> Any:
   """``block`` (a ``passes.partition.ForwardBlock``) with its top-level
   convolutions bound through :func:`conv`; the same object where it has
   none."""
+  hit = _REWRITTEN.get(block)
+  if hit is None:
+    new = _rewrite(block)
+    # The block itself is not stored as its own value (never freed).
+    hit = _REWRITTEN[block] = False if new is block else new
+  return block if hit is False else hit
+
+
+def _rewrite(block: Any) -> Any:
   hits = {i for i, e in enumerate(block.eqns) if applies(e)}
   if not hits:
     return block
