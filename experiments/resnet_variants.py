@@ -29,6 +29,12 @@ VARIANTS = {
     "no_grad_windows": {"switches": {"grad_windows": False}},
     "auto_no_grad_windows": {"cut": "auto",
                              "switches": {"grad_windows": False}},
+    # Convolutions as JAX emits them (``Switches.conv_forms`` off; in the
+    # ticks' branches XLA:CPU runs the backward ones as generic loops), as
+    # before 2026-11-27; with hoisting off too.
+    "no_conv_forms": {"switches": {"conv_forms": False}},
+    "nohoist_no_conv_forms": {"switches": {"hoist": False,
+                                           "conv_forms": False}},
     # The marker after basic block 1 to 5 (``resnet.make_loss``'s
     # ``cut_after``) instead of ``placed_bench.RESNET_CUT_AFTER`` (2, where
     # the automatic cut lands; 5 before 2026-11-27).

@@ -41,6 +41,7 @@ from .block_vjp import Vjp, Ybar, inexact, zero_cot
 from .errors import fail
 from .modes import BlockMode, choose_modes
 from .partition import ForwardBlock, Partition
+from . import conv_forms as _conv_forms
 from . import row_dots as _row_dots
 
 Key = tuple
@@ -274,10 +275,12 @@ class _Block:
 
 def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
                 local_parts: Mapping[int, Partition] | None,
-                row_dots: tuple[bool, bool] = (False, False)) -> _Block:
+                row_dots: tuple[bool, bool] = (False, False),
+                conv_forms: bool = False) -> _Block:
   """The block as it runs under ``mode`` (the re-trace when split;
   ``row_dots``: its few-row dots rewritten, ``passes.row_dots``, and
-  their forward too)."""
+  their forward too; ``conv_forms``: its convolutions in XLA:CPU's fast
+  order, ``passes.conv_forms``)."""
   ins = tuple(InRef("batch", leaf=s.index) if s.kind == "batch" else
               InRef("value", key=("y", s.index, s.output)) if s.kind == "act"
               else InRef("param", leaf=s.index) for s in full.inputs)
@@ -300,6 +303,10 @@ def _make_block(full: ForwardBlock, mode: BlockMode, b: int,
     new = _row_dots.rewrite(fb, forward=row_dots[1])
     if new is not fb:
       fb, rewrites = new, ("row_dots_forward" if row_dots[1] else "row_dots",)
+  if conv_forms:
+    new = _conv_forms.rewrite(fb)
+    if new is not fb:
+      fb, rewrites = new, rewrites + ("conv_forms",)
   return _Block(rewrites=rewrites, i=full.index, fb=fb, mode=mode,
                 split=g if mode.mode == "split" else 1, ins=ins, params=params,
                 local_in=tuple(fb.in_avals), in_split=in_split,
@@ -313,7 +320,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
                   forward_of: Mapping[int, int] | None = None,
                   local_parts: Mapping[int, Partition] | None = None,
                   trim: bool = True, row_dots: bool = False,
-                  row_dots_forward: bool = False) -> KernelSet:
+                  row_dots_forward: bool = False,
+                  conv_forms: bool = False) -> KernelSet:
   """Builds every kernel for ``graph``.
 
   Each block on several devices is split by rows or replicated
@@ -336,6 +344,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
     row_dots: Few-row dots against a weight take their input cotangent
       with the weight as the left operand (``passes.row_dots``;
       ``Switches.row_dots``); ``row_dots_forward``: their forward too.
+    conv_forms: Convolutions bound in XLA:CPU's canonical order, forward
+      and backward (``passes.conv_forms``; ``Switches.conv_forms``).
   """
   b = microbatch_rows
   keep = dict(keep or {})
@@ -349,7 +359,7 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
   ks = _Builder(gi, b, seeds, trim)
   for full in part.blocks:
     blk = _make_block(full, modes[full.index], b, local_parts,
-                      (row_dots, row_dots_forward))
+                      (row_dots, row_dots_forward), conv_forms)
     if gi.has_grad[blk.i]:
       ks.train_block(blk, keep.get(blk.i, True))
     else:

@@ -254,9 +254,9 @@ def rest(found: Found, args: Sequence[Any], hvals: Sequence[Any]
   order) with the hoisted values given: their producers are not run."""
   given = {v for v, st in zip(found.hoisted, found.stored)
            if st is None or st[0] != "rev"}
-  eqns = [e for e in compat.jaxpr_eqns(found.closed)
-          if not any(v in given for v in e.outvars)]
   invars, outvars = compat.jaxpr_io(found.closed)
+  eqns = _live([e for e in compat.jaxpr_eqns(found.closed)
+                if not any(v in given for v in e.outvars)], outvars)
   constvars, consts = compat.jaxpr_consts(found.closed)
   env = dict(zip(constvars + invars, consts + list(args)))
   env.update((v, x) for v, x in zip(found.hoisted, hvals) if v in given)
@@ -269,6 +269,18 @@ def rest(found: Found, args: Sequence[Any], hvals: Sequence[Any]
     outs = compat.bind_eqn(eqn, ins, **how.get("params", {}))
     env.update(zip(eqn.outvars, outs))
   return [read(v) for v in outvars]
+
+
+def _live(eqns: Sequence[Any], outvars: Sequence[Any]) -> list[Any]:
+  """``eqns`` less those whose outputs nothing reads (a hoisted value's
+  producers left behind: ``rev`` before a hoisted transpose)."""
+  need = {v for v in outvars if not compat.is_literal(v)}
+  keep = []
+  for eqn in reversed(eqns):
+    if eqn.effects or any(v in need for v in eqn.outvars):
+      keep.append(eqn)
+      need.update(v for v in eqn.invars if not compat.is_literal(v))
+  return keep[::-1]
 
 
 def value_prelude(found: Found, v: Any) -> tuple[list[Any], list[Any]]:

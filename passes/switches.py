@@ -83,6 +83,13 @@ class Switches:
       median 0.861, against 0.875-0.900, median 0.883, lower in 6/6 pairs;
       BENCHMARKS.md, helpers "zbv9" and the session-35 quiet section); off
       (``TESSEL_JAX_ALIGNED_GRID=0``): the coarser grid alone, as before.
+    conv_forms: On a CPU mesh, every block's f32/f16 convolutions bound,
+      forward and backward, in XLA:CPU's canonical order between explicit
+      transposes
+      (``passes.conv_forms``: XLA canonicalises only top-level convolutions,
+      the ticks run kernels in branches and loop bodies, where the weight
+      and input gradients ran as generic loops; exact); off: as JAX emits
+      them, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -96,6 +103,7 @@ class Switches:
   coarse_grid: bool = True
   grad_windows: bool = True
   aligned_grid: bool = True
+  conv_forms: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

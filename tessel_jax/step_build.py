@@ -81,8 +81,7 @@ def build(step: Any, params: Any, batch: Any,
       data_sizes={a: int(mesh_shape[a]) for a in data_axes})
   if step.has_aux:
     _shared_aux.check(part, ks, local_parts)
-  ramps = _ramps.resolve(step.interpret_ramps,
-                         step.mesh.devices.flat[0].platform)
+  ramps = _ramps.resolve(step.interpret_ramps, platform(step))
   make_plan = functools.partial(_make_plan, step, ks, n_local, num_devices,
                                 layout, shards, ramps.value)
   make_program = functools.partial(_program_of, step, part, layout,
@@ -187,6 +186,13 @@ def _run_replay(step: Any, costs: Any, make_plan: Callable[[Any], Any],
   """The :class:`RunReplay` of a build of ``step``."""
   return RunReplay(step._costs, costs, make_plan, step.mesh,  # pylint: disable=protected-access
                    step.pipe_axis, extra_s)
+
+
+def platform(step: Any) -> str:
+  """The platform of ``step``'s mesh (``"cpu"``, ``"gpu"``, ``"tpu"``):
+  the lowering's default form (``tessel_jax.ramps``) and the CPU-only
+  convolution orders (``passes.conv_forms``) follow it."""
+  return str(step.mesh.devices.flat[0].platform)
 
 
 def shared(step: Any, key: tuple, make: Callable[[], Any]) -> Any:
@@ -372,7 +378,9 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                     local_parts=local_parts,
                     trim=step.switches.residual_trim,
                     row_dots=step.switches.row_dots,
-                    row_dots_forward=step.switches.row_dots_forward))
+                    row_dots_forward=step.switches.row_dots_forward,
+                    conv_forms=(step.switches.conv_forms and
+                                platform(step) == "cpu")))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)
     clock.lap("kernels", f"{len(ks.kernels)} kernels")
