@@ -75,8 +75,8 @@ def lift_caps() -> None:
   cpsat._CPU_PER_DETERMINISTIC_S = 1e4  # pylint: disable=protected-access
   init = budget.Budget.__init__
 
-  def no_cap(self, total):
-    init(self, total)
+  def no_cap(self, total, **kw):  # (it lost completion_s= before)
+    init(self, total, **kw)
     self.cap_deadline += 1e6
 
   budget.Budget.__init__ = no_cap
