@@ -58,3 +58,23 @@ def test_two_cold_processes_search_the_same_schedule():
   loaded = _search_in_child("2", 200.0)
   assert not plain["cut_by_clock"] and not loaded["cut_by_clock"]
   assert loaded == plain
+
+
+def test_a_solve_stops_at_its_cpu_cap_and_is_counted():
+  """``clock.CappedSolver`` stops a solve whose deterministic budget is far
+  away once its thread's CPU seconds reach the cap, and ``clock.cuts``
+  counts it (what ``Schedule.cut_by_clock`` reads)."""
+  from ortools.sat.python import cp_model
+  from tessel_jax.search import clock, cpsat
+  model = cp_model.CpModel()
+  starts = [model.NewIntVar(0, 10_000, f"s{i}") for i in range(60)]
+  model.AddNoOverlap([model.NewFixedSizeIntervalVar(s, 1 + i % 9, f"i{i}")
+                      for i, s in enumerate(starts)])
+  model.Minimize(sum(i * s for i, s in enumerate(starts)))
+  solver = cpsat.make_solver(100.0, 0, 1, cap_s=0.3)
+  before, cpu0 = clock.cuts(), clock.now()
+  solver.Solve(model)
+  used = clock.now() - cpu0
+  assert clock.cuts() == before + 1
+  assert 0.3 <= used < 3.0
+  assert solver.ResponseProto().deterministic_time < 100.0
