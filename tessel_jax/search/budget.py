@@ -48,8 +48,15 @@ class Budget:
   def spent(self) -> bool:
     return self.used >= self.total or self.past_cap()
 
+  def note_clock(self) -> None:
+    """Records that the CPU clock, not only the budget, decided a step
+    (``polish.polish_budget`` shortened by the cap)."""
+    self._capped = True
+
   def cut_by_clock(self) -> bool:
     """Whether a safety net (this cap, or a solve's: ``clock.CappedSolver``)
-    has cut this search: then its result depends on the CPU clock, not
-    only on its model and seed."""
-    return self._capped or clock.cuts() > self._cuts_before
+    has cut this search or the CPU clock shortened a step of it: then its
+    result depends on the CPU clock, not only on its model and seed
+    (conservative: True once the search's CPU seconds reach the cap)."""
+    return (self.past_cap() or self._capped
+            or clock.cuts() > self._cuts_before)

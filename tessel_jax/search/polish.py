@@ -76,8 +76,11 @@ def polish_budget(graph: BlockGraph, budget: Budget, work: float,
   done = work + (budget.total * _START_POLISH_SHARE if given else 0.0)
   polish = min(budget.left(share=1 / 8), max(least_polish, done))
   cpu_per_work = seconds / max(work, 1e-3)
-  polish = max(least_polish,
-               min(polish, budget.cap_left() / max(cpu_per_work, 1.0)))
+  by_cap = budget.cap_left() / max(cpu_per_work, 1.0)
+  if by_cap < polish:  # near the cap: the CPU clock decides the polish
+    budget.note_clock()
+    polish = by_cap
+  polish = max(least_polish, polish)
   if budget.past_cap():
     polish = least_polish
   return polish
