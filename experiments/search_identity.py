@@ -3,7 +3,7 @@
   python -m experiments.search_identity --cases=results/identity_cases.json \
       --output=results/identity_after.json [--compare=results/identity_before.json]
 
-Runs ``search_repetend`` on a fixed list of cases with the wall-clock
+Runs ``search_repetend`` on a fixed list of cases with the CPU-seconds
 safety nets lifted (``budget.Budget``'s cap and ``cpsat``'s per-solve net),
 so the result depends only on the deterministic budgets, not on the load:
 per case the period, status, N = 128 makespan and a digest of the
@@ -14,6 +14,12 @@ limit's witness repetend for ``--start_placements``, and the fast limit at
 8 devices for ``--placements8``; run the old code on the same list (e.g.
 from ``git archive`` with ``PYTHONPATH``) and pass its output to
 ``--compare``.
+
+The same schedules between processes and loads (issue 18): with
+``--nolift_caps`` the nets stay (as in every build) and
+``--clock_speed=200`` makes the wall clocks run 200 times faster; compare
+its output with a plain ``--nolift_caps`` run's (``cut_by_clock`` in every
+row says whether a net cut that search).
 """
 
 from __future__ import annotations
@@ -43,18 +49,35 @@ flags.DEFINE_list("start_placements", ["xshape", "nnshape_eager", "zbv",
 flags.DEFINE_list("placements8", ["xshape", "mllm", "zbv"],
                   "8-device placements at their fast limit.")
 flags.DEFINE_float("time_limit", 10.0, "Budget per search (seconds).")
+flags.DEFINE_bool("lift_caps", True,
+                  "Lift the CPU-seconds safety nets (search.clock): only the"
+                  " deterministic budgets decide.")
+flags.DEFINE_float("clock_speed", 1.0,
+                   "The wall clocks the search could read run this many"
+                   " times faster (a loaded machine, simulated): with"
+                   " --nolift_caps the schedules must not change.")
 flags.DEFINE_string("output", "results/identity.json", "Results JSON.")
 flags.DEFINE_string("compare", None, "An earlier output to compare with.")
 
 
-def lift_wall_caps() -> None:
-  """No wall-clock cut-offs: the deterministic budgets decide alone."""
-  cpsat._WALL_PER_DETERMINISTIC_S = 1e4  # pylint: disable=protected-access
+def speed_up_wall_clocks(speed: float) -> None:
+  """``time.perf_counter``, ``monotonic`` and ``time`` run ``speed`` times
+  faster, as wall time does against a search's CPU time on a loaded
+  machine (the search reads its safety nets in CPU seconds: unchanged)."""
+  for name in ("perf_counter", "monotonic", "time"):
+    real = getattr(time, name)
+    setattr(time, name, lambda real=real: real() * speed)
+
+
+def lift_caps() -> None:
+  """No safety-net cut-offs (CPU seconds): the deterministic budgets decide
+  alone."""
+  cpsat._CPU_PER_DETERMINISTIC_S = 1e4  # pylint: disable=protected-access
   init = budget.Budget.__init__
 
-  def no_cap(self, total):
-    init(self, total)
-    self.wall_deadline += 1e6
+  def no_cap(self, total, **kw):  # (it lost completion_s= before)
+    init(self, total, **kw)
+    self.cap_deadline += 1e6
 
   budget.Budget.__init__ = no_cap
 
@@ -106,6 +129,7 @@ def run_case(case: dict[str, Any], time_limit: float) -> dict[str, Any]:
   return dict(case, start=bool(start), period=sched.period,
               status=sched.status, makespan=unrolled.makespan,
               digest=hashlib.sha1(text.encode()).hexdigest()[:10],
+              cut_by_clock=sched.cut_by_clock,
               cpu_s=round(time.process_time() - cpu, 2))
 
 
@@ -117,7 +141,8 @@ def main(argv: list[str]) -> None:
   for path in (f.output, f.cases):
     if os.path.dirname(path):
       os.makedirs(os.path.dirname(path), exist_ok=True)
-  lift_wall_caps()
+  if f.lift_caps:
+    lift_caps()
   if os.path.exists(f.cases):
     with open(f.cases) as inp:
       cases = json.load(inp)
@@ -125,12 +150,15 @@ def main(argv: list[str]) -> None:
     cases = make_cases(f)
     with open(f.cases, "w") as out:
       json.dump(cases, out)
+  if f.clock_speed != 1.0:
+    speed_up_wall_clocks(f.clock_speed)
   rows = []
   for case in cases:
     rows.append(run_case(case, f.time_limit))
     print(json.dumps(rows[-1]), flush=True)
   with open(f.output, "w") as out:
-    json.dump({"load_average": os.getloadavg(), "cases": rows}, out,
+    json.dump({"load_average": os.getloadavg(), "lift_caps": f.lift_caps,
+               "clock_speed": f.clock_speed, "cases": rows}, out,
               indent=1)
   if f.compare:
     with open(f.compare) as inp:

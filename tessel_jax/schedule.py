@@ -106,6 +106,10 @@ class Schedule:
     period_seconds: Wall time until the period was found (and, with status
       ``OPTIMAL``, proven minimal).
     source: Who made it (``"tessel"``, ``"1f1b"``, ...).
+    cut_by_clock: Whether a safety net in CPU seconds cut the search
+      before its deterministic budget (``search.clock``): only then may
+      another run of the same search give another schedule (not part of
+      equality or JSON).
     completer: Optional ``N -> actions`` used when ``N`` is too small for the
       templates (set by the search; not part of equality or JSON).
     alternative: Optional ``(N, beat=makespan) -> actions or None``: a
@@ -129,6 +133,7 @@ class Schedule:
   search_seconds: float = 0.0
   period_seconds: float = 0.0
   source: str = "tessel"
+  cut_by_clock: bool = dataclasses.field(default=False, compare=False)
   completer: Callable[[int], Sequence[Action]] | None = dataclasses.field(
       default=None, compare=False, repr=False)
   alternative: Callable[..., Sequence[Action] | None] | None = (

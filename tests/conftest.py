@@ -46,18 +46,19 @@ import pytest  # noqa: E402  (after the environment above)
 
 
 @pytest.fixture
-def no_wall_caps(monkeypatch):
-  """Lifts the search's wall-clock safety nets, so a loaded machine cannot
-  cut a solve short: only the deterministic budgets decide the result."""
+def no_clock_caps(monkeypatch):
+  """Lifts the search's safety nets (CPU seconds: ``search.clock``), so a
+  slow run cannot cut a solve short: only the deterministic budgets decide
+  the result."""
   from tessel_jax.search import budget, cpsat  # pylint: disable=import-outside-toplevel
-  monkeypatch.setattr(cpsat, "_WALL_PER_DETERMINISTIC_S", 1e4)
+  monkeypatch.setattr(cpsat, "_CPU_PER_DETERMINISTIC_S", 1e4)
   init = budget.Budget.__init__
 
-  def no_wall_cap(self, total, **kw):
+  def no_cap(self, total, **kw):
     init(self, total, **kw)
-    self.wall_deadline += 1e6
+    self.cap_deadline += 1e6
 
-  monkeypatch.setattr(budget.Budget, "__init__", no_wall_cap)
+  monkeypatch.setattr(budget.Budget, "__init__", no_cap)
 
 
 @pytest.fixture

@@ -115,11 +115,11 @@ def test_start_over_the_limit_is_refused():
 
 
 def test_search_from_a_known_repetend_is_never_longer_than_from_scratch(
-    monkeypatch, no_wall_caps):
+    monkeypatch, no_clock_caps):
   """From a ``start`` at the smallest period the search also polishes and
   composes the repetend of its first probe from scratch, and keeps the
   shorter unrolling (here the start's is made longer: its ramps are left
-  uncompacted). No wall-clock cut-offs (``no_wall_caps``): on a loaded
+  uncompacted). No wall-clock cut-offs (``no_clock_caps``): on a loaded
   machine they would change the result."""
   from tessel_jax.search import compose
   graph = placements.get("xshape", 4)

@@ -434,12 +434,12 @@ def test_near_or_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
   graph = placements.get("nnshape", 4)  # its search costs more than the floor
   search_repetend(graph, memory_limit=4, complete=False,
                   list_alternative=False)
-  # Near the cap: the polish fits in the wall time left (here next to none).
+  # Near the cap: the polish fits in the CPU time left (here next to none).
   with monkeypatch.context() as near:
-    near.setattr(budget.Budget, "wall_left", lambda self: 1e-4)
+    near.setattr(budget.Budget, "cap_left", lambda self: 1e-4)
     search_repetend(graph, memory_limit=4, complete=False,
                     list_alternative=False)
-  monkeypatch.setattr(budget.Budget, "past_wall_cap", lambda self: True)
+  monkeypatch.setattr(budget.Budget, "past_cap", lambda self: True)
   late = search_repetend(graph, memory_limit=4, list_alternative=False)
   assert polishes[1] == polishes[2] == pytest.approx(
       polish._LEAST_POLISH_PER_BLOCK * graph.num_blocks)

@@ -73,7 +73,7 @@ def _tessel_makespans():
 
 @pytest.mark.parametrize("name,memory,tessel", _tessel_makespans())
 def test_search_matches_tessels_own_makespans_at_its_tightest_limits(
-    name, memory, tessel, no_wall_caps):
+    name, memory, tessel, no_clock_caps):
   """Tessel's own search, run on its five tightest cases (the ones the
   lower bound does not decide), against ours at N = 128 and equal memory:
   never longer (wall-clock nets lifted so load cannot cut a solve)."""

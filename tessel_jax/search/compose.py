@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 
 from tessel_jax.schedule import Repetend, Schedule
-from tessel_jax.search import completion, ramps
+from tessel_jax.search import clock, completion, ramps
 from tessel_jax.search.budget import Budget
 from tessel_jax.search.errors import SearchTimeoutError
 from tessel_jax.search.modulo_moves import one_at_a_time
@@ -42,7 +41,7 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
       period_lower_bound=min(proven_low, period),
       latency_status=best.status, latency_lower_bound=best.bound or 0,
       period_seconds=period_seconds, source="tessel")
-  if complete and not solve.budget.past_wall_cap():
+  if complete and not solve.budget.past_cap():
     schedule = composed(schedule, polish, solve.budget, solve.solve_kw)
   return schedule
 
@@ -75,12 +74,12 @@ def shorter_of_scratch(solve: Prober, schedule: Schedule) -> Schedule:
   if ramps.makespan(schedule, n) <= lower_bound_makespan_shared(
       solve.graph, n):
     return schedule
-  budget, t0, used = solve.budget, time.perf_counter(), solve.budget.used
+  budget, cpu0, used = solve.budget, clock.now(), solve.budget.used
   found = _scratch_at_low(solve)
-  if found is None or budget.past_wall_cap():
+  if found is None or budget.past_cap():
     return schedule
   polish = polish_budget(solve.graph, budget, budget.used - used,
-                         time.perf_counter() - t0, given=False)
+                         clock.now() - cpu0, given=False)
   other = finished(solve, found, solve.low, polish,
                    schedule.period_seconds, complete=True)
   n = max(n, ramps.reference_microbatches(other.repetend))
@@ -122,7 +121,7 @@ def composed(schedule: Schedule, polish: float, budget: Budget,
   (8, 13), mllm (16, 48), nnshape_eager (16, 45) and xshape (16, 14) were
   again the same (nnshape_eager, 8 devices: 0.34 s of compaction instead
   of 2.5 s). As many cuts as the polish budget pays for, at least
-  ``_LEAST_CUTS``. (Past the search's wall cap the caller skips this and
+  ``_LEAST_CUTS``. (Past the search's cap the caller skips this and
   ``unroll`` compacts the modulo schedule in its own order: the warmup
   model of a repetend that spans many periods has thousands of actions and
   CP-SAT loads it for longer than its time limit; nnshape, 32 devices,
@@ -134,7 +133,7 @@ def composed(schedule: Schedule, polish: float, budget: Budget,
   rep, templates = ramps.best_rotation(
       schedule, per_cut_s=per_cut,
       max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
-      wall_deadline=budget.wall_deadline, seed=solve_kw["seed"],
+      cap_deadline=budget.cap_deadline, seed=solve_kw["seed"],
       num_workers=solve_kw["num_workers"])
   completion_s = (max(1.0, polish) if budget.completion_s is None
                   else budget.completion_s)

@@ -1,8 +1,9 @@
 """CP-SAT solvers whose answers depend only on the model and the seed.
 
-``make_solver`` builds them (deterministic time limits, a wall-clock safety
-net); ``StopWithin`` stops a memory minimisation once a limit is decided;
-``integer_bound`` reads a proven bound.
+``make_solver`` builds them (deterministic time limits, a safety net in
+the solving thread's CPU seconds: ``clock``); ``StopWithin`` stops a memory
+minimisation once a limit is decided; ``integer_bound`` reads a proven
+bound.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import math
 
 from ortools.sat.python import cp_model
+
+from tessel_jax.search import clock
 
 
 def integer_bound(solver: cp_model.CpSolver) -> int | None:
@@ -38,27 +41,30 @@ class StopWithin(cp_model.CpSolverSolutionCallback):
       self.StopSearch()
 
 
-# Wall-clock seconds a solve may take per deterministic second before the
-# safety net cuts it (``make_solver``). On this project's 2-core machine the
-# LP-guided solves take 2.5-4.7 wall s per deterministic s when it is quiet
-# and more beside a second job, so at 4 the net could cut them: nnshape (4
-# devices, limit 13) missed P = 16 in a benchmark run beside another and
-# found it alone (its first solve, 1.9 deterministic s, took 4.2-5.2 s of
-# wall time quiet, against a net of 8.5 s). The period search's own cap
+# CPU seconds (of the solving thread: ``clock``) a solve may take per
+# deterministic second before the safety net cuts it (``make_solver``). On
+# this project's 2-core machine the LP-guided solves take 2.5-4.7 s per
+# deterministic s; at 4 the net (then in wall seconds) cut them beside a
+# second job: nnshape (4 devices, limit 13) missed P = 16 in a benchmark
+# run beside another and found it alone. In wall seconds the net still cut
+# solves at load 10 (a 3 deterministic s solve stopped after 1.2 of them,
+# 25 s of wall and 3.4 s of CPU: its schedule then depended on the load);
+# in CPU seconds the load does not move it. The period search's own cap
 # (twice its budget) still bounds the whole search.
-_WALL_PER_DETERMINISTIC_S = 8
+_CPU_PER_DETERMINISTIC_S = 8
 
 
 def make_solver(time_limit_s: float, seed: int, num_workers: int,
                 interleave: bool = True,
                 linearization_level: int | None = None,
-                wall_limit_s: float | None = None) -> cp_model.CpSolver:
+                cap_s: float | None = None) -> cp_model.CpSolver:
   """A CP-SAT solver whose result depends only on the model and the seed.
 
   Subsolvers are interleaved deterministically (``interleave_search``) and
-  the cut-off is CP-SAT's deterministic time; wall time is limited too, at
-  ``_WALL_PER_DETERMINISTIC_S`` times the budget (plus 1 s) or
-  ``wall_limit_s`` if less, as a safety net.
+  the cut-off is CP-SAT's deterministic time; as a safety net the solve
+  also stops after ``_CPU_PER_DETERMINISTIC_S`` times the budget (plus
+  1 s) of CPU seconds, or ``cap_s`` if less (``clock.CappedSolver``: CPU,
+  not wall, seconds, so a loaded machine does not cut a solve short).
   Measured on vshape with 16 and 32 devices: with ``interleave_search`` one
   worker finds feasible repetends at large periods in milliseconds where
   the default single worker needs tens of seconds, and more interleaved
@@ -67,12 +73,11 @@ def make_solver(time_limit_s: float, seed: int, num_workers: int,
   (``interleave=False``). ``linearization_level=2`` adds the full LP
   relaxation (see ``solve_modulo``).
   """
-  solver = cp_model.CpSolver()
+  cap = _CPU_PER_DETERMINISTIC_S * max(0.01, time_limit_s) + 1
+  if cap_s is not None:
+    cap = min(cap, max(0.01, cap_s))
+  solver = clock.CappedSolver(cap, num_workers)
   solver.parameters.max_deterministic_time = max(0.01, time_limit_s)
-  wall = _WALL_PER_DETERMINISTIC_S * max(0.01, time_limit_s) + 1
-  if wall_limit_s is not None:
-    wall = min(wall, max(0.01, wall_limit_s))
-  solver.parameters.max_time_in_seconds = wall
   solver.parameters.random_seed = seed
   solver.parameters.num_workers = num_workers
   solver.parameters.interleave_search = interleave

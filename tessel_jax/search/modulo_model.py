@@ -49,11 +49,11 @@ The rules are in ``modulo_constraints``, the solvers in ``cpsat``.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from ortools.sat.python import cp_model
 
 from tessel_jax.graph import BlockGraph
+from tessel_jax.search import clock
 from tessel_jax.search.cpsat import StopWithin, make_solver
 from tessel_jax.search.modulo_constraints import (add_complete_hint,
                                                   add_latency, add_memory,
@@ -85,7 +85,7 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
                  quick_stage_s: float = _QUICK_STAGE_S,
                  horizon: int | None = None,
                  pooled_devices: tuple[int, ...] = (),
-                 wall_limit_s: float | None = None,
+                 cap_s: float | None = None,
                  proof_only: bool = False) -> ModuloSolution:
   """Builds and solves the modulo model at ``period`` (the strategy per
   question is in the module doc).
@@ -115,10 +115,10 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
       share one pool of as many slots as there are such devices (a block
       takes one slot per pooled device it occupies, so a block on all
       devices still runs alone).
-    wall_limit_s: Wall-clock seconds for all stages together (a safety net
-      on a loaded machine; the period search passes what its own wall cap
-      leaves). None: ``cpsat._WALL_PER_DETERMINISTIC_S`` times each
-      stage's budget.
+    cap_s: CPU seconds of this thread for all stages together (a safety
+      net where deterministic time runs slow; the period search passes
+      what its own cap leaves: ``Budget.cap_left``). None:
+      ``cpsat._CPU_PER_DETERMINISTIC_S`` times each stage's budget.
     proof_only: Under a limit, run only the last (LP-guided) stage, the one
       that proves periods infeasible: for a relaxation, whose repetends are
       of no use (nnshape, 4 devices, limit 4, pooled, P = 31: proven in
@@ -132,31 +132,30 @@ def solve_modulo(graph: BlockGraph, period: int, memory_limit: int | None, *,
             hint=hint, horizon=horizon, pooled_devices=pooled_devices)
   if objective != "none" or memory_limit is None:
     return _solve_once(graph, period, memory_limit, objective=objective,
-                       time_limit_s=time_limit_s, wall_limit_s=wall_limit_s,
+                       time_limit_s=time_limit_s, cap_s=cap_s,
                        **kw)
   stages = _STAGES[-1:] if proof_only else _STAGES
   return _solve_in_stages(graph, period, memory_limit, stages, kw,
                           time_limit_s=time_limit_s,
                           quick_stage_s=quick_stage_s,
-                          wall_limit_s=wall_limit_s)
+                          cap_s=cap_s)
 
 
 def _solve_in_stages(graph: BlockGraph, period: int, memory_limit: int,
                      stages: tuple, kw: dict, *, time_limit_s: float,
-                     quick_stage_s: float, wall_limit_s: float | None
+                     quick_stage_s: float, cap_s: float | None
                      ) -> ModuloSolution:
   """Feasibility under ``memory_limit``: ``stages`` (``_STAGES`` or its
   last) in turn until one decides; every stage but the last gets
   ``quick_stage_s`` (at most a quarter of the budget), the last the rest.
-  A stage the wall clock cut ends the solve (arguments as
+  A stage the CPU cap cut ends the solve (arguments as
   ``solve_modulo``; ``kw`` its solver arguments)."""
-  deadline = (None if wall_limit_s is None
-              else time.perf_counter() + wall_limit_s)
+  deadline = None if cap_s is None else clock.now() + cap_s
   used = seconds = 0.0
   sol = ModuloSolution("UNKNOWN")
   for i, (stage_objective, level) in enumerate(stages):
     if deadline is not None:
-      kw["wall_limit_s"] = deadline - time.perf_counter()
+      kw["cap_s"] = deadline - clock.now()
     last = i == len(stages) - 1
     limit = (max(0.01, time_limit_s - used) if last
              else min(quick_stage_s, time_limit_s / 4))
@@ -168,8 +167,8 @@ def _solve_in_stages(graph: BlockGraph, period: int, memory_limit: int,
           graph, period, None, objective="memory", stop_at=memory_limit,
           linearization_level=level, time_limit_s=limit, **kw), memory_limit)
     used, seconds = used + sol.work, seconds + sol.seconds
-    stopped_by_wall_clock = sol.work < 0.99 * limit
-    if sol.status != "UNKNOWN" or stopped_by_wall_clock:
+    stopped_by_cap = sol.work < 0.99 * limit
+    if sol.status != "UNKNOWN" or stopped_by_cap:
       break
   return dataclasses.replace(sol, seconds=seconds, work=used)
 
@@ -198,7 +197,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
                 linearization_level: int | None = None,
                 horizon: int | None = None,
                 pooled_devices: tuple[int, ...] = (),
-                wall_limit_s: float | None = None) -> ModuloSolution:
+                cap_s: float | None = None) -> ModuloSolution:
   """One CP-SAT solve of the modulo model (arguments as ``solve_modulo``).
 
   Args:
@@ -238,7 +237,7 @@ def _solve_once(graph: BlockGraph, period: int, memory_limit: int | None, *,
   solver = make_solver(time_limit_s, seed, num_workers,
                        interleave=objective == "none",
                        linearization_level=linearization_level,
-                       wall_limit_s=wall_limit_s)
+                       cap_s=cap_s)
   if objective == "memory" and stop_at is not None:
     code = solver.Solve(model, StopWithin(stop_at, solver))
   else:

@@ -57,26 +57,31 @@ def polish_budget(graph: BlockGraph, budget: Budget, work: float,
 
   A repetend given as ``start`` cost the search nothing, but was found for
   another objective (the memory search's): its latency gets at least
-  ``_START_POLISH_SHARE`` of the budget. Near the wall cap (a slow or
-  loaded machine) the polish gets what the cap leaves, at the wall time
-  per deterministic second the period search saw; past it, the minimum
-  (nnshape, 32 devices, limit 143: 21 s of polish after 60 s of period
-  search; nnshape, 16 devices, limit 56: 7 s after 55 s).
+  ``_START_POLISH_SHARE`` of the budget. Near the budget's cap (CPU
+  seconds: ``Budget.cap_left``) the polish gets what the cap leaves, at
+  the CPU seconds per deterministic second the period search took; past
+  it, the minimum (nnshape, 32 devices, limit 143: 21 s of polish after
+  60 s of period search; nnshape, 16 devices, limit 56: 7 s after 55 s;
+  both measured when the cap was wall seconds).
 
   Args:
     graph: The placement.
     budget: The search's budget.
     work: Deterministic seconds the period search took.
-    seconds: Wall seconds it took.
+    seconds: CPU seconds it took (``clock.now``: the load does not move
+      them, so neither does the polish).
     given: Whether it started from a ``start`` repetend.
   """
   least_polish = _LEAST_POLISH_PER_BLOCK * graph.num_blocks
   done = work + (budget.total * _START_POLISH_SHARE if given else 0.0)
   polish = min(budget.left(share=1 / 8), max(least_polish, done))
-  wall_per_work = seconds / max(work, 1e-3)
-  polish = max(least_polish,
-               min(polish, budget.wall_left() / max(wall_per_work, 1.0)))
-  if budget.past_wall_cap():
+  cpu_per_work = seconds / max(work, 1e-3)
+  by_cap = budget.cap_left() / max(cpu_per_work, 1.0)
+  if by_cap < polish:  # near the cap: the CPU clock decides the polish
+    budget.note_clock()
+    polish = by_cap
+  polish = max(least_polish, polish)
+  if budget.past_cap():
     polish = least_polish
   return polish
 

@@ -57,7 +57,7 @@ class Prober:
         continue
       proven, work = relaxation.proves_infeasible(
           period, budget.left(max(share, _RELAXATION_SHARE)),
-          hint=kw.get("hint"), wall_limit_s=budget.wall_left())
+          hint=kw.get("hint"), cap_s=budget.cap_left())
       budget.spend(work)
       if proven:
         self.tried.add(period)
@@ -65,7 +65,7 @@ class Prober:
     sol = solve_modulo(self.graph, period, self.memory_limit,
                        time_limit_s=budget.left(share) if seconds is None
                        else seconds,
-                       wall_limit_s=budget.wall_left(), **self.solve_kw, **kw)
+                       cap_s=budget.cap_left(), **self.solve_kw, **kw)
     budget.spend(sol.work)
     if "objective" not in kw:
       self.tried.add(period)

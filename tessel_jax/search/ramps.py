@@ -16,11 +16,10 @@ search's own cut; limit 8 (P = 14): 1797 instead of 1800.
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import SPLIT_MICROBATCHES, Repetend, Schedule
-from tessel_jax.search import completion
+from tessel_jax.search import clock, completion
 from tessel_jax.simulate import lower_bound_makespan_shared
 
 
@@ -84,7 +83,7 @@ def with_templates(schedule: Schedule, rep: Repetend,
 
 
 def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
-                  wall_deadline: float | None = None, seed: int = 0,
+                  cap_deadline: float | None = None, seed: int = 0,
                   num_workers: int = 1
                   ) -> tuple[Repetend, completion.Templates]:
   """The rotation of ``schedule.repetend`` with the shortest ramps.
@@ -94,8 +93,8 @@ def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
     per_cut_s: CP-SAT deterministic seconds per cut (warmup and cooldown).
     max_cuts: Most cuts to compact (the first is the search's own cut, so
       1 keeps the old behaviour); a deterministic bound on the work.
-    wall_deadline: ``time.perf_counter()`` after which no further cut
-      starts (a safety net on a loaded machine).
+    cap_deadline: ``clock.now()`` (CPU seconds of this thread) after
+      which no further cut starts (a safety net: ``Budget.cap_deadline``).
     seed, num_workers: CP-SAT settings.
 
   Returns:
@@ -112,7 +111,7 @@ def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
   bound = lower_bound_makespan_shared(graph, n_ref)
   best = None
   for n, cut in enumerate(cut_points(schedule.repetend)[:max(1, max_cuts)]):
-    if n and wall_deadline is not None and time.perf_counter() > wall_deadline:
+    if n and cap_deadline is not None and clock.now() > cap_deadline:
       break
     rep = rotate(schedule.repetend, cut)
     try:

@@ -166,7 +166,7 @@ class Relaxation:
 
   def proves_infeasible(self, period: int, time_limit_s: float,
                         hint: ModuloSolution | None = None,
-                        wall_limit_s: float | None = None
+                        cap_s: float | None = None
                         ) -> tuple[bool, float]:
     """Whether the relaxation proves ``period`` infeasible for the placement.
 
@@ -175,7 +175,7 @@ class Relaxation:
       time_limit_s: CP-SAT budget (deterministic seconds).
       hint: A (near) repetend of the full placement at ``period``; its
         kept blocks start the relaxed search.
-      wall_limit_s: Wall-clock cap (``solve_modulo``).
+      cap_s: CPU-seconds cap (``solve_modulo``).
 
     Returns:
       ``(proven, work)``: True if no repetend of the full placement exists
@@ -192,7 +192,7 @@ class Relaxation:
                        time_limit_s=time_limit_s, hint=self._restrict(hint),
                        horizon=latency_horizon(self.graph, period),
                        pooled_devices=self._pooled_devices,
-                       wall_limit_s=wall_limit_s, proof_only=True,
+                       cap_s=cap_s, proof_only=True,
                        **self._solve_kw)
     if sol.status == "INFEASIBLE":
       self._infeasible_up_to = period

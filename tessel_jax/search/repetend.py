@@ -54,7 +54,7 @@ import time
 from tessel_jax import checks
 from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Repetend, Schedule
-from tessel_jax.search import compose, portfolio
+from tessel_jax.search import clock, compose, portfolio
 from tessel_jax.search.budget import Budget
 from tessel_jax.search.period_bounds import (memory_period_bound,
                                              period_lower_bound,
@@ -82,7 +82,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
     allow_wrap: Let blocks wrap around the period end (Tessel forbids it).
     time_limit_s: CP-SAT budget for the whole search, in CP-SAT's
       deterministic seconds (so the same input and seed give the same
-      schedule); wall time is capped at twice that.
+      schedule); as a safety net, CPU seconds of this thread are capped
+      at twice that (``search.clock``; ``Schedule.cut_by_clock`` says
+      whether a net cut the search).
     seed: CP-SAT random seed.
     num_workers: CP-SAT subsolvers (interleaved deterministically).
     complete: Also compact warmup and cooldown (needed for ``unroll``'s
@@ -121,7 +123,7 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   if completion_time_s is not None:
     completion_time_s = checks.time_limit(
         completion_time_s, "completion_time_s", where="search_repetend")
-  t0 = time.perf_counter()
+  t0, cpu0 = time.perf_counter(), clock.now()
   budget = Budget(time_limit_s, completion_s=completion_time_s)
   solve_kw = dict(allow_wrap=allow_wrap, seed=seed, num_workers=num_workers)
   high = period_upper_bound(graph)
@@ -133,11 +135,11 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                              seed=seed))
   found, proven_low = search_period(solve, given, time_limit_s)
   period_seconds = time.perf_counter() - t0
-  polish = polish_budget(graph, budget, budget.used, period_seconds,
+  polish = polish_budget(graph, budget, budget.used, clock.now() - cpu0,
                          given=given is not None)
   schedule = compose.finished(solve, found, proven_low, polish, period_seconds,
                               complete)
-  if found is given and complete and not budget.past_wall_cap():
+  if found is given and complete and not budget.past_cap():
     schedule = compose.shorter_of_scratch(solve, schedule)
   if list_alternative:
     schedule = dataclasses.replace(
@@ -145,4 +147,5 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
             functools.partial(portfolio.best_alternative, graph,
                               memory_limit=memory_limit)))
   return dataclasses.replace(schedule,
-                             search_seconds=time.perf_counter() - t0)
+                             search_seconds=time.perf_counter() - t0,
+                             cut_by_clock=budget.cut_by_clock())
