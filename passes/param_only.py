@@ -151,6 +151,12 @@ def _draws(eqn: Any) -> bool:
              for e, _ in compat.iter_eqns_deep(sub))
 
 
+def draws(found: Found) -> bool:
+  """Whether ``found``'s prelude holds a random draw (work XLA cannot fold
+  away as it folds other work on constants, ``find(constants=True)``)."""
+  return any(_draws(e) for e in found.prelude)
+
+
 def find(closed: Any, params: Sequence[Any],
          constants: bool = False) -> Found:
   """The values of ``closed`` worth computing once from ``params`` (its

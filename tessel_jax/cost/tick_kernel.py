@@ -13,12 +13,14 @@ form: ``f(pvals, dvals + hvals + [flag])`` running ``param_only.rest``
 on the kernel's one trace (the hoisted values' producers left out; with
 nothing hoisted, every equation), with :func:`example_inputs` the extra
 inputs to time it on (example values, as for the kernel's own inputs).
-The prelude itself (once per step) is not priced here. Work on the
-kernel's captured constants alone is left out too (``param_only.find``
-with ``constants=True``): XLA moves it out of the tick loop although the
-lowering does not hoist it (nnx_transformer's dropout masks, drawn from
-the module's constant key: its forwards were priced 1.4x their time in
-the program with them).
+The prelude itself (once per step) is not priced here. Where the kernel
+draws random bits from its captured constants alone, that work is left
+out too (``param_only.find`` with ``constants=True``): XLA moves it out
+of the tick loop although the lowering does not hoist it
+(nnx_transformer's dropout masks, drawn from the module's constant key:
+its forwards were priced 1.4x their time in the program with them).
+Other work on constants alone XLA folds at compile time, alone as in the
+program: it is left in.
 
 The ticks run every kernel inside a ``conditional`` branch or a ``while``
 body, never at the top of a program, and XLA's CPU backend compiles a
@@ -60,9 +62,12 @@ def traced(kernel: Any, p: Sequence[Any], d: Sequence[Any],
       lambda pv, dv: kernel.fn({"row_offset": 0}, list(pv), list(dv)),
       list(p), list(d))
   invars, _ = compat.jaxpr_io(closed)
-  f = _po.find(closed, invars[:len(p)], constants=hoist)
+  f = _po.find(closed, invars[:len(p)])
   if hoist:
-    return f
+    # Work on constants alone that XLA folds costs nothing either way; a
+    # draw it cannot fold, it moves out of the tick loop: leave it out.
+    c = _po.find(closed, invars[:len(p)], constants=True)
+    return c if _po.draws(c) else f
   return dataclasses.replace(f, hoisted=(), prelude=(), stored=(),
                              rewrites={}, signature=())
 
