@@ -21,6 +21,18 @@ hoisted when work went into it (it or an equation it depends on does
 work, through views only) and something outside that set reads it: an
 equation that is not parameter-only, an expansion, or the kernel's
 outputs.
+
+With ``constants=True`` (the profile only, ``cost.tick_kernel``) the
+kernel's captured constants count as parameters, an equation of literals
+alone (a broadcast scalar, an ``iota``) as a free constant, and a random
+draw (``random_bits``) as work although its output outgrows its key: XLA
+moves such work out of the tick loop itself (loop-invariant code motion).
+nnx_transformer's dropout draws its masks from the module's constant key:
+the lowered program computes them once per step, before the tick loop, but
+the forward kernels timed alone drew them at every call, 4 masks in ~56
+equations and 4 threefry loops, and were priced 0.22-0.25 ms against
+0.15-0.18 without them (helper zoo12, session 36). ``passes.hoist``
+(the lowering) does not hoist them (the default ``constants=False``).
 """
 
 from __future__ import annotations
@@ -40,13 +52,18 @@ _VIEWS = frozenset({"reshape", "squeeze", "expand_dims", "convert_element_type",
                     "copy", "copy_p", "sharding_constraint"})
 _EXPANSIONS = frozenset({"broadcast_in_dim", "iota", "pad", "tile",
                          "concatenate"})
+# Random draws: work although their output outgrows their key.
+_DRAWS = frozenset({"random_bits", "threefry2x32", "rng_bit_generator"})
 
 
 def nbytes(v: Any) -> int:
   """Bytes of a jaxpr variable."""
   aval = v.aval
-  return int(np.prod(aval.shape, dtype=np.int64)) * np.dtype(
-      aval.dtype).itemsize
+  try:
+    size = np.dtype(aval.dtype).itemsize
+  except TypeError:  # an extended dtype (a PRNG key): its own itemsize
+    size = int(getattr(aval.dtype, "itemsize", 8))
+  return int(np.prod(aval.shape, dtype=np.int64)) * size
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -73,6 +90,8 @@ class Found:
     signature: ``(primitive, shape, dtype, stored)`` of each hoisted
       value's producer: two traces of one kernel hoist the same values
       iff equal.
+    const_params: Values of the trailing ``params`` that are the
+      kernel's captured constants (``find(constants=True)``; else none).
   """
 
   closed: Any
@@ -82,6 +101,7 @@ class Found:
   stored: tuple[tuple[str, tuple[int, ...]] | None, ...]
   rewrites: Mapping[int, Mapping[str, Any]]
   signature: tuple[tuple[Any, ...], ...]
+  const_params: tuple[Any, ...] = ()
 
   @property
   def nbytes(self) -> int:
@@ -89,39 +109,67 @@ class Found:
     return sum(nbytes(v) for v in self.hoisted)
 
 
-def _scan(eqns: Sequence[Any], params: Sequence[Any]
+def _scan(eqns: Sequence[Any], params: Sequence[Any],
+          constants: bool = False
           ) -> tuple[dict[Any, Any], set[Any], set[Any], set[Any]]:
   """``(producer of each parameter-only var, worked vars, expansion
-  outputs, parameter-only vars)`` of the top-level equations."""
+  outputs, parameter-only vars)`` of the top-level equations
+  (``constants``: see the module doc)."""
   producer: dict[Any, Any] = {}
   known, worked, expanded = set(params), set(), set()
   for eqn in eqns:
     ins = [v for v in eqn.invars if not compat.is_literal(v)]
-    if eqn.effects or not ins or not all(v in known for v in ins):
+    if eqn.effects or (not ins and not constants) or not all(
+        v in known for v in ins):
       continue
     outs = [v for v in eqn.outvars if not compat.is_dropvar(v)]
     known.update(outs)
     for v in outs:
       producer[v] = eqn
+    if not ins:  # literals alone: a free constant, folded by XLA
+      continue
     name = compat.primitive_name(eqn)
     if name in _EXPANSIONS or any(v in expanded for v in ins):
       expanded.update(outs)
       continue
     grows = max((nbytes(v) for v in outs), default=0) > max(
         nbytes(v) for v in ins)
-    if grows:
+    if grows and not (constants and _draws(eqn)):
       expanded.update(outs)
     elif name not in _VIEWS or any(v in worked for v in ins):
       worked.update(outs)
   return producer, worked, expanded, known
 
 
-def find(closed: Any, params: Sequence[Any]) -> Found:
+def _draws(eqn: Any) -> bool:
+  """Whether ``eqn`` is a random draw or a call holding one
+  (``jax.random.bernoulli`` is a jitted call)."""
+  if compat.primitive_name(eqn) in _DRAWS:
+    return True
+  return any(compat.primitive_name(e) in _DRAWS
+             for sub in compat.sub_jaxprs(eqn)
+             for e, _ in compat.iter_eqns_deep(sub))
+
+
+def draws(found: Found) -> bool:
+  """Whether ``found``'s prelude holds a random draw (work XLA cannot fold
+  away as it folds other work on constants, ``find(constants=True)``)."""
+  return any(_draws(e) for e in found.prelude)
+
+
+def find(closed: Any, params: Sequence[Any],
+         constants: bool = False) -> Found:
   """The values of ``closed`` worth computing once from ``params`` (its
-  parameter input variables), and the equations that compute them."""
+  parameter input variables), and the equations that compute them; with
+  ``constants``, also from its captured constants (see the module doc:
+  for the profile, not the lowering)."""
   eqns = compat.jaxpr_eqns(closed)
   _, outvars = compat.jaxpr_io(closed)
-  producer, worked, expanded, known = _scan(eqns, params)
+  const_params: tuple[Any, ...] = ()
+  if constants:
+    constvars, consts = compat.jaxpr_consts(closed)
+    params, const_params = list(params) + constvars, tuple(consts)
+  producer, worked, expanded, known = _scan(eqns, params, constants)
   inside = {id(e) for e in producer.values()}
   readers: dict[Any, list[Any]] = {}
   for eqn in eqns:
@@ -164,7 +212,7 @@ def find(closed: Any, params: Sequence[Any]) -> Found:
               for v, st in zip(hoisted, stored))
   return Found(closed=closed, params=tuple(params), hoisted=tuple(hoisted),
                prelude=prelude, stored=tuple(stored), rewrites=rewrites,
-               signature=sig)
+               signature=sig, const_params=const_params)
 
 
 def _flip_dims(v: Any, readers: Sequence[Any]) -> tuple[int, ...] | None:
@@ -235,8 +283,9 @@ def _conv_layout(v: Any, readers: Sequence[Any]
 
 def prelude(found: Found, pvals: Sequence[Any]) -> list[Any]:
   """The hoisted values computed from the parameter values (each in its
-  ``perm``)."""
-  vals = compat.eval_eqns(found.prelude, found.params, found.hoisted, pvals)
+  ``perm``; the captured constants among ``found.params`` added)."""
+  vals = compat.eval_eqns(found.prelude, found.params, found.hoisted,
+                          list(pvals) + list(found.const_params))
   return [store(x, st) for x, st in zip(vals, found.stored)]
 
 

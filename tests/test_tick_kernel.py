@@ -19,6 +19,7 @@ import numpy as np
 import tessel_jax as tj
 from tessel_jax import placements
 from tessel_jax.cost import measure, tick_kernel
+from tessel_jax.passes import param_only
 from tessel_jax.passes.switches import Switches
 
 import test_lowering_models as M
@@ -98,3 +99,53 @@ def test_lower_kernel_compiles_the_kernel_inside_a_branch():
     job = measure.lower_kernel(k, avals, dev)
     assert len(job.dv) == len(k.in_avals) + 1       # the branch flag last
     assert " conditional(" in job.lowered.compile().as_text(), k.label
+
+
+def dropout_model():
+  """``loss(params, batch)``: 2 layers ``tanh(x @ W)`` times a dropout
+  mask drawn from a key the function captures (a constant, as nnx's
+  ``Rngs`` stream in the zoo's nnx_transformer), a cut between them."""
+  keys = jax.random.split(jax.random.PRNGKey(0), 2)
+  params = {"w": [jax.random.normal(k, (D, D)) * 0.05 for k in keys]}
+  drop = jax.random.key(7)
+
+  def loss(p, batch):
+    x = batch["x"]
+    for i, w in enumerate(p["w"]):
+      keep = jax.random.bernoulli(jax.random.fold_in(drop, i), 0.9, x.shape)
+      x = jnp.where(keep, jnp.tanh(x @ w) / 0.9, 0.0)
+      if i == 0:
+        x = tj.boundary(x)
+    return jnp.mean(x ** 2)
+
+  batch = {"x": jax.random.normal(jax.random.PRNGKey(1), (N * 4, D))}
+  return loss, params, batch
+
+
+def test_profile_leaves_out_work_on_captured_constants_alone():
+  """XLA draws a mask from a constant key once per step, out of the tick
+  loop; the profile of a kernel the lowering hoists leaves the draw out
+  (``param_only.find(constants=True)``), the lowering's own hoist does not
+  take it (``constants=False``), and a measured build still equals
+  ``jax.value_and_grad``."""
+  fn, params, batch = dropout_model()
+  built = _step(fn, True, "uniform").build(params, batch)
+  avals = built.partition.traced.param_avals
+  dev = jax.devices()[0]
+  fwd = [k for k in built.kernels.kernels.values() if k.kind == "F"]
+  assert fwd
+  for k in fwd:
+    p, d = measure.kernel_avals(k, avals)
+    f = tick_kernel.traced(k, p, d, True)
+    assert any(v.aval.dtype == jnp.bool_ and v.aval.shape == (4, D)
+               for v in f.hoisted), (k.label, f.hoisted)
+    assert not param_only.find(f.closed, f.params[:len(p)]).hoisted
+    ticked = measure.lower_kernel(k, avals, dev, hoist=True)
+    plain = measure.lower_kernel(k, avals, dev)
+    drawn = lambda job: "threefry" in job.lowered.as_text()
+    assert drawn(plain) and not drawn(ticked), k.label
+  loss, grads = _step(fn, True)(params, batch)
+  ref_loss, ref_grads = M.reference(fn, params, batch, N)
+  np.testing.assert_allclose(loss, ref_loss, rtol=1e-5)
+  for g, r in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+    np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-6)

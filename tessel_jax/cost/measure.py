@@ -67,8 +67,9 @@ from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
 #: not read). 2: the per-array call overhead taken off
 #: (``call_timing.call_overhead``). 3: timed as the ticks run it, inside a
 #: ``lax.cond`` branch and, where the lowering hoists, without its
-#: parameter-only work (``cost.tick_kernel``).
-PROFILE_VERSION = 3
+#: parameter-only work (``cost.tick_kernel``). 4: nor, there, the work on
+#: its captured constants alone (``param_only.find(constants=True)``).
+PROFILE_VERSION = 4
 
 
 @dataclasses.dataclass(frozen=True)

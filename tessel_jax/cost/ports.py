@@ -28,7 +28,11 @@ compiled and timed by capped round medians (``calibrate.time_step``, as
 the ticks (packing, unpacking, FSDP collectives, which every prediction
 adds apart: ``cost.port_pricing``), against the replay of its ticks with
 zero-time kernels. With one stand-in only ``per_port_s`` is fitted, every
-tick worth :data:`TICK_PORTS`; with two of different ports per tick, both.
+tick worth :data:`TICK_PORTS`; with two of far different ports per tick,
+both, where the fixed part the fit finds stays within a factor
+``port_fit.MAX_BAND`` when either stand-in's timing moves by
+``port_fit.REL_NOISE`` (else the prior: the zoo's two stand-ins, eqx_mlp
+and the CNN at 17 and 50 ports per tick, gave 16-66 over quiet runs).
 Until ``PORTS_VERSION`` 8 the record was the fastest sample of the first
 plan's stand-in with a constant fixed part: five fresh records in six
 minutes spread 5x (0.13-0.69 us, load 3.6-7.0), and eqx_mlp's 17 ports per
@@ -63,13 +67,15 @@ from tessel_jax.cost import port_fit, ticks
 #: is a fit of the fixed per-tick part and the per-port part together over
 #: up to :data:`MAX_POINTS` stand-ins timed by capped round medians; 9: a
 #: gradient port priced as ``ticks.GRAD_PORTS`` port operations, and a
-#: two-point fit far off :data:`TICK_PORTS` not kept).
-PORTS_VERSION = 9
+#: two-point fit far off :data:`TICK_PORTS` not kept; 10: nor one whose
+#: fixed part a stand-in's timing noise moves more than
+#: ``port_fit.MAX_BAND``).
+PORTS_VERSION = 10
 #: Port operations' worth of fixed cost every tick pays on every device
 #: beyond its own ports (the tick loop's step, its table lookups, the
 #: kernels' 0/1-trip loop conditions) while the record holds one stand-in
-#: only (``port_fit.fit``; with two of different ports per tick both parts
-#: are fitted). Fitted (``port_fit.fit``) on the stand-ins of the five zoo
+#: only, or points that do not pin the fixed part down (``port_fit.fit``;
+#: with two far apart in ports per tick both parts are fitted). Fitted (``port_fit.fit``) on the stand-ins of the five zoo
 #: models and the batch-norm CNN by capped round medians, at real-time
 #: priority as ``model_zoo_spans`` builds (2 devices, ``vshape(2)``, N = 8,
 #: 25 ticks, load 3.6-8.6, ``experiments.port_record_probe``): 42 ports
@@ -115,7 +121,8 @@ def port_key(fields: Mapping[str, Any]) -> str:
 def fitted(points: list[dict[str, Any]]) -> dict[str, Any]:
   """The machine's record of ``points`` (``cost.port_fit``): its
   ``per_port_s`` and ``tick_ports`` fitted together where the points'
-  ports per tick span :data:`POINT_SPREAD`, else with :data:`TICK_PORTS`."""
+  ports per tick span :data:`POINT_SPREAD` and pin the fixed part down,
+  else with :data:`TICK_PORTS`."""
   per_port, tick_ports = port_fit.fit(points, TICK_PORTS, POINT_SPREAD)
   return {"per_port_s": per_port, "tick_ports": tick_ports,
           "points": list(points), "standin_s": points[0]["standin_s"],

@@ -13,7 +13,14 @@ form: ``f(pvals, dvals + hvals + [flag])`` running ``param_only.rest``
 on the kernel's one trace (the hoisted values' producers left out; with
 nothing hoisted, every equation), with :func:`example_inputs` the extra
 inputs to time it on (example values, as for the kernel's own inputs).
-The prelude itself (once per step) is not priced here.
+The prelude itself (once per step) is not priced here. Where the kernel
+draws random bits from its captured constants alone, that work is left
+out too (``param_only.find`` with ``constants=True``): XLA moves it out
+of the tick loop although the lowering does not hoist it
+(nnx_transformer's dropout masks, drawn from the module's constant key:
+its forwards were priced 1.4x their time in the program with them).
+Other work on constants alone XLA folds at compile time, alone as in the
+program: it is left in.
 
 The ticks run every kernel inside a ``conditional`` branch or a ``while``
 body, never at the top of a program, and XLA's CPU backend compiles a
@@ -57,7 +64,10 @@ def traced(kernel: Any, p: Sequence[Any], d: Sequence[Any],
   invars, _ = compat.jaxpr_io(closed)
   f = _po.find(closed, invars[:len(p)])
   if hoist:
-    return f
+    # Work on constants alone that XLA folds costs nothing either way; a
+    # draw it cannot fold, it moves out of the tick loop: leave it out.
+    c = _po.find(closed, invars[:len(p)], constants=True)
+    return c if _po.draws(c) else f
   return dataclasses.replace(f, hoisted=(), prelude=(), stored=(),
                              rewrites={}, signature=())
 
@@ -89,5 +99,9 @@ def example_inputs(f: Any, p: Sequence[Any], device: Any,
   hvals = []
   if f.hoisted:
     shapes = jax.eval_shape(lambda pv: _po.prelude(f, pv), list(p))
-    hvals = [jax.device_put(example_array(a, rng), device) for a in shapes]
+    if all(isinstance(a.dtype, np.dtype) for a in shapes):
+      hvals = [jax.device_put(example_array(a, rng), device) for a in shapes]
+    else:  # a PRNG key among them: no example value, compute them
+      pv = [example_array(a, rng) for a in p]
+      hvals = [jax.device_put(x, device) for x in _po.prelude(f, pv)]
   return hvals + [jax.device_put(np.int32(1), device)]
