@@ -18,6 +18,7 @@ from collections.abc import Mapping
 TICK_ORDER_ENV = "TESSEL_JAX_TICK_ORDER"
 COARSE_GRID_ENV = "TESSEL_JAX_COARSE_GRID"
 ALIGNED_GRID_ENV = "TESSEL_JAX_ALIGNED_GRID"
+SHARED_W_ENV = "TESSEL_JAX_SHARED_W"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +84,12 @@ class Switches:
       median 0.861, against 0.875-0.900, median 0.883, lower in 6/6 pairs;
       BENCHMARKS.md, helpers "zbv9" and the session-35 quiet section); off
       (``TESSEL_JAX_ALIGNED_GRID=0``): the coarser grid alone, as before.
+    shared_w: A split backward (zbv, ZB-H1) hands ``W`` the values ``B``
+      computes that both need (e.g. the cotangent at a weight's dot) and
+      ``W`` reads only the residuals its own equations need
+      (``passes.w_split``, exact); off by default (``TESSEL_JAX_SHARED_W=1``
+      turns it on in ``from_env``): ``W`` runs the whole vjp again, pruned
+      by XLA, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -96,6 +103,7 @@ class Switches:
   coarse_grid: bool = True
   grad_windows: bool = True
   aligned_grid: bool = True
+  shared_w: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
@@ -107,7 +115,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
                   coarse_grid=env.get(COARSE_GRID_ENV, "") != "0",
-                  aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0")
+                  aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0",
+                  shared_w=env.get(SHARED_W_ENV, "") == "1")
 
 
-__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]
+__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "SHARED_W_ENV", "Switches",
+           "TICK_ORDER_ENV", "from_env"]

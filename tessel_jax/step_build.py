@@ -371,7 +371,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                     local_parts=local_parts,
                     trim=step.switches.residual_trim,
                     row_dots=step.switches.row_dots,
-                    row_dots_forward=step.switches.row_dots_forward))
+                    row_dots_forward=step.switches.row_dots_forward,
+                    shared_w=step.switches.shared_w))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)
     clock.lap("kernels", f"{len(ks.kernels)} kernels")
