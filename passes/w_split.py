@@ -14,18 +14,23 @@ computes (a *shared* equation's output or a summed output cotangent) is
 handed over: ``B`` returns it, the lowering stashes it until ``W``.
 
 **The rule, per value.** ``W``'s inputs are priced by their bytes
-(parameters and constants are free: read in place). Start with every
-shared value ``W`` needs handed over; then repeatedly let ``W`` recompute
-one shared equation whose output it reads, alone or together with the
-shared equations it depends on, where that strictly lowers ``W``'s input
-bytes (a broadcast of a parameter, a scalar's expansion: recomputed; a
-cotangent after an elementwise op: handed over, as it replaces the output
-cotangent and the residual it was computed from). Equal bytes keep the
-hand-over (fewer flops in ``W``). An equation holding a sub-program (a
-loop, a remat, a custom rule's call) is never handed over: ``B`` would run
-the gradient work inside it. Where the old split (``W`` recomputes every
-shared equation) reads fewer bytes, it is kept. Residuals ``W`` no longer
-reads leave the stash at ``B``.
+(parameters and constants are free: read in place). ``W`` may recompute
+only memory-bound equations (``residual_trim.CHEAP``: elementwise
+arithmetic, comparisons, views); every other value ``B`` computes that
+``W`` needs (a dot's output, a reduction, a transcendental) is handed
+over. Start with every shared value ``W`` needs handed over; then
+repeatedly let ``W`` recompute one cheap shared equation whose output it
+reads, alone or together with the cheap shared equations it depends on,
+where that strictly lowers ``W``'s input bytes (a broadcast of a
+parameter: recomputed; the cotangent after an elementwise op: handed over,
+as it replaces the output cotangent and the residual it was computed
+from). Equal bytes keep the hand-over (fewer flops in ``W``). An equation
+holding a sub-program (a loop, a remat, a custom rule's call) is always
+recomputed: ``B`` would run the gradient work inside it. **The stash never
+grows:** where the result reads more bytes than the old split (``W``
+recomputes every shared equation), the old split is kept (the README GPT's
+transformer blocks on zbv(4): sharing would read 7% more, so they keep it).
+Residuals ``W`` no longer reads leave the stash at ``B``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from typing import Any
 import numpy as np
 
 from tessel_jax import compat
+
+from . import residual_trim
 
 
 def _nbytes(v: Any) -> int:
@@ -171,7 +178,9 @@ def find(closed: Any, num_params: int, num_res: int, num_acts: int
   def cost(recompute: set[int]) -> int:
     return sum(_nbytes(v) for v in g.reads(w_only | recompute, grads, free))
 
-  recompute = _greedy(g, shared, w_only, forced, grads, free, cost)
+  cheap = {i for i in shared if compat.primitive_name(g.eqns[i]) in
+           residual_trim.CHEAP and not compat.sub_jaxprs(g.eqns[i])}
+  recompute = _greedy(g, cheap, w_only, forced, grads, free, cost)
   old_bytes = cost(shared)
   if old_bytes < cost(recompute):
     recompute = set(shared)
@@ -193,7 +202,8 @@ def find(closed: Any, num_params: int, num_res: int, num_acts: int
 def _greedy(g: _Graph, shared: set[int], w_only: set[int], forced: set[int],
             grads: Sequence[Any], free: set[Any], cost: Any) -> set[int]:
   """The shared equations ``W`` recomputes: ``forced`` plus the moves
-  that strictly lower ``cost`` (one equation, or it with its shared cone)."""
+  within ``shared`` that strictly lower ``cost`` (one equation, or it with
+  its cone in ``shared``)."""
   recompute = set(forced)
   best = cost(recompute)
   improved = True

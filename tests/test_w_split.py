@@ -61,6 +61,22 @@ def test_find_hands_over_the_shared_value_and_recomputes_broadcasts():
   np.testing.assert_allclose(grads[0], want_grad, rtol=1e-6)
 
 
+def test_find_keeps_the_old_split_where_sharing_reads_more_bytes():
+  # W's gradient reads a dot's output 4x wider than the dot's input: handing
+  # it over would grow the stash, so W recomputes it from the cotangent.
+  def backward(w1, w2, r, y):
+    h = y @ w2
+    return [h @ w1.T, r.T @ h]
+  rng = np.random.default_rng(1)
+  args = [jnp.asarray(rng.standard_normal(s), jnp.float32)
+          for s in ((6, 24), (6, 24), (5, 6), (5, 6))]
+  split = w_split.find(jax.make_jaxpr(backward)(*args), num_params=2,
+                       num_res=1, num_acts=1)
+  assert [tuple(a.shape) for a in split.handoff_avals] == [(5, 6)]
+  assert split.w_bytes == split.old_bytes == 2 * 120
+  assert [e.primitive.name for e in split.w_eqns].count("dot_general") == 2
+
+
 def _model(graph):
   n_fwd = sum(1 for blk in graph.blocks if blk.kind == "F")
   kinds = ["embed"] + ["layer"] * (n_fwd - 2) + ["head"]
