@@ -11,6 +11,8 @@ Usage (4 fake devices)::
       --variants=tj_mshape
   python -m experiments.mshape_profile --pick_builds=2 --pick_aligned \
       --variants=tj_zbv
+  python -m experiments.mshape_profile --ab_shared_w=16 --variants=tj_zbv
+  python -m experiments.mshape_profile --ab_w_kernels=20
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
