@@ -11,6 +11,8 @@ Usage (4 fake devices)::
       --variants=tj_mshape
   python -m experiments.mshape_profile --pick_builds=2 --pick_aligned \
       --variants=tj_zbv
+  python -m experiments.mshape_profile --ab_shared_w=16 --variants=tj_zbv
+  python -m experiments.mshape_profile --ab_w_kernels=20
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -55,6 +57,17 @@ flags.DEFINE_integer("ab_row_dots", 0, "If > 0: instead of the profile,"
 flags.DEFINE_bool("ab_row_dots_forward", False, "With --ab_row_dots:"
                   " instead, the default against the forward also taken"
                   " as (W.T @ x.T).T (Switches.row_dots_forward).")
+flags.DEFINE_integer("ab_shared_w", 0, "If > 0: instead of the profile,"
+                     " this many interleaved rounds timing each variant's"
+                     " CPU per step with a split backward's W reading what B"
+                     " computes for both (Switches.shared_w, passes.w_split)"
+                     " and redoing it (the default), both on the schedule"
+                     " searched with the default, paired ratio.")
+flags.DEFINE_integer("ab_w_kernels", 0, "If > 0: instead of the profile,"
+                     " this many shuffled rounds timing zbv(4)'s B and W"
+                     " kernels alone per forward block (jit of each kernel,"
+                     " CPU per call) with and without Switches.shared_w,"
+                     " and the unsplit B of zbv(4, split_backward=False).")
 flags.DEFINE_integer("pick_builds", 0, "If > 0: instead of the profile,"
                      " this many cold builds of each variant (measured"
                      " cost, a fresh cache directory each), printing the"
@@ -170,12 +183,12 @@ def ab_straight_order(n: int, rounds: int, variants: tuple[str, ...]
 
 
 def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
-       names: tuple[str, str]) -> None:
+       names: tuple[str, str], on: dict[str, bool] | None = None) -> None:
   """CPU per step of each variant built with the library's switches
-  (``names[0]``) and with ``Switches(**off)`` (``names[1]``), on one
-  schedule (the one searched with ``off``), in this process, timed
-  alternately (shuffled per round); prints the medians and the paired
-  ratio on / off."""
+  (``names[0]``; ``Switches(**on)`` where given) and with
+  ``Switches(**off)`` (``names[1]``), on one schedule (the one searched with
+  ``off``), in this process, timed alternately (shuffled per round); prints
+  the medians and the paired ratio on / off."""
   # pylint: disable=import-outside-toplevel
   import numpy as np
 
@@ -183,6 +196,7 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
   from experiments import peer_bench_lib as pbl
   from tessel_jax.passes.switches import Switches
   params, batch, mesh = _inputs(n)
+  on_switches = on
   runs = {}
   for name in variants:
     sched = None
@@ -193,8 +207,8 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
           num_microbatches=n,
           plan=sched or ("gpipe" if name == "tj_gpipe" else None),
           cut="markers", interpret_ramps=8,
-          switches=Switches() if on else Switches(**off)
-          ).build(params, batch)
+          switches=Switches(**(on_switches or {})) if on
+          else Switches(**off)).build(params, batch)
       compiled = built.jitted.lower(params, batch).compile()
       sched = built.unrolled
       runs[(name, on)] = compiled
@@ -212,6 +226,81 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
         f"cpu_ms_{names[1]}": round(float(np.median(off_)), 1),
         "paired_ratio": round(float(np.median(
             [a / b for a, b in zip(on_, off_)])), 4),
+        "load_average": os.getloadavg()}), flush=True)
+
+
+def _zbv_kernels(n: int, params: Any, batch: Any, mesh: Any) -> dict:
+  """``{(setting, kind, forward index): Kernel}`` of zbv(4)'s B and W with
+  and without ``Switches.shared_w`` (one schedule) and the unsplit B."""
+  # pylint: disable=import-outside-toplevel
+  import tessel_jax as tj
+  from experiments import peer_bench_lib as pbl
+  from tessel_jax import placements
+  from tessel_jax.passes.switches import Switches
+  placement, blocks = pbl.tj_layout("tj_zbv", 8, 4)
+  settings = (("redone", placement, {}), ("shared", placement,
+                                          {"shared_w": True}),
+              ("unsplit", placements.zbv(4, split_backward=False), {}))
+  out, sched = {}, None
+  for name, graph, switches in settings:
+    built = tj.schedule(pbl.marked_loss(blocks), mesh=mesh, placement=graph,
+                        num_microbatches=n, cut="markers",
+                        plan=sched if name != "unsplit" else None,
+                        switches=Switches(**switches)).build(params, batch)
+    sched = sched or built.unrolled
+    print(json.dumps({"setting": name,
+                      "lowered_as": built.plan.loop_summary(),
+                      "stash_mb": round(built.plan.stash_bytes / 2**20, 1)}),
+          flush=True)
+    for k in built.kernels.kernels.values():
+      if k.kind in ("B", "W"):
+        out[(name, k.kind, k.fwd)] = k
+  return out
+
+
+def ab_w_kernels(n: int, rounds: int) -> None:
+  """zbv(4)'s B and W kernels timed alone (CPU per call, shuffled rounds),
+  W redoing B's work / W reading it (``Switches.shared_w``), beside the
+  unsplit B; prints per forward block the medians and the paired ratio
+  of B + W shared / redone."""
+  # pylint: disable=import-outside-toplevel
+  import random
+
+  import jax
+  import numpy as np
+  params, batch, mesh = _inputs(n)
+  kernels = _zbv_kernels(n, params, batch, mesh)
+  leaves = jax.tree_util.tree_leaves(params)
+  rng = np.random.default_rng(0)
+  calls = {}
+  for key, k in kernels.items():
+    ivals = [jax.numpy.asarray(rng.standard_normal(a.shape).astype(a.dtype))
+             for a in k.in_avals]
+    f = jax.jit(lambda p, i, k=k: k.fn({"row_offset": 0}, p, i))
+    calls[key] = (f, [leaves[l] for l in k.params], ivals)
+  cpu: dict[Any, list[float]] = {key: [] for key in calls}
+  order = random.Random(0)
+  for _ in range(rounds):
+    keys = list(calls)
+    order.shuffle(keys)
+    for key in keys:
+      f, p, i = calls[key]
+      jax.block_until_ready(f(p, i))
+      c0 = _cpu_s()
+      for _ in range(3):
+        jax.block_until_ready(f(p, i))
+      cpu[key].append(1e3 * (_cpu_s() - c0) / 3)
+  med = lambda xs: round(float(np.median(xs)), 3)
+  for fwd in sorted({key[2] for key in calls}):
+    bw = {s: [b + w for b, w in zip(cpu[(s, "B", fwd)], cpu[(s, "W", fwd)])]
+          for s in ("redone", "shared")}
+    print(json.dumps({
+        "forward": fwd, "unsplit_b_ms": med(cpu[("unsplit", "B", fwd)]),
+        **{f"{s}_{kind}_ms": med(cpu[(s, kind, fwd)])
+           for s in ("redone", "shared") for kind in ("B", "W")},
+        "redone_bw_ms": med(bw["redone"]), "shared_bw_ms": med(bw["shared"]),
+        "paired_bw_shared_over_redone": round(float(np.median(
+            [a / b for a, b in zip(bw["shared"], bw["redone"])])), 4),
         "load_average": os.getloadavg()}), flush=True)
 
 
@@ -301,6 +390,11 @@ def main(argv: list[str]) -> None:
   if f.pick_builds > 0:
     pick(f.n, f.pick_builds, f.pick_busy, f.pick_rounds, tuple(f.variants),
          f.pick_aligned)
+  elif f.ab_shared_w > 0:
+    ab(f.n, f.ab_shared_w, tuple(f.variants), {}, ("shared_w", "w_redone"),
+       on={"shared_w": True})
+  elif f.ab_w_kernels > 0:
+    ab_w_kernels(f.n, f.ab_w_kernels)
   elif f.ab_straight_order > 0:
     ab_straight_order(f.n, f.ab_straight_order, tuple(f.variants))
   elif f.ab_residual_trim > 0:

@@ -198,9 +198,7 @@ class Vjp:
       (self.res.treedef, self.res.alias, self.res.avals,
        self.res.recipe) = hit
       return self.res.avals
-    pv = [blk.local_in[[q for q, r in enumerate(blk.ins)
-                        if r.kind == "param" and r.leaf == l][0]]
-          for l in blk.params]
+    pv = self._param_avals()
     closed, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
     recipe = residual_trim.find(closed, len(pv), self.trim)
     kept = recipe.keep(closed.out_avals)
@@ -234,6 +232,42 @@ class Vjp:
 
     A replicated block's parameter gradients count on its leader only.
     """
+    act, grad = self._apply(pvals, rvals, ybar)
+    if self.blk.mode.mode == "replicated":
+      grad = [leader_only(ctx, x) for x in grad]
+    return (act if acts else []), (grad if grads else [])
+
+  def _param_avals(self) -> list[Any]:
+    """Avals of the block's parameters, in ``blk.params`` order."""
+    blk = self.blk
+    return [blk.local_in[[q for q, r in enumerate(blk.ins)
+                          if r.kind == "param" and r.leaf == l][0]]
+            for l in blk.params]
+
+  def backward_jaxpr(self) -> Any:
+    """The backward traced once: ``(params, stashed residuals, inexact
+    output cotangents) -> input cotangents + parameter gradients`` (no
+    leader-only masking; nested calls inlined), for
+    ``passes.w_split.find``. Call after :meth:`residual_avals`."""
+    blk = self.blk
+    pv = self._param_avals()
+    rv = list(self.residual_avals())
+    slots = [k for k, a in enumerate(blk.local_out) if inexact(a)]
+
+    def f(pvals, rvals, ibars):
+      bars = [zero_cot(a) for a in blk.local_out]
+      for k, v in zip(slots, ibars):
+        bars[k] = v
+      act, grad = self._apply(pvals, rvals, bars)
+      return list(act) + list(grad)
+    closed, _ = compat.make_jaxpr(
+        f, pv, rv, [sds(blk.local_out[k].shape, blk.local_out[k].dtype)
+                    for k in slots])
+    return compat.flatten_jaxpr(closed)
+
+  def _apply(self, pvals: Sequence[Any], rvals: Sequence[Any],
+             ybar: Sequence[Any]) -> tuple[list[Any], list[Any]]:
+    """The vjp applied to ``ybar``: ``(input cotangents, gradients)``."""
     if self.keep:
       by_leaf = dict(zip(self.blk.params, pvals))
       it = iter(self.res.recipe.rebuild(rvals, pvals))
@@ -248,9 +282,7 @@ class Vjp:
     ins = self.blk.ins
     act = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "value"]
     grad = [x for p, x in zip(self.diff_pos, bars) if ins[p].kind == "param"]
-    if self.blk.mode.mode == "replicated":
-      grad = [leader_only(ctx, x) for x in grad]
-    return (act if acts else []), (grad if grads else [])
+    return act, grad
 
 
 def as_cot(ybar: Sequence[Any]) -> Any:

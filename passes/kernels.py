@@ -24,7 +24,8 @@ summed output cotangents to ``W``, which computes the parameter gradients
 Values are named by keys: ``("y", i, k)`` output ``k`` of forward block ``i``;
 ``("r", i, r)`` residual ``r`` of block ``i``; ``("c", j, p)`` cotangent of
 input ``p`` of forward block ``j``; ``("g", i, k)`` summed cotangent of output
-``k`` of block ``i`` (B -> W).
+``k`` of block ``i`` (B -> W); ``("h", i, k)`` value ``k`` that ``B`` hands
+``W`` when they share work (``passes.w_split``; local, like residuals).
 """
 
 from __future__ import annotations
@@ -37,12 +38,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .block_vjp import Vjp, Ybar, inexact, zero_cot
+from .block_vjp import Vjp, Ybar, inexact, leader_only, sds, zero_cot
 from .errors import fail
 from .modes import BlockMode, choose_modes
 from .partition import ForwardBlock, Partition
 from . import conv_forms as _conv_forms
 from . import row_dots as _row_dots
+from . import w_split
 
 Key = tuple
 
@@ -321,7 +323,8 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
                   local_parts: Mapping[int, Partition] | None = None,
                   trim: bool = True, row_dots: bool = False,
                   row_dots_forward: bool = False,
-                  conv_forms: bool = False) -> KernelSet:
+                  conv_forms: bool = False,
+                  shared_w: bool = False) -> KernelSet:
   """Builds every kernel for ``graph``.
 
   Each block on several devices is split by rows or replicated
@@ -346,6 +349,9 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
       ``Switches.row_dots``); ``row_dots_forward``: their forward too.
     conv_forms: Convolutions bound in XLA:CPU's canonical order, forward
       and backward (``passes.conv_forms``; ``Switches.conv_forms``).
+    shared_w: A split backward's ``W`` reads what ``B`` computes for both
+      instead of recomputing it (``passes.w_split``;
+      ``Switches.shared_w``).
   """
   b = microbatch_rows
   keep = dict(keep or {})
@@ -356,7 +362,7 @@ def build_kernels(part: Partition, graph: Any, *, train: bool,
   modes = choose_modes(
       part, {i: tuple(gi.by_kind[("F", i)].devices) for i in gi.forward_ids},
       b, local_parts, gi.has_grad)
-  ks = _Builder(gi, b, seeds, trim)
+  ks = _Builder(gi, b, seeds, trim, shared_w)
   for full in part.blocks:
     blk = _make_block(full, modes[full.index], b, local_parts,
                       (row_dots, row_dots_forward), conv_forms)
@@ -378,11 +384,12 @@ class _Builder:
   """Accumulates kernels and value facts block by block."""
 
   def __init__(self, gi: _Graph, b: int, seeds: Sequence[Any] | None,
-               trim: bool = True):
+               trim: bool = True, shared_w: bool = False):
     self.gi = gi
     self.b = b
     self.seeds = seeds
     self.trim = trim
+    self.shared_w = shared_w
     self.kernels: dict[int, Kernel] = {}
     self.value_avals: dict[Key, Any] = {}
     self.value_split: dict[Key, bool] = {}
@@ -468,6 +475,10 @@ class _Builder:
     cot_avals_out = tuple(blk.local_in[p] for p in act_diff)
     cot_split_out = tuple(blk.in_split[p] for p in act_diff)
     bid = self.gi.by_kind[("B", blk.i)].id
+    if self.gi.split_w[blk.i] and self.shared_w:
+      self._shared_split(blk, vjp, ybar, res_in, common, cot_keys,
+                         cot_avals_out, cot_split_out)
+      return
     if not self.gi.split_w[blk.i]:
       def b_fn(ctx, pvals, ivals, *, nres=nres, ybar=ybar, vjp=vjp):
         bars = ybar(ctx, ivals[nres:])
@@ -508,6 +519,51 @@ class _Builder:
                                           for k in bar_inexact),
         in_split=(False,) * nres + tuple(blk.out_split[k]
                                          for k in bar_inexact),
+        outputs=(), out_avals=(), out_split=(), grads=vjp.grad_leaves,
+        fn=w_fn)
+
+  def _shared_split(self, blk: _Block, vjp: "Vjp", ybar: Ybar,
+                    res_in: tuple[InRef, ...], common: dict[str, Any],
+                    cot_keys: tuple[Key, ...], cot_avals_out: tuple[Any, ...],
+                    cot_split_out: tuple[bool, ...]) -> None:
+    """``B`` and ``W`` of a split backward sharing work
+    (``passes.w_split``): ``B`` hands ``W`` the values both need
+    (``("h", i, k)`` keys, local like residuals) and ``W`` reads only the
+    residuals its own equations need."""
+    nres = len(res_in)
+    split = w_split.find(vjp.backward_jaxpr(), len(blk.params), nres,
+                         len(cot_keys))
+    h_keys = tuple(("h", blk.i, k) for k in range(len(split.handoff)))
+    h_avals = tuple(sds(a.shape, a.dtype) for a in split.handoff_avals)
+    for key, a in zip(h_keys, h_avals):
+      self.value_avals[key] = a  # local; B and W run on the same devices
+      self.value_split[key] = False
+
+    def bw_fn(ctx, pvals, ivals, *, nres=nres, ybar=ybar, split=split):
+      bars = [y for y in ybar(ctx, ivals[nres:]) if inexact(y)]
+      acts, handoff = split.run_b(pvals, ivals[:nres], bars)
+      return acts + handoff, []
+    bid = self.gi.by_kind[("B", blk.i)].id
+    self.kernels[bid] = blk.kernel(
+        bid, "B", outputs=cot_keys + h_keys,
+        out_avals=cot_avals_out + h_avals,
+        out_split=cot_split_out + (False,) * len(h_keys),
+        grads=(), fn=bw_fn, **common)
+
+    def w_fn(ctx, pvals, ivals, *, split=split, blk=blk):
+      nw = len(split.w_res)
+      grads = split.run_w(pvals, ivals[:nw], ivals[nw:])
+      if blk.mode.mode == "replicated":
+        grads = [leader_only(ctx, x) for x in grads]
+      return [], grads
+    wid = self.gi.by_kind[("W", blk.i)].id
+    res_avals = common["in_avals"][:nres]
+    self.kernels[wid] = blk.kernel(
+        wid, "W",
+        inputs=tuple(res_in[k] for k in split.w_res) + tuple(
+            InRef("value", key=k) for k in h_keys),
+        in_avals=tuple(res_avals[k] for k in split.w_res) + h_avals,
+        in_split=(False,) * (len(split.w_res) + len(h_keys)),
         outputs=(), out_avals=(), out_split=(), grads=vjp.grad_leaves,
         fn=w_fn)
 

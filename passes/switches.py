@@ -18,6 +18,7 @@ from collections.abc import Mapping
 TICK_ORDER_ENV = "TESSEL_JAX_TICK_ORDER"
 COARSE_GRID_ENV = "TESSEL_JAX_COARSE_GRID"
 ALIGNED_GRID_ENV = "TESSEL_JAX_ALIGNED_GRID"
+SHARED_W_ENV = "TESSEL_JAX_SHARED_W"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +91,12 @@ class Switches:
       the ticks run kernels in branches and loop bodies, where the weight
       and input gradients ran as generic loops; exact); off: as JAX emits
       them, as before 2026-11-27.
+    shared_w: A split backward (zbv, ZB-H1) hands ``W`` the values ``B``
+      computes that both need (e.g. the cotangent at a weight's dot) and
+      ``W`` reads only the residuals its own equations need
+      (``passes.w_split``, exact); off by default (``TESSEL_JAX_SHARED_W=1``
+      turns it on in ``from_env``): ``W`` runs the whole vjp again, pruned
+      by XLA, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -104,6 +111,7 @@ class Switches:
   grad_windows: bool = True
   aligned_grid: bool = True
   conv_forms: bool = True
+  shared_w: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
@@ -115,7 +123,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
                   coarse_grid=env.get(COARSE_GRID_ENV, "") != "0",
-                  aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0")
+                  aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0",
+                  shared_w=env.get(SHARED_W_ENV, "") == "1")
 
 
-__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]
+__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "SHARED_W_ENV", "Switches",
+           "TICK_ORDER_ENV", "from_env"]

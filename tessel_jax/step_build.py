@@ -380,7 +380,8 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                     row_dots=step.switches.row_dots,
                     row_dots_forward=step.switches.row_dots_forward,
                     conv_forms=(step.switches.conv_forms and
-                                platform(step) == "cpu")))
+                                platform(step) == "cpu"),
+                    shared_w=step.switches.shared_w))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)
     clock.lap("kernels", f"{len(ks.kernels)} kernels")

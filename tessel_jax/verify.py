@@ -382,7 +382,7 @@ class _KernelRunner:
     lo, hi = self._rows(kernel, device)
     if ref.kind == "batch":
       full = self.b_flat[ref.leaf]
-    elif ref.key[0] in ("r", "g"):
+    elif ref.key[0] in ("r", "g", "h"):
       return self.local[(ref.key, device)]  # made by this block's F / B
     else:
       full = self._full_value(ref.key)

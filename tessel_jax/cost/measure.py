@@ -449,8 +449,8 @@ def edge_bytes(graph: Any, ks: Any) -> dict[tuple[int, int], int]:
         o = produced[ref.key]
         full = ks.value_avals.get(ref.key, src.out_avals[o])
         need = _nbytes(dst.in_avals[r])
-        if ref.key[0] == "r":
-          continue  # residuals never leave their device
+        if ref.key[0] in ("r", "h"):
+          continue  # residuals (and B's hand-over to W) stay on the device
         rowed = bool(full.shape) and full.shape[0] == b
         if d not in src.devices:
           total += need
