@@ -26,7 +26,6 @@ re-bound), so the values are the same sums in the same order.
 
 from __future__ import annotations
 
-import dataclasses
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -36,6 +35,8 @@ import numpy as np
 from jax import lax
 
 from tessel_jax import compat
+
+from . import block_rebind
 
 _CONV = "conv_general_dilated"
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float16))
@@ -188,20 +189,8 @@ def rewrite(block: Any) -> Any:
 
 def _rewrite(block: Any) -> Any:
   hits = {i for i, e in enumerate(block.eqns) if applies(e)}
-  if not hits:
-    return block
-  closed = compat.closed_from_eqns(
-      block.eqns, list(block.invars) + list(block.const_vars), block.outvars)
-  new = compat.retrace(
-      closed, lambda i, eqn, ins: [conv(*ins, eqn)] if i in hits else None)
-  invars, outvars = compat.jaxpr_io(new)
-  consts_v, consts = compat.jaxpr_consts(new)
-  n = len(block.invars)
-  return dataclasses.replace(
-      block, eqns=tuple(compat.jaxpr_eqns(new)), invars=tuple(invars[:n]),
-      const_vars=tuple(invars[n:]) + tuple(consts_v),
-      const_vals=tuple(block.const_vals) + tuple(consts),
-      outvars=tuple(outvars))
+  return block_rebind.rebind(block, hits,
+                             lambda eqn, ins: [conv(*ins, eqn)])
 
 
 __all__ = ["applies", "canonical", "canonical_specs", "conv", "count",

@@ -24,7 +24,6 @@ is parameter-only, so ``passes.hoist`` computes it once per step).
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +31,8 @@ import jax
 from jax import lax
 
 from tessel_jax import compat
+
+from . import block_rebind
 
 _DOT = "dot_general"
 _PLAIN = (((1,), (0,)), ((), ()))
@@ -120,26 +121,8 @@ def rewrite(block: Any, max_rows: int = 64, min_side: int = 256,
   weights = frozenset(block.invars[i] for i in block.param_inputs)
   hits = {i for i, e in enumerate(block.eqns)
           if matches(e, weights, max_rows, min_side)}
-  if not hits:
-    return block
-  closed = _closed(block)
-  new = compat.retrace(
-      closed, lambda i, eqn, ins: _bind(ins, forward) if i in hits else None)
-  invars, outvars = compat.jaxpr_io(new)
-  consts_v, consts = compat.jaxpr_consts(new)
-  n = len(block.invars)
-  return dataclasses.replace(
-      block, eqns=tuple(compat.jaxpr_eqns(new)), invars=tuple(invars[:n]),
-      const_vars=tuple(invars[n:]) + tuple(consts_v),
-      const_vals=tuple(block.const_vals) + tuple(consts),
-      outvars=tuple(outvars))
-
-
-def _closed(block: Any) -> Any:
-  """The block as a closed jaxpr: its inputs, then its constants."""
-  return compat.closed_from_eqns(block.eqns,
-                                 list(block.invars) + list(block.const_vars),
-                                 block.outvars)
+  return block_rebind.rebind(block, hits,
+                             lambda eqn, ins: _bind(ins, forward))
 
 
 def count(blocks: Sequence[Any], max_rows: int = 64,
