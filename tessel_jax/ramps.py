@@ -21,8 +21,8 @@ mesh's platform:
   XLA's GPU runtime reads every ``while`` predicate back to the host, one
   synchronisation per iteration, and the compact tick runs each kernel in
   a 0/1-trip loop: on one H200 (jax 0.11.2, 2026-11-27,
-  ``experiments.device_ticks``) a compact tick cost 390-470 us more than
-  the same kernels in a ``lax.scan``, the loop form's 9-10 us; the MLP's
+  ``experiments.device_ticks``) a compact tick cost 390-510 us more than
+  the same kernels in a ``lax.scan``, the loop form's 9-13 us; the MLP's
   step 27.2 against 2.7 ms at N = 8 and 126 against 8.2 ms at N = 32.
 
 An explicit value is used as given: ``0`` is the compact lowering; an
