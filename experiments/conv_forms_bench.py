@@ -25,7 +25,7 @@ import statistics
 
 from absl import flags
 
-from experiments import cli, xla_env
+from experiments import cli, runs, xla_env
 
 flags.DEFINE_integer("rounds", 7, "Shuffled rounds (each form once each).")
 flags.DEFINE_integer("calls", 10, "Calls per timing.")
@@ -125,11 +125,10 @@ def main(argv):
       print(json.dumps(row), flush=True)
   out = {"rows": rows, "load_average": [round(min(loads), 1),
                                         round(max(loads), 1)]}
-  print(markdown(out), flush=True)
+  table = markdown(out)
+  print(table, flush=True)
   if f.output:
-    os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
-    with open(f.output, "w") as fh:
-      json.dump(out, fh, indent=1)
+    runs.write_record(f.output, out, table)
 
 
 def markdown(out):

@@ -32,7 +32,6 @@ largest relative error) before it is timed.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import statistics
@@ -46,6 +45,7 @@ import numpy as np
 from jax import lax
 
 import tessel_jax as tj
+from experiments import runs
 from tessel_jax import placements
 
 
@@ -301,8 +301,6 @@ def main(args: TicksArgs) -> int:
     result["profile"] = profile(args, args.ns[0])
     _print_profile(result["profile"])
   if args.output:
-    os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-    with open(args.output, "w") as f:
-      json.dump(result, f, indent=1, default=str)
+    runs.write(dict(result, output=args.output))
     print(f"\nwrote {args.output}")
   return 0

@@ -24,6 +24,7 @@ from tessel_jax import compat, placements
 from tessel_jax.passes import conv_forms
 from tessel_jax.passes import switches as _switches
 
+import conv_models
 import test_lowering_models as M
 
 N = 4
@@ -83,21 +84,7 @@ def test_swapped_is_what_xla_swaps():
 
 def cnn():
   """``loss(params, batch)``: two 3x3 convs on 4x4 maps, cut between."""
-  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-  params = {"w": [jax.random.normal(k, (3, 3, CH, CH)) * 0.2
-                  for k in (k1, k2)]}
-
-  def loss(p, batch):
-    x = batch["x"]
-    for i, w in enumerate(p["w"]):
-      x = jnp.tanh(jax.lax.conv_general_dilated(
-          x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
-      if i == 0:
-        x = tj.boundary(x)
-    return jnp.mean(x ** 2)
-
-  batch = {"x": jax.random.normal(k3, (N * 2, 4, 4, CH))}
-  return loss, params, batch
+  return conv_models.two_convs(4, CH, N * 2)
 
 
 def test_program_convolutions_take_the_canonical_order():

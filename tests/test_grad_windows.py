@@ -21,6 +21,7 @@ from tessel_jax import placements
 from tessel_jax.passes import grad_windows
 from tessel_jax.passes import switches as _switches
 
+import conv_models
 import test_lowering_models as M
 
 N = 4
@@ -29,21 +30,7 @@ CH = 32
 
 def dead_tap_model():
   """``loss(params, batch)``: 2 3x3 convs on 1x1 maps, cut between."""
-  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-  params = {"w": [jax.random.normal(k, (3, 3, CH, CH)) * 0.2
-                  for k in (k1, k2)]}
-
-  def loss(p, batch):
-    x = batch["x"]
-    for i, w in enumerate(p["w"]):
-      x = jnp.tanh(jax.lax.conv_general_dilated(
-          x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
-      if i == 0:
-        x = tj.boundary(x)
-    return jnp.mean(x ** 2)
-
-  batch = {"x": jax.random.normal(k3, (N * 2, 1, 1, CH))}
-  return loss, params, batch
+  return conv_models.two_convs(1, CH, N * 2)
 
 
 def test_window_is_the_box_of_static_slices():

@@ -58,5 +58,4 @@ class Budget:
     has cut this search or the CPU clock shortened a step of it: then its
     result depends on the CPU clock, not only on its model and seed
     (conservative: True once the search's CPU seconds reach the cap)."""
-    return (self.past_cap() or self._capped
-            or clock.cuts() > self._cuts_before)
+    return self.past_cap() or clock.cuts() > self._cuts_before
