@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .kernels import Key, Kernel, KernelSet
+from .value_keys import stays_on_device
 from .packing import Layout
 from .plan_ir import (Aval, Dyn, GradPort, Plan, PlanError, Pool, ReadPort,
                       Round, Store, Target, TermAcc, Tick)
@@ -181,7 +182,7 @@ def _store_shape(ks: KernelSet, key: Key, d: int,
   its readers there need (None: not rowed, or a local residual)."""
   kernels, b = ks.kernels, ks.microbatch_rows
   full = ks.value_avals[key]
-  if key[0] in ("r", "h") or not is_rowed(full, b):  # local: as read
+  if stays_on_device(key) or not is_rowed(full, b):  # as read
     return None, Aval.of(kernels[uses[0][0]].in_avals[uses[0][1]])
   needs = {rows_of(kernels[kid], d, b) if kernels[kid].in_split[r]
            else (0, b)

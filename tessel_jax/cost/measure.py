@@ -63,6 +63,11 @@ from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
                                          example_array, restricted_cores,
                                          time_calls)
 
+try:  # installed: passes/ is tessel_jax.passes
+  from tessel_jax.passes.value_keys import stays_on_device  # type: ignore
+except ImportError:  # run from the repository root
+  from passes.value_keys import stays_on_device  # type: ignore
+
 #: Bump when what a kernel's record measures changes (old records are then
 #: not read). 2: the per-array call overhead taken off
 #: (``call_timing.call_overhead``). 3: timed as the ticks run it, inside a
@@ -449,8 +454,8 @@ def edge_bytes(graph: Any, ks: Any) -> dict[tuple[int, int], int]:
         o = produced[ref.key]
         full = ks.value_avals.get(ref.key, src.out_avals[o])
         need = _nbytes(dst.in_avals[r])
-        if ref.key[0] in ("r", "h"):
-          continue  # residuals (and B's hand-over to W) stay on the device
+        if stays_on_device(ref.key):
+          continue
         rowed = bool(full.shape) and full.shape[0] == b
         if d not in src.devices:
           total += need
