@@ -1,7 +1,7 @@
 """Residuals that ``B`` rebuilds cheaply are not stashed
 (``passes.residual_trim``).
 
-``tanh``'s vjp keeps ``t = tanh(z)`` and ``1 - t``: a 4-layer block of the
+``tanh``'s vjp (jax 0.10) keeps ``t = tanh(z)`` and ``1 - t``: a 4-layer block of the
 4-stage MLP of ``experiments.peer_bench`` stashed 9 activations per
 micro-batch where 5 carry everything (the input and each layer's ``t``).
 The rebuilt residuals must equal the ones the vjp kept, and the lowered
@@ -31,7 +31,7 @@ HIDDEN = 24
 ROWS = 8
 
 
-def _residuals(ws, x):
+def _vjp_residuals(ws, x):
   """The vjp residuals (not the weights) of a chain of ``tanh(h @ w)``."""
 
   def f(ws, x):
@@ -41,6 +41,28 @@ def _residuals(ws, x):
   _, vjp = jax.vjp(f, ws, x)
   return [l for l in jax.tree_util.tree_leaves(vjp)
           if not any(l is w for w in ws)]
+
+
+def _residuals(ws, x):
+  """What jax 0.10's vjp keeps for a chain of ``tanh(h @ w)``: ``x``, then
+  ``t`` and ``1 - t`` per layer (jax >= 0.11 keeps ``t`` alone), written
+  out so the test does not depend on the JAX version."""
+  out = [x]
+  for w in ws:
+    t = jnp.tanh(x @ w)
+    out += [t, 1.0 - t]
+    x = t
+  return out
+
+
+def _vjp_keeps_rebuildable(hidden: int = 4) -> bool:
+  """Whether this JAX's tanh vjp keeps a residual ``residual_trim``
+  rebuilds (jax 0.10: ``1 - t``; jax >= 0.11: no)."""
+  ws = [jnp.ones((hidden, hidden), jnp.float32)]
+  x = jnp.ones((2, hidden), jnp.float32)
+  closed, _ = compat.make_jaxpr(_vjp_residuals, ws, x)
+  recipe = residual_trim.find(closed, len(ws))
+  return len(recipe.kept) < recipe.count
 
 
 def test_tanh_chain_keeps_input_and_outputs_only():
@@ -99,4 +121,7 @@ def test_mshape_stashes_less_and_stays_exact():
     assert M.max_rel_err(grads, ref_grads) <= 1e-5
     res[trim] = sorted(len(k.inputs) for k in step.built.kernels.kernels.values()
                        if k.kind == "B")
-  assert sum(res[True]) < sum(res[False]), res
+  if _vjp_keeps_rebuildable():
+    assert sum(res[True]) < sum(res[False]), res
+  else:  # nothing to trim: the switch must change nothing
+    assert res[True] == res[False], res

@@ -20,18 +20,26 @@ import tessel_jax as tj
 from experiments import lowering_bench_lib, peer_bench_lib, peer_gpipe
 from tessel_jax import placements
 
-_COLLECTIVE = re.compile(r"= f32\[([\d,]*)\][^=]*? (collective-permute|"
-                         r"all-reduce|all-gather|all-to-all)\(")
+_COLLECTIVE = re.compile(r"= (\(?f32\[.*?) (collective-permute|all-reduce|"
+                         r"all-gather|all-to-all)\(")
+_SHAPE = re.compile(r"f32\[([\d,]*)\]")
 
 
 def _outside_ops(hlo: str) -> list[tuple[str, int]]:
-  """``(op, element count)`` of the collectives outside the shard_map."""
+  """``(op, element count)`` of the collectives outside the shard_map.
+
+  Ops inside the shard_map's body name it in their metadata
+  (``.../shard_map/...``); the ones outside name it last or not at all.
+  A combined collective (a tuple result: XLA's combiners in jax >= 0.11)
+  counts once per element, each a leaf of its own.
+  """
   out = []
   for line in hlo.splitlines():
     m = _COLLECTIVE.search(line)
-    if m and "shard_map" not in line:
-      out.append((m.group(2),
-                  int(np.prod([int(x) for x in m.group(1).split(",") if x]))))
+    if m and "shard_map/" not in line:
+      for dims in _SHAPE.findall(m.group(1)):
+        out.append((m.group(2),
+                    int(np.prod([int(x) for x in dims.split(",") if x]))))
   return out
 
 
