@@ -204,10 +204,11 @@ ACCUMULATE = 3    # acc + g: read both, write acc
 #: base and 3-4 for 1 in the same hour; helper zoo9). 10 since
 #: ``ports.PORTS_VERSION`` 11: with the record's fixed part held at
 #: ``ports.TICK_PORTS`` (zoo12) the zoo's steps, alternated with 1 in one
-#: hour at load 8-22, came within 15% in 5, 3, 4, 4, 4, 4, 4, 4 of 5 runs
-#: against 2, 2, 3, 4, 2, 2, 3, 4, 4, 3, 3 (``experiments.model_zoo_spans
-#: --cost=measured``; eqx_transformer's median ratio 1.23 -> 1.08; not
-#: measured quietly; BENCHMARKS.md, helper zoo13, session 37).
+#: hour at load 2.5-22, came within 15% in 4 of 5 models per run (median
+#: of 10 runs; 3-5) against 3 (13 runs; 2-4) (``experiments.model_zoo_spans
+#: --cost=measured``; eqx_transformer's median ratio 1.23 -> 1.08,
+#: nnx_transformer's 0.99 -> 0.92; not measured quietly; BENCHMARKS.md,
+#: helper zoo13, session 37).
 GRAD_PORTS = 10.0
 
 
