@@ -198,13 +198,18 @@ ACCUMULATE = 3    # acc + g: read both, write acc
 #: eqx_transformer (416 gradient ports of 2,706) and penzai_llama (168 of
 #: 2,297), alike in ports per tick, cost 4.2 and 2.3 ms above the tick
 #: model, and the record fitted on all six priced their stand-ins 0.78x
-#: and 1.20x; counted as 10, all six within 0.95-1.05x. Left at 1: the
-#: zoo's steps were not reliably better predicted with 10 (four runs at
-#: load 4-10: 2, 4, 2 and 3 of 5 within 15%, against 1 and 2 for the base
-#: and 3-4 for 1 in the same hour; the transformers' kernels are
-#: over-priced, so a truer tick price put nnx_transformer and hf_gpt2 at
-#: 0.73-0.89x in three of them; BENCHMARKS.md, helper zoo9).
-GRAD_PORTS = 1.0
+#: and 1.20x; counted as 10, all six within 0.95-1.05x. Left at 1 then:
+#: the zoo's steps were not reliably better predicted with 10 (four runs
+#: at load 4-10: 2, 4, 2 and 3 of 5 within 15%, against 1 and 2 for the
+#: base and 3-4 for 1 in the same hour; helper zoo9). 10 since
+#: ``ports.PORTS_VERSION`` 11: with the record's fixed part held at
+#: ``ports.TICK_PORTS`` (zoo12) the zoo's steps, alternated with 1 in one
+#: hour at load 2.5-22, came within 15% in 4 of 5 models per run (median
+#: of 10 runs; 3-5) against 3 (13 runs; 2-4) (``experiments.model_zoo_spans
+#: --cost=measured``; eqx_transformer's median ratio 1.23 -> 1.08,
+#: nnx_transformer's 0.99 -> 0.92; not measured quietly; BENCHMARKS.md,
+#: helper zoo13, session 37).
+GRAD_PORTS = 10.0
 
 
 def priced_ports(tick: Any) -> float:
