@@ -227,3 +227,27 @@ def test_a_start_also_gets_the_rest_of_the_search_from_scratch():
   never = _ScratchProber(found_low_after=None)
   assert compose._scratch_at_low(never) is None
   assert never.asked.count(never.low) >= 2  # the first and decisive probes
+
+
+def test_longer_ramp_solves_never_end_later_than_the_modulo_pulled_in():
+  """The ramps' CP-SAT models start from the modulo schedule pulled in
+  (``completion``), so more time never ends later. nnshape (Tessel's), 8
+  devices, limit 20, without wrap-around, the repetend the search found
+  before its latency polish got 0.1 s (latency 111): from the plain modulo
+  hint, 0.5 s per ramp unrolled N = 30 to 293 steps, 0.025 s to 271."""
+  from experiments import tessel_cases
+  from tessel_jax.search import completion
+  graph = tessel_cases.get("nnshape", 8)
+  rep = Repetend(8, (0, 0, 1, 2, 2, 2, 3, 4, 5, 6, 6, 7, 8, 9, 9, 10, 11,
+                     12, 13, 13),
+                 (0, 1, 1, 1, 4, 5, 1, 1, 1, 1, 2, 2, 2, 2, 7, 1, 2, 2, 2, 6))
+  schedule = Schedule(graph=graph, repetend=rep, memory_limit=20)
+  n = ramps.reference_microbatches(rep)
+  spans = []
+  for seconds in (0.05, 1.0):
+    templates = completion.compact_templates(graph, rep, 20,
+                                             time_limit_s=seconds)
+    unrolled = ramps.with_templates(schedule, rep, templates).unroll(n)
+    validate.assert_valid(unrolled, memory_limit=20)
+    spans.append(unrolled.makespan)
+  assert spans[1] <= spans[0] <= 271

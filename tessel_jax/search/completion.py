@@ -130,10 +130,29 @@ class _ActionModel:
         Action(start, self.graph.blocks[t.index].id, t.mb)
         for start, t in zip(self.hint, self.tasks)])
 
-  def hint_modulo(self, rep: Repetend) -> None:
-    """Hints every action at its plain modulo time ``(k_b + j) P + r_b``."""
+  def hint_modulo(self, rep: Repetend,
+                  earliest: Sequence[int] | None = None) -> None:
+    """Hints every action at its plain modulo time ``(k_b + j) P + r_b``;
+    with ``earliest`` (a least start per task, the model's bounds towards
+    the steady state), at that time pulled as early as its device order
+    allows (``compact_in_order``: same orders, so the same memory levels).
+
+    The pulled-in hint is a far better first solution: nnshape, 8 devices,
+    limit 20, without wrap-around (P = 8, latency 111): the cooldown's
+    plain modulo hint ends 103 steps after the steady state, pulled in 69;
+    CP-SAT from the plain hint found 94 in 0.5 s, 82 in 2 s.
+    """
     self.hint = [(rep.offsets[t.index] + t.mb) * rep.period +
                  rep.phases[t.index] for t in self.tasks]
+    if earliest is not None:
+      pulled = compact_in_order(self.graph, [
+          Action(start, self.graph.blocks[t.index].id, t.mb)
+          for start, t in zip(self.hint, self.tasks)], earliest={
+              (self.graph.blocks[t.index].id, t.mb): low
+              for t, low in zip(self.tasks, earliest)})
+      at = {(a.block, a.microbatch): a.start for a in pulled}
+      self.hint = [at[(self.graph.blocks[t.index].id, t.mb)]
+                   for t in self.tasks]
     for var, value in zip(self.start, self.hint):
       self.model.AddHint(var, value)
 
@@ -244,9 +263,11 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   am.add_no_overlap()
   am.add_memory(memory_limit, {}, 0)
 
-  # --- Hint: the plain modulo schedule; objective: earliest steady state ---
-  am.hint_modulo(rep)
-  model.AddHint(steady, modulo_start)
+  # --- Hint: the modulo schedule pulled in; objective: earliest steady state
+  am.hint_modulo(rep, earliest=[0] * len(tasks))
+  model.AddHint(steady, _earliest_steady_start(graph, rep, [
+      Action(start, graph.blocks[t.index].id, t.mb)
+      for start, t in zip(am.hint, tasks)]))
   model.Minimize(steady)
   solver, code = am.solve(time_limit_s, seed, num_workers)
   starts, status = am.starts(solver, code, "warmup", memory_limit)
@@ -262,6 +283,27 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   return warmup, _earliest_steady_start(graph, rep, warmup), status
 
 
+def _cooldown_earliest(graph: BlockGraph, rep: Repetend,
+                       tasks: Sequence[_Task]) -> list[int]:
+  """Least start of each cooldown task (relative to the steady end): after
+  its devices' last steady actions end, and after its inputs computed in
+  the steady state (with their delays)."""
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  present = {(t.index, t.mb) for t in tasks}
+  out = []
+  for t in tasks:
+    low = max(_last_end_on(graph, rep, d)
+              for d in graph.blocks[t.index].devices)
+    for e in graph.edges:
+      src = pos[e.src]
+      if pos[e.dst] == t.index and (src, t.mb) not in present:
+        iteration = t.mb + rep.offsets[src]  # relative to N, so < 0
+        low = max(low, iteration * rep.period + rep.phases[src]
+                  + graph.blocks[src].span + e.delay)
+    out.append(low)
+  return out
+
+
 def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                      *, time_limit_s: float = 10.0, seed: int = 0,
                      num_workers: int = 1) -> tuple[tuple[Action, ...], str]:
@@ -275,19 +317,12 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   am = _ActionModel(graph, tasks, -rep.period, horizon)
   model = am.model
 
-  # --- Cooldown starts, per device, after that device's last steady end ----
+  # --- Cooldown starts, per device, after that device's last steady end, --
+  # --- and after its inputs from the steady state; edges inside it --------
+  earliest = _cooldown_earliest(graph, rep, tasks)
   for n in range(len(tasks)):
-    for d in am.devices(n):
-      model.Add(am.start[n] >= _last_end_on(graph, rep, d))
-  # --- Edges: from the steady state into the cooldown, and inside it -------
+    model.Add(am.start[n] >= earliest[n])
   am.add_edges_between_free()
-  for e in graph.edges:
-    src, dst = am.pos[e.src], am.pos[e.dst]
-    for n, t in enumerate(tasks):
-      if t.index == dst and (src, t.mb) not in am.key:
-        iteration = t.mb + rep.offsets[src]  # relative to N, so < 0
-        src_end = iteration * rep.period + rep.phases[src] + graph.blocks[src].span
-        model.Add(am.start[n] >= src_end + e.delay)
   am.add_microbatch_order()
   am.add_no_overlap()
   initial = {}
@@ -296,9 +331,11 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                       if d in graph.blocks[t.index].devices)
   am.add_memory(memory_limit, initial, -rep.period - 1)
 
-  # --- Hint: the plain modulo schedule; objective: earliest last end -------
-  am.hint_modulo(rep)
+  # --- Hint: the modulo schedule pulled in; objective: earliest last end ---
+  am.hint_modulo(rep, earliest=earliest)
   last = model.NewIntVar(-rep.period, horizon + rep.period, "last_end")
+  model.AddHint(last, max(start + am.span(n)
+                          for n, start in enumerate(am.hint)))
   model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
   model.Minimize(last)
   solver, code = am.solve(time_limit_s, seed, num_workers)
