@@ -156,12 +156,17 @@ class _ActionModel:
     for var, value in zip(self.start, self.hint):
       self.model.AddHint(var, value)
 
-  def solve(self, time_limit_s: float, seed: int, num_workers: int):
+  def solve(self, time_limit_s: float, seed: int, num_workers: int,
+            solve: bool = True):
+    """CP-SAT on the model; without ``solve``, none (``(None, UNKNOWN)``:
+    ``starts`` then gives the hint)."""
+    if not solve:
+      return None, cp_model.UNKNOWN
     solver = make_solver(time_limit_s, seed, num_workers, interleave=False)
     code = solver.Solve(self.model)
     return solver, code
 
-  def starts(self, solver: cp_model.CpSolver, code: int, what: str,
+  def starts(self, solver: cp_model.CpSolver | None, code: int, what: str,
              limit: int | None, initial: dict[int, int] | None = None,
              ) -> tuple[list[int], str]:
     """Solved starts; the modulo hint if CP-SAT ran out of time first.
@@ -177,10 +182,12 @@ class _ActionModel:
     if code != cp_model.INFEASIBLE and self._fits(self.hint, limit,
                                                   initial or {}):
       return list(self.hint), "MODULO"
+    how = ("not solved" if solver is None
+           else f"CP-SAT {solver.StatusName(code)}")
     raise CompletionError(
         f"no {what} fits under memory limit {limit} for placement"
-        f" {self.graph.name!r} (CP-SAT {solver.StatusName(code)}); raise the"
-        " limit or the search time limit")
+        f" {self.graph.name!r} ({how}); raise the limit or the search time"
+        " limit")
 
   def _fits(self, starts: Sequence[int], limit: int | None,
             initial: dict[int, int]) -> bool:
@@ -232,8 +239,11 @@ def _earliest_steady_start(graph: BlockGraph, rep: Repetend,
 
 def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                    *, time_limit_s: float = 10.0, seed: int = 0,
-                   num_workers: int = 1) -> tuple[tuple[Action, ...], int, str]:
-  """Returns (warmup actions, steady start S, CP-SAT status)."""
+                   num_workers: int = 1, solve: bool = True
+                   ) -> tuple[tuple[Action, ...], int, str]:
+  """Returns (warmup actions, steady start S, CP-SAT status; ``MODULO``:
+  the modulo schedule pulled in, CP-SAT found nothing or, without
+  ``solve``, did not run)."""
   first = rep.max_offset
   tasks = [_Task(i, j) for i, _ in enumerate(graph.blocks)
            for j in range(first - rep.offsets[i])]
@@ -269,7 +279,7 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
       Action(start, graph.blocks[t.index].id, t.mb)
       for start, t in zip(am.hint, tasks)]))
   model.Minimize(steady)
-  solver, code = am.solve(time_limit_s, seed, num_workers)
+  solver, code = am.solve(time_limit_s, seed, num_workers, solve)
   starts, status = am.starts(solver, code, "warmup", memory_limit)
   timed = [Action(start, graph.blocks[t.index].id, t.mb)
            for start, t in zip(starts, tasks)]
@@ -306,8 +316,10 @@ def _cooldown_earliest(graph: BlockGraph, rep: Repetend,
 
 def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                      *, time_limit_s: float = 10.0, seed: int = 0,
-                     num_workers: int = 1) -> tuple[tuple[Action, ...], str]:
-  """Returns (cooldown actions relative to N and to the steady end, status)."""
+                     num_workers: int = 1, solve: bool = True
+                     ) -> tuple[tuple[Action, ...], str]:
+  """Returns (cooldown actions relative to N and to the steady end, status
+  as ``compact_warmup``'s)."""
   tasks = [_Task(i, -j) for i, _ in enumerate(graph.blocks)
            for j in range(1, rep.offsets[i] + 1)]
   if not tasks:
@@ -338,7 +350,7 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                           for n, start in enumerate(am.hint)))
   model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
   model.Minimize(last)
-  solver, code = am.solve(time_limit_s, seed, num_workers)
+  solver, code = am.solve(time_limit_s, seed, num_workers, solve)
   starts, status = am.starts(solver, code, "cooldown", memory_limit, initial)
   return tuple(sorted(Action(start, graph.blocks[t.index].id, t.mb)
                       for start, t in zip(starts, tasks))), status
@@ -346,15 +358,27 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
 
 def compact_templates(graph: BlockGraph, rep: Repetend,
                       memory_limit: int | None, *, time_limit_s: float = 10.0,
-                      seed: int = 0, num_workers: int = 1) -> Templates:
-  """Warmup and cooldown templates for ``rep`` (valid for ``N >= 2K``)."""
+                      seed: int = 0, num_workers: int = 1,
+                      solve: bool = True) -> Templates:
+  """Warmup and cooldown templates for ``rep`` (valid for ``N >= 2K``).
+
+  Their ``status``: ``OPTIMAL`` when CP-SAT proved both ramps, ``MODULO``
+  when it found neither (both are the modulo schedule pulled in: its time
+  ran out before a solution, or ``solve`` is False and it did not run),
+  else ``FEASIBLE``.
+
+  Raises:
+    CompletionError: if a ramp has no schedule under the limit (the pulled
+      in modulo schedule over it and CP-SAT without a solution).
+  """
   warmup, steady_start, s1 = compact_warmup(
       graph, rep, memory_limit, time_limit_s=time_limit_s / 2, seed=seed,
-      num_workers=num_workers)
+      num_workers=num_workers, solve=solve)
   cooldown, s2 = compact_cooldown(
       graph, rep, memory_limit, time_limit_s=time_limit_s / 2, seed=seed,
-      num_workers=num_workers)
-  status = "OPTIMAL" if s1 == s2 == "OPTIMAL" else "FEASIBLE"
+      num_workers=num_workers, solve=solve)
+  status = ("OPTIMAL" if s1 == s2 == "OPTIMAL" else
+            "MODULO" if s1 == s2 == "MODULO" else "FEASIBLE")
   return Templates(warmup, steady_start, cooldown, status)
 
 
