@@ -35,8 +35,10 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
   A shorter latency does not always give shorter ramps: every repetend the
   latency rounds made the best (``polished``'s ``seen``) gets its ramps
   compacted, and the shortest unrolling at the reference ``N`` is kept
-  (ties keep the shortest latency). xshape, 4 devices, limit 5: round one
-  gives 1029 steps at N = 128, round two a shorter latency and 1030.
+  (ties keep the shortest latency; none once one meets
+  ``simulate.lower_bound_makespan_shared``). xshape, 4 devices, limit 5:
+  round one gives 1029 steps at N = 128, round two a shorter latency and
+  1030.
   """
   period = found[0]
   seen: list = []
@@ -53,8 +55,10 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
     return schedule
   shortest = composed(schedule, polish, solve.budget, solve.solve_kw)
   for earlier in reversed(seen[:-1]):
-    if solve.budget.past_cap():
-      break
+    n = ramps.reference_microbatches(shortest.repetend)
+    if solve.budget.past_cap() or ramps.makespan(
+        shortest, n) <= lower_bound_makespan_shared(solve.graph, n):
+      break  # no time left, or nothing is shorter
     other = composed(dataclasses.replace(schedule, repetend=Repetend(
         period=period, offsets=normalise(earlier.offsets),
         phases=earlier.phases), latency_status="FEASIBLE"), polish,
