@@ -10,6 +10,14 @@ repetend at ``P`` under it, timed), then per round, in a shuffled order,
 ``search_repetend`` at that limit from scratch (``scratch``) and from that
 repetend (``start``). Prints period, status, N-makespan, wall and process
 CPU seconds per variant; writes the JSON.
+
+With ``--limits`` (e.g. ``nnshape:4:13,nnshape_eager:8:20``) those cases
+skip the memory search (minutes of CPU) and run from scratch only, at the
+limit given:
+
+  python -m experiments.search_cases_fast --placements=nnshape,nnshape_eager \
+      --devices=4,8 --limits=nnshape:4:13,nnshape:8:30,nnshape_eager:4:10,\
+nnshape_eager:8:20 --output=/tmp/fast48.json
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ flags.DEFINE_float("time_limit", 30.0, "CP-SAT budget per search (seconds).")
 flags.DEFINE_integer("seed", 0, "Seed of the round order.")
 flags.DEFINE_string("output", "results/search_cases_fast.json",
                     "Results JSON.")
+flags.DEFINE_list("limits", [], "placement:devices:limit of cases whose"
+                  " fast limit is known: no memory search, no witness, only"
+                  " the search from scratch.")
 flags.DEFINE_string("witnesses", None, "JSON cache of the fast limits and"
                     " witness repetends (read if it exists, written after"
                     " each memory search), so that runs of two versions of"
@@ -75,8 +86,9 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
   graph = placements.get(name, devices, mode="train")
   fast = fast_case(name, devices, time_limit, cache)
   limit = fast["limit"]
-  witness = limit and Repetend(fast["period"], tuple(fast["offsets"]),
-                               tuple(fast["phases"]))
+  witness = (limit and fast["offsets"] is not None
+             and Repetend(fast["period"], tuple(fast["offsets"]),
+                          tuple(fast["phases"])))
   row: dict[str, Any] = {
       "placement": name, "devices": devices, "fastest_period": fast["period"],
       "memory_limit": limit, "memory_limit_proven": fast["proven"],
@@ -85,7 +97,7 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
   if limit is None:
     return row
   for _ in range(rounds):
-    order = ["scratch", "start"]
+    order = ["scratch", "start"] if witness else ["scratch"]
     rng.shuffle(order)
     for variant in order:
       start = witness if variant == "start" else None
@@ -99,6 +111,21 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
           "makespan": unrolled.makespan, "wall_s": round(wall, 2),
           "cpu_s": round(cpu, 2)})
   return row
+
+
+def _given_limits(specs: list[str]) -> dict[str, Any]:
+  """``--limits`` as cache entries without a witness (``fast_case``)."""
+  out = {}
+  for spec in specs:
+    try:
+      name, devices, limit = spec.split(":")
+      out[f"{name} d{int(devices)}"] = {
+          "period": None, "limit": int(limit), "proven": None,
+          "offsets": None, "phases": None, "wall": None, "cpu": None}
+    except ValueError:
+      raise app.UsageError(f"--limits takes placement:devices:limit, got"
+                           f" {spec!r}") from None
+  return out
 
 
 def main(argv: list[str]) -> None:
@@ -115,13 +142,15 @@ def main(argv: list[str]) -> None:
   if f.witnesses and os.path.exists(f.witnesses):
     with open(f.witnesses) as inp:
       cache = json.load(inp)
+  cache.update(_given_limits(f.limits))
   rows = []
   for name in f.placements:
     for d in devices:
       fast_case(name, d, f.time_limit, cache)
       if f.witnesses:  # before the searches, which may fail
-        with open(f.witnesses, "w") as out:
-          json.dump(cache, out)
+        with open(f.witnesses, "w") as out:  # not the --limits entries
+          json.dump({k: v for k, v in cache.items()
+                     if v["period"] is not None}, out)
       row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng,
                      cache)
       rows.append(row)

@@ -227,3 +227,99 @@ def test_a_start_also_gets_the_rest_of_the_search_from_scratch():
   never = _ScratchProber(found_low_after=None)
   assert compose._scratch_at_low(never) is None
   assert never.asked.count(never.low) >= 2  # the first and decisive probes
+
+
+def test_longer_ramp_solves_never_end_later_than_the_modulo_pulled_in():
+  """The ramps' CP-SAT models start from the modulo schedule pulled in
+  (``completion``), so more time never ends later. nnshape (Tessel's), 8
+  devices, limit 20, without wrap-around, the repetend the search found
+  before its latency polish got 0.1 s (latency 111): from the plain modulo
+  hint, 0.5 s per ramp unrolled N = 30 to 293 steps, 0.025 s to 271."""
+  from experiments import tessel_cases
+  from tessel_jax.search import completion
+  graph = tessel_cases.get("nnshape", 8)
+  rep = Repetend(8, (0, 0, 1, 2, 2, 2, 3, 4, 5, 6, 6, 7, 8, 9, 9, 10, 11,
+                     12, 13, 13),
+                 (0, 1, 1, 1, 4, 5, 1, 1, 1, 1, 2, 2, 2, 2, 7, 1, 2, 2, 2, 6))
+  schedule = Schedule(graph=graph, repetend=rep, memory_limit=20)
+  n = ramps.reference_microbatches(rep)
+  spans = []
+  for seconds in (0.05, 1.0):
+    templates = completion.compact_templates(graph, rep, 20,
+                                             time_limit_s=seconds)
+    unrolled = ramps.with_templates(schedule, rep, templates).unroll(n)
+    validate.assert_valid(unrolled, memory_limit=20)
+    spans.append(unrolled.makespan)
+  assert spans[1] <= spans[0] <= 271
+
+
+def test_cuts_with_larger_ramps_than_an_unsolved_one_are_pulled_in(
+    monkeypatch):
+  """Once CP-SAT found nothing for a cut's ramps (``MODULO``), the cuts
+  whose ramps are at least as large get the modulo schedule pulled in
+  without a solve; smaller ones are still solved."""
+  from tessel_jax.search import completion
+  graph = placements.get("nnshape", 4)
+  schedule = search_repetend(graph, 4, time_limit_s=2, complete=False,
+                             list_alternative=False)
+  real, calls = completion.compact_templates, []
+
+  def first_unsolved(graph, rep, limit, **kw):
+    templates = real(graph, rep, limit, **kw)
+    calls.append((ramps.ramp_size(rep), kw.get("solve")))
+    if len(calls) == 1:  # as if CP-SAT's time ran out in its presolve
+      templates = completion.Templates(templates.warmup,
+                                       templates.steady_start,
+                                       templates.cooldown, "MODULO")
+    return templates
+
+  monkeypatch.setattr(completion, "compact_templates", first_unsolved)
+  rep, templates = ramps.best_rotation(schedule, per_cut_s=0.05, max_cuts=16)
+  first = calls[0][0]
+  assert calls[0][1] is True and len(calls) > 4
+  assert [solve for _, solve in calls[1:]] == [
+      size < first for size, _ in calls[1:]]
+  assert any(size < first for size, _ in calls[1:])
+  assert any(size >= first for size, _ in calls[1:])
+  validate.assert_valid(ramps.with_templates(schedule, rep, templates).unroll(
+      ramps.reference_microbatches(rep)), memory_limit=4)
+
+
+def test_ramps_without_a_solve_are_the_modulo_schedule_pulled_in(
+    monkeypatch):
+  from tessel_jax.search import completion
+
+  def no_solver(*args, **kw):
+    raise AssertionError("no CP-SAT solve expected")
+
+  graph = placements.get("nnshape", 4)
+  schedule = search_repetend(graph, 4, time_limit_s=2, complete=False,
+                             list_alternative=False)
+  monkeypatch.setattr(completion, "make_solver", no_solver)
+  templates = completion.compact_templates(graph, schedule.repetend, 4,
+                                           solve=False)
+  assert templates.status == "MODULO"
+  rep = schedule.repetend
+  unrolled = ramps.with_templates(schedule, rep, templates).unroll(
+      ramps.reference_microbatches(rep))
+  validate.assert_valid(unrolled, memory_limit=4)
+  # No longer than the modulo schedule compacted whole (no templates).
+  plain = Schedule(graph=graph, repetend=rep, memory_limit=4).unroll(
+      ramps.reference_microbatches(rep))
+  assert unrolled.makespan <= plain.makespan
+
+
+def test_the_ramps_of_every_latency_round_are_compared():
+  """xshape, 4 devices, limit 5 (P = 8): the latency polish's second round
+  shortens the latency but its ramps unroll N = 128 one step longer than
+  the first round's (1030 against 1029); both are compacted and the
+  shorter kept."""
+  from tessel_jax import simulate
+  graph = placements.get("xshape", 4)
+  schedule = search_repetend(graph, 5, time_limit_s=10,
+                             list_alternative=False)
+  unrolled = schedule.unroll(128)
+  validate.assert_valid(unrolled, memory_limit=5)
+  assert unrolled.makespan <= 1029
+  spans = [b.span for b in graph.blocks]
+  assert schedule.repetend.latency(spans) > simulate.critical_path(graph)

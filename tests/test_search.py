@@ -426,9 +426,9 @@ def test_near_or_past_the_wall_cap_polish_is_minimal_and_unroll_still_valid(
   polishes = []
   real = polish.shortest_latency
 
-  def spy(solve, pull, graph, period, start, polish):
+  def spy(solve, pull, graph, period, start, polish, **kw):
     polishes.append(polish)
-    return real(solve, pull, graph, period, start, polish)
+    return real(solve, pull, graph, period, start, polish, **kw)
 
   monkeypatch.setattr(polish, "shortest_latency", spy)
   graph = placements.get("nnshape", 4)  # its search costs more than the floor

@@ -130,19 +130,43 @@ class _ActionModel:
         Action(start, self.graph.blocks[t.index].id, t.mb)
         for start, t in zip(self.hint, self.tasks)])
 
-  def hint_modulo(self, rep: Repetend) -> None:
-    """Hints every action at its plain modulo time ``(k_b + j) P + r_b``."""
+  def hint_modulo(self, rep: Repetend,
+                  earliest: Sequence[int] | None = None) -> None:
+    """Hints every action at its plain modulo time ``(k_b + j) P + r_b``;
+    with ``earliest`` (a least start per task, the model's bounds towards
+    the steady state), at that time pulled as early as its device order
+    allows (``compact_in_order``: same orders, so the same memory levels).
+
+    The pulled-in hint is a far better first solution: nnshape, 8 devices,
+    limit 20, without wrap-around (P = 8, latency 111): the cooldown's
+    plain modulo hint ends 103 steps after the steady state, pulled in 69;
+    CP-SAT from the plain hint found 94 in 0.5 s, 82 in 2 s.
+    """
     self.hint = [(rep.offsets[t.index] + t.mb) * rep.period +
                  rep.phases[t.index] for t in self.tasks]
+    if earliest is not None:
+      pulled = compact_in_order(self.graph, [
+          Action(start, self.graph.blocks[t.index].id, t.mb)
+          for start, t in zip(self.hint, self.tasks)], earliest={
+              (self.graph.blocks[t.index].id, t.mb): low
+              for t, low in zip(self.tasks, earliest)})
+      at = {(a.block, a.microbatch): a.start for a in pulled}
+      self.hint = [at[(self.graph.blocks[t.index].id, t.mb)]
+                   for t in self.tasks]
     for var, value in zip(self.start, self.hint):
       self.model.AddHint(var, value)
 
-  def solve(self, time_limit_s: float, seed: int, num_workers: int):
+  def solve(self, time_limit_s: float, seed: int, num_workers: int,
+            solve: bool = True):
+    """CP-SAT on the model; without ``solve``, none (``(None, UNKNOWN)``:
+    ``starts`` then gives the hint)."""
+    if not solve:
+      return None, cp_model.UNKNOWN
     solver = make_solver(time_limit_s, seed, num_workers, interleave=False)
     code = solver.Solve(self.model)
     return solver, code
 
-  def starts(self, solver: cp_model.CpSolver, code: int, what: str,
+  def starts(self, solver: cp_model.CpSolver | None, code: int, what: str,
              limit: int | None, initial: dict[int, int] | None = None,
              ) -> tuple[list[int], str]:
     """Solved starts; the modulo hint if CP-SAT ran out of time first.
@@ -158,10 +182,12 @@ class _ActionModel:
     if code != cp_model.INFEASIBLE and self._fits(self.hint, limit,
                                                   initial or {}):
       return list(self.hint), "MODULO"
+    how = ("not solved" if solver is None
+           else f"CP-SAT {solver.StatusName(code)}")
     raise CompletionError(
         f"no {what} fits under memory limit {limit} for placement"
-        f" {self.graph.name!r} (CP-SAT {solver.StatusName(code)}); raise the"
-        " limit or the search time limit")
+        f" {self.graph.name!r} ({how}); raise the limit or the search time"
+        " limit")
 
   def _fits(self, starts: Sequence[int], limit: int | None,
             initial: dict[int, int]) -> bool:
@@ -213,8 +239,11 @@ def _earliest_steady_start(graph: BlockGraph, rep: Repetend,
 
 def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                    *, time_limit_s: float = 10.0, seed: int = 0,
-                   num_workers: int = 1) -> tuple[tuple[Action, ...], int, str]:
-  """Returns (warmup actions, steady start S, CP-SAT status)."""
+                   num_workers: int = 1, solve: bool = True
+                   ) -> tuple[tuple[Action, ...], int, str]:
+  """Returns (warmup actions, steady start S, CP-SAT status; ``MODULO``:
+  the modulo schedule pulled in, CP-SAT found nothing or, without
+  ``solve``, did not run)."""
   first = rep.max_offset
   tasks = [_Task(i, j) for i, _ in enumerate(graph.blocks)
            for j in range(first - rep.offsets[i])]
@@ -244,11 +273,13 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   am.add_no_overlap()
   am.add_memory(memory_limit, {}, 0)
 
-  # --- Hint: the plain modulo schedule; objective: earliest steady state ---
-  am.hint_modulo(rep)
-  model.AddHint(steady, modulo_start)
+  # --- Hint: the modulo schedule pulled in; objective: earliest steady state
+  am.hint_modulo(rep, earliest=[0] * len(tasks))
+  model.AddHint(steady, _earliest_steady_start(graph, rep, [
+      Action(start, graph.blocks[t.index].id, t.mb)
+      for start, t in zip(am.hint, tasks)]))
   model.Minimize(steady)
-  solver, code = am.solve(time_limit_s, seed, num_workers)
+  solver, code = am.solve(time_limit_s, seed, num_workers, solve)
   starts, status = am.starts(solver, code, "warmup", memory_limit)
   timed = [Action(start, graph.blocks[t.index].id, t.mb)
            for start, t in zip(starts, tasks)]
@@ -262,10 +293,33 @@ def compact_warmup(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   return warmup, _earliest_steady_start(graph, rep, warmup), status
 
 
+def _cooldown_earliest(graph: BlockGraph, rep: Repetend,
+                       tasks: Sequence[_Task]) -> list[int]:
+  """Least start of each cooldown task (relative to the steady end): after
+  its devices' last steady actions end, and after its inputs computed in
+  the steady state (with their delays)."""
+  pos = {b.id: i for i, b in enumerate(graph.blocks)}
+  present = {(t.index, t.mb) for t in tasks}
+  out = []
+  for t in tasks:
+    low = max(_last_end_on(graph, rep, d)
+              for d in graph.blocks[t.index].devices)
+    for e in graph.edges:
+      src = pos[e.src]
+      if pos[e.dst] == t.index and (src, t.mb) not in present:
+        iteration = t.mb + rep.offsets[src]  # relative to N, so < 0
+        low = max(low, iteration * rep.period + rep.phases[src]
+                  + graph.blocks[src].span + e.delay)
+    out.append(low)
+  return out
+
+
 def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                      *, time_limit_s: float = 10.0, seed: int = 0,
-                     num_workers: int = 1) -> tuple[tuple[Action, ...], str]:
-  """Returns (cooldown actions relative to N and to the steady end, status)."""
+                     num_workers: int = 1, solve: bool = True
+                     ) -> tuple[tuple[Action, ...], str]:
+  """Returns (cooldown actions relative to N and to the steady end, status
+  as ``compact_warmup``'s)."""
   tasks = [_Task(i, -j) for i, _ in enumerate(graph.blocks)
            for j in range(1, rep.offsets[i] + 1)]
   if not tasks:
@@ -275,19 +329,12 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
   am = _ActionModel(graph, tasks, -rep.period, horizon)
   model = am.model
 
-  # --- Cooldown starts, per device, after that device's last steady end ----
+  # --- Cooldown starts, per device, after that device's last steady end, --
+  # --- and after its inputs from the steady state; edges inside it --------
+  earliest = _cooldown_earliest(graph, rep, tasks)
   for n in range(len(tasks)):
-    for d in am.devices(n):
-      model.Add(am.start[n] >= _last_end_on(graph, rep, d))
-  # --- Edges: from the steady state into the cooldown, and inside it -------
+    model.Add(am.start[n] >= earliest[n])
   am.add_edges_between_free()
-  for e in graph.edges:
-    src, dst = am.pos[e.src], am.pos[e.dst]
-    for n, t in enumerate(tasks):
-      if t.index == dst and (src, t.mb) not in am.key:
-        iteration = t.mb + rep.offsets[src]  # relative to N, so < 0
-        src_end = iteration * rep.period + rep.phases[src] + graph.blocks[src].span
-        model.Add(am.start[n] >= src_end + e.delay)
   am.add_microbatch_order()
   am.add_no_overlap()
   initial = {}
@@ -296,12 +343,14 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
                       if d in graph.blocks[t.index].devices)
   am.add_memory(memory_limit, initial, -rep.period - 1)
 
-  # --- Hint: the plain modulo schedule; objective: earliest last end -------
-  am.hint_modulo(rep)
+  # --- Hint: the modulo schedule pulled in; objective: earliest last end ---
+  am.hint_modulo(rep, earliest=earliest)
   last = model.NewIntVar(-rep.period, horizon + rep.period, "last_end")
+  model.AddHint(last, max(start + am.span(n)
+                          for n, start in enumerate(am.hint)))
   model.AddMaxEquality(last, [am.end(n) for n in range(len(tasks))])
   model.Minimize(last)
-  solver, code = am.solve(time_limit_s, seed, num_workers)
+  solver, code = am.solve(time_limit_s, seed, num_workers, solve)
   starts, status = am.starts(solver, code, "cooldown", memory_limit, initial)
   return tuple(sorted(Action(start, graph.blocks[t.index].id, t.mb)
                       for start, t in zip(starts, tasks))), status
@@ -309,15 +358,27 @@ def compact_cooldown(graph: BlockGraph, rep: Repetend, memory_limit: int | None,
 
 def compact_templates(graph: BlockGraph, rep: Repetend,
                       memory_limit: int | None, *, time_limit_s: float = 10.0,
-                      seed: int = 0, num_workers: int = 1) -> Templates:
-  """Warmup and cooldown templates for ``rep`` (valid for ``N >= 2K``)."""
+                      seed: int = 0, num_workers: int = 1,
+                      solve: bool = True) -> Templates:
+  """Warmup and cooldown templates for ``rep`` (valid for ``N >= 2K``).
+
+  Their ``status``: ``OPTIMAL`` when CP-SAT proved both ramps, ``MODULO``
+  when it found neither (both are the modulo schedule pulled in: its time
+  ran out before a solution, or ``solve`` is False and it did not run),
+  else ``FEASIBLE``.
+
+  Raises:
+    CompletionError: if a ramp has no schedule under the limit (the pulled
+      in modulo schedule over it and CP-SAT without a solution).
+  """
   warmup, steady_start, s1 = compact_warmup(
       graph, rep, memory_limit, time_limit_s=time_limit_s / 2, seed=seed,
-      num_workers=num_workers)
+      num_workers=num_workers, solve=solve)
   cooldown, s2 = compact_cooldown(
       graph, rep, memory_limit, time_limit_s=time_limit_s / 2, seed=seed,
-      num_workers=num_workers)
-  status = "OPTIMAL" if s1 == s2 == "OPTIMAL" else "FEASIBLE"
+      num_workers=num_workers, solve=solve)
+  status = ("OPTIMAL" if s1 == s2 == "OPTIMAL" else
+            "MODULO" if s1 == s2 == "MODULO" else "FEASIBLE")
   return Templates(warmup, steady_start, cooldown, status)
 
 

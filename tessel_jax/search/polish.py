@@ -30,6 +30,19 @@ from tessel_jax.simulate import critical_path
 _LEAST_POLISH_PER_BLOCK = 0.001
 
 
+# Least deterministic seconds per block of the whole latency polish
+# (``polish_budget``) where the budget allows it, however cheap the period
+# search was; each round still starts at ``_LEAST_POLISH_PER_BLOCK`` and
+# the rounds stop at the first that does not improve, so this costs only
+# where the latency keeps falling. nnshape, 8 devices, limit 20, without
+# wrap-around: its period (8) is found at once, so the polish was the
+# least one round (0.02 s), which left latency 111 (13 periods) and an
+# N = 128 makespan of 1055 against the bound 1052; three rounds (0.1 s)
+# reach latency 94 (proven minimal without wrap-around), 11 periods, and
+# 1052 (the held-out runner, ``experiments.search_cases_tessel``).
+_LEAST_POLISH_TOTAL_PER_BLOCK = 0.005
+
+
 # Least share of the budget for the latency polish of a search given a
 # ``start`` repetend (see ``polish_budget``).
 _START_POLISH_SHARE = 1 / 16
@@ -41,7 +54,8 @@ def polish_budget(graph: BlockGraph, budget: Budget, work: float,
   per cut, the ramps) once the period is found.
 
   The polish gets an eighth of the budget and no more than what finding
-  the period took (at least ``_LEAST_POLISH_PER_BLOCK`` per block), so
+  the period took (at least ``_LEAST_POLISH_TOTAL_PER_BLOCK`` per block
+  where that eighth allows, ``_LEAST_POLISH_PER_BLOCK`` in any case), so
   easy cases stay fast (all in deterministic time, so reproducible); the
   latency rounds stop early when one does not improve
   (``shortest_latency``). Measured on the 4-device placements with no
@@ -74,7 +88,8 @@ def polish_budget(graph: BlockGraph, budget: Budget, work: float,
   """
   least_polish = _LEAST_POLISH_PER_BLOCK * graph.num_blocks
   done = work + (budget.total * _START_POLISH_SHARE if given else 0.0)
-  polish = min(budget.left(share=1 / 8), max(least_polish, done))
+  polish = min(budget.left(share=1 / 8), max(
+      _LEAST_POLISH_TOTAL_PER_BLOCK * graph.num_blocks, done))
   cpu_per_work = seconds / max(work, 1e-3)
   by_cap = budget.cap_left() / max(cpu_per_work, 1.0)
   if by_cap < polish:  # near the cap: the CPU clock decides the polish
@@ -86,7 +101,8 @@ def polish_budget(graph: BlockGraph, budget: Budget, work: float,
   return polish
 
 
-def polished(solve: Prober, found: tuple, polish: float) -> ModuloSolution:
+def polished(solve: Prober, found: tuple, polish: float,
+             seen: list[ModuloSolution] | None = None) -> ModuloSolution:
   """The repetend ``found`` (``(period, solution)``) with its offsets
   pulled in and its latency minimised with ``polish`` deterministic
   seconds (``shortest_latency``).
@@ -94,7 +110,8 @@ def polished(solve: Prober, found: tuple, polish: float) -> ModuloSolution:
   The offsets are pulled in first (pure Python: the solver's first
   repetend often spreads one micro-batch over hundreds of periods), which
   gives CP-SAT a far better start on large placements (xshape, 16
-  devices, 0.1 s: latency 133 instead of 725).
+  devices, 0.1 s: latency 133 instead of 725). ``seen``: as for
+  ``shortest_latency``.
   """
   graph, limit = solve.graph, solve.memory_limit
   period, feasible = found
@@ -102,11 +119,14 @@ def polished(solve: Prober, found: tuple, polish: float) -> ModuloSolution:
       lambda work, hint: solve(period, seconds=work, objective="latency",
                                hint=hint),
       lambda sol: pull_in(graph, period, limit, sol),
-      graph, period, pull_in(graph, period, limit, feasible), polish)
+      graph, period, pull_in(graph, period, limit, feasible), polish,
+      seen=seen)
 
 
 def shortest_latency(solve, pull, graph: BlockGraph, period: int,
-                     start: ModuloSolution, polish: float) -> ModuloSolution:
+                     start: ModuloSolution, polish: float,
+                     seen: list[ModuloSolution] | None = None
+                     ) -> ModuloSolution:
   """Minimises the latency of one micro-batch from ``start`` in rounds.
 
   Each round starts from the best repetend so far and gets twice the last
@@ -126,6 +146,10 @@ def shortest_latency(solve, pull, graph: BlockGraph, period: int,
     period: The period.
     start: A repetend at ``period`` with its offsets pulled in.
     polish: Deterministic seconds for all rounds.
+    seen: If given, every round's repetend that became the best is
+      appended to it, in order (the last is the one returned): a shorter
+      latency does not always give shorter ramps, so ``compose`` compacts
+      the ramps of each and keeps the shortest unrolling.
 
   Returns:
     The best repetend (pulled in), with the status and bound of the last
@@ -156,6 +180,8 @@ def shortest_latency(solve, pull, graph: BlockGraph, period: int,
     new_latency = latency(pulled)
     if new_latency <= best_latency:  # ties keep the solve's status
       best = pulled
+      if seen is not None:
+        seen.append(pulled)
     if new_latency >= best_latency or sol.status == "OPTIMAL":
       break
     best_latency = new_latency

@@ -100,7 +100,15 @@ def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
   Returns:
     The best rotated repetend and its templates; ties keep the earlier cut.
     Stops early when a cut reaches ``simulate.lower_bound_makespan_shared``
-    (no schedule is shorter).
+    (no schedule is shorter). Once CP-SAT found nothing in ``per_cut_s``
+    for a cut's ramps (``Templates.status`` ``MODULO``: its presolve alone
+    spent the time), the cuts with ramps at least as large get their
+    modulo schedule pulled in without a solve (what CP-SAT returned for
+    the first): nnshape, 8 devices, limit 30, 292 warmup actions, P = 16:
+    ten cuts, each 0.09 deterministic s and 0.6 CPU s ending in presolve
+    with the pulled-in schedule (the same N = 128 makespan, 2104), now one
+    solve and nine pull-ins (cut_points orders the cuts after the first by
+    ramp size).
 
   Raises:
     completion.CompletionError: if the search's own cut has no ramps under
@@ -110,18 +118,23 @@ def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
   n_ref = reference_microbatches(schedule.repetend)
   bound = lower_bound_makespan_shared(graph, n_ref)
   best = None
+  unsolved = None  # smallest ramp size whose CP-SAT solves found nothing
   for n, cut in enumerate(cut_points(schedule.repetend)[:max(1, max_cuts)]):
     if n and cap_deadline is not None and clock.now() > cap_deadline:
       break
     rep = rotate(schedule.repetend, cut)
+    size = ramp_size(rep)
     try:
       templates = completion.compact_templates(
           graph, rep, schedule.memory_limit, time_limit_s=per_cut_s,
-          seed=seed, num_workers=num_workers)
+          seed=seed, num_workers=num_workers,
+          solve=unsolved is None or size < unsolved)
     except completion.CompletionError:
       if n == 0:
         raise
       continue
+    if templates.status == "MODULO":
+      unsolved = size if unsolved is None else min(unsolved, size)
     cost = makespan(with_templates(schedule, rep, templates), n_ref)
     if best is None or cost < best[0]:
       best = (cost, rep, templates)
