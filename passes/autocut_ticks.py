@@ -13,7 +13,7 @@ equations:
   convolutions in XLA:CPU's canonical order (``passes.conv_forms``): a 3x3
   convolution on a 2x2 map, which XLA swaps into a generic loop at the top
   level (ResNet18's stage 2: 3.0 ms forward + backward per basic block
-  there), runs as one dot (0.8 ms);
+  there), runs as one dot (the basic block: 0.65 ms in a tick);
 * ``passes.hoist`` computes the kernels' parameter-only values once per
   step (the dead-tap slices, which ``measured_costs`` already leaves out of
   the groups, and the weight transposes of the backward's convolutions,
@@ -24,9 +24,9 @@ convolutions through ``conv_forms.conv`` (when asked), its parameter-only
 values (``param_only.find`` on the traced group, parameters being the
 function's parameters and the hoisted values the group reads) given as
 inputs, the rest run in the taken branch of a ``lax.cond`` on a runtime
-flag. ResNet18's basic blocks in this form cost within 10-20% of what the
-program's kernels spend on them; at the top level, 2-4x for the stage-2
-blocks (BENCHMARKS.md, helper "resnet10").
+flag. ResNet18's stage-2 basic blocks cost 0.65-0.67 ms per micro-batch in
+this form, 3.0 ms each compiled alone at the top level (BENCHMARKS.md,
+helper "resnet10"): priced that way the cut put stage 2 on device 1.
 """
 
 from __future__ import annotations
