@@ -22,8 +22,10 @@ own process pinned to 1 core and to 2 cores (default Eigen threading).
 
 Models: ``wide`` (4 x 1664 MLP, 11.1M parameters, 32 rows per
 micro-batch) and ``resnet18`` (``experiments.resnet``, 11.7M parameters,
-16 x 16 images, 4 per micro-batch, cut after basic block 2
-(:data:`RESNET_CUT_AFTER`: where ``cut="auto"`` cuts it, the balanced cut;
+16 x 16 images, 4 per micro-batch, cut after basic block 3
+(:data:`RESNET_CUT_AFTER`: where ``cut="auto", cost="measured"`` cuts it
+since its groups are timed as the ticks run them; block 2 before, where
+the analytic cut still lands; block 5 until session 35:
 session 34 quietly 0.85x the wall of the old cut after block 5, which put
 the fourth stage and the head, 8.9M parameters, alone on device 1;
 ``experiments.resnet_ab``'s ``cut5`` variant keeps it); ``param_layout="slots"``,
@@ -69,11 +71,14 @@ MODELS = ("wide", "resnet18", "resnet18_auto", "resnet18_flat")
 # in half-empty slots: resnet18_auto).
 LAYOUTS = {"wide": "auto", "resnet18": "slots", "resnet18_auto": "auto",
            "resnet18_flat": "flat"}
-# ResNet18's marker: after basic block 2, equation 51 of its dead-tap jaxpr,
-# where the automatic cut (``cut="auto"``, analytic and measured costs,
-# ``passes.autocut``) cuts it; markers keep the benchmark's program the same
-# from run to run (a measured cut moves with the load).
-RESNET_CUT_AFTER = (2,)
+# ResNet18's marker: after basic block 3, equation 64 of its dead-tap jaxpr,
+# where the measured automatic cut (``cut="auto", cost="measured"``, groups
+# timed as the ticks run them: ``passes.autocut_ticks``) cuts it; after
+# block 2 (equation 51, where the analytic cut lands) before session 37:
+# the cut after block 3 ran 0.906 and 0.937 of its wall, paired, loaded
+# (BENCHMARKS.md, helper "resnet10"). Markers keep the benchmark's program
+# the same from run to run (a measured cut moves with the load).
+RESNET_CUT_AFTER = (3,)
 VARIANTS = ("plain_dev0", "tessel_tree", "tessel_placed", "train_step",
             "placed_nohoist", "placed_ticks")
 

@@ -36,7 +36,7 @@ VARIANTS = {
     "nohoist_no_conv_forms": {"switches": {"hoist": False,
                                            "conv_forms": False}},
     # The marker after basic block 1 to 5 (``resnet.make_loss``'s
-    # ``cut_after``) instead of ``placed_bench.RESNET_CUT_AFTER`` (2, where
+    # ``cut_after``) instead of ``placed_bench.RESNET_CUT_AFTER`` (3, where
     # the automatic cut lands; 5 before 2026-11-27).
     "cut1": {"cut_after": (1,)},
     "cut2": {"cut_after": (2,)},

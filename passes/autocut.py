@@ -163,7 +163,8 @@ def live_bytes(closed_jaxpr: Any) -> np.ndarray:
 
 def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
               device: Any | None = None, cache: Any = None,
-              num_params: int | None = None) -> tuple[np.ndarray, str]:
+              num_params: int | None = None,
+              conv_forms: bool = False) -> tuple[np.ndarray, str]:
   """Per-equation costs of the top-level equations and their source.
 
   With ``num_params`` (the jaxpr's first ``num_params`` inputs are the
@@ -172,7 +173,10 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
   lowering hoists out of the ticks (``passes.param_only.find``, e.g. the
   slices of dead convolution taps) runs once per step and costs 0 here, and
   the timed groups read its outputs as inputs (see
-  ``autocut_cost.measured_costs``'s ``per_step``).
+  ``autocut_cost.measured_costs``'s ``per_step``). ``"measured"`` times
+  its groups as the ticks run kernels (``passes.autocut_ticks``: in a
+  branch, the group's own parameter-only work hoisted too, convolutions
+  in XLA:CPU's canonical order with ``conv_forms``).
 
   Args:
     closed_jaxpr: The (flattened) traced function.
@@ -183,6 +187,8 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
     cache: ``cost.cache.ProfileCache`` for measured group timings.
     num_params: Parameter inputs (None: price every equation per
       micro-batch).
+    conv_forms: The kernels bind convolutions through
+      ``passes.conv_forms`` (``Switches.conv_forms`` on a CPU mesh).
   """
   eqns = closed_jaxpr.jaxpr.eqns
   if isinstance(cost, str):
@@ -195,7 +201,9 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
     if cost == "measured":
       m = autocut_cost.measured_costs(closed_jaxpr, train=train,
                                       device=device, estimate=est,
-                                      cache=cache, per_step=per_step)
+                                      cache=cache, per_step=per_step,
+                                      ticks=True, conv_forms=conv_forms,
+                                      num_params=num_params or 0)
       return m.seconds, "measured"
     raise ValueError(f"cost must be 'measured', 'analytic', a sequence or a"
                      f" callable, got {cost!r}")
@@ -240,7 +248,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
            weights: Sequence[float] | None = None,
            tolerance: float = DEFAULT_TOLERANCE, device: Any | None = None,
            what: str = "the placement", split_leaves: bool = False,
-           cache: Any = None, hoist: bool = True) -> Traced:
+           cache: Any = None, hoist: bool = True,
+           conv_forms: bool = False) -> Traced:
   """The traced function with exactly ``num_blocks`` blocks.
 
   * ``cut="markers"``: the user's ``tj.boundary`` markers must make
@@ -276,6 +285,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       ``passes.hoist.hoistable``): price it 0 per micro-batch
       (:func:`eqn_costs`' ``num_params``). False: price it per
       micro-batch, as the kernels then run it at every tick.
+    conv_forms: Measured costs time convolutions as ``passes.conv_forms``
+      binds them (``Switches.conv_forms`` on a CPU mesh).
 
   Returns:
     A Traced with ``num_blocks`` blocks (an auto cut is recorded for
@@ -289,7 +300,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   split = split_leaves or (like is not None and like.leaf_split is not None)
   out = _cut_to(traced, num_blocks, fn_name=fn_name, cut=cut, like=like,
                 cost=cost, train=train, weights=weights, tolerance=tolerance,
-                device=device, what=what, cache=cache, hoist=hoist)
+                device=device, what=what, cache=cache, hoist=hoist,
+                conv_forms=conv_forms)
   return _split_leaves(out) if split else out
 
 
@@ -313,7 +325,7 @@ def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
             cut: str | None, like: Traced | None, cost: Any, train: bool,
             weights: Sequence[float] | None, tolerance: float,
             device: Any | None, what: str, cache: Any = None,
-            hoist: bool = True) -> Traced:
+            hoist: bool = True, conv_forms: bool = False) -> Traced:
   """:func:`cut_to` before any leaf split."""
   t0 = time.perf_counter()
   name = fn_name or traced.fn_name
@@ -356,7 +368,8 @@ def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
   eqn_cost, source = eqn_costs(flat, cost=cost, train=train, device=device,
                                cache=cache,
                                num_params=(len(traced.param_avals) if hoist
-                                           else None))
+                                           else None),
+                               conv_forms=conv_forms)
   costs = scan_split.unit_costs(eqn_cost, units, sites)
   live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,

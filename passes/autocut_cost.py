@@ -43,6 +43,7 @@ import numpy as np
 
 from tessel_jax import compat
 
+from . import autocut_ticks
 from .eqn_cost import (  # noqa: F401  (re-exported)
     EqnCost, analytic_costs, eqn_cost, nbytes)
 
@@ -235,9 +236,11 @@ def _example(aval: Any, rng: np.random.Generator) -> Any:
   return jnp.zeros(shape, aval.dtype)
 
 
-def _group_fn(group: _Group, train: bool) -> Callable[..., Any]:
+def _group_fn(group: _Group, train: bool,
+              conv_forms: bool = False) -> Callable[..., Any]:
   def forward(*args: Any) -> list[Any]:
-    return compat.eval_eqns(group.eqns, group.invars, group.outvars, args)
+    return autocut_ticks.evaluate(group.eqns, group.invars, group.outvars,
+                                  args, conv_forms=conv_forms)
 
   if not train:
     return forward
@@ -394,7 +397,9 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
                    repeats: int = 7, min_seconds: float = 0.005,
                    estimate: np.ndarray | None = None,
                    seed: int = 0, cache: Any = None,
-                   per_step: Sequence[bool] | None = None) -> MeasuredCosts:
+                   per_step: Sequence[bool] | None = None,
+                   ticks: bool = False, conv_forms: bool = False,
+                   num_params: int = 0) -> MeasuredCosts:
   """Times contiguous groups of top-level equations; spreads by estimate.
 
   Args:
@@ -416,6 +421,16 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
       hoists, ``passes.hoist``): such equations cost 0 and are left out of
       the timed groups, whose programs read (and, training, differentiate)
       their outputs as inputs, as the program's kernels do.
+    ticks: Compile each group as the ticks run kernels
+      (``passes.autocut_ticks.tick_form``): in a ``lax.cond`` branch, its
+      parameter-only values (on the first ``num_params`` inputs and the
+      ``per_step`` values it reads) computed beforehand.
+    conv_forms: Bind the groups' convolutions in XLA:CPU's canonical order,
+      as the kernels do with ``Switches.conv_forms`` on a CPU mesh
+      (``passes.conv_forms``).
+    num_params: The function's leading parameter inputs, whose
+      parameter-only work the lowering hoists (for ``ticks``; 0: none
+      hoisted).
 
   Returns:
     :class:`MeasuredCosts`.
@@ -449,6 +464,12 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
   rng = np.random.default_rng(seed)
   overhead = _overhead(device)
   kind = f"{_platform(device)}:{getattr(device, 'device_kind', '')}"
+  form = ((f"|ticks{int(num_params > 0)}" if ticks else "") +
+          ("|conv_forms" if conv_forms else ""))
+  # What the kernels read as hoisted values or parameters (none: nothing
+  # is hoisted, the group computes all its parameter-only work).
+  given = set(jaxpr.invars[:num_params]) | {
+      v for i, e in enumerate(eqns) if skip[i] for v in e.outvars}
   keys = []
   groups = []
   for a, b in bounds:
@@ -456,7 +477,7 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
     group = _make_group([e for i, e in enumerate(eqns[a:b], a) if not skip[i]],
                         used_after, const_vars)
     groups.append(group)
-    keys.append((group.key, kind, train))
+    keys.append((group.key + form, kind, train))
   _from_disk(cache, keys)
   pending: dict[tuple[str, str, bool], tuple[Any, list[Any]]] = {}
   for group, key in zip(groups, keys):
@@ -468,7 +489,11 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
     args = [jax.device_put(consts[v], device) if v in consts else
             jax.device_put(_example(v.aval, rng), device)
             for v in group.invars]
-    pending[key] = (jax.jit(_group_fn(group, train)).lower(*args), args)
+    fn = _group_fn(group, train, conv_forms)
+    if ticks:
+      fn, args = autocut_ticks.tick_form(
+          fn, args, [v in given for v in group.invars])
+    pending[key] = (jax.jit(fn).lower(*args), args)
   calls = [(fn, args) for fn, args in zip(
       _compile_all([low for low, _ in pending.values()]),
       [args for _, args in pending.values()])]

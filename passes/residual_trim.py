@@ -3,8 +3,8 @@
 ``jax.vjp`` keeps every value its linearised backward reads. Some of them
 are cheap functions of others it keeps: ``tanh``'s rule keeps both
 ``t = tanh(z)`` and ``1 - t`` (``1 - t`` is elementwise in ``t``), a
-residual may be a reshape or broadcast of another or of a parameter, or the
-very same value twice. Stashing those costs a write in ``F``, stash bytes
+residual may be a reshape, broadcast or slice of another or of a parameter,
+or the very same value twice. Stashing those costs a write in ``F``, stash bytes
 per micro-batch in flight (zero-filled and page-faulted at every step) and a
 read in ``B``; recomputing them costs one fused elementwise pass in ``B``.
 
@@ -29,15 +29,19 @@ from typing import Any
 from tessel_jax import compat
 
 #: Primitives recomputed in ``B`` rather than stashed: memory-bound
-#: elementwise arithmetic, comparisons and views (XLA fuses them into their
-#: reader). Transcendentals, reductions, dots and anything with a
-#: sub-jaxpr or an effect stay stashed.
+#: elementwise arithmetic, comparisons, views and static slices (XLA fuses
+#: them into their reader; a slice of a parameter -- a dead-tap conv
+#: kernel, ``passes.dead_taps`` -- is parameter-only work ``passes.hoist``
+#: runs once per step: ResNet18's stage 3/4 forwards stashed 5 MB of such
+#: kernels per micro-batch for their backward to read and transpose).
+#: Transcendentals, reductions, dots and anything with a sub-jaxpr or an
+#: effect stay stashed.
 CHEAP = frozenset({
     "add", "add_any", "sub", "mul", "neg", "integer_pow", "square", "abs",
     "sign", "max", "min", "select_n", "convert_element_type",
     "reduce_precision", "broadcast_in_dim", "reshape", "squeeze",
     "expand_dims", "copy", "copy_p", "eq", "ne", "lt", "le", "gt", "ge",
-    "and", "or", "not"})
+    "and", "or", "not", "slice"})
 
 MAX_EQNS = 16
 """Longest recomputation per residual (equations)."""

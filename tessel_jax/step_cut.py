@@ -180,7 +180,9 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
   of a shared block) reuses. ``split_leaves``: store a scanned stack's
   parameter leaves as one leaf per block's slice (``autocut.cut_to``).
   Parameter-only work is priced once per step only where the lowering
-  hoists it (``Switches.hoist``, two micro-batches or more).
+  hoists it (``Switches.hoist``, two micro-batches or more); measured
+  costs time convolutions as the kernels bind them (``Switches.conv_forms``
+  on a CPU mesh).
   """
   markers = step.cut == "markers" or (step.cut is None and
                                       traced.num_blocks > 1)
@@ -192,7 +194,9 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
       train=step.mode == "train", weights=weights,
       device=step.mesh.devices.flat[0], what=what,
       split_leaves=split_leaves, cache=step._costs.cache,
-      hoist=step.switches.hoist and int(step.num_microbatches) >= 2)
+      hoist=step.switches.hoist and int(step.num_microbatches) >= 2,
+      conv_forms=(step.switches.conv_forms and
+                  str(step.mesh.devices.flat[0].platform) == "cpu"))
 
 
 def count_error(step: Any, have: int, want: int, what: str,
