@@ -34,7 +34,7 @@ def empty(tick: Any) -> tuple[Any, ...]:
 
 def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
                    pools: list[Any], outbox: Sequence[Any], order: Order,
-                   scope: str) -> tuple[Any, ...]:
+                   scope: str, copied: bool = False) -> tuple[Any, ...]:
   """One boundary of the remote rounds of interp tick ``tick``.
 
   Args:
@@ -47,6 +47,8 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
     order: Token the stash writes follow; the sends' trip counters are
       added to it.
     scope: Name scope of the ``ppermute``.
+    copied: The payloads are already in the outboxes (copied by the
+      kernels that made them, ``passes.local_writes``): only the flushes.
 
   Returns:
     The outboxes after the boundary.
@@ -55,7 +57,7 @@ def hold_and_flush(lowering: Any, ctx: Any, tick: Any, ports: Sequence[Any],
   remote = [rd for rd in tick.sends if rd.remote]
   for i, rd in enumerate(remote):
     where = ctx.table(rd.hold)
-    if not (isinstance(where, int) and where == 1):
+    if not copied and not (isinstance(where, int) and where == 1):
       payload = tick_io.payload(ctx, rd, ports)
       boxes[i] = _indexing.update_index(boxes[i], payload, where)
     trips = ctx.table(rd.flush)

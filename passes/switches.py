@@ -19,6 +19,7 @@ TICK_ORDER_ENV = "TESSEL_JAX_TICK_ORDER"
 COARSE_GRID_ENV = "TESSEL_JAX_COARSE_GRID"
 ALIGNED_GRID_ENV = "TESSEL_JAX_ALIGNED_GRID"
 SHARED_W_ENV = "TESSEL_JAX_SHARED_W"
+HELD_IN_KERNELS_ENV = "TESSEL_JAX_HELD_IN_KERNELS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +98,13 @@ class Switches:
       (``passes.w_split``, exact); off by default (``TESSEL_JAX_SHARED_W=1``
       turns it on in ``from_env``): ``W`` runs the whole vjp again, pruned
       by XLA, as before 2026-11-27.
+    held_in_kernels: In an interpreted segment, a held remote message is
+      copied into its outbox by the kernel that made it, inside that
+      kernel's 0/1-trip loop (``passes.local_writes``), on the devices
+      that made one; off: every remote round copies every device's payload
+      into its outbox at every boundary, into a sink slot where the device
+      holds nothing (``passes.outbox``), as before 2026-11-27
+      (``TESSEL_JAX_HELD_IN_KERNELS=1`` turns it on in ``from_env``).
   """
 
   hoist: bool = True
@@ -112,6 +120,7 @@ class Switches:
   aligned_grid: bool = True
   conv_forms: bool = True
   shared_w: bool = False
+  held_in_kernels: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
@@ -124,8 +133,9 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
                   coarse_grid=env.get(COARSE_GRID_ENV, "") != "0",
                   aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0",
-                  shared_w=env.get(SHARED_W_ENV, "") == "1")
+                  shared_w=env.get(SHARED_W_ENV, "") == "1",
+                  held_in_kernels=env.get(HELD_IN_KERNELS_ENV, "") == "1")
 
 
-__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "SHARED_W_ENV", "Switches",
-           "TICK_ORDER_ENV", "from_env"]
+__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "HELD_IN_KERNELS_ENV",
+           "SHARED_W_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]

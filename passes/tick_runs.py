@@ -119,12 +119,15 @@ def _boundary(low: LowerContext, spec: Tick, sends: Any, c: Ctx,
   """One boundary of an interp segment: the tick's local messages written
   (per kernel where ``sends`` is given), its remote ones held or flushed;
   returns the outboxes."""
+  copied = sends is not None and low.switches.held_in_kernels
   if sends is None:
     _io.sends(low, c, spec, ports, pools, 0, remote=False, order=order)
   else:
-    _local_writes.write_locals(c, spec, ports, pools, order, sends)
+    boxes = list(outbox) if copied else None
+    _local_writes.write_locals(c, spec, ports, pools, order, sends, boxes)
+    outbox = tuple(boxes) if copied else outbox
   return _outbox.hold_and_flush(low, c, spec, ports, pools, outbox, order,
-                                SCOPES["ppermute"])
+                                SCOPES["ppermute"], copied)
 
 
 def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
