@@ -75,7 +75,8 @@ def _write_stacked(ctx: Any, tick: Any, group: Sequence[Any],
 def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
                  pools: list[Any], order: Order,
                  sends: Mapping[int, Sequence[Any]],
-                 outbox: list[Any] | None = None) -> None:
+                 outbox: list[Any] | None = None,
+                 single: frozenset[int] = frozenset()) -> None:
   """Writes the local rounds of boundary ``ctx.tau`` (``pools`` updated).
 
   Args:
@@ -89,6 +90,8 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
       given, each kernel's loop also copies the remote messages it made
       into slot 0 of their outboxes (``_hold``), and
       ``outbox.hold_and_flush`` is told not to.
+    single: Outboxes without a sink slot (``kernel_sends.sink_free``):
+      written at slot 0 without a table lookup.
   """
   ticks, devices = tick.branch_of.shape
   for b, kid in enumerate(tick.branches):
@@ -125,7 +128,8 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
         # select out of the loop and run it on every device.
         v = _payload(ctx, rd, group[0], ports, k)
         write_targets(ctx, rd, v, stash, 0, slot_order)
-      return k + 1, tuple(stash), _hold(ctx, tick, held, ports, boxes, k)
+      return k + 1, tuple(stash), _hold(ctx, tick, held, ports, boxes, k,
+                                        single)
 
     init = (jnp.int32(0), tuple(pools),
             tuple(outbox[ks.outbox] for ks in held))
@@ -142,17 +146,19 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
 
 @scoped("send")
 def _hold(ctx: Any, tick: Any, held: Sequence[Any], ports: Sequence[Any],
-          boxes: Sequence[Any], salt: Any) -> tuple[Any, ...]:
+          boxes: Sequence[Any], salt: Any, single: frozenset[int]
+          ) -> tuple[Any, ...]:
   """``boxes`` with the remote messages ``held`` (a kernel's
   ``KernelSend``s of remote rounds) copied into their slot: 0 where this
   device made the message at the tick before, the sink (1) where it ran
-  the kernel but made no message of that round (``Round.hold``)."""
+  the kernel but made no message of that round (``Round.hold``; always 0
+  in the outboxes of ``single``)."""
   out = []
   for ks, box in zip(held, boxes):
     rd = tick.sends[ks.round]
     v = _payload(ctx, rd, ks, ports, salt)
-    out.append(_indexing.update_index(box, v.astype(box.dtype),
-                                      ctx.table(rd.hold) + salt))
+    at = salt if ks.outbox in single else ctx.table(rd.hold) + salt
+    out.append(_indexing.update_index(box, v.astype(box.dtype), at))
   return tuple(out)
 
 

@@ -200,7 +200,7 @@ def test_held_messages_copied_by_the_kernels_that_made_them():
   batch = M.make_batch(n * 4)
   mesh = jax.make_mesh((4,), ("pipe",))
   ref_loss, ref_grads = M.reference(fn, params, batch, n)
-  writes, sched = {}, None
+  writes, sent, sched = {}, {}, None
   for on in (False, True):
     step = tj.schedule(fn, mesh=mesh, placement=graph, num_microbatches=n,
                        interpret_ramps=0, solver_time_limit_s=20.0,
@@ -213,5 +213,11 @@ def test_held_messages_copied_by_the_kernels_that_made_them():
     payloads = {rd.payload.shape for rd in spec.sends if rd.remote}
     text = step.lower(params, batch).compile().as_text()
     writes[on] = sum(_tick_body_outbox_writes(text, p) for p in payloads)
+    sent[on] = [l for l in text.splitlines()
+                if " collective-permute(" in l and "tj_ppermute" in l]
   assert writes[False] >= 1, writes
   assert writes[True] == 0, writes
+  # Outboxes only kernels making a message write have no sink slot and are
+  # sent as they are, not copied out of a slot (dynamic-slice) first.
+  assert sent[False] and all("dynamic-slice" in l for l in sent[False])
+  assert sent[True] and not any("dynamic-slice" in l for l in sent[True])
