@@ -221,3 +221,11 @@ def test_held_messages_copied_by_the_kernels_that_made_them():
   # sent as they are, not copied out of a slot (dynamic-slice) first.
   assert sent[False] and all("dynamic-slice" in l for l in sent[False])
   assert sent[True] and not any("dynamic-slice" in l for l in sent[True])
+
+
+def test_held_in_kernels_is_the_default_and_the_environment_turns_it_off():
+  from tessel_jax.passes import switches  # pylint: disable=import-outside-toplevel
+  assert switches.Switches().held_in_kernels
+  assert switches.from_env({}).held_in_kernels
+  assert not switches.from_env(
+      {switches.HELD_IN_KERNELS_ENV: "0"}).held_in_kernels
