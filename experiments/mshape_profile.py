@@ -13,6 +13,8 @@ Usage (4 fake devices)::
       --variants=tj_zbv
   python -m experiments.mshape_profile --ab_shared_w=16 --variants=tj_zbv
   python -m experiments.mshape_profile --ab_w_kernels=20
+  python -m experiments.mshape_profile --ab_held_in_kernels=10 \
+      --variants=tj_zbv,tj_zbv_compact
 
 Builds ``peer_bench``'s ``tj_gpipe`` (``plan="gpipe"`` on ``vshape(4)``),
 ``tj_mshape`` and ``tj_zbv`` (8 layers of width 1024, 256 rows per
@@ -63,6 +65,14 @@ flags.DEFINE_integer("ab_shared_w", 0, "If > 0: instead of the profile,"
                      " computes for both (Switches.shared_w, passes.w_split)"
                      " and redoing it (the default), both on the schedule"
                      " searched with the default, paired ratio.")
+flags.DEFINE_integer("ab_held_in_kernels", 0, "If > 0: instead of the"
+                     " profile, this many interleaved rounds timing each"
+                     " variant's CPU per step with interpreted segments'"
+                     " held remote messages copied into their outboxes by"
+                     " the kernels that made them"
+                     " (Switches.held_in_kernels) and by every device at"
+                     " every boundary (the default), both on the schedule"
+                     " searched with the latter, paired ratio.")
 flags.DEFINE_integer("ab_w_kernels", 0, "If > 0: instead of the profile,"
                      " this many shuffled rounds timing zbv(4)'s B and W"
                      " kernels alone per forward block (jit of each kernel,"
@@ -206,7 +216,8 @@ def ab(n: int, rounds: int, variants: tuple[str, ...], off: dict[str, bool],
           pbl.marked_loss(blocks), mesh=mesh, placement=placement,
           num_microbatches=n,
           plan=sched or ("gpipe" if name == "tj_gpipe" else None),
-          cut="markers", interpret_ramps=8,
+          cut="markers",
+          interpret_ramps=0 if name.endswith("_compact") else 8,
           switches=Switches(**(on_switches or {})) if on
           else Switches(**off)).build(params, batch)
       compiled = built.jitted.lower(params, batch).compile()
@@ -393,6 +404,10 @@ def main(argv: list[str]) -> None:
   elif f.ab_shared_w > 0:
     ab(f.n, f.ab_shared_w, tuple(f.variants), {}, ("shared_w", "w_redone"),
        on={"shared_w": True})
+  elif f.ab_held_in_kernels > 0:
+    ab(f.n, f.ab_held_in_kernels, tuple(f.variants),
+       {"held_in_kernels": False}, ("held_in_kernels", "held_at_boundary"),
+       on={"held_in_kernels": True})
   elif f.ab_w_kernels > 0:
     ab_w_kernels(f.n, f.ab_w_kernels)
   elif f.ab_straight_order > 0:

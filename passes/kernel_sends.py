@@ -109,4 +109,25 @@ def writes_in_kernels(tick: Any, sinks: Sequence[int]) -> bool:
   return True
 
 
-__all__ = ["KernelSend", "kernel_sends", "writes_in_kernels"]
+def sink_free(tick: Any, sends: Any) -> frozenset[int]:
+  """Outbox indices (among ``tick``'s remote rounds) whose every copy by
+  a kernel (``sends``: ``kid -> KernelSend``s) is a held message: no
+  kernel that writes the round ever runs without making one of it, so
+  the outbox needs no sink slot."""
+  ticks, devices = tick.branch_of.shape
+  needs, remote = set(), set()
+  for b, kid in enumerate(tick.branches):
+    if kid is None:
+      continue
+    runs = np.zeros((ticks + 1, devices), bool)
+    runs[1:] = tick.branch_of == b
+    for ks in sends.get(kid, ()):
+      if ks.outbox < 0:
+        continue
+      remote.add(ks.outbox)
+      if (runs & (tick.sends[ks.round].hold != 0)).any():
+        needs.add(ks.outbox)
+  return frozenset(remote - needs)
+
+
+__all__ = ["KernelSend", "kernel_sends", "sink_free", "writes_in_kernels"]

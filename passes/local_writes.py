@@ -1,4 +1,4 @@
-"""An interp boundary's local messages, written only where they were made.
+"""An interp boundary's messages, written only where they were made.
 
 At a boundary of an interp segment every local round used to run on every
 device: a select among the round's candidate out ports and a stash write,
@@ -12,6 +12,14 @@ and 0 elsewhere: a device writes only the messages its kernel made. The
 payload is taken from the out ports (never from the stash the loop
 writes), and the loop's trip count follows the previous kernels' loops
 (``stash_order``), so the stash is updated in place.
+
+Held remote messages (``passes.held``) likewise: ``passes.outbox`` copied
+every remote round's payload into its outbox at every boundary on every
+device (slot 1, a sink, where the device held nothing: on ``peer_bench``'s
+4-stage zbv two 1 MiB copies per boundary and device, about half of them
+into the sink); with ``outbox`` given, the kernel that made a message
+copies it into its outbox inside the same loop, on the devices that ran
+it.
 """
 
 from __future__ import annotations
@@ -66,7 +74,9 @@ def _write_stacked(ctx: Any, tick: Any, group: Sequence[Any],
 
 def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
                  pools: list[Any], order: Order,
-                 sends: Mapping[int, Sequence[Any]]) -> None:
+                 sends: Mapping[int, Sequence[Any]],
+                 outbox: list[Any] | None = None,
+                 single: frozenset[int] = frozenset()) -> None:
   """Writes the local rounds of boundary ``ctx.tau`` (``pools`` updated).
 
   Args:
@@ -76,12 +86,21 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     pools: The stash.
     order: Token the writes follow (the previous tick's kernel loops).
     sends: ``kid -> KernelSend``s of each kernel of the tick.
+    outbox: The remote rounds' outboxes (``passes.outbox``; updated): if
+      given, each kernel's loop also copies the remote messages it made
+      into slot 0 of their outboxes (``_hold``), and
+      ``outbox.hold_and_flush`` is told not to.
+    single: Outboxes without a sink slot (``kernel_sends.sink_free``):
+      written at slot 0 without a table lookup.
   """
   ticks, devices = tick.branch_of.shape
   for b, kid in enumerate(tick.branches):
-    mine = [ks for ks in sends.get(kid, ()) if ks.outbox < 0]
+    mine = [ks for ks in sends.get(kid, ())
+            if ks.outbox < 0 or outbox is not None]
     if kid is None or not mine:
       continue
+    held = [ks for ks in mine if ks.outbox >= 0]
+    mine = [ks for ks in mine if ks.outbox < 0]
     ran = np.zeros((ticks + 1, devices), np.int32)
     ran[1:] = tick.branch_of == b
     trips = ctx.table(ran)
@@ -94,10 +113,11 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
 
     groups = _stash_groups.write_groups(
         tick, mine, ran, [p.shape[1:] for p in pools],
-        [p.shape[0] - 1 for p in pools])
+        [p.shape[0] - 1 for p in pools]) if mine else []
 
-    def body(carry: tuple, groups: Sequence[Any] = groups) -> tuple:
-      k, stash = carry
+    def body(carry: tuple, groups: Sequence[Any] = groups,
+             held: Sequence[Any] = held) -> tuple:
+      k, stash, boxes = carry
       stash = list(stash)
       for group in groups:
         if len(group) > 1:
@@ -108,16 +128,38 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
         # select out of the loop and run it on every device.
         v = _payload(ctx, rd, group[0], ports, k)
         write_targets(ctx, rd, v, stash, 0, slot_order)
-      return k + 1, tuple(stash)
+      return k + 1, tuple(stash), _hold(ctx, tick, held, ports, boxes, k,
+                                        single)
 
-    init = (jnp.int32(0), tuple(pools))
+    init = (jnp.int32(0), tuple(pools),
+            tuple(outbox[ks.outbox] for ks in held))
     if isinstance(trips, int):
-      _, new = body(init)
+      _, new, boxes = body(init)
     else:
-      done, new = lax.while_loop(lambda c, n=order.slot(trips): c[0] < n,
-                                 body, init)
+      done, new, boxes = lax.while_loop(
+          lambda c, n=order.slot(trips): c[0] < n, body, init)
       order.follow(done)
     pools[:] = list(new)
+    for ks, box in zip(held, boxes):
+      outbox[ks.outbox] = box
+
+
+@scoped("send")
+def _hold(ctx: Any, tick: Any, held: Sequence[Any], ports: Sequence[Any],
+          boxes: Sequence[Any], salt: Any, single: frozenset[int]
+          ) -> tuple[Any, ...]:
+  """``boxes`` with the remote messages ``held`` (a kernel's
+  ``KernelSend``s of remote rounds) copied into their slot: 0 where this
+  device made the message at the tick before, the sink (1) where it ran
+  the kernel but made no message of that round (``Round.hold``; always 0
+  in the outboxes of ``single``)."""
+  out = []
+  for ks, box in zip(held, boxes):
+    rd = tick.sends[ks.round]
+    v = _payload(ctx, rd, ks, ports, salt)
+    at = salt if ks.outbox in single else ctx.table(rd.hold) + salt
+    out.append(_indexing.update_index(box, v.astype(box.dtype), at))
+  return tuple(out)
 
 
 __all__ = ["write_locals"]

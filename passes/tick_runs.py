@@ -119,12 +119,26 @@ def _boundary(low: LowerContext, spec: Tick, sends: Any, c: Ctx,
   """One boundary of an interp segment: the tick's local messages written
   (per kernel where ``sends`` is given), its remote ones held or flushed;
   returns the outboxes."""
+  copied = sends is not None and low.switches.held_in_kernels
+  single = _single(low, spec, sends)
   if sends is None:
     _io.sends(low, c, spec, ports, pools, 0, remote=False, order=order)
   else:
-    _local_writes.write_locals(c, spec, ports, pools, order, sends)
+    boxes = list(outbox) if copied else None
+    _local_writes.write_locals(c, spec, ports, pools, order, sends, boxes,
+                               single)
+    outbox = tuple(boxes) if copied else outbox
   return _outbox.hold_and_flush(low, c, spec, ports, pools, outbox, order,
-                                SCOPES["ppermute"])
+                                SCOPES["ppermute"], copied, single)
+
+
+def _single(low: LowerContext, spec: Tick, sends: Any) -> frozenset[int]:
+  """Outboxes of ``spec`` without a sink slot: with
+  ``Switches.held_in_kernels``, those only kernels making a message write
+  (``kernel_sends.sink_free``); else none."""
+  if sends is None or not low.switches.held_in_kernels:
+    return frozenset()
+  return _kernel_sends.sink_free(spec, sends)
 
 
 def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
@@ -161,7 +175,9 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
   # every instruction of the segment (~4 kchars of the MLP's HLO).
   _, (pools, accs, tacc, ports, outbox, _) = lax.while_loop(
       lambda c: c[0] < seg.period, lambda c: (c[0] + 1, body(c[0], c[1])),
-      (jnp.int32(0), state + (ports0, _outbox.empty(spec), jnp.int32(0))))
+      (jnp.int32(0), state + (ports0,
+                              _outbox.empty(spec, _single(low, spec, sends)),
+                              jnp.int32(0))))
   pools, accs, tacc = _fsdp_kernel.drop_cache((pools, accs, tacc))
   pools = list(pools)
   _boundary(low, spec, sends, ctx.at(seg.period), ports, pools, outbox,

@@ -172,3 +172,60 @@ def test_each_message_is_written_by_the_kernel_that_made_it():
               any(tg.slot.base[p, d] != sinks[tg.pool] for tg in rd.targets))
       assert real == ((i, p, d) in written)
   assert {spec.sends[i].remote for i, _, _ in written} == {True, False}
+
+
+def _tick_body_outbox_writes(text, payload):
+  """Instructions of the shape of an outbox of ``payload`` in the bodies
+  of the loops that hold a flush loop (an interp segment's tick loop)."""
+  comps, parent = _while_parents(text)
+  flushes = [name for name, lines in comps.items()
+             if any(" collective-permute(" in l for l in lines)]
+  bodies = {parent[c] for c in flushes if c in parent}
+  shape = "[" + ",".join(str(s) for s in (2,) + tuple(payload)) + "]"
+  return sum(1 for b in bodies for l in comps[b]
+             if re.search(r"= f32" + re.escape(shape) + r"\{", l)
+             and ("fusion(" in l or "dynamic-update-slice(" in l))
+
+
+def test_held_messages_copied_by_the_kernels_that_made_them():
+  """``Switches.held_in_kernels``: the tick loop of a compact zbv(4) no
+  longer copies every device's payload into every remote round's outbox
+  at every boundary (the kernels' loops copy the messages they made), and
+  the program still equals ``jax.value_and_grad``."""
+  from tessel_jax.passes.switches import Switches  # pylint: disable=import-outside-toplevel
+  graph = tj.placements.zbv(4)
+  kinds = ["embed"] + ["layer"] * 6 + ["head"]
+  fn, params = M.chain_fn(kinds), M.make_params(M.num_layers(kinds))
+  n = 8
+  batch = M.make_batch(n * 4)
+  mesh = jax.make_mesh((4,), ("pipe",))
+  ref_loss, ref_grads = M.reference(fn, params, batch, n)
+  writes, sent, sched = {}, {}, None
+  for on in (False, True):
+    step = tj.schedule(fn, mesh=mesh, placement=graph, num_microbatches=n,
+                       interpret_ramps=0, solver_time_limit_s=20.0,
+                       plan=sched, switches=Switches(held_in_kernels=on))
+    loss, grads = step(params, batch)
+    assert M.max_rel_err(loss, ref_loss) <= TOL
+    assert M.max_rel_err(grads, ref_grads) <= TOL
+    sched = step.built.unrolled
+    (spec,) = step.built.plan.interps.values()
+    payloads = {rd.payload.shape for rd in spec.sends if rd.remote}
+    text = step.lower(params, batch).compile().as_text()
+    writes[on] = sum(_tick_body_outbox_writes(text, p) for p in payloads)
+    sent[on] = [l for l in text.splitlines()
+                if " collective-permute(" in l and "tj_ppermute" in l]
+  assert writes[False] >= 1, writes
+  assert writes[True] == 0, writes
+  # Outboxes only kernels making a message write have no sink slot and are
+  # sent as they are, not copied out of a slot (dynamic-slice) first.
+  assert sent[False] and all("dynamic-slice" in l for l in sent[False])
+  assert sent[True] and not any("dynamic-slice" in l for l in sent[True])
+
+
+def test_held_in_kernels_is_off_by_default_and_the_environment_turns_it_on():
+  from tessel_jax.passes import switches  # pylint: disable=import-outside-toplevel
+  assert not switches.Switches().held_in_kernels
+  assert not switches.from_env({}).held_in_kernels
+  assert switches.from_env(
+      {switches.HELD_IN_KERNELS_ENV: "1"}).held_in_kernels
