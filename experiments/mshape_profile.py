@@ -70,9 +70,9 @@ flags.DEFINE_integer("ab_held_in_kernels", 0, "If > 0: instead of the"
                      " variant's CPU per step with interpreted segments'"
                      " held remote messages copied into their outboxes by"
                      " the kernels that made them"
-                     " (Switches.held_in_kernels) and by every device at"
-                     " every boundary (the default), both on the schedule"
-                     " searched with the latter, paired ratio.")
+                     " (Switches.held_in_kernels, the default) and by"
+                     " every device at every boundary, both on the"
+                     " schedule searched with the latter, paired ratio.")
 flags.DEFINE_integer("ab_w_kernels", 0, "If > 0: instead of the profile,"
                      " this many shuffled rounds timing zbv(4)'s B and W"
                      " kernels alone per forward block (jit of each kernel,"

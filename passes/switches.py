@@ -103,13 +103,15 @@ class Switches:
       kernel's 0/1-trip loop (``passes.local_writes``), on the devices
       that made one; an outbox only such kernels write has no sink slot
       and is sent as it is; a flush writes into the stash only on the
-      devices receiving a message (``passes.outbox``). peer_bench's
-      4-stage zbv, one schedule in one process: CPU paired 0.887-0.946 at
-      load 5-19 (``experiments.mshape_profile --ab_held_in_kernels``;
-      BENCHMARKS.md, helper "zbv11"); off by default
-      (``TESSEL_JAX_HELD_IN_KERNELS=1`` turns it on in ``from_env``): it
-      adds 8 kchars to the 2-stage compact program's HLO (148 -> 156, the
-      hand GPipe's: 77), past that target's 2x. Off: every remote round
+      devices receiving a message where at least half of its receipts are
+      dummies (``passes.outbox``). On by default since session 37:
+      peer_bench's 4-stage zbv, quiet, CPU x the hand GPipe 0.791/0.779
+      on against 0.828/0.866 off (runs alternated, every round quiet;
+      compact 0.803/0.758 against 0.868/0.862), one schedule in one
+      process paired 0.887-0.946 loaded (``experiments.mshape_profile
+      --ab_held_in_kernels``); the 2-stage compact program's HLO 148 -> 151
+      kchars (BENCHMARKS.md, helper "zbv11" and "Quiet re-measure, session
+      37"). Off (``TESSEL_JAX_HELD_IN_KERNELS=0``): every remote round
       copies every device's payload into its outbox at every boundary,
       into a sink slot where the device holds nothing, and every device
       writes every flush into the stash, as before 2026-11-27.
@@ -128,22 +130,22 @@ class Switches:
   aligned_grid: bool = True
   conv_forms: bool = True
   shared_w: bool = False
-  held_in_kernels: bool = False
+  held_in_kernels: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   """The default switches, ``tick_order`` on where
   ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` off where
   ``TESSEL_JAX_COARSE_GRID=0``, ``aligned_grid`` off where
-  ``TESSEL_JAX_ALIGNED_GRID=0``, ``held_in_kernels`` on where
-  ``TESSEL_JAX_HELD_IN_KERNELS=1`` (``environ``: default ``os.environ``; for
+  ``TESSEL_JAX_ALIGNED_GRID=0``, ``held_in_kernels`` off where
+  ``TESSEL_JAX_HELD_IN_KERNELS=0`` (``environ``: default ``os.environ``; for
   A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
                   coarse_grid=env.get(COARSE_GRID_ENV, "") != "0",
                   aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0",
                   shared_w=env.get(SHARED_W_ENV, "") == "1",
-                  held_in_kernels=env.get(HELD_IN_KERNELS_ENV, "") == "1")
+                  held_in_kernels=env.get(HELD_IN_KERNELS_ENV, "") != "0")
 
 
 __all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "HELD_IN_KERNELS_ENV",

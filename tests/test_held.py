@@ -223,9 +223,9 @@ def test_held_messages_copied_by_the_kernels_that_made_them():
   assert sent[True] and not any("dynamic-slice" in l for l in sent[True])
 
 
-def test_held_in_kernels_is_off_by_default_and_the_environment_turns_it_on():
+def test_held_in_kernels_is_the_default_and_the_environment_turns_it_off():
   from tessel_jax.passes import switches  # pylint: disable=import-outside-toplevel
-  assert not switches.Switches().held_in_kernels
-  assert not switches.from_env({}).held_in_kernels
-  assert switches.from_env(
-      {switches.HELD_IN_KERNELS_ENV: "1"}).held_in_kernels
+  assert switches.Switches().held_in_kernels
+  assert switches.from_env({}).held_in_kernels
+  assert not switches.from_env(
+      {switches.HELD_IN_KERNELS_ENV: "0"}).held_in_kernels
