@@ -104,10 +104,11 @@ def _cpu_s() -> float:
   return r.ru_utime + r.ru_stime
 
 
-def _shuffled_cpu_ms(runs: dict, rounds: int, params: Any, batch: Any
+def _shuffled_cpu_ms(runs: dict, rounds: int, *args: Any, calls: int = 1
                      ) -> dict[Any, list[float]]:
-  """CPU ms of one call of each of ``runs`` per round (a warm call first),
-  the runs in a shuffled order each round (seed 0)."""
+  """CPU ms per call of each of ``runs`` on ``args`` per round (a warm call
+  first, then the mean of ``calls`` calls), the runs in a shuffled order
+  each round (seed 0)."""
   # pylint: disable=import-outside-toplevel
   import random
 
@@ -118,10 +119,11 @@ def _shuffled_cpu_ms(runs: dict, rounds: int, params: Any, batch: Any
     keys = list(runs)
     rng.shuffle(keys)
     for k in keys:
-      jax.block_until_ready(runs[k](params, batch))
+      jax.block_until_ready(runs[k](*args))
       c0 = _cpu_s()
-      jax.block_until_ready(runs[k](params, batch))
-      cpu[k].append(1e3 * (_cpu_s() - c0))
+      for _ in range(calls):
+        jax.block_until_ready(runs[k](*args))
+      cpu[k].append(1e3 * (_cpu_s() - c0) / calls)
   return cpu
 
 
@@ -275,8 +277,6 @@ def ab_w_kernels(n: int, rounds: int) -> None:
   unsplit B; prints per forward block the medians and the paired ratio
   of B + W shared / redone."""
   # pylint: disable=import-outside-toplevel
-  import random
-
   import jax
   import numpy as np
   params, batch, mesh = _inputs(n)
@@ -288,19 +288,9 @@ def ab_w_kernels(n: int, rounds: int) -> None:
     ivals = [jax.numpy.asarray(rng.standard_normal(a.shape).astype(a.dtype))
              for a in k.in_avals]
     f = jax.jit(lambda p, i, k=k: k.fn({"row_offset": 0}, p, i))
-    calls[key] = (f, [leaves[l] for l in k.params], ivals)
-  cpu: dict[Any, list[float]] = {key: [] for key in calls}
-  order = random.Random(0)
-  for _ in range(rounds):
-    keys = list(calls)
-    order.shuffle(keys)
-    for key in keys:
-      f, p, i = calls[key]
-      jax.block_until_ready(f(p, i))
-      c0 = _cpu_s()
-      for _ in range(3):
-        jax.block_until_ready(f(p, i))
-      cpu[key].append(1e3 * (_cpu_s() - c0) / 3)
+    p = [leaves[l] for l in k.params]
+    calls[key] = lambda f=f, p=p, i=ivals: f(p, i)
+  cpu = _shuffled_cpu_ms(calls, rounds, calls=3)
   med = lambda xs: round(float(np.median(xs)), 3)
   for fwd in sorted({key[2] for key in calls}):
     bw = {s: [b + w for b, w in zip(cpu[(s, "B", fwd)], cpu[(s, "W", fwd)])]

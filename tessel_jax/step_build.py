@@ -190,8 +190,7 @@ def _run_replay(step: Any, costs: Any, make_plan: Callable[[Any], Any],
 
 def platform(step: Any) -> str:
   """The platform of ``step``'s mesh (``"cpu"``, ``"gpu"``, ``"tpu"``):
-  the lowering's default form (``tessel_jax.ramps``) and the CPU-only
-  convolution orders (``passes.conv_forms``) follow it."""
+  the lowering's default form (``tessel_jax.ramps``) follows it."""
   return str(step.mesh.devices.flat[0].platform)
 
 
@@ -379,8 +378,7 @@ def search_kernels(step: Any, graph: BlockGraph, part: Any, traced: Any,
                     trim=step.switches.residual_trim,
                     row_dots=step.switches.row_dots,
                     row_dots_forward=step.switches.row_dots_forward,
-                    conv_forms=(step.switches.conv_forms and
-                                platform(step) == "cpu"),
+                    conv_forms=step_cut.conv_forms(step),
                     shared_w=step.switches.shared_w))
     layout = _layout(step, ks, traced, shards, num_devices, split,
                      data_sizes)

@@ -195,8 +195,15 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
       device=step.mesh.devices.flat[0], what=what,
       split_leaves=split_leaves, cache=step._costs.cache,
       hoist=step.switches.hoist and int(step.num_microbatches) >= 2,
-      conv_forms=(step.switches.conv_forms and
-                  str(step.mesh.devices.flat[0].platform) == "cpu"))
+      conv_forms=conv_forms(step))
+
+
+def conv_forms(step: Any) -> bool:
+  """Whether ``step``'s kernels bind their convolutions in XLA:CPU's
+  canonical order (``Switches.conv_forms``, on CPU meshes only): the
+  kernels and the measured cut's prices follow the same answer."""
+  return (step.switches.conv_forms and
+          str(step.mesh.devices.flat[0].platform) == "cpu")
 
 
 def count_error(step: Any, have: int, want: int, what: str,

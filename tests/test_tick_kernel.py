@@ -54,13 +54,18 @@ def _step(fn, hoist: bool, cost: str = "measured"):
                      switches=Switches(hoist=hoist, coarse_grid=False))
 
 
-def test_lower_kernel_leaves_the_parameter_only_work_out():
-  fn, params, batch = gram_model()
+def _forward_kernels(fn, params, batch):
+  """``(param avals, forward kernels)`` of ``fn`` built on vshape(2) with
+  uniform costs and hoisting on."""
   built = _step(fn, True, "uniform").build(params, batch)
-  avals = built.partition.traced.param_avals
-  dev = jax.devices()[0]
   fwd = [k for k in built.kernels.kernels.values() if k.kind == "F"]
   assert fwd
+  return built.partition.traced.param_avals, fwd
+
+
+def test_lower_kernel_leaves_the_parameter_only_work_out():
+  avals, fwd = _forward_kernels(*gram_model())
+  dev = jax.devices()[0]
   for k in fwd:
     plain = measure.lower_kernel(k, avals, dev).flops
     ticked = measure.lower_kernel(k, avals, dev, hoist=True).flops
@@ -129,11 +134,8 @@ def test_profile_leaves_out_work_on_captured_constants_alone():
   take it (``constants=False``), and a measured build still equals
   ``jax.value_and_grad``."""
   fn, params, batch = dropout_model()
-  built = _step(fn, True, "uniform").build(params, batch)
-  avals = built.partition.traced.param_avals
+  avals, fwd = _forward_kernels(fn, params, batch)
   dev = jax.devices()[0]
-  fwd = [k for k in built.kernels.kernels.values() if k.kind == "F"]
-  assert fwd
   for k in fwd:
     p, d = measure.kernel_avals(k, avals)
     f = tick_kernel.traced(k, p, d, True)
