@@ -222,7 +222,8 @@ class ScheduledFunction:
       self._costs = _cost_model.CostModel(
           cost=self.cost, time_resolution=self.time_resolution,
           reprofile=self.reprofile, link=self.link, cache_dir=self.cache_dir,
-          optimizer_slots=self.optimizer_slots)
+          optimizer_slots=self.optimizer_slots,
+          held_in_kernels=self.switches.held_in_kernels)
     except ValueError as err:
       raise self._error(str(err)) from None
 
