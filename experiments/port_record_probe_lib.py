@@ -20,14 +20,11 @@ N and rows from the flags (8 and 4), ``cut="auto"``, cost="measured", normal pri
   ``cost="calibrated"`` pricing (``TickModel.plus_calls``);
 * the lowered step's median wall of 15 calls;
 * ``point``: the plan's point of the machine's record (``cost.port_fit``)
-  by the capped round medians; ``point_every_round``: the same with every
-  message round of an interp tick priced on every device
-  (``cost.interp_rounds``, held_in_kernels None).
+  by the capped round medians.
 
-A line ``fits``: every model's stand-in against the record fitted on
+A last line ``fits``: every model's stand-in against the record fitted on
 all the models, on the first alone and on the first three
-(:func:`fits`); a last line ``fits_every_round``: the same fits of the
-``point_every_round`` points (one timing, two pricing rules).
+(:func:`fits`).
 
 It reads the cost model's arguments by wrapping ``CostModel.predict`` for
 the duration of :func:`main` (a diagnostic: no public hook gives them).
@@ -129,28 +126,14 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
     jax.block_until_ready(compiled(model.params, model.batch))
     walls.append(time.perf_counter() - t0)
   rec["step_ms_median15"] = statistics.median(walls) * 1e3
+  idle_s, port_s, tick_s = PP._Shape(cm, costs, unrolled, plan, mesh_,
+                                     tc0).slopes()
   s = statistics.median(med)
-  rec["point"] = _point(cm, costs, unrolled, plan, mesh_, tc0, s, serial)
-  held = cm.held_in_kernels
-  try:  # the same timing against the replay pricing every round everywhere
-    cm.held_in_kernels = None
-    rec["point_every_round"] = _point(cm, costs, unrolled, plan, mesh_, tc0,
-                                      s, serial)
-  finally:
-    cm.held_in_kernels = held
+  rec["point"] = {"excess_s": s - serial - idle_s, "port_s": port_s,
+                  "tick_s": tick_s, "standin_s": s, "serial_s": serial,
+                  "idle_s": idle_s}
   return {k: round(v, 4) if isinstance(v, float) else v
           for k, v in rec.items()}
-
-
-def _point(cm: Any, costs: Any, unrolled: Any, plan: Any, mesh: Any,
-           tc0: Any, standin_s: float, serial: float) -> dict[str, float]:
-  """The plan's point of the record (``cost.port_fit``) for stand-in time
-  ``standin_s``, the replay's slopes by ``cm``'s pricing rule."""
-  idle_s, port_s, tick_s = PP._Shape(cm, costs, unrolled, plan, mesh,
-                                     tc0).slopes()
-  return {"excess_s": standin_s - serial - idle_s, "port_s": port_s,
-          "tick_s": tick_s, "standin_s": standin_s, "serial_s": serial,
-          "idle_s": idle_s}
 
 
 def fits(points: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -180,17 +163,12 @@ def main(args: Any) -> None:
   M.CostModel.predict = _predict
   try:
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
-    points, every = {}, {}
+    points = {}
     for name in args.models:
       rec = probe(name, mesh, args)
       points[name] = rec["point"]
-      every[name] = rec["point_every_round"]
       print(json.dumps({name: rec}), flush=True)
     print(json.dumps({"fits": fits(points)}), flush=True)
-    # The same stand-in timings with an interp tick's every message round
-    # priced on every device (``cost.interp_rounds``: the rule before
-    # session 38).
-    print(json.dumps({"fits_every_round": fits(every)}), flush=True)
   finally:
     M.CostModel.predict = _ORIG
     if args.realtime:
