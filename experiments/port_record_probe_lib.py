@@ -89,7 +89,7 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
 
   def tmodel(pp, k=P.TICK_PORTS):
     return T.tick_model(plan, costs.link, PP.priced(tc0, pp, k),
-                        rendezvous=True, held_in_kernels=cm.held_in_kernels)
+                        rendezvous=True)
 
   def idle(pp):
     return cm._replay(costs, unrolled, tmodel(pp), idle=True).step_seconds
@@ -106,8 +106,7 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
       (fast if f else med).append(timer(sp, fastest=f))
   rec["standin_fastest_ms"] = [round(x * 1e3, 3) for x in fast]
   rec["standin_median_ms"] = [round(x * 1e3, 3) for x in med]
-  bare = T.tick_model(plan, costs.link, tc0, rendezvous=True,
-                      held_in_kernels=cm.held_in_kernels)
+  bare = T.tick_model(plan, costs.link, tc0, rendezvous=True)
   calls = T.kernel_calls(plan)
   for lab, xs in (("fastest", fast), ("median", med)):
     s = statistics.median(xs)

@@ -222,8 +222,7 @@ class ScheduledFunction:
       self._costs = _cost_model.CostModel(
           cost=self.cost, time_resolution=self.time_resolution,
           reprofile=self.reprofile, link=self.link, cache_dir=self.cache_dir,
-          optimizer_slots=self.optimizer_slots,
-          held_in_kernels=self.switches.held_in_kernels)
+          optimizer_slots=self.optimizer_slots)
     except ValueError as err:
       raise self._error(str(err)) from None
 

@@ -118,9 +118,9 @@ def test_a_measured_prediction_prices_the_fixed_tick_ports(monkeypatch):
   seen = []
   orig = ticks.tick_model
 
-  def spy(plan, link, costs=None, rendezvous=False, **kw):
+  def spy(plan, link, costs=None, rendezvous=False):
     seen.append(costs)
-    return orig(plan, link, costs, rendezvous=rendezvous, **kw)
+    return orig(plan, link, costs, rendezvous=rendezvous)
 
   monkeypatch.setattr(cost_model._ticks, "tick_model", spy)  # pylint: disable=protected-access
   fn, params, batch = _tiny(kinds=("embed", "head"))

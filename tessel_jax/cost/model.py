@@ -85,13 +85,9 @@ class CostModel:
   def __init__(self, *, cost: str = "measured",
                time_resolution: float | None = None, reprofile: bool = False,
                link: Any = None, cache_dir: str | None = None,
-               optimizer_slots: int = 0, repeats: int = 9,
-               held_in_kernels: bool | None = None):
+               optimizer_slots: int = 0, repeats: int = 9):
     check_options(cost, time_resolution, link, optimizer_slots)
     self.cost = cost
-    # The lowering's ``Switches.held_in_kernels``: which message rounds an
-    # interp tick's devices pay (``cost.interp_rounds``; None: all).
-    self.held_in_kernels = held_in_kernels
     self.time_resolution = time_resolution
     self.link_option = link
     self.optimizer_slots = optimizer_slots

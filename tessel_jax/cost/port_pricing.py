@@ -58,7 +58,7 @@ class _Shape:
     def idle(per_port: float, tick_ports: float) -> float:
       tick_model = _ticks.tick_model(
           plan, costs.link, priced(tick_costs, per_port, tick_ports),
-          rendezvous=rendezvous, held_in_kernels=model.held_in_kernels)
+          rendezvous=rendezvous)
       return model._replay(costs, unrolled, tick_model,  # pylint: disable=protected-access
                            idle=True).step_seconds
 

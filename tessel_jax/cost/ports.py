@@ -69,10 +69,8 @@ from tessel_jax.cost import port_fit, ticks
 #: gradient port priced as ``ticks.GRAD_PORTS`` port operations, and a
 #: two-point fit far off :data:`TICK_PORTS` not kept; 10: nor one whose
 #: fixed part a stand-in's timing noise moves more than
-#: ``port_fit.MAX_BAND``; 11: ``ticks.GRAD_PORTS`` 1 -> 10; 12: an interp
-#: tick's device priced the message rounds its kernel writes,
-#: ``cost.interp_rounds``).
-PORTS_VERSION = 12
+#: ``port_fit.MAX_BAND``; 11: ``ticks.GRAD_PORTS`` 1 -> 10).
+PORTS_VERSION = 11
 #: Port operations' worth of fixed cost every tick pays on every device
 #: beyond its own ports (the tick loop's step, its table lookups, the
 #: kernels' 0/1-trip loop conditions) while the record holds one stand-in

@@ -55,8 +55,7 @@ def tick_model(model: CostModel, costs: Any, unrolled: Any, plan: Any,
   if not model.calibrated:  # else the plan's own stand-in prices ticks
     tc = _port_pricing.priced(tc, *model.port_seconds(
         costs, unrolled, plan, mesh, pipe_axis, tc))
-  return _ticks.tick_model(plan, costs.link, tc, rendezvous=rendezvous,
-                           held_in_kernels=model.held_in_kernels)
+  return _ticks.tick_model(plan, costs.link, tc, rendezvous=rendezvous)
 
 
 def replay(costs: Any, unrolled: Any, model: _ticks.TickModel,

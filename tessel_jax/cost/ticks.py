@@ -56,8 +56,6 @@ from typing import Any
 
 import numpy as np
 
-from tessel_jax.cost import interp_rounds as _interp_rounds
-
 
 @dataclasses.dataclass(frozen=True)
 class TickCosts:
@@ -245,12 +243,11 @@ def tick_traffic(tick: Any, layout: Any = None) -> int:
   return n
 
 
-def _send_traffic(tick: Any, rounds: Any = None) -> int:
-  """Bytes the message rounds of ``tick`` (or ``rounds``, some of them)
-  move on one device (every device takes part in each round: a dummy
-  where it sends nothing)."""
+def _send_traffic(tick: Any) -> int:
+  """Bytes the message rounds of ``tick`` move on one device (every device
+  takes part in each round: a dummy where it sends nothing)."""
   n = 0
-  for rd in tick.sends if rounds is None else rounds:
+  for rd in tick.sends:
     p = int(rd.payload.nbytes)
     if rd.rowed:
       n += COPY * p
@@ -280,8 +277,7 @@ def _own_grad_bytes(spec: Any, kid: int, kernel: Any, layout: Any) -> int:
   return n
 
 
-def interp_device_traffic(spec: Any, tick: Any, plan: Any,
-                          rounds: _interp_rounds.Rounds | None = None
+def interp_device_traffic(spec: Any, tick: Any, plan: Any
                           ) -> tuple[int, ...]:
   """Bytes one interp tick moves on each device (``passes.predicated``).
 
@@ -290,15 +286,15 @@ def interp_device_traffic(spec: Any, tick: Any, plan: Any,
   of the segment sits in a 0/1-trip while loop that only its devices
   enter, updating its out ports and accumulators in place: a device reads
   its own kernel's ports, writes its out ports and adds its own gradients;
-  it takes part in every message round of the segment (dummies where idle),
-  or in the rounds ``rounds`` gives for its kernel
-  (``interp_rounds.kernel_rounds``). Pricing the union of the segment's ports and accumulators on every
+  it takes part in every message round of the segment (dummies where idle).
+  Pricing the union of the segment's ports and accumulators on every
   device (what the switch it replaced copied) over-counted pipe4's 20
   interp ticks by 135 MiB of accumulator traffic per device and step.
   """
+  sends = _send_traffic(spec)
   out = []
   for kid in tick.kernels:
-    n = _send_traffic(spec, _interp_rounds.rounds_of(spec, rounds, kid))
+    n = sends
     if kid is not None:
       n += sum(COPY * int(spec.reads[p].aval.nbytes)
                for p in spec.in_map.get(kid, ()))
@@ -310,15 +306,12 @@ def interp_device_traffic(spec: Any, tick: Any, plan: Any,
   return tuple(out)
 
 
-def interp_device_ports(spec: Any, tick: Any,
-                        rounds: _interp_rounds.Rounds | None = None
-                        ) -> tuple[float, ...]:
+def interp_device_ports(spec: Any, tick: Any) -> tuple[float, ...]:
   """Port operations one interp tick is priced as on each device: the read,
   out and gradient ports (each worth :data:`GRAD_PORTS`) of the kernel it
-  runs (the others sit in 0/1-trip loops it does not enter) and the
-  message rounds it writes: ``rounds``' for its kernel
-  (``interp_rounds.kernel_rounds``), or (None) every round of the segment
-  (each device copying its message, or a dummy, at every tick).
+  runs (the others sit in 0/1-trip loops it does not enter) and every
+  message round of the segment (each device copies its message, or a
+  dummy, into the round's outbox at every tick).
 
   Measured on the model zoo: pricing the segment's whole table at every
   tick over-predicted penzai_llama's interp(26) + loop(5x1) 2.2x; the own
@@ -327,7 +320,7 @@ def interp_device_ports(spec: Any, tick: Any,
   """
   out = []
   for kid in tick.kernels:
-    n = float(len(_interp_rounds.rounds_of(spec, rounds, kid)))
+    n = float(len(spec.sends))
     if kid is not None:
       n += (len(spec.in_map.get(kid, ())) + len(spec.out_map.get(kid, ())) +
             GRAD_PORTS * len(spec.grad_map.get(kid, {})))
@@ -419,8 +412,7 @@ def kernel_calls(plan: Any) -> dict[int, tuple[int, ...]]:
 
 
 def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
-               rendezvous: bool = False,
-               held_in_kernels: bool | None = None) -> TickModel:
+               rendezvous: bool = False) -> TickModel:
   """The :class:`TickModel` of ``plan``.
 
   Args:
@@ -434,21 +426,14 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
       micro-batch inputs, inside the same straight run or loop iteration);
       the edge delays then do not apply. Otherwise transfers are the edges'
       delays.
-    held_in_kernels: How the lowering writes an interp segment's
-      messages (``Switches.held_in_kernels``): each device is priced the
-      rounds its kernel writes (``interp_rounds.kernel_rounds``); None:
-      every round of the segment on every device.
   """
   costs = costs or TickCosts()
   ticks = plan.ticks
   spec_of: dict[int, Any] = {}      # tick index -> interp spec
-  rounds_of: dict[int, Any] = {}    # tick index -> its devices' rounds
   for seg in plan.segments:
     if seg.kind == "interp":
-      spec = plan.interps[seg.start]
-      rounds = _interp_rounds.kernel_rounds(spec, plan, held_in_kernels)
       for t in range(seg.start, seg.end):
-        spec_of[t], rounds_of[t] = spec, rounds
+        spec_of[t] = plan.interps[seg.start]
   tick_costs: dict[int, float] = {}
   device_costs: dict[int, tuple[float, ...]] = {}
   for t, tick in enumerate(ticks):
@@ -458,8 +443,8 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
                                             priced_ports(tick))
       continue
     per = tuple(costs.seconds(n, p) for n, p in zip(
-        interp_device_traffic(spec, tick, plan, rounds_of[t]),
-        interp_device_ports(spec, tick, rounds_of[t])))
+        interp_device_traffic(spec, tick, plan),
+        interp_device_ports(spec, tick)))
     device_costs[tick.step] = per
     tick_costs[tick.step] = sum(per) / len(per)
   if not rendezvous:
