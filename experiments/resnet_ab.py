@@ -71,6 +71,7 @@ def main(argv):
     events, _ = step_profile.trace_events(run)
     text = compiled.as_text()
     row = {"lowered_as": step.built.plan.loop_summary(),
+           "cut_at": _cut_at(step),
            "wall_ms": round(1e3 * statistics.median_high([t[0] for t in ts]), 1),
            "cpu_ms": round(1e3 * statistics.median_high([t[1] for t in ts]), 1),
            "sys_ms": round(1e3 * statistics.median_high([t[2] for t in ts]), 1),
@@ -98,6 +99,13 @@ def main(argv):
     os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
     with open(f.output, "w") as fh:
       json.dump(out, fh, indent=1)
+
+
+def _cut_at(step):
+  """The automatic cut's equation positions (None: the model's markers)."""
+  from tessel_jax.passes import autocut  # pylint: disable=import-outside-toplevel
+  info = autocut.cut_info(step.built.partition.traced)
+  return None if info is None else list(info.positions)
 
 
 def _timeline(run, plan, text, traces):
