@@ -96,3 +96,24 @@ def test_measured_add_rate_is_positive_and_finite():
   assert np.isfinite(rate) and 0 < rate < 1e-6
   assert autocut_accum.seconds(np.array([3e9]), bandwidth=1e10)[0] == (
       pytest.approx(0.9))
+
+
+def test_step_cut_passes_the_switch(monkeypatch):
+  """``tessel_jax.step_cut.cut`` hands ``Switches.cut_accumulation`` to the
+  automatic cut (off by default)."""
+  import types
+
+  from tessel_jax import step_cut
+  from tessel_jax.passes.switches import Switches
+  seen = []
+  monkeypatch.setattr(step_cut._autocut, "cut_to",
+                      lambda *a, **k: seen.append(k["accumulation"]))
+  mesh = types.SimpleNamespace(devices=np.array([jax.devices()[0]]))
+  for on in (False, True):
+    step = types.SimpleNamespace(
+        cut="auto", fn_name="f", cost="uniform", mode="train", mesh=mesh,
+        _costs=types.SimpleNamespace(cache=None), num_microbatches=2,
+        switches=Switches(cut_accumulation=on))
+    step_cut.cut(step, types.SimpleNamespace(num_blocks=1), 2, "vshape", 2)
+  assert seen == [False, True]
+  assert not Switches().cut_accumulation
