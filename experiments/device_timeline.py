@@ -8,7 +8,11 @@ events are cut at the collectives (``passes.lower``'s ``tj_ppermute``
 scope): between two collectives a thread runs one device's program, and
 the kernels it runs name that device (``Plan.kernels[k].devices``). A run
 without kernels takes the device that the other threads' concurrent runs
-leave free (2 devices: the other one).
+leave free (2 devices: the other one). The entry computation before the
+first collective (zero-fills, hoisted parameter work) is an exception: its
+instructions also move between threads without a collective (measured on
+ResNet18's placed step), so the first interval of each device is "the
+prologue", not one device's own.
 
 :func:`per_device` gives, per device, the step's self times by part
 (``step_profile.PARTS``: kernels, ppermute/rendezvous -- the wait for the
