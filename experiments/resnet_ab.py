@@ -30,6 +30,10 @@ flags.DEFINE_list("variants", ["base", "ticks"],
 flags.DEFINE_integer("n", 8, "Micro-batches.")
 flags.DEFINE_integer("rounds", 7, "Timed rounds (each variant once each).")
 flags.DEFINE_bool("profile", True, "Also split one traced step by part.")
+flags.DEFINE_integer("timeline", 0,
+                     "Also trace this many steps and split each per device"
+                     " and rendezvous interval (experiments.device_timeline;"
+                     " the minimum over the traces per part).")
 flags.DEFINE_string("output", "out/resnet_ab.json",
                     "Where to write the JSON results ('': stdout only).")
 
@@ -67,6 +71,7 @@ def main(argv):
     events, _ = step_profile.trace_events(run)
     text = compiled.as_text()
     row = {"lowered_as": step.built.plan.loop_summary(),
+           "cut_at": _cut_at(step),
            "wall_ms": round(1e3 * statistics.median_high([t[0] for t in ts]), 1),
            "cpu_ms": round(1e3 * statistics.median_high([t[1] for t in ts]), 1),
            "sys_ms": round(1e3 * statistics.median_high([t[2] for t in ts]), 1),
@@ -81,15 +86,51 @@ def main(argv):
                                      floors.kernel_parts(events, text))}
     if f.profile:
       row["profile"] = step_profile.profile_step(run, text, 2, 3)
+    if f.timeline:
+      row["timeline"] = _timeline(run, step.built.plan, text, f.timeline)
     rows[v] = row
     print(json.dumps({v: row}), flush=True)
   out = {"n": f.n, "rounds": f.rounds, "variants": rows,
          "load_average": [round(min(loads), 1), round(max(loads), 1)]}
   print(markdown(out), flush=True)
+  if f.timeline:
+    print(timeline_markdown(out), flush=True)
   if f.output:
     os.makedirs(os.path.dirname(f.output) or ".", exist_ok=True)
     with open(f.output, "w") as fh:
       json.dump(out, fh, indent=1)
+
+
+def _cut_at(step):
+  """The automatic cut's equation positions (None: the model's markers)."""
+  from tessel_jax.passes import autocut  # pylint: disable=import-outside-toplevel
+  info = autocut.cut_info(step.built.partition.traced)
+  return None if info is None else list(info.positions)
+
+
+def _timeline(run, plan, text, traces):
+  """Per device, the minimum over ``traces`` traced steps of each part
+  (``experiments.device_timeline``), the wall and the two threads'
+  overlap of the fastest trace."""
+  from experiments import device_timeline  # pylint: disable=import-outside-toplevel
+  from experiments import step_profile  # pylint: disable=import-outside-toplevel
+  kernels = plan.kernels
+  items = kernels.items() if hasattr(kernels, "items") else enumerate(kernels)
+  device_of = {k: tuple(kernel.devices) for k, kernel in items}
+  got = []
+  for _ in range(traces):
+    events, wall = step_profile.trace_events(run)
+    got.append((wall, device_timeline.per_device(events, text, device_of, 2),
+                device_timeline.busy_overlap(events, text)))
+  got.sort(key=lambda g: g[0])
+  mins = []
+  for d in range(2):
+    keys = set().union(*[g[1]["devices"][d] for g in got])
+    mins.append({k: min(g[1]["devices"][d].get(k, 0.0) for g in got)
+                 for k in sorted(keys)})
+  return {"min_ms_by_device": mins, "fastest_wall_ms": round(1e3 * got[0][0], 1),
+          "fastest_overlap": got[0][2],
+          "fastest_intervals": got[0][1]["intervals"]}
 
 
 def markdown(out):
@@ -118,6 +159,32 @@ def markdown(out):
         f"{r.get('sys_ms', float('nan')):.0f}",
         str(r["faults"]), str(r["temp_mb"]),
         f"{load[0]}-{load[1]}"]) + " |")
+  return "\n".join(lines)
+
+
+def timeline_markdown(out):
+  """One line per variant and device: the traced steps' minimum per part."""
+  head = ["variant", "device", "its kernels", "hoisted parameter work",
+          "grad accumulation", "stash", "other", "busy (sum)",
+          "ppermute (wait included)", "fastest traced wall, threads overlapping"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for v, r in out["variants"].items():
+    tl = r["timeline"]
+    for d, p in enumerate(tl["min_ms_by_device"]):
+      own = sum(x for k, x in p.items() if k.startswith("k") and k[1:].isdigit())
+      rest = {k: p.get(k, 0.0) for k in ("kernels", "grad accumulation",
+                                         "stash")}
+      other = sum(x for k, x in p.items() if not k.startswith("k")
+                  and k not in ("grad accumulation", "stash",
+                                "ppermute/rendezvous"))
+      busy = own + sum(rest.values()) + other
+      lines.append("| " + " | ".join([
+          v, str(d), f"{own:.1f}", f"{rest['kernels']:.1f}",
+          f"{rest['grad accumulation']:.1f}", f"{rest['stash']:.1f}",
+          f"{other:.1f}", f"{busy:.1f}",
+          f"{p.get('ppermute/rendezvous', 0.0):.1f}",
+          f"{tl['fastest_wall_ms']:.0f}, {tl['fastest_overlap']['overlap_ms']:.0f}"
+      ]) + " |")
   return "\n".join(lines)
 
 

@@ -24,6 +24,13 @@ VARIANTS = {
     # prices the cut analytically), schedule searched on uniform spans as
     # base's: the cut alone moves (``experiments.placed_bench``'s model).
     "auto_uniform": {"cut": "auto"},
+    # The same two with the cut also pricing each micro-batch's
+    # parameter-gradient adds (``Switches.cut_accumulation``, off by
+    # default; session 38).
+    "auto_cut_acc": {"cut": "auto", "cost": "measured",
+                     "switches": {"cut_accumulation": True}},
+    "auto_uniform_acc": {"cut": "auto",
+                         "switches": {"cut_accumulation": True}},
     # Dead-tap weight gradients added whole (``Switches.grad_windows``
     # off), as before 2026-11-27.
     "no_grad_windows": {"switches": {"grad_windows": False}},

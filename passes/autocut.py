@@ -54,7 +54,7 @@ import numpy as np
 
 from tessel_jax import compat
 
-from . import autocut_cost, scan_split
+from . import autocut_accum, autocut_cost, scan_split
 from . import param_only as _param_only
 from .cut_dp import DEFAULT_TOLERANCE, block_costs, optimal_cuts
 from .errors import fail
@@ -164,7 +164,8 @@ def live_bytes(closed_jaxpr: Any) -> np.ndarray:
 def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
               device: Any | None = None, cache: Any = None,
               num_params: int | None = None,
-              conv_forms: bool = False) -> tuple[np.ndarray, str]:
+              conv_forms: bool = False,
+              accumulation: bool = False) -> tuple[np.ndarray, str]:
   """Per-equation costs of the top-level equations and their source.
 
   With ``num_params`` (the jaxpr's first ``num_params`` inputs are the
@@ -189,7 +190,26 @@ def eqn_costs(closed_jaxpr: Any, *, cost: Any = "measured", train: bool = True,
       micro-batch).
     conv_forms: The kernels bind convolutions through
       ``passes.conv_forms`` (``Switches.conv_forms`` on a CPU mesh).
+    accumulation: With ``train`` and ``num_params``, also price the
+      parameter-gradient adds each micro-batch makes into the accumulators
+      (``passes.autocut_accum``: measured add rate with ``"measured"``,
+      the roofline's bandwidth with ``"analytic"``).
   """
+  costs, source = _eqn_costs(closed_jaxpr, cost=cost, train=train,
+                             device=device, cache=cache,
+                             num_params=num_params, conv_forms=conv_forms)
+  if accumulation and train and num_params and source != "given":
+    nbytes = autocut_accum.grad_bytes(closed_jaxpr, num_params)
+    bw = (None if source == "measured" else autocut_cost.ROOFLINE.get(
+        autocut_cost.platform_of(device), autocut_cost.ROOFLINE["cpu"])[1])
+    costs = costs + autocut_accum.seconds(nbytes, device, bandwidth=bw)
+  return costs, source
+
+
+def _eqn_costs(closed_jaxpr: Any, *, cost: Any, train: bool,
+               device: Any | None, cache: Any, num_params: int | None,
+               conv_forms: bool) -> tuple[np.ndarray, str]:
+  """:func:`eqn_costs` without the accumulation."""
   eqns = closed_jaxpr.jaxpr.eqns
   if isinstance(cost, str):
     platform = autocut_cost.platform_of(device)
@@ -249,7 +269,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
            tolerance: float = DEFAULT_TOLERANCE, device: Any | None = None,
            what: str = "the placement", split_leaves: bool = False,
            cache: Any = None, hoist: bool = True,
-           conv_forms: bool = False) -> Traced:
+           conv_forms: bool = False, accumulation: bool = False) -> Traced:
   """The traced function with exactly ``num_blocks`` blocks.
 
   * ``cut="markers"``: the user's ``tj.boundary`` markers must make
@@ -287,6 +307,8 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
       micro-batch, as the kernels then run it at every tick.
     conv_forms: Measured costs time convolutions as ``passes.conv_forms``
       binds them (``Switches.conv_forms`` on a CPU mesh).
+    accumulation: Also price each micro-batch's parameter-gradient adds
+      (``Switches.cut_accumulation``; :func:`eqn_costs`).
 
   Returns:
     A Traced with ``num_blocks`` blocks (an auto cut is recorded for
@@ -301,7 +323,7 @@ def cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None = None,
   out = _cut_to(traced, num_blocks, fn_name=fn_name, cut=cut, like=like,
                 cost=cost, train=train, weights=weights, tolerance=tolerance,
                 device=device, what=what, cache=cache, hoist=hoist,
-                conv_forms=conv_forms)
+                conv_forms=conv_forms, accumulation=accumulation)
   return _split_leaves(out) if split else out
 
 
@@ -325,7 +347,8 @@ def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
             cut: str | None, like: Traced | None, cost: Any, train: bool,
             weights: Sequence[float] | None, tolerance: float,
             device: Any | None, what: str, cache: Any = None,
-            hoist: bool = True, conv_forms: bool = False) -> Traced:
+            hoist: bool = True, conv_forms: bool = False,
+            accumulation: bool = False) -> Traced:
   """:func:`cut_to` before any leaf split."""
   t0 = time.perf_counter()
   name = fn_name or traced.fn_name
@@ -369,7 +392,8 @@ def _cut_to(traced: Traced, num_blocks: int, *, fn_name: str | None,
                                cache=cache,
                                num_params=(len(traced.param_avals) if hoist
                                            else None),
-                               conv_forms=conv_forms)
+                               conv_forms=conv_forms,
+                               accumulation=accumulation)
   costs = scan_split.unit_costs(eqn_cost, units, sites)
   live = scan_split.unit_live(live_bytes(flat), flat, units, sites)
   positions, best = optimal_cuts(costs, live, num_blocks, tolerance=tolerance,

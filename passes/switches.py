@@ -115,6 +115,12 @@ class Switches:
       copies every device's payload into its outbox at every boundary,
       into a sink slot where the device holds nothing, and every device
       writes every flush into the stash, as before 2026-11-27.
+    cut_accumulation: The automatic cut also prices the parameter-gradient
+      adds each block makes per micro-batch into its accumulators
+      (``passes.autocut_accum``: the gradient's bytes, only the live box of
+      a sliced parameter, at a measured in-place add rate, or at the
+      roofline's bandwidth for analytic costs); off by default: no quiet
+      paired evidence yet (BENCHMARKS.md, helper "resnet11", session 38).
   """
 
   hoist: bool = True
@@ -131,6 +137,7 @@ class Switches:
   conv_forms: bool = True
   shared_w: bool = False
   held_in_kernels: bool = True
+  cut_accumulation: bool = False
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:

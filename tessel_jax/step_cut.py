@@ -182,7 +182,8 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
   Parameter-only work is priced once per step only where the lowering
   hoists it (``Switches.hoist``, two micro-batches or more); measured
   costs time convolutions as the kernels bind them (``Switches.conv_forms``
-  on a CPU mesh).
+  on a CPU mesh); with ``Switches.cut_accumulation`` the cut also prices
+  the parameter-gradient adds.
   """
   markers = step.cut == "markers" or (step.cut is None and
                                       traced.num_blocks > 1)
@@ -195,7 +196,8 @@ def cut(step: Any, traced: Any, count: int, what: str, num_devices: int,
       device=step.mesh.devices.flat[0], what=what,
       split_leaves=split_leaves, cache=step._costs.cache,
       hoist=step.switches.hoist and int(step.num_microbatches) >= 2,
-      conv_forms=conv_forms(step))
+      conv_forms=conv_forms(step),
+      accumulation=step.switches.cut_accumulation)
 
 
 def conv_forms(step: Any) -> bool:
