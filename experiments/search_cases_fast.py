@@ -11,6 +11,11 @@ repetend at ``P`` under it, timed), then per round, in a shuffled order,
 repetend (``start``). Prints period, status, N-makespan, wall and process
 CPU seconds per variant; writes the JSON.
 
+With ``--profile`` each row also says where the search's CPU seconds went
+(``search_profile_lib``: per step of the search, and every CP-SAT solve
+of the modulo model with its step, stage, status, deterministic and CPU
+seconds).
+
 With ``--limits`` (e.g. ``nnshape:4:13,nnshape_eager:8:20``) those cases
 skip the memory search (minutes of CPU) and run from scratch only, at the
 limit given:
@@ -22,6 +27,7 @@ nnshape_eager:8:20 --output=/tmp/fast48.json
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -30,7 +36,7 @@ from typing import Any
 
 from absl import app, flags
 
-from experiments import cli
+from experiments import cli, search_profile_lib
 from tessel_jax import placements, validate
 from tessel_jax.schedule import Repetend
 from tessel_jax.search import search_repetend, smallest_memory_repetend
@@ -46,6 +52,8 @@ flags.DEFINE_string("output", "results/search_cases_fast.json",
 flags.DEFINE_list("limits", [], "placement:devices:limit of cases whose"
                   " fast limit is known: no memory search, no witness, only"
                   " the search from scratch.")
+flags.DEFINE_bool("profile", False, "Record where each search's CPU"
+                  " seconds go (per step and per CP-SAT solve) in its row.")
 flags.DEFINE_string("witnesses", None, "JSON cache of the fast limits and"
                     " witness repetends (read if it exists, written after"
                     " each memory search), so that runs of two versions of"
@@ -80,9 +88,11 @@ def fast_case(name: str, devices: int, time_limit: float,
 
 
 def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
-             rng: random.Random, cache: dict[str, Any]) -> dict[str, Any]:
+             rng: random.Random, cache: dict[str, Any],
+             profile: bool = False) -> dict[str, Any]:
   """One placement: the memory search (or its cached result), then both
-  searches per round."""
+  searches per round (with ``profile``, each with its
+  ``search_profile_lib`` record)."""
   graph = placements.get(name, devices, mode="train")
   fast = fast_case(name, devices, time_limit, cache)
   limit = fast["limit"]
@@ -101,8 +111,10 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
     rng.shuffle(order)
     for variant in order:
       start = witness if variant == "start" else None
-      sched, wall, cpu = _timed(lambda: search_repetend(  # noqa: B023
-          graph, limit, time_limit_s=time_limit, start=start))
+      with (search_profile_lib.profiled() if profile
+            else contextlib.nullcontext()) as prof:
+        sched, wall, cpu = _timed(lambda: search_repetend(  # noqa: B023
+            graph, limit, time_limit_s=time_limit, start=start))
       unrolled = sched.unroll(n)
       validate.assert_valid(unrolled)
       row.setdefault(variant, []).append({
@@ -110,6 +122,8 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
           "period_lower_bound": sched.period_lower_bound,
           "makespan": unrolled.makespan, "wall_s": round(wall, 2),
           "cpu_s": round(cpu, 2)})
+      if prof is not None:
+        row[variant][-1].update(prof.summary(), solves=prof.solves)
   return row
 
 
@@ -152,16 +166,18 @@ def main(argv: list[str]) -> None:
           json.dump({k: v for k, v in cache.items()
                      if v["period"] is not None}, out)
       row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng,
-                     cache)
+                     cache, f.profile)
       rows.append(row)
-      print(json.dumps(row), flush=True)
+      print(json.dumps({k: v if k not in ("scratch", "start") else [
+          {a: b for a, b in r.items() if a != "solves"} for r in v]
+                        for k, v in row.items()}), flush=True)
   folder = os.path.dirname(f.output)
   if folder:
     os.makedirs(folder, exist_ok=True)
   with open(f.output, "w") as out:
     args = {k: getattr(f, k) for k in (
         "placements", "devices", "microbatches", "rounds", "time_limit",
-        "seed", "witnesses")}
+        "seed", "witnesses", "profile")}
     json.dump({"args": args, "load_average": os.getloadavg(),
                "cases": rows}, out, indent=1)
   print(f"wrote {f.output}")
