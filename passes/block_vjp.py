@@ -113,10 +113,19 @@ PROBES_SIZE = 512
 
 def _probe_key(blk: Any, diff_pos: Sequence[int], trim: bool
                ) -> tuple | None:
-  """What decides a block's vjp residuals: its equations (printed, names
-  by position), constants, input kinds and avals, parameter order, the
-  differentiated positions and the context mesh; None (not shared) for a
-  block without a jaxpr slice or with constants that are not concrete."""
+  """What decides a block's vjp residuals: its content
+  (:func:`_content_key`) and the context mesh; None (not shared) where the
+  content key is None."""
+  content = _content_key(blk, diff_pos, trim)
+  return None if content is None else content + (compat.context_mesh(),)
+
+
+def _content_key(blk: Any, diff_pos: Sequence[int], trim: bool
+                 ) -> tuple | None:
+  """A block's vjp by content: its equations (printed, names by position),
+  constants, input kinds and avals, parameter order, the differentiated
+  positions; None (not shared) for a block without a jaxpr slice or with
+  constants that are not concrete."""
   fb = blk.fb
   if not all(hasattr(fb, a) for a in ("eqns", "invars", "const_vars",
                                       "const_vals", "outvars")):
@@ -137,7 +146,21 @@ def _probe_key(blk: Any, diff_pos: Sequence[int], trim: bool
           tuple((r.kind, r.leaf if r.kind == "param" else None)
                 for r in blk.ins),
           tuple((tuple(a.shape), str(a.dtype)) for a in blk.local_in),
-          tuple(blk.params), tuple(diff_pos), compat.context_mesh(), trim)
+          tuple(blk.params), tuple(diff_pos), trim)
+
+
+#: Forward kernels' programs (a block's outputs and the vjp residuals it
+#: keeps, as one closed jaxpr) by block content, vjp residual structure,
+#: trace context and input avals: every kernel set containing the block
+#: (README GPT cold choice: 84 forward traces of 27 distinct blocks) and
+#: every trace of one kernel (hoisted bytes, flops, profile, tick form)
+#: evaluates one linearisation instead of linearising the block again.
+#: Least recently used dropped first.
+_FORWARDS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+FORWARDS_SIZE = 512
+#: Forward linearisations traced into ``_FORWARDS`` (misses) and served
+#: from it (hits), for tests and benchmarks.
+FORWARD_STATS: collections.Counter = collections.Counter()
 
 
 class Vjp:
@@ -217,13 +240,65 @@ class Vjp:
     if not self.keep:
       return list(self.blk.fb(*self.blk.assemble(pvals, dvals))) + list(
           dvals), []
+    args = list(pvals) + list(dvals)
+    key = self._forward_key(args)
+    if key is None:
+      ys, res = self._linearised(pvals, dvals)
+      return ys + self.res.recipe.keep(res), []
+    hit = _FORWARDS.get(key)
+    if hit is None:
+      hit = _FORWARDS[key] = self._trace_forward(args, len(pvals))
+      FORWARD_STATS["traced"] += 1
+      while len(_FORWARDS) > FORWARDS_SIZE:
+        _FORWARDS.popitem(last=False)
+    else:
+      _FORWARDS.move_to_end(key)
+      FORWARD_STATS["shared"] += 1
+    closed, num_ys, treedef = hit
+    self.res.treedefs[compat.context_mesh()] = treedef
+    outs = compat.eval_closed(closed, args)
+    return outs[:num_ys] + self.res.recipe.keep(outs[num_ys:]), []
+
+  def _linearised(self, pvals: Sequence[Any], dvals: Sequence[Any]
+                  ) -> tuple[list[Any], list[Any]]:
+    """``(outputs, vjp residuals)``: the block linearised on these values
+    (the closure's structure noted for the current context mesh)."""
     (ys, vjp), _ = self.vjp_of(pvals, dvals)
     leaves, treedef = jax.tree_util.tree_flatten(vjp)
     if len(leaves) != len(self.res.alias):
       raise AssertionError("vjp residual structure changed between traces")
     self.res.treedefs[compat.context_mesh()] = treedef
-    return list(ys) + self.res.recipe.keep(
-        [leaf for leaf, a in zip(leaves, self.res.alias) if a is None]), []
+    return list(ys), [leaf for leaf, a in zip(leaves, self.res.alias)
+                      if a is None]
+
+  def _forward_key(self, args: Sequence[Any]) -> tuple | None:
+    """The :data:`_FORWARDS` key of the forward on ``args`` (None: not
+    shared: a block without a content key, or an input whose type a
+    ``ShapeDtypeStruct`` does not carry, ``compat.plain_aval``)."""
+    if not hasattr(self, "_content"):
+      self._content = _content_key(self.blk, self.diff_pos, self.trim)
+    if self._content is None:
+      return None
+    avals = [compat.plain_aval(x) for x in args]
+    if any(a is None for a in avals):
+      return None
+    return (self._content, self.res.alias, compat.context_mesh(),
+            tuple((a.shape, str(a.dtype), a.weak_type) for a in avals))
+
+  def _trace_forward(self, args: Sequence[Any], num_p: int
+                     ) -> tuple[Any, int, Any]:
+    """``(closed jaxpr, outputs, vjp closure structure)``: the forward on
+    ``args``' avals as one program, ``args -> outputs + residuals``."""
+    box: dict[str, Any] = {}
+
+    def f(pv, dv):
+      ys, res = self._linearised(pv, dv)
+      box["num_ys"] = len(ys)
+      box["treedef"] = self.res.treedefs[compat.context_mesh()]
+      return ys + res
+    avals = [compat.plain_aval(x) for x in args]
+    closed, _ = compat.make_jaxpr(f, avals[:num_p], avals[num_p:])
+    return closed, box["num_ys"], box["treedef"]
 
   def backward(self, ctx: Any, pvals: Sequence[Any], rvals: Sequence[Any],
                ybar: Sequence[Any], *, acts: bool = True, grads: bool = True
