@@ -158,12 +158,8 @@ def _content_key(blk: Any, diff_pos: Sequence[int], trim: bool
 #: Least recently used dropped first.
 _FORWARDS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
 FORWARDS_SIZE = 512
-#: The same for backward kernels (:meth:`Vjp.backward`): one trace of a
-#: block's vjp applied to cotangents per block content, vjp closure
-#: structure, context mesh and input avals.
-_BACKWARDS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
 #: Forward linearisations traced into ``_FORWARDS`` (misses) and served
-#: from it (hits), backward ones the same, for tests and benchmarks.
+#: from it (hits), for tests and benchmarks.
 FORWARD_STATS: collections.Counter = collections.Counter()
 
 
@@ -311,68 +307,10 @@ class Vjp:
 
     A replicated block's parameter gradients count on its leader only.
     """
-    act, grad = self._applied(pvals, rvals, ybar)
+    act, grad = self._apply(pvals, rvals, ybar)
     if self.blk.mode.mode == "replicated":
       grad = [leader_only(ctx, x) for x in grad]
     return (act if acts else []), (grad if grads else [])
-
-  def _applied(self, pvals: Sequence[Any], rvals: Sequence[Any],
-               ybar: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-    """:meth:`_apply`, evaluated from one trace per block content, vjp
-    closure structure, context mesh and input avals (:data:`_BACKWARDS`;
-    traced on the spot where :meth:`_backward_key` is None)."""
-    args = list(pvals) + list(rvals) + list(ybar)
-    key = self._backward_key(args)
-    if key is None:
-      return self._apply(pvals, rvals, ybar)
-    hit = _BACKWARDS.get(key)
-    if hit is None:
-      hit = _BACKWARDS[key] = self._trace_backward(
-          args, len(pvals), len(rvals))
-      FORWARD_STATS["backward_traced"] += 1
-      while len(_BACKWARDS) > FORWARDS_SIZE:
-        _BACKWARDS.popitem(last=False)
-    else:
-      _BACKWARDS.move_to_end(key)
-      FORWARD_STATS["backward_shared"] += 1
-    closed, num_act = hit
-    outs = compat.eval_closed(closed, args)
-    return outs[:num_act], outs[num_act:]
-
-  def _backward_key(self, args: Sequence[Any]) -> tuple | None:
-    """The :data:`_BACKWARDS` key of the backward on ``args`` (None: not
-    shared, as :meth:`_forward_key`, or a ``float0`` cotangent)."""
-    if not hasattr(self, "_content"):
-      self._content = _content_key(self.blk, self.diff_pos, self.trim)
-    if self._content is None:
-      return None
-    avals = [compat.plain_aval(x) for x in args]
-    if any(a is None or a.dtype == jax.dtypes.float0 for a in avals):
-      return None
-    mesh = compat.context_mesh()
-    treedef = self.res.treedefs.get(mesh, self.res.treedef)
-    try:
-      hash(treedef)
-    except TypeError:
-      return None
-    return (self._content, self.keep, self.res.alias, treedef, mesh,
-            tuple((a.shape, str(a.dtype), a.weak_type) for a in avals))
-
-  def _trace_backward(self, args: Sequence[Any], num_p: int, num_r: int
-                      ) -> tuple[Any, int]:
-    """``(closed jaxpr, input cotangents)``: :meth:`_apply` on ``args``'
-    avals as one program, ``args -> input cotangents + gradients``."""
-    box: dict[str, int] = {}
-
-    def f(pv, rv, yb):
-      act, grad = self._apply(pv, rv, yb)
-      box["num_act"] = len(act)
-      return list(act) + list(grad)
-    avals = [compat.plain_aval(x) for x in args]
-    closed, _ = compat.make_jaxpr(f, avals[:num_p],
-                                  avals[num_p:num_p + num_r],
-                                  avals[num_p + num_r:])
-    return closed, box["num_act"]
 
   def _param_avals(self) -> list[Any]:
     """Avals of the block's parameters, in ``blk.params`` order."""
