@@ -158,8 +158,9 @@ def _content_key(blk: Any, diff_pos: Sequence[int], trim: bool
 #: Least recently used dropped first.
 _FORWARDS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
 FORWARDS_SIZE = 512
-#: Forward linearisations traced into ``_FORWARDS`` (misses) and served
-#: from it (hits), for tests and benchmarks.
+#: Forward linearisations traced into ``_FORWARDS`` (misses), put there by
+#: the residual probe (:meth:`Vjp.residual_avals`: the same program) and
+#: served from it (hits), for tests and benchmarks.
 FORWARD_STATS: collections.Counter = collections.Counter()
 
 
@@ -194,7 +195,9 @@ class Vjp:
     return jax.vjp(f, *[vals[p] for p in self.diff_pos]), vals
 
   def _probe(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> list[Any]:
-    (_, vjp), vals = self.vjp_of(pvals, dvals)
+    """The block's outputs, then the vjp residuals (closure leaves that are
+    not its parameters); notes the closure's structure and aliases."""
+    (ys, vjp), vals = self.vjp_of(pvals, dvals)
     leaves, treedef = jax.tree_util.tree_flatten(vjp)
     alias = []
     for leaf in leaves:
@@ -206,7 +209,8 @@ class Vjp:
       alias.append(hit)
     self.res.treedef = treedef
     self.res.alias = tuple(alias)
-    return [leaf for leaf, a in zip(leaves, alias) if a is None]
+    self._probe_ys = len(ys)
+    return list(ys) + [leaf for leaf, a in zip(leaves, alias) if a is None]
 
   def residual_avals(self) -> tuple[Any, ...]:
     """Avals of what ``F`` stashes for ``B`` (one abstract trace, shared by
@@ -222,9 +226,19 @@ class Vjp:
        self.res.recipe) = hit
       return self.res.avals
     pv = self._param_avals()
-    closed, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
+    both, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
+    num_ys = self._probe_ys
+    closed = compat.with_outvars(both, compat.jaxpr_io(both)[1][num_ys:])
     recipe = residual_trim.find(closed, len(pv), self.trim)
     kept = recipe.keep(closed.out_avals)
+    # The probe is the forward on these avals: kernels traced on them
+    # (hoisted bytes, flops, profile) evaluate it (``_FORWARDS``).
+    fkey = self._forward_key(pv + list(blk.data_avals))
+    if fkey is not None and fkey not in _FORWARDS:
+      _FORWARDS[fkey] = (both, num_ys, self.res.treedef)
+      FORWARD_STATS["probed"] += 1
+      while len(_FORWARDS) > FORWARDS_SIZE:
+        _FORWARDS.popitem(last=False)
     self.res.recipe = recipe
     self.res.avals = tuple(sds(a.shape, a.dtype) for a in kept)
     if key is not None:

@@ -602,6 +602,17 @@ def with_invars(closed: Any, invars: Sequence[Any],
   return ClosedJaxpr(new, list(closed.consts))
 
 
+def with_outvars(closed: Any, outvars: Sequence[Any]) -> Any:
+  """``closed`` returning ``outvars`` (variables of it) instead of its
+  outputs; equations, invars and constants unchanged."""
+  jaxpr = closed.jaxpr
+  info = jex_core.DebugInfo("tessel_jax outputs", "tessel_jax",
+                            tuple(f"in{i}" for i in range(len(jaxpr.invars))),
+                            tuple(f"out{i}" for i in range(len(outvars))))
+  return ClosedJaxpr(jaxpr.replace(outvars=list(outvars), debug_info=info),
+                     list(closed.consts))
+
+
 # --- source locations in the lowered program's metadata -------------------------
 
 #: Set to 1 to keep tessel_jax's own frames in the HLO's source locations.
