@@ -111,21 +111,13 @@ _PROBES: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
 PROBES_SIZE = 512
 
 
-def _probe_key(blk: Any, diff_pos: Sequence[int], trim: bool
-               ) -> tuple | None:
-  """What decides a block's vjp residuals: its content
-  (:func:`_content_key`) and the context mesh; None (not shared) where the
-  content key is None."""
-  content = _content_key(blk, diff_pos, trim)
-  return None if content is None else content + (compat.context_mesh(),)
-
-
 def _content_key(blk: Any, diff_pos: Sequence[int], trim: bool
                  ) -> tuple | None:
   """A block's vjp by content: its equations (printed, names by position),
   constants, input kinds and avals, parameter order, the differentiated
-  positions; None (not shared) for a block without a jaxpr slice or with
-  constants that are not concrete."""
+  positions (with the context mesh: the key of :data:`_PROBES`); None (not
+  shared) for a block without a jaxpr slice or with constants that are not
+  concrete."""
   fb = blk.fb
   if not all(hasattr(fb, a) for a in ("eqns", "invars", "const_vars",
                                       "const_vals", "outvars")):
@@ -218,7 +210,8 @@ class Vjp:
     blk = self.blk
     if not self.keep:
       return blk.data_avals
-    key = _probe_key(blk, self.diff_pos, self.trim)
+    content = self._content_of()
+    key = None if content is None else content + (compat.context_mesh(),)
     hit = _PROBES.get(key) if key is not None else None
     if hit is not None:
       _PROBES.move_to_end(key)
@@ -289,15 +282,20 @@ class Vjp:
     """The :data:`_FORWARDS` key of the forward on ``args`` (None: not
     shared: a block without a content key, or an input whose type a
     ``ShapeDtypeStruct`` does not carry, ``compat.plain_aval``)."""
-    if not hasattr(self, "_content"):
-      self._content = _content_key(self.blk, self.diff_pos, self.trim)
-    if self._content is None:
+    content = self._content_of()
+    if content is None:
       return None
     avals = [compat.plain_aval(x) for x in args]
     if any(a is None for a in avals):
       return None
-    return (self._content, self.res.alias, compat.context_mesh(),
+    return (content, self.res.alias, compat.context_mesh(),
             tuple((a.shape, str(a.dtype), a.weak_type) for a in avals))
+
+  def _content_of(self) -> tuple | None:
+    """:func:`_content_key` of this vjp's block (printed once)."""
+    if not hasattr(self, "_content"):
+      self._content = _content_key(self.blk, self.diff_pos, self.trim)
+    return self._content
 
   def _trace_forward(self, args: Sequence[Any], num_p: int
                      ) -> tuple[Any, int, Any]:
