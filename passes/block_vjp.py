@@ -111,12 +111,13 @@ _PROBES: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
 PROBES_SIZE = 512
 
 
-def _probe_key(blk: Any, diff_pos: Sequence[int], trim: bool
-               ) -> tuple | None:
-  """What decides a block's vjp residuals: its equations (printed, names
-  by position), constants, input kinds and avals, parameter order, the
-  differentiated positions and the context mesh; None (not shared) for a
-  block without a jaxpr slice or with constants that are not concrete."""
+def _content_key(blk: Any, diff_pos: Sequence[int], trim: bool
+                 ) -> tuple | None:
+  """A block's vjp by content: its equations (printed, names by position),
+  constants, input kinds and avals, parameter order, the differentiated
+  positions (with the context mesh: the key of :data:`_PROBES`); None (not
+  shared) for a block without a jaxpr slice or with constants that are not
+  concrete."""
   fb = blk.fb
   if not all(hasattr(fb, a) for a in ("eqns", "invars", "const_vars",
                                       "const_vals", "outvars")):
@@ -137,7 +138,22 @@ def _probe_key(blk: Any, diff_pos: Sequence[int], trim: bool
           tuple((r.kind, r.leaf if r.kind == "param" else None)
                 for r in blk.ins),
           tuple((tuple(a.shape), str(a.dtype)) for a in blk.local_in),
-          tuple(blk.params), tuple(diff_pos), compat.context_mesh(), trim)
+          tuple(blk.params), tuple(diff_pos), trim)
+
+
+#: Forward kernels' programs (a block's outputs and the vjp residuals it
+#: keeps, as one closed jaxpr) by block content, vjp residual structure,
+#: trace context and input avals: every kernel set containing the block
+#: (README GPT cold choice: 84 forward traces of 27 distinct blocks) and
+#: every trace of one kernel (hoisted bytes, flops, profile, tick form)
+#: evaluates one linearisation instead of linearising the block again.
+#: Least recently used dropped first.
+_FORWARDS: "collections.OrderedDict[tuple, tuple]" = collections.OrderedDict()
+FORWARDS_SIZE = 512
+#: Forward linearisations traced into ``_FORWARDS`` (misses), put there by
+#: the residual probe (:meth:`Vjp.residual_avals`: the same program) and
+#: served from it (hits), for tests and benchmarks.
+FORWARD_STATS: collections.Counter = collections.Counter()
 
 
 class Vjp:
@@ -171,7 +187,9 @@ class Vjp:
     return jax.vjp(f, *[vals[p] for p in self.diff_pos]), vals
 
   def _probe(self, pvals: Sequence[Any], dvals: Sequence[Any]) -> list[Any]:
-    (_, vjp), vals = self.vjp_of(pvals, dvals)
+    """The block's outputs, then the vjp residuals (closure leaves that are
+    not its parameters); notes the closure's structure and aliases."""
+    (ys, vjp), vals = self.vjp_of(pvals, dvals)
     leaves, treedef = jax.tree_util.tree_flatten(vjp)
     alias = []
     for leaf in leaves:
@@ -183,7 +201,8 @@ class Vjp:
       alias.append(hit)
     self.res.treedef = treedef
     self.res.alias = tuple(alias)
-    return [leaf for leaf, a in zip(leaves, alias) if a is None]
+    self._probe_ys = len(ys)
+    return list(ys) + [leaf for leaf, a in zip(leaves, alias) if a is None]
 
   def residual_avals(self) -> tuple[Any, ...]:
     """Avals of what ``F`` stashes for ``B`` (one abstract trace, shared by
@@ -191,7 +210,8 @@ class Vjp:
     blk = self.blk
     if not self.keep:
       return blk.data_avals
-    key = _probe_key(blk, self.diff_pos, self.trim)
+    content = self._content_of()
+    key = None if content is None else content + (compat.context_mesh(),)
     hit = _PROBES.get(key) if key is not None else None
     if hit is not None:
       _PROBES.move_to_end(key)
@@ -199,9 +219,19 @@ class Vjp:
        self.res.recipe) = hit
       return self.res.avals
     pv = self._param_avals()
-    closed, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
+    both, _ = compat.make_jaxpr(self._probe, pv, list(blk.data_avals))
+    num_ys = self._probe_ys
+    closed = compat.with_outvars(both, compat.jaxpr_io(both)[1][num_ys:])
     recipe = residual_trim.find(closed, len(pv), self.trim)
     kept = recipe.keep(closed.out_avals)
+    # The probe is the forward on these avals: kernels traced on them
+    # (hoisted bytes, flops, profile) evaluate it (``_FORWARDS``).
+    fkey = self._forward_key(pv + list(blk.data_avals))
+    if fkey is not None and fkey not in _FORWARDS:
+      _FORWARDS[fkey] = (both, num_ys, self.res.treedef)
+      FORWARD_STATS["probed"] += 1
+      while len(_FORWARDS) > FORWARDS_SIZE:
+        _FORWARDS.popitem(last=False)
     self.res.recipe = recipe
     self.res.avals = tuple(sds(a.shape, a.dtype) for a in kept)
     if key is not None:
@@ -217,13 +247,70 @@ class Vjp:
     if not self.keep:
       return list(self.blk.fb(*self.blk.assemble(pvals, dvals))) + list(
           dvals), []
+    args = list(pvals) + list(dvals)
+    key = self._forward_key(args)
+    if key is None:
+      ys, res = self._linearised(pvals, dvals)
+      return ys + self.res.recipe.keep(res), []
+    hit = _FORWARDS.get(key)
+    if hit is None:
+      hit = _FORWARDS[key] = self._trace_forward(args, len(pvals))
+      FORWARD_STATS["traced"] += 1
+      while len(_FORWARDS) > FORWARDS_SIZE:
+        _FORWARDS.popitem(last=False)
+    else:
+      _FORWARDS.move_to_end(key)
+      FORWARD_STATS["shared"] += 1
+    closed, num_ys, treedef = hit
+    self.res.treedefs[compat.context_mesh()] = treedef
+    outs = compat.eval_closed(closed, args)
+    return outs[:num_ys] + self.res.recipe.keep(outs[num_ys:]), []
+
+  def _linearised(self, pvals: Sequence[Any], dvals: Sequence[Any]
+                  ) -> tuple[list[Any], list[Any]]:
+    """``(outputs, vjp residuals)``: the block linearised on these values
+    (the closure's structure noted for the current context mesh)."""
     (ys, vjp), _ = self.vjp_of(pvals, dvals)
     leaves, treedef = jax.tree_util.tree_flatten(vjp)
     if len(leaves) != len(self.res.alias):
       raise AssertionError("vjp residual structure changed between traces")
     self.res.treedefs[compat.context_mesh()] = treedef
-    return list(ys) + self.res.recipe.keep(
-        [leaf for leaf, a in zip(leaves, self.res.alias) if a is None]), []
+    return list(ys), [leaf for leaf, a in zip(leaves, self.res.alias)
+                      if a is None]
+
+  def _forward_key(self, args: Sequence[Any]) -> tuple | None:
+    """The :data:`_FORWARDS` key of the forward on ``args`` (None: not
+    shared: a block without a content key, or an input whose type a
+    ``ShapeDtypeStruct`` does not carry, ``compat.plain_aval``)."""
+    content = self._content_of()
+    if content is None:
+      return None
+    avals = [compat.plain_aval(x) for x in args]
+    if any(a is None for a in avals):
+      return None
+    return (content, self.res.alias, compat.context_mesh(),
+            tuple((a.shape, str(a.dtype), a.weak_type) for a in avals))
+
+  def _content_of(self) -> tuple | None:
+    """:func:`_content_key` of this vjp's block (printed once)."""
+    if not hasattr(self, "_content"):
+      self._content = _content_key(self.blk, self.diff_pos, self.trim)
+    return self._content
+
+  def _trace_forward(self, args: Sequence[Any], num_p: int
+                     ) -> tuple[Any, int, Any]:
+    """``(closed jaxpr, outputs, vjp closure structure)``: the forward on
+    ``args``' avals as one program, ``args -> outputs + residuals``."""
+    box: dict[str, Any] = {}
+
+    def f(pv, dv):
+      ys, res = self._linearised(pv, dv)
+      box["num_ys"] = len(ys)
+      box["treedef"] = self.res.treedefs[compat.context_mesh()]
+      return ys + res
+    avals = [compat.plain_aval(x) for x in args]
+    closed, _ = compat.make_jaxpr(f, avals[:num_p], avals[num_p:])
+    return closed, box["num_ys"], box["treedef"]
 
   def backward(self, ctx: Any, pvals: Sequence[Any], rvals: Sequence[Any],
                ybar: Sequence[Any], *, acts: bool = True, grads: bool = True

@@ -150,6 +150,28 @@ def context_mesh() -> Any:
   return jax.sharding.get_abstract_mesh()
 
 
+def plain_aval(x: Any) -> jax.ShapeDtypeStruct | None:
+  """``x``'s abstract value as a ``ShapeDtypeStruct`` (weak type kept): a
+  function traced on it binds what it binds traced on ``x``. None when
+  ``x``'s type says more than shape, dtype and weak type (a sharding naming
+  mesh axes, varying over manual axes inside ``shard_map``: its printed
+  type differs from the plain one's), which a ``ShapeDtypeStruct`` does
+  not carry."""
+  try:
+    a = jax.typeof(x)
+    sds = jax.ShapeDtypeStruct(tuple(a.shape), a.dtype,
+                               weak_type=bool(getattr(a, "weak_type", False)))
+    plain = jax.typeof(sds)
+  except (TypeError, AttributeError):
+    return None
+  if str(a) != str(plain):
+    return None
+  spec = getattr(getattr(a, "sharding", None), "spec", None)
+  if spec is not None and any(e is not None for e in spec):
+    return None
+  return sds
+
+
 def retarget_constraints(eqns: Sequence[Any]) -> list[Any]:
   """``eqns`` with their sharding constraints moved to the current mesh.
 
@@ -578,6 +600,17 @@ def with_invars(closed: Any, invars: Sequence[Any],
                       eqns=[e for e in jaxpr.eqns if id(e) not in dropped],
                       debug_info=info)
   return ClosedJaxpr(new, list(closed.consts))
+
+
+def with_outvars(closed: Any, outvars: Sequence[Any]) -> Any:
+  """``closed`` returning ``outvars`` (variables of it) instead of its
+  outputs; equations, invars and constants unchanged."""
+  jaxpr = closed.jaxpr
+  info = jex_core.DebugInfo("tessel_jax outputs", "tessel_jax",
+                            tuple(f"in{i}" for i in range(len(jaxpr.invars))),
+                            tuple(f"out{i}" for i in range(len(outvars))))
+  return ClosedJaxpr(jaxpr.replace(outvars=list(outvars), debug_info=info),
+                     list(closed.consts))
 
 
 # --- source locations in the lowered program's metadata -------------------------
