@@ -450,9 +450,32 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
                      f" entries for {len(eqns)} equations")
   estimate = np.where(skip, 0.0, estimate)
   bounds = group_bounds(eqns, estimate, num_groups)
-  const_vars = set(jaxpr.constvars)
-  consts = dict(zip(jaxpr.constvars, closed_jaxpr.consts))
-  # Variables read at or after each group's end.
+  groups = _groups_of(jaxpr, bounds, skip)
+  kind = f"{_platform(device)}:{getattr(device, 'device_kind', '')}"
+  form = ((f"|ticks{int(num_params > 0)}" if ticks else "") +
+          ("|conv_forms" if conv_forms else ""))
+  keys = [(group.key + form, kind, train) for group in groups]
+  _from_disk(cache, keys)
+  # What the kernels read as hoisted values or parameters (none: nothing
+  # is hoisted, the group computes all its parameter-only work).
+  given = set(jaxpr.invars[:num_params]) | {
+      v for i, e in enumerate(eqns) if skip[i] for v in e.outvars}
+  timed = _time_groups(
+      groups, keys, closed_jaxpr, device=device, train=train,
+      rng=np.random.default_rng(seed), given=given if ticks else None,
+      conv_forms=conv_forms, repeats=repeats, min_seconds=min_seconds,
+      cache=cache)
+  seconds, group_seconds = _spread(bounds, keys, estimate, skip)
+  return MeasuredCosts(seconds=seconds, groups=tuple(bounds),
+                       group_seconds=tuple(group_seconds), timed=timed,
+                       wall_seconds=time.perf_counter() - t_start)
+
+
+def _groups_of(jaxpr: Any, bounds: Sequence[tuple[int, int]],
+               skip: np.ndarray) -> list[_Group]:
+  """One timed group per ``[a, b)`` of ``bounds``: its equations but the
+  skipped (per-step) ones, returning what is read at or after ``b``."""
+  eqns = jaxpr.eqns
   last_use: dict[Any, int] = {}
   for i, eqn in enumerate(eqns):
     for v in eqn.invars:
@@ -461,24 +484,26 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
   for v in jaxpr.outvars:
     if not compat.is_literal(v):
       last_use[v] = len(eqns)
-  rng = np.random.default_rng(seed)
-  overhead = _overhead(device)
-  kind = f"{_platform(device)}:{getattr(device, 'device_kind', '')}"
-  form = ((f"|ticks{int(num_params > 0)}" if ticks else "") +
-          ("|conv_forms" if conv_forms else ""))
-  # What the kernels read as hoisted values or parameters (none: nothing
-  # is hoisted, the group computes all its parameter-only work).
-  given = set(jaxpr.invars[:num_params]) | {
-      v for i, e in enumerate(eqns) if skip[i] for v in e.outvars}
-  keys = []
+  const_vars = set(jaxpr.constvars)
   groups = []
   for a, b in bounds:
     used_after = {v for v, last in last_use.items() if last >= b}
-    group = _make_group([e for i, e in enumerate(eqns[a:b], a) if not skip[i]],
-                        used_after, const_vars)
-    groups.append(group)
-    keys.append((group.key + form, kind, train))
-  _from_disk(cache, keys)
+    groups.append(_make_group(
+        [e for i, e in enumerate(eqns[a:b], a) if not skip[i]],
+        used_after, const_vars))
+  return groups
+
+
+def _time_groups(groups: Sequence[_Group],
+                 keys: Sequence[tuple[str, str, bool]], closed_jaxpr: Any,
+                 *, device: Any, train: bool, rng: np.random.Generator,
+                 given: set[Any] | None, conv_forms: bool, repeats: int,
+                 min_seconds: float, cache: Any) -> int:
+  """Times the groups whose keys :data:`_GROUP_CACHE` lacks, into it (and
+  into ``cache``); ``given``: the values the tick form takes as computed
+  beforehand (None: compiled at the top level). Returns how many were
+  timed."""
+  consts = dict(zip(closed_jaxpr.jaxpr.constvars, closed_jaxpr.consts))
   pending: dict[tuple[str, str, bool], tuple[Any, list[Any]]] = {}
   for group, key in zip(groups, keys):
     if key in _GROUP_CACHE or key in pending:
@@ -490,19 +515,27 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
             jax.device_put(_example(v.aval, rng), device)
             for v in group.invars]
     fn = _group_fn(group, train, conv_forms)
-    if ticks:
+    if given is not None:
       fn, args = autocut_ticks.tick_form(
           fn, args, [v in given for v in group.invars])
     pending[key] = (jax.jit(fn).lower(*args), args)
-  calls = [(fn, args) for fn, args in zip(
-      _compile_all([low for low, _ in pending.values()]),
-      [args for _, args in pending.values()])]
-  times = _time_calls(calls, repeats, min_seconds)
-  for key, t in zip(pending, times):
+  calls = list(zip(_compile_all([low for low, _ in pending.values()]),
+                   [args for _, args in pending.values()]))
+  overhead = _overhead(device)
+  for key, t in zip(pending, _time_calls(calls, repeats, min_seconds)):
     _GROUP_CACHE[key] = max(0.0, t - overhead)
     if cache is not None:
       cache.put("group", group_disk_key(key), {"seconds": _GROUP_CACHE[key]})
-  seconds = np.zeros(len(eqns))
+  return len(pending)
+
+
+def _spread(bounds: Sequence[tuple[int, int]],
+            keys: Sequence[tuple[str, str, bool]], estimate: np.ndarray,
+            skip: np.ndarray) -> tuple[np.ndarray, list[float]]:
+  """Per-equation seconds: each group's time spread over its equations by
+  ``estimate`` (evenly over the unskipped ones where it estimates 0), and
+  the groups' times."""
+  seconds = np.zeros(len(estimate))
   group_seconds = []
   for (a, b), key in zip(bounds, keys):
     t = _GROUP_CACHE[key]
@@ -511,10 +544,7 @@ def measured_costs(closed_jaxpr: Any, *, train: bool = False,
     if est.sum() <= 0:
       est = np.where(skip[a:b], 0.0, 1.0)
     seconds[a:b] = t * est / est.sum() if est.sum() > 0 else 0.0
-  timed = len(pending)
-  return MeasuredCosts(seconds=seconds, groups=tuple(bounds),
-                       group_seconds=tuple(group_seconds), timed=timed,
-                       wall_seconds=time.perf_counter() - t_start)
+  return seconds, group_seconds
 
 
 def platform_of(device: Any | None) -> str:
