@@ -119,8 +119,10 @@ class Switches:
       adds each block makes per micro-batch into its accumulators
       (``passes.autocut_accum``: the gradient's bytes, only the live box of
       a sliced parameter, at a measured in-place add rate, or at the
-      roofline's bandwidth for analytic costs); off by default: no quiet
-      paired evidence yet (BENCHMARKS.md, helper "resnet11", session 38).
+      roofline's bandwidth for analytic costs); off by default: quietly it
+      moves no measured cut of the zoo, speeds ResNet18's analytic cut
+      (0.88-0.92x wall) and slows hf_gpt2's and nnx_transformer's
+      (1.04-1.06x) (BENCHMARKS.md "Quiet re-measure, session 38").
   """
 
   hoist: bool = True
