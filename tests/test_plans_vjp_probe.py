@@ -77,6 +77,9 @@ def test_equal_blocks_of_two_plans_share_one_forward_linearisation(
     return real(self, pvals, dvals)
   monkeypatch.setattr(block_vjp.Vjp, "vjp_of", counted)
   monkeypatch.setattr(block_vjp, "_FORWARDS", type(block_vjp._FORWARDS)())  # pylint: disable=protected-access
+  # Fresh probes too: a probe served from an earlier test's build would
+  # not seed ``_FORWARDS`` (whatever ran before in this process).
+  monkeypatch.setattr(block_vjp, "_PROBES", type(block_vjp._PROBES)())  # pylint: disable=protected-access
   fn, params, batch = _tiny()
   mesh = jax.make_mesh((2,), ("pipe",))
   avals = [jax.ShapeDtypeStruct(x.shape, x.dtype)
