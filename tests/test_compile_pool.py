@@ -13,7 +13,7 @@ import numpy as np
 
 import tessel_jax as tj
 from tessel_jax.cost import cache as cost_cache
-from tessel_jax.cost import compile_pool, estimate, kernel_rounds, measure
+from tessel_jax.cost import compile_pool, estimate, measure
 
 import test_lowering_models as M
 
@@ -30,10 +30,7 @@ def _built():
 
 def _count_batches(monkeypatch) -> list[int]:
   """Sizes of the batches ``compile_pool.compile_all`` compiles with two
-  compile threads (timing stubbed: 1 ms a call), each kernel timed alone
-  (``kernel_rounds.ENV`` off; timed interleaved, every kernel is compiled
-  first in one batch: ``test_kernel_rounds``)."""
-  monkeypatch.setenv(kernel_rounds.ENV, "0")
+  compile threads (timing stubbed: 1 ms a call)."""
   sizes: list[int] = []
   real = compile_pool.compile_all
   monkeypatch.setattr(compile_pool, "WORKERS", 2)   # the pool at work

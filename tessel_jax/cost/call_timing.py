@@ -90,36 +90,24 @@ def time_calls(fn: Callable[[], Any], repeats: int, warmup: int,
   (two towers' identical blocks measured 7.6 and 16.4 ms). On a quiet core
   both clocks agree.
   """
-  inner = calls_per_sample(fn, warmup)
-  samples = [one_sample(fn, inner, cpu_clock) for _ in range(max(1, repeats))]
-  return statistics.median(samples), inner
-
-
-def calls_per_sample(fn: Callable[[], Any], warmup: int) -> int:
-  """Runs ``fn`` ``warmup`` times (at least once) and once more timed;
-  returns how many calls make one sample of at least
-  :data:`MIN_SAMPLE_S` (at most :data:`MAX_INNER`)."""
   for _ in range(max(1, warmup)):
     jax.block_until_ready(fn())
   t0 = time.perf_counter()
   jax.block_until_ready(fn())
   first = time.perf_counter() - t0
-  return int(min(MAX_INNER, max(1, MIN_SAMPLE_S // max(first, 1e-7))))
-
-
-def one_sample(fn: Callable[[], Any], inner: int, cpu_clock: bool) -> float:
-  """Seconds per call of ``fn`` over ``inner`` calls in a row (with
-  ``cpu_clock``: the smaller of wall and process CPU time, see
-  :func:`time_calls`)."""
-  c0, t0 = time.process_time(), time.perf_counter()
-  out = None
-  for _ in range(inner):
-    out = fn()
-  jax.block_until_ready(out)
-  wall = time.perf_counter() - t0
-  if cpu_clock:
-    wall = min(wall, time.process_time() - c0)
-  return wall / inner
+  inner = int(min(MAX_INNER, max(1, MIN_SAMPLE_S // max(first, 1e-7))))
+  samples = []
+  for _ in range(max(1, repeats)):
+    c0, t0 = time.process_time(), time.perf_counter()
+    out = None
+    for _ in range(inner):
+      out = fn()
+    jax.block_until_ready(out)
+    wall = time.perf_counter() - t0
+    if cpu_clock:
+      wall = min(wall, time.process_time() - c0)
+    samples.append(wall / inner)
+  return statistics.median(samples), inner
 
 
 _OVERHEAD: dict[Any, "CallOverhead"] = {}

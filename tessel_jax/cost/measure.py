@@ -57,7 +57,6 @@ import numpy as np
 from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost import compile_pool as _compile_pool
-from tessel_jax.cost import kernel_rounds as _kernel_rounds
 from tessel_jax.cost import tick_kernel as _tick_kernel
 from tessel_jax.cost.cache import ProfileCache, make_key
 from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
@@ -207,7 +206,7 @@ def _structure(kernel: Any) -> list[Any]:
 
 def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
                block: Any = None, stage: Any = None,
-               hoist: bool = False, interleaved: bool = False) -> str:
+               hoist: bool = False) -> str:
   """Cache key: (jaxpr text, shapes, backend, device kind, JAX, XLA flags).
 
   With ``block`` (the kernel's ``passes.partition.ForwardBlock``) the text
@@ -218,8 +217,6 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   a key. With ``stage`` (a ``cost.stage.Stage``) the stage's axes and the
   specs of the kernel's parameters join the key. ``hoist``: the kernel is
   timed with its parameter-only values given (:func:`lower_kernel`).
-  ``interleaved``: timed with the others of its profile
-  (:func:`time_kernels`).
   """
   p, d = kernel_avals(kernel, param_avals)
   if block is not None:
@@ -235,8 +232,6 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   extra = {"stage": stage.key(kernel.params)} if stage is not None else {}
   if hoist:
     extra["hoist"] = True
-  if interleaved:
-    extra["timing"] = "interleaved"
   return make_key({
       **extra,
       "what": "kernel",
@@ -371,20 +366,7 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
     prepared = _compile_pool.compile_all(
         [lower_kernel(kernel, param_avals, device, seed=seed, stage=stage,
                       hoist=hoist)])[0]
-  host = cpu_cores() if device.platform == "cpu" else None
-  timings = [_timed(prepared.compiled, prepared.pv, prepared.dv, device,
-                    repeats, warmup, 1 if host is not None else None, stage)
-             for _ in range(max(1, rounds))]
-  return _record(kernel, prepared, device, stage, min(timings),
-                 [t[0] for t in timings])
-
-
-def _record(kernel: Any, prepared: _compile_pool.Prepared, device: Any,
-            stage: Any, timing: tuple[float, float],
-            round_seconds: Sequence[float]) -> dict[str, Any]:
-  """:func:`time_kernel`'s record of ``kernel`` (compiled as ``prepared``)
-  timed at ``timing`` (compute, raw seconds per call)."""
-  compiled = prepared.compiled
+  compiled, pv, dv = prepared.compiled, prepared.pv, prepared.dv
   flops, compile_s = prepared.flops, prepared.compile_seconds
   temp = 0
   try:
@@ -395,42 +377,18 @@ def _record(kernel: Any, prepared: _compile_pool.Prepared, device: Any,
     temp = 0
   host = cpu_cores() if device.platform == "cpu" else None
   shard_stash = _stash_shard_bytes(kernel, compiled) if stage else None
-  seconds, raw = timing
+  timings = [_timed(compiled, pv, dv, device, repeats, warmup,
+                    1 if host is not None else None, stage)
+             for _ in range(max(1, rounds))]
+  seconds, raw = min(timings)
   out = {"seconds": seconds, "core_seconds": seconds,
          "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
          "compile_seconds": compile_s,
-         "round_seconds": list(round_seconds)}
+         "round_seconds": [t[0] for t in timings]}
   if flops is not None:
     out["flops"] = flops  # calibrates cost.estimate.KernelEstimator
   if shard_stash is not None:
     out["stash_shard_bytes"] = shard_stash
-  return out
-
-
-def time_kernels(kernels: Sequence[Any],
-                 prepared: Sequence[_compile_pool.Prepared], device: Any, *,
-                 repeats: int = 5, warmup: int = 2, rounds: int = ROUNDS,
-                 seed: int = 0) -> list[dict[str, Any]]:
-  """:func:`time_kernel`'s records of ``kernels`` on ``device`` alone, each
-  compiled already (``prepared``), timed interleaved with each other in
-  rounds (``cost.kernel_rounds``: the median of the round minima, as many
-  samples as ``rounds`` times ``repeats``)."""
-  cores = 1 if device.platform == "cpu" else None
-  fns = [(lambda p: lambda: p.compiled(p.pv, p.dv))(p) for p in prepared]
-  arrays = [(len(jax.tree.leaves((p.pv, p.dv))),
-             len(jax.tree.leaves(f()))) for p, f in zip(prepared, fns)]
-  with restricted_cores(cores):
-    timed = _kernel_rounds.time_interleaved(
-        fns, samples=max(1, rounds) * repeats, warmup=warmup,
-        cpu_clock=cores == 1, seed=seed)
-    over = call_overhead(device, cores=cores)
-  out = []
-  for k, p, (ins, outs), rounds in zip(kernels, prepared, arrays, timed):
-    o = over.seconds(ins, outs)
-    raw = _kernel_rounds.summary(rounds)
-    net = [max(r - o, 0.05 * r)
-           for r in [raw] + _kernel_rounds.round_minima(rounds)]
-    out.append(_record(k, p, device, None, (net[0], raw), net[1:]))
   return out
 
 
@@ -554,16 +512,11 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
   by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
   measured = estimated = 0
   out: dict[int, KernelProfile] = {}
-  together = (estimator is None and stage is None and
-              _kernel_rounds.enabled())
   keys = {bid: kernel_key(k, param_avals, device,
                           part.blocks[k.fwd] if part is not None else None,
-                          stage, hoist=bid in hoisted and stage is None,
-                          interleaved=together)
+                          stage, hoist=bid in hoisted and stage is None)
           for bid, k in sorted(ks.kernels.items())}
   on_disk = _disk_records(keys, by_key, cache)
-  fresh = (_time_together(keys, ks, by_key, on_disk, param_avals, device,
-                          repeats, warmup, hoisted) if together else {})
   ahead = _Ahead(keys, ks, by_key, on_disk, param_avals, device, estimator,
                  stage, hoisted)
   for bid, key in keys.items():
@@ -578,9 +531,9 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
         out[bid] = _kernel_profile(bid, k, rec, key, False)
         continue
     if rec is None:
-      rec = fresh.get(key) or time_kernel(
-          k, param_avals, device, repeats=repeats, warmup=warmup,
-          stage=stage, prepared=ahead.take(key), hoist=bid in hoisted)
+      rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
+                        stage=stage, prepared=ahead.take(key),
+                        hoist=bid in hoisted)
       rec.update(label=k.label, backend=device.platform,
                  device_kind=device.device_kind)
       measured += 1
@@ -596,28 +549,6 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
                  from_cache=len(on_disk), estimated=estimated)
-
-
-def _time_together(keys: Mapping[int, str], ks: Any,
-                   by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
-                   param_avals: Sequence[Any], device: Any, repeats: int,
-                   warmup: int, hoisted: frozenset[int]
-                   ) -> dict[str, dict[str, Any]]:
-  """Records of the distinct ``keys`` neither in ``by_key`` nor on disk:
-  compiled, then timed interleaved (:func:`time_kernels`)."""
-  todo: dict[str, int] = {}
-  for bid, key in keys.items():
-    if key not in by_key and key not in on_disk:
-      todo.setdefault(key, bid)
-  if not todo:
-    return {}
-  bids = list(todo.values())
-  prepared = _compile_pool.compile_all(
-      [lower_kernel(ks.kernels[b], param_avals, device, hoist=b in hoisted)
-       for b in bids])
-  recs = time_kernels([ks.kernels[b] for b in bids], prepared, device,
-                      repeats=repeats, warmup=warmup)
-  return dict(zip(todo, recs))
 
 
 def _disk_records(keys: Mapping[int, str], by_key: Mapping[str, Any],
