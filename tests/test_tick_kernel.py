@@ -102,33 +102,8 @@ def test_lower_kernel_compiles_the_kernel_inside_a_branch():
   dev = jax.devices()[0]
   for k in built.kernels.kernels.values():
     job = measure.lower_kernel(k, avals, dev)
-    # its gradients' accumulators, then the branch flag last
-    assert len(job.dv) == len(k.in_avals) + len(k.grads) + 1
+    assert len(job.dv) == len(k.in_avals) + 1       # the branch flag last
     assert " conditional(" in job.lowered.compile().as_text(), k.label
-
-
-def test_profiled_backward_adds_its_gradients_into_accumulators():
-  """As the ticks run it (``passes.predicated``), a backward kernel's
-  parameter gradients are added into accumulators given after its inputs;
-  its other outputs are the kernel's own."""
-  fn, params, batch = gram_model()
-  built = _step(fn, False, "uniform").build(params, batch)
-  avals = built.partition.traced.param_avals
-  dev = jax.devices()[0]
-  backward = [k for k in built.kernels.kernels.values() if k.grads]
-  assert backward
-  for k in backward:
-    job = measure.lower_kernel(k, avals, dev)
-    n = len(k.grads)
-    accs = job.dv[-1 - n:-1]
-    got = jax.tree.leaves(job.lowered.compile()(job.pv, job.dv))
-    outs, grads = measure.kernel_callable(k)(job.pv,
-                                             job.dv[:len(k.in_avals)])
-    for g, o in zip(got[:len(outs)], outs):
-      np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-6)
-    for g, want, acc in zip(got[len(outs):], grads, accs):
-      np.testing.assert_allclose(g, np.asarray(want) + np.asarray(acc),
-                                 rtol=1e-5, atol=1e-5)
 
 
 def dropout_model():

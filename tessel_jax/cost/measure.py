@@ -73,9 +73,8 @@ except ImportError:  # run from the repository root
 #: (``call_timing.call_overhead``). 3: timed as the ticks run it, inside a
 #: ``lax.cond`` branch and, where the lowering hoists, without its
 #: parameter-only work (``cost.tick_kernel``). 4: nor, there, the work on
-#: its captured constants alone (``param_only.find(constants=True)``). 5:
-#: its gradients added into accumulators, as the ticks add them.
-PROFILE_VERSION = 5
+#: its captured constants alone (``param_only.find(constants=True)``).
+PROFILE_VERSION = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,11 +323,8 @@ def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   t0 = time.perf_counter()
   if stage is None:  # as the ticks run it (cost.tick_kernel)
     f = _tick_kernel.traced(kernel, p, d, hoist)
-    grads = len(kernel.grads)
-    fn = _tick_kernel.tick_callable(f, len(d), grads)
-    extra = _tick_kernel.example_inputs(f, p, device, rng)
-    dv = (list(dv) + extra[:-1] +
-          _tick_kernel.accumulators(f, grads, device, rng) + extra[-1:])
+    fn = _tick_kernel.tick_callable(f, len(d))
+    dv = list(dv) + _tick_kernel.example_inputs(f, p, device, rng)
   else:
     fn = _on_stage(kernel, stage)
   lowered = jax.jit(fn).lower(pv, dv)

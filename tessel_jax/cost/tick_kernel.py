@@ -72,45 +72,23 @@ def traced(kernel: Any, p: Sequence[Any], d: Sequence[Any],
                              rewrites={}, signature=())
 
 
-def tick_callable(f: Any, num_inputs: int,
-                  grads: int = 0) -> Callable[[Any, Any], Any]:
-  """``g(pvals, dvals + hvals + accs + [flag])``: the kernel's flat outputs
-  and gradients, its hoisted values (of ``f``, :func:`traced`) given after
-  its ``num_inputs`` inputs, run in the taken branch of a ``lax.cond`` on
+def tick_callable(f: Any, num_inputs: int) -> Callable[[Any, Any], Any]:
+  """``g(pvals, dvals + hvals + [flag])``: the kernel's flat outputs and
+  gradients, its hoisted values (of ``f``, :func:`traced`) given after its
+  ``num_inputs`` inputs, run in the taken branch of a ``lax.cond`` on
   ``flag`` (an int32 scalar, 1 when timed; the other branch gives
-  zeros). Its last ``grads`` outputs (the parameter gradients) are added
-  into as many accumulators ``accs``, as the ticks add them
-  (``passes.predicated``: there XLA fuses a gradient's final reduction
-  with its accumulation, one thunk where the kernel alone runs two)."""
+  zeros)."""
   _, outvars = compat.jaxpr_io(f.closed)
   avals = [(tuple(v.aval.shape), v.aval.dtype) for v in outvars]
 
   def run(pvals: Any, dvals: Any) -> Any:
     dvals = list(dvals)
-    end = len(dvals) - 1 - grads
-    flag, hvals, accs = dvals[-1], dvals[num_inputs:end], dvals[end:-1]
+    flag, hvals = dvals[-1], dvals[num_inputs:-1]
     args = list(pvals) + dvals[:num_inputs]
     zeros = lambda: [jnp.zeros(s, t) for s, t in avals]
-
-    def taken() -> list[Any]:
-      outs = list(_po.rest(f, args, hvals))
-      cut = len(outs) - grads
-      return outs[:cut] + [a + g for a, g in zip(accs, outs[cut:])]
-
-    return jax.lax.cond(flag > 0, taken, zeros)
+    return jax.lax.cond(flag > 0, lambda: _po.rest(f, args, hvals), zeros)
 
   return run
-
-
-def accumulators(f: Any, grads: int, device: Any,
-                 rng: np.random.Generator) -> list[Any]:
-  """Example accumulators of the last ``grads`` outputs of ``f`` on
-  ``device`` (:func:`tick_callable`)."""
-  if not grads:
-    return []
-  _, outvars = compat.jaxpr_io(f.closed)
-  return [jax.device_put(example_array(v.aval, rng), device)
-          for v in list(outvars)[-grads:]]
 
 
 def example_inputs(f: Any, p: Sequence[Any], device: Any,
