@@ -328,16 +328,15 @@ def with_replay_pricing(row: dict[str, Any], per_thunk_s: float | None,
                                                3))}
 
 
-def model_row(name: str, args: KernelsArgs, mesh: Any,
-              terms: dict[str, Callable[[float], float]] | None = None
-              ) -> dict[str, Any]:
-  """One model: kernels profiled and in the program, real and stand-in
-  steps (ms); ``terms[name]``: its replayed kernel term as a function of
-  the seconds per thunk (:func:`replayed_kernels`), where replayed."""
-  model = BUILDERS[name](args.rows * args.microbatches)
-  step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
-                     num_microbatches=args.microbatches,
-                     has_aux=model.has_aux, cut="auto", cost="measured")
+def _timed_steps(step: Any, model: Any, args: KernelsArgs
+                 ) -> tuple[Any, Any, dict[str, Any]]:
+  """``step`` built (its stand-in timer captured) and compiled; the real
+  program and its stand-in timed in paired rounds.
+
+  Returns:
+    The build, the compiled program's ``run`` and ``{"real", "standin",
+    "added"}`` medians in seconds (the last two None without a stand-in).
+  """
   timers: list[Callable[[Any], float]] = []
   if args.realtime:
     # From the build on, as model_zoo_spans: the profile and the per-port
@@ -348,7 +347,6 @@ def model_row(name: str, args: KernelsArgs, mesh: Any,
     realtime.realtime_threads()
   with captured_timer(timers):
     built = step.build(model.params, model.batch)
-  rep, plan, n = built.report, built.plan, args.microbatches
   compiled = built.jitted.lower(model.params, model.batch).compile()
   run = lambda: compiled(model.params, model.batch)
   if args.realtime:
@@ -356,14 +354,24 @@ def model_row(name: str, args: KernelsArgs, mesh: Any,
   jax.block_until_ready(run())
   runs = {"real": run}
   if timers:
-    runs["standin"] = standin_run(timers[-1], plan)
+    runs["standin"] = standin_run(timers[-1], built.plan)
   steps = paired_steps(runs, args.rounds)
-  real = statistics.median(steps["real"])
-  standin = (statistics.median(steps["standin"]) if timers else None)
-  added = (statistics.median(r - s for r, s in zip(steps["real"],
-                                                   steps["standin"]))
-           if timers else None)
-  device = mesh.devices.flat[0]
+  timed = {"real": statistics.median(steps["real"]), "standin": None,
+           "added": None}
+  if timers:
+    timed["standin"] = statistics.median(steps["standin"])
+    timed["added"] = statistics.median(
+        r - s for r, s in zip(steps["real"], steps["standin"]))
+  return built, (run, compiled), timed
+
+
+def _kernel_table(built: Any, run: Any, compiled: Any, args: KernelsArgs,
+                  device: Any) -> tuple[dict[str, dict[str, Any]],
+                                        dict[str, int], list[float]]:
+  """Per kernel label: devices, profiled / in-program / looped ms per
+  micro-batch and thunk counts; with the traced thunk counts by scope and
+  the thunk counts per thread."""
+  plan, n, rep = built.plan, args.microbatches, built.report
   alone = {k.label: k for k in built.kernels.kernels.values()}
   avals = built.partition.traced.param_avals
   own, count, threads = traced_split(run, instruction_kernels(
@@ -378,6 +386,45 @@ def model_row(name: str, args: KernelsArgs, mesh: Any,
             alone[k.label], avals, device), 4),
         "thunks_per_run": count.get(f"k{kid}", 0) / n,
         "thunks_alone": _looped.kernel_thunks(alone[k.label], avals, device)}
+  return kernels, count, threads
+
+
+def _replay_terms(step: Any, built: Any, kernels: dict[str, dict[str, Any]]
+                  ) -> tuple[Callable[[float], float] | None, float | None]:
+  """The replay's kernel term as a function of the seconds per thunk, and
+  its profiled term (both None where the build has no replay)."""
+  plan, replay_run = built.plan, step.replay_run
+  if replay_run is None or replay_run.costs.work is None:
+    return None, None
+  loop_s = {b: 1e-3 * kernels[plan.kernels[b].label]["looped_ms"]
+            for b in replay_run.costs.work}
+  thunks_b = {b: kernels[plan.kernels[b].label]["thunks_alone"]
+              for b in replay_run.costs.work}
+  term = lambda f: replayed_kernels(replay_run, built.unrolled, plan,
+                                    thunk_work(loop_s, thunks_b, f))
+  profiled = replayed_kernels(replay_run, built.unrolled, plan,
+                              replay_run.costs.work)
+  return term, profiled
+
+
+def _ms(seconds: float | None) -> float | None:
+  return None if seconds is None else round(1e3 * seconds, 3)
+
+
+def model_row(name: str, args: KernelsArgs, mesh: Any,
+              terms: dict[str, Callable[[float], float]] | None = None
+              ) -> dict[str, Any]:
+  """One model: kernels profiled and in the program, real and stand-in
+  steps (ms); ``terms[name]``: its replayed kernel term as a function of
+  the seconds per thunk (:func:`replayed_kernels`), where replayed."""
+  model = BUILDERS[name](args.rows * args.microbatches)
+  step = tj.schedule(model.fn, mesh=mesh, placement=tj.placements.vshape(2),
+                     num_microbatches=args.microbatches,
+                     has_aux=model.has_aux, cut="auto", cost="measured")
+  built, (run, compiled), timed = _timed_steps(step, model, args)
+  rep, plan, n = built.report, built.plan, args.microbatches
+  kernels, count, threads = _kernel_table(built, run, compiled, args,
+                                          mesh.devices.flat[0])
   prof = busier({l: v["profiled_ms"] for l, v in kernels.items()},
                 plan.kernels, n)
   inprog = busier({l: v["in_program_ms"] for l, v in kernels.items()},
@@ -388,18 +435,7 @@ def model_row(name: str, args: KernelsArgs, mesh: Any,
                        plan)
   looped_lock = lockstep(looped_ms, plan)
   kernel_thunks = sum(count.get(f"k{kid}", 0) for kid in plan.kernels)
-  replay_run = step.replay_run
-  if replay_run is not None and replay_run.costs.work is not None:
-    loop_s = {b: 1e-3 * kernels[plan.kernels[b].label]["looped_ms"]
-              for b in replay_run.costs.work}
-    thunks_b = {b: kernels[plan.kernels[b].label]["thunks_alone"]
-                for b in replay_run.costs.work}
-    term = lambda f: replayed_kernels(replay_run, built.unrolled, plan,
-                                      thunk_work(loop_s, thunks_b, f))
-    profiled_term = replayed_kernels(replay_run, built.unrolled, plan,
-                                     replay_run.costs.work)
-  else:
-    term = profiled_term = None
+  term, profiled_term = _replay_terms(step, built, kernels)
   if terms is not None and term is not None:
     terms[name] = term
   lock_thunks = lockstep_thunks(
@@ -412,12 +448,11 @@ def model_row(name: str, args: KernelsArgs, mesh: Any,
           rep.predicted_step_ms - rep.outside_ms - prof, 3),
       "tick_overhead_ms": round(rep.tick_overhead_ms, 4),
       "ticks": rep.ticks,
-      "real_ms": round(1e3 * real, 3),
-      "standin_ms": None if standin is None else round(1e3 * standin, 3),
+      "real_ms": _ms(timed["real"]),
+      "standin_ms": _ms(timed["standin"]),
       # What the kernels add to the program around them (its stand-in),
       # beside their profiled and in-program figures.
-      "real_minus_standin_ms": (None if added is None else
-                                round(1e3 * added, 3)),
+      "real_minus_standin_ms": _ms(timed["added"]),
       "kernels_profiled_ms": round(prof, 3),
       "kernels_looped_ms": round(looped, 3),
       # On the critical path of lockstep ticks (what "real - stand-in"
@@ -426,14 +461,12 @@ def model_row(name: str, args: KernelsArgs, mesh: Any,
       "kernels_looped_lockstep_ms": round(looped_lock, 3),
       "lockstep_thunks": lock_thunks,
       # The replay's kernel term (ms): profiled, and the loop alone.
-      "replayed_profiled_ms": (None if profiled_term is None
-                               else round(1e3 * profiled_term, 3)),
-      "replayed_looped_ms": (None if term is None
-                             else round(1e3 * term(0.0), 3)),
+      "replayed_profiled_ms": _ms(profiled_term),
+      "replayed_looped_ms": None if term is None else _ms(term(0.0)),
       "predicted_looped_ms": round(
           rep.predicted_step_ms - prof_lock + looped_lock, 3),
       "kernels_in_program_ms": round(inprog, 3),
-      "outside_kernels_ms": round(1e3 * real - inprog, 3),
+      "outside_kernels_ms": round(1e3 * timed["real"] - inprog, 3),
       "thunks_per_device": round(sum(threads[:2]) / 2, 1),
       "kernel_thunks_per_device": kernel_thunks / 2,
       "kernels": kernels}
