@@ -6,12 +6,15 @@ bounds allow, a start from above, then galloping, bisecting and descending.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from tessel_jax.graph import BlockGraph
+from tessel_jax.search import clock
 from tessel_jax.search.budget import Budget
 from tessel_jax.search.errors import (InfeasibleScheduleError,
                                       SearchTimeoutError)
 from tessel_jax.search.min_memory import min_memory_limit
+from tessel_jax.search.modulo_construct import construct_repetend
 from tessel_jax.search.modulo_model import solve_modulo
 from tessel_jax.search.modulo_moves import one_at_a_time
 from tessel_jax.search.modulo_solution import (ModuloSolution, pull_in,
@@ -27,6 +30,11 @@ from tessel_jax.search.prober import Prober
 # the descent back down (nnshape, 8 devices, limit 30: P = 16 found with
 # 1/16 and the descent, not with 1/4 from one micro-batch at a time).
 _FIRST_SHARE = 1 / 16
+
+# Restarts of the constructive scheduler before the first solve under a
+# limit (``first_probe``); 0 turns it off (so does the environment's
+# ``TESSEL_JAX_CONSTRUCT=0``).
+CONSTRUCT_TRIES = 0 if os.environ.get("TESSEL_JAX_CONSTRUCT") == "0" else 64
 
 
 def search_period(solve: Prober, given: tuple | None,
@@ -90,7 +98,11 @@ def first_probe(solve: Prober, given: tuple | None,
   """The solve at the smallest period: the busiest device's load is the
   answer whenever memory allows.
 
-  Under a limit the solve starts from ``given`` (a ``start`` repetend) or
+  Under a limit the constructive scheduler (``construct_repetend``, pure
+  Python) tries first: a repetend it builds at the smallest period is
+  optimal by the bound, so no solve runs (``solve.constructed`` says so;
+  nnshape, 4 devices, limit 13, P = 16: 0.3 CPU s where the solves took
+  12). Where it builds none, the solve starts from ``given`` (a ``start`` repetend) or
   from ``sequential`` (one micro-batch at a time; xshape, 8 devices, limit
   6: P = 8 found in 0.5 s, where 4 s found nothing); where that decides
   nothing, from a repetend with no limit (nnshape, 8 devices, limit 30,
@@ -99,6 +111,16 @@ def first_probe(solve: Prober, given: tuple | None,
   """
   graph, low, budget = solve.graph, solve.low, solve.budget
   limited = solve.memory_limit is not None
+  if limited and CONSTRUCT_TRIES:
+    cpu0 = clock.now()
+    built = construct_repetend(graph, low, solve.memory_limit,
+                               allow_wrap=solve.solve_kw["allow_wrap"],
+                               seed=solve.solve_kw["seed"],
+                               tries=CONSTRUCT_TRIES)
+    solve.construct_s += clock.now() - cpu0
+    if built is not None:  # optimal by the bound: no solve, no proof
+      solve.constructed = True
+      return built
   first = solve(low, share=_FIRST_SHARE,
                 hint=solve.hint_at(given or sequential, low)
                 if given or limited else None)

@@ -135,8 +135,9 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                              seed=seed))
   found, proven_low = search_period(solve, given, time_limit_s)
   period_seconds = time.perf_counter() - t0
-  polish = polish_budget(graph, budget, budget.used, clock.now() - cpu0,
-                         given=given is not None)
+  polish = polish_budget(graph, budget, budget.used,
+                         clock.now() - cpu0 - solve.construct_s,
+                         given=given is not None or solve.constructed)
   schedule = compose.finished(solve, found, proven_low, polish, period_seconds,
                               complete)
   if found is given and complete and not budget.past_cap():
