@@ -57,8 +57,9 @@ flags.DEFINE_bool("profile", False, "Record where each search's CPU"
                   " seconds go (per step and per CP-SAT solve) in its row.")
 flags.DEFINE_bool("compare_construct", False, "Also run the search from"
                   " scratch without the constructive scheduler"
-                  " (``scratch_noconstruct``, ``period_search.CONSTRUCT_TRIES``"
-                  " = 0), interleaved with the others in each round.")
+                  " (``scratch_noconstruct``) and with it before the first"
+                  " solve (``scratch_first``), interleaved with the others"
+                  " in each round.")
 flags.DEFINE_string("witnesses", None, "JSON cache of the fast limits and"
                     " witness repetends (read if it exists, written after"
                     " each memory search), so that runs of two versions of"
@@ -99,7 +100,7 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
   """One placement: the memory search (or its cached result), then both
   searches per round (with ``profile``, each with its
   ``search_profile_lib`` record; with ``compare``, the search from scratch
-  without the constructive scheduler too)."""
+  without the constructive scheduler and with it first too)."""
   graph = placements.get(name, devices, mode="train")
   fast = fast_case(name, devices, time_limit, cache)
   limit = fast["limit"]
@@ -115,13 +116,12 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
     return row
   for _ in range(rounds):
     order = ["scratch", "start"] if witness else ["scratch"]
-    order += ["scratch_noconstruct"] if compare else []
+    order += ["scratch_noconstruct", "scratch_first"] if compare else []
     rng.shuffle(order)
     for variant in order:
       start = witness if variant == "start" else None
       with (search_profile_lib.profiled() if profile
-            else contextlib.nullcontext()) as prof, _construct(
-                variant != "scratch_noconstruct"):
+            else contextlib.nullcontext()) as prof, _construct(variant):
         sched, wall, cpu = _timed(lambda: search_repetend(  # noqa: B023
             graph, limit, time_limit_s=time_limit, start=start))
       unrolled = sched.unroll(n)
@@ -136,19 +136,23 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
   return row
 
 
-_VARIANTS = ("scratch", "start", "scratch_noconstruct")
+_VARIANTS = ("scratch", "start", "scratch_noconstruct", "scratch_first")
 
 
 @contextlib.contextmanager
-def _construct(on: bool):
-  """The period search with (``on``) or without its constructive
-  scheduler inside the block."""
-  before = period_search.CONSTRUCT_TRIES
-  period_search.CONSTRUCT_TRIES = before if on else 0
+def _construct(variant: str):
+  """The period search as ``variant`` runs it inside the block: its
+  constructive scheduler off (``scratch_noconstruct``), before the first
+  solve (``scratch_first``) or as by default."""
+  before = period_search.CONSTRUCT_TRIES, period_search.CONSTRUCT_FIRST
+  if variant == "scratch_noconstruct":
+    period_search.CONSTRUCT_TRIES = 0
+  elif variant == "scratch_first":
+    period_search.CONSTRUCT_FIRST = True
   try:
     yield
   finally:
-    period_search.CONSTRUCT_TRIES = before
+    period_search.CONSTRUCT_TRIES, period_search.CONSTRUCT_FIRST = before
 
 
 def _given_limits(specs: list[str]) -> dict[str, Any]:

@@ -63,8 +63,8 @@ def test_a_limit_below_the_least_peak_builds_nothing():
   assert construct_repetend(graph, 16, 0, tries=4) is None
 
 
-def test_the_search_takes_a_built_repetend_without_a_solve(monkeypatch):
-  graph = placements.get("nnshape", 4, mode="train")
+def _period_solves(monkeypatch):
+  """Records the ``objective`` of every modulo solve of the search."""
   calls = []
   real = modulo_model.solve_modulo
 
@@ -74,7 +74,28 @@ def test_the_search_takes_a_built_repetend_without_a_solve(monkeypatch):
 
   monkeypatch.setattr(period_search, "solve_modulo", spy)
   monkeypatch.setattr(prober, "solve_modulo", spy)
+  return calls
+
+
+def test_an_undecided_first_probe_is_followed_by_a_built_repetend(
+    monkeypatch):
+  # nnshape, 4 devices, limit 13: the first probe (1/16 of the budget)
+  # decides nothing; the built repetend then ends the period search, with
+  # no second probe (before it: one more solve with no limit, and two more
+  # probes).
+  calls = _period_solves(monkeypatch)
+  graph = placements.get("nnshape", 4, mode="train")
   schedule = search_repetend(graph, 13, complete=False,
-                             list_alternative=False, time_limit_s=30)
+                             list_alternative=False, time_limit_s=8)
+  assert schedule.period == 16 and schedule.status == "OPTIMAL"
+  assert calls[0] is None and set(calls[1:]) == {"latency"}
+
+
+def test_built_first_the_search_makes_no_period_solve(monkeypatch):
+  calls = _period_solves(monkeypatch)
+  monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", True)
+  graph = placements.get("nnshape", 4, mode="train")
+  schedule = search_repetend(graph, 13, complete=False,
+                             list_alternative=False, time_limit_s=8)
   assert schedule.period == 16 and schedule.status == "OPTIMAL"
   assert set(calls) == {"latency"}  # the polish's, none to find the period

