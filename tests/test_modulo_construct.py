@@ -99,3 +99,6 @@ def test_built_first_the_search_makes_no_period_solve(monkeypatch):
                              list_alternative=False, time_limit_s=8)
   assert schedule.period == 16 and schedule.status == "OPTIMAL"
   assert set(calls) == {"latency"}  # the polish's, none to find the period
+  # No CP-SAT work before the polish: its CPU rate is not read from the
+  # bounds' seconds (which made it skip the ramps as if at the cap).
+  assert not schedule.cut_by_clock

@@ -103,9 +103,11 @@ def shorter_of_scratch(solve: Prober, schedule: Schedule) -> Schedule:
   found = _scratch_at_low(solve)
   if found is None or budget.past_cap():
     return schedule
+  work = budget.used - used
   polish = polish_budget(
-      solve.graph, budget, budget.used - used,
-      clock.now() - cpu0 - (solve.construct_s - built_s),
+      solve.graph, budget, work,
+      0.0 if solve.constructed and not work  # as ``search_repetend``
+      else clock.now() - cpu0 - (solve.construct_s - built_s),
       given=solve.constructed)
   other = finished(solve, found, solve.low, polish,
                    schedule.period_seconds, complete=True)
