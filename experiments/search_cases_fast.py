@@ -57,9 +57,10 @@ flags.DEFINE_bool("profile", False, "Record where each search's CPU"
                   " seconds go (per step and per CP-SAT solve) in its row.")
 flags.DEFINE_bool("compare_construct", False, "Also run the search from"
                   " scratch without the constructive scheduler"
-                  " (``scratch_noconstruct``) and with it before the first"
-                  " solve (``scratch_first``), interleaved with the others"
-                  " in each round.")
+                  " (``scratch_noconstruct``), with it before the first"
+                  " solve (``scratch_first``) and once that solve decided"
+                  " nothing (``scratch_after``), interleaved with the"
+                  " others in each round.")
 flags.DEFINE_string("witnesses", None, "JSON cache of the fast limits and"
                     " witness repetends (read if it exists, written after"
                     " each memory search), so that runs of two versions of"
@@ -100,7 +101,7 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
   """One placement: the memory search (or its cached result), then both
   searches per round (with ``profile``, each with its
   ``search_profile_lib`` record; with ``compare``, the search from scratch
-  without the constructive scheduler and with it first too)."""
+  without and with the constructive scheduler, both ways, too)."""
   graph = placements.get(name, devices, mode="train")
   fast = fast_case(name, devices, time_limit, cache)
   limit = fast["limit"]
@@ -116,7 +117,8 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
     return row
   for _ in range(rounds):
     order = ["scratch", "start"] if witness else ["scratch"]
-    order += ["scratch_noconstruct", "scratch_first"] if compare else []
+    order += (["scratch_noconstruct", "scratch_first", "scratch_after"]
+              if compare else [])
     rng.shuffle(order)
     for variant in order:
       start = witness if variant == "start" else None
@@ -136,19 +138,22 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
   return row
 
 
-_VARIANTS = ("scratch", "start", "scratch_noconstruct", "scratch_first")
+_VARIANTS = ("scratch", "start", "scratch_noconstruct", "scratch_first",
+             "scratch_after")
 
 
 @contextlib.contextmanager
 def _construct(variant: str):
   """The period search as ``variant`` runs it inside the block: its
-  constructive scheduler off (``scratch_noconstruct``), before the first
-  solve (``scratch_first``) or as by default."""
+  constructive scheduler before the first solve (``scratch_first``), once
+  that solve decided nothing (``scratch_after``), off
+  (``scratch_noconstruct``), or as configured (the others)."""
   before = period_search.CONSTRUCT_TRIES, period_search.CONSTRUCT_FIRST
   if variant == "scratch_noconstruct":
     period_search.CONSTRUCT_TRIES = 0
-  elif variant == "scratch_first":
-    period_search.CONSTRUCT_FIRST = True
+  elif variant in ("scratch_first", "scratch_after"):
+    period_search.CONSTRUCT_TRIES = 64
+    period_search.CONSTRUCT_FIRST = variant == "scratch_first"
   try:
     yield
   finally:

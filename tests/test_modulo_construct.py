@@ -84,6 +84,8 @@ def test_an_undecided_first_probe_is_followed_by_a_built_repetend(
   # no second probe (before it: one more solve with no limit, and two more
   # probes).
   calls = _period_solves(monkeypatch)
+  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 64)
+  monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", False)
   graph = placements.get("nnshape", 4, mode="train")
   schedule = search_repetend(graph, 13, complete=False,
                              list_alternative=False, time_limit_s=8)
@@ -93,6 +95,7 @@ def test_an_undecided_first_probe_is_followed_by_a_built_repetend(
 
 def test_built_first_the_search_makes_no_period_solve(monkeypatch):
   calls = _period_solves(monkeypatch)
+  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 64)
   monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", True)
   graph = placements.get("nnshape", 4, mode="train")
   schedule = search_repetend(graph, 13, complete=False,

@@ -32,14 +32,16 @@ from tessel_jax.search.prober import Prober
 _FIRST_SHARE = 1 / 16
 
 # Restarts of the constructive scheduler under a limit (``first_probe``);
-# 0 turns it off (so does the environment's ``TESSEL_JAX_CONSTRUCT=0``).
-CONSTRUCT_TRIES = 0 if os.environ.get("TESSEL_JAX_CONSTRUCT") == "0" else 64
-# Whether it runs before the first solve (``TESSEL_JAX_CONSTRUCT=first``)
-# rather than only once that solve decided nothing (the default: where
-# CP-SAT finds the repetend at once, its repetend stays; one of Tessel's
-# held-out cases, nnshape, 7 devices, limit 20, unrolls one step longer
-# from the constructed one: 1049 against the bound's 1048).
-CONSTRUCT_FIRST = os.environ.get("TESSEL_JAX_CONSTRUCT") == "first"
+# 0 turns it off. Off by default: ``TESSEL_JAX_CONSTRUCT=first`` runs it
+# before the first solve, ``=after`` once that solve decided nothing. Its
+# repetends are valid and proven at the bound, and cut the fast column's
+# CPU (first: nnshape 4 devices, limit 13, 13.8 -> 2.3 CPU s), but they
+# are other repetends at the same period, whose ramps may be longer: that
+# case unrolls 2069 steps at N = 128 in both modes, 2068 without it
+# (BENCHMARKS, helper "fastcol", session 39).
+_MODE = os.environ.get("TESSEL_JAX_CONSTRUCT", "0")
+CONSTRUCT_TRIES = 64 if _MODE in ("first", "after") else 0
+CONSTRUCT_FIRST = _MODE == "first"
 
 
 def search_period(solve: Prober, given: tuple | None,
@@ -108,9 +110,10 @@ def first_probe(solve: Prober, given: tuple | None,
   6: P = 8 found in 0.5 s, where 4 s found nothing); where that decides
   nothing, from a repetend with no limit (nnshape, 8 devices, limit 30,
   P = 16: found in 0.23 s, where 8 s from one micro-batch at a time found
-  nothing). Both are ``(period, solution)``. Before that second start, the
-  constructive scheduler (``construct_repetend``, pure Python; before the
-  first solve with ``CONSTRUCT_FIRST``): a repetend it builds at the
+  nothing). Both are ``(period, solution)``. Where ``CONSTRUCT_TRIES``
+  (off by default), before that second start the constructive scheduler
+  (``construct_repetend``, pure Python; before the first solve with
+  ``CONSTRUCT_FIRST``): a repetend it builds at the
   smallest period is optimal by the bound, so no more solves run
   (``solve.constructed`` says so; nnshape, 4 devices, limit 13, P = 16:
   0.3 CPU s where the solves took 12).
