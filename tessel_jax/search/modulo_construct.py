@@ -45,11 +45,6 @@ _TRIES = 64
 # 2069 from the best of 8).
 _KEEP = 4
 _KEEP_BLOCKS = 160
-# Placements of more blocks get the first repetend under the limit: no
-# latency descent, no ramps' choice or descent (``_ramps_overhead`` and the
-# moves grow with the blocks and the devices: nnshape, 32 devices, limit
-# 154, 41 CPU s with them, 0.01 s without).
-_SMALL_BLOCKS = 48
 
 
 def construct_repetend(graph: BlockGraph, period: int,
@@ -78,27 +73,24 @@ def construct_repetend(graph: BlockGraph, period: int,
     return None
   rng = random.Random(seed)
   dist = _longest_paths(graph)
-  small = graph.num_blocks <= _SMALL_BLOCKS
   kept: dict[tuple[int, ...], int] = {}  # phases -> ramps' overhead
   for attempt in range(tries):
     phases = _place(graph, period, dist, allow_wrap, rng, greedy=attempt == 0)
     if phases is None:
       continue
-    phases = _swap_descent(graph, period, phases, memory_limit, allow_wrap,
-                           latency=small)
+    phases = _swap_descent(graph, period, phases, memory_limit, allow_wrap)
     if phases not in kept and _excess(graph, period, phases,
                                       memory_limit)[0] == 0:
-      kept[phases] = _ramps_overhead(graph, period, phases) if small else 0
-      if not small or len(kept) >= (keep or max(
-          _KEEP, _KEEP_BLOCKS // graph.num_blocks)):
+      kept[phases] = _ramps_overhead(graph, period, phases)
+      if len(kept) >= (keep or max(_KEEP,
+                                   _KEEP_BLOCKS // graph.num_blocks)):
         break
   if not kept:
     return None
   phases = min(kept, key=lambda ph: (kept[ph], _excess(
       graph, period, ph, memory_limit)))
-  if small:
-    phases = _ramps_descent(graph, period, phases, kept[phases],
-                            memory_limit, allow_wrap)
+  phases = _ramps_descent(graph, period, phases, kept[phases], memory_limit,
+                          allow_wrap)
   offsets = normalise(earliest_offsets(graph, period, phases))
   if memory_limit is not None:  # what ``_excess`` measured
     assert steady_peak(graph, period, phases, offsets) <= memory_limit
@@ -390,14 +382,13 @@ def _neighbours(graph: BlockGraph, period: int, phases: tuple[int, ...],
 
 
 def _swap_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
-                  memory_limit: int | None, allow_wrap: bool = True,
-                  latency: bool = True) -> tuple[int, ...]:
+                  memory_limit: int | None, allow_wrap: bool = True
+                  ) -> tuple[int, ...]:
   """``phases`` improved by ``_neighbours`` while the excess over the limit
-  (then, with ``latency``, the latency and the peaks' sum: ``_excess``)
-  falls."""
+  (then the latency, then the peaks' sum: ``_excess``) falls."""
   best = _excess(graph, period, phases, memory_limit)
   improved = True
-  while improved and (latency or best[0] > 0):
+  while improved:
     improved = False
     for trial in _neighbours(graph, period, phases, allow_wrap):
       score = _excess(graph, period, trial, memory_limit)
