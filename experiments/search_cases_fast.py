@@ -39,7 +39,8 @@ from absl import app, flags
 from experiments import cli, search_profile_lib
 from tessel_jax import placements, validate
 from tessel_jax.schedule import Repetend
-from tessel_jax.search import search_repetend, smallest_memory_repetend
+from tessel_jax.search import (period_search, search_repetend,
+                               smallest_memory_repetend)
 
 flags.DEFINE_list("placements", ["nnshape", "nnshape_eager"], "Placements.")
 flags.DEFINE_list("devices", ["4", "8"], "Device counts.")
@@ -54,6 +55,12 @@ flags.DEFINE_list("limits", [], "placement:devices:limit of cases whose"
                   " the search from scratch.")
 flags.DEFINE_bool("profile", False, "Record where each search's CPU"
                   " seconds go (per step and per CP-SAT solve) in its row.")
+flags.DEFINE_bool("compare_construct", False, "Also run the search from"
+                  " scratch without the constructive scheduler"
+                  " (``scratch_noconstruct``), with it before the first"
+                  " solve (``scratch_first``) and once that solve decided"
+                  " nothing (``scratch_after``), interleaved with the"
+                  " others in each round.")
 flags.DEFINE_string("witnesses", None, "JSON cache of the fast limits and"
                     " witness repetends (read if it exists, written after"
                     " each memory search), so that runs of two versions of"
@@ -89,10 +96,12 @@ def fast_case(name: str, devices: int, time_limit: float,
 
 def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
              rng: random.Random, cache: dict[str, Any],
-             profile: bool = False) -> dict[str, Any]:
+             profile: bool = False, compare: bool = False
+             ) -> dict[str, Any]:
   """One placement: the memory search (or its cached result), then both
   searches per round (with ``profile``, each with its
-  ``search_profile_lib`` record)."""
+  ``search_profile_lib`` record; with ``compare``, the search from scratch
+  without and with the constructive scheduler, both ways, too)."""
   graph = placements.get(name, devices, mode="train")
   fast = fast_case(name, devices, time_limit, cache)
   limit = fast["limit"]
@@ -108,11 +117,13 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
     return row
   for _ in range(rounds):
     order = ["scratch", "start"] if witness else ["scratch"]
+    order += (["scratch_noconstruct", "scratch_first", "scratch_after"]
+              if compare else [])
     rng.shuffle(order)
     for variant in order:
       start = witness if variant == "start" else None
       with (search_profile_lib.profiled() if profile
-            else contextlib.nullcontext()) as prof:
+            else contextlib.nullcontext()) as prof, _construct(variant):
         sched, wall, cpu = _timed(lambda: search_repetend(  # noqa: B023
             graph, limit, time_limit_s=time_limit, start=start))
       unrolled = sched.unroll(n)
@@ -125,6 +136,28 @@ def run_case(name: str, devices: int, n: int, rounds: int, time_limit: float,
       if prof is not None:
         row[variant][-1].update(prof.summary(), solves=prof.solves)
   return row
+
+
+_VARIANTS = ("scratch", "start", "scratch_noconstruct", "scratch_first",
+             "scratch_after")
+
+
+@contextlib.contextmanager
+def _construct(variant: str):
+  """The period search as ``variant`` runs it inside the block: its
+  constructive scheduler before the first solve (``scratch_first``), once
+  that solve decided nothing (``scratch_after``), off
+  (``scratch_noconstruct``), or as configured (the others)."""
+  before = period_search.CONSTRUCT_TRIES, period_search.CONSTRUCT_FIRST
+  if variant == "scratch_noconstruct":
+    period_search.CONSTRUCT_TRIES = 0
+  elif variant in ("scratch_first", "scratch_after"):
+    period_search.CONSTRUCT_TRIES = 64
+    period_search.CONSTRUCT_FIRST = variant == "scratch_first"
+  try:
+    yield
+  finally:
+    period_search.CONSTRUCT_TRIES, period_search.CONSTRUCT_FIRST = before
 
 
 def _given_limits(specs: list[str]) -> dict[str, Any]:
@@ -166,9 +199,9 @@ def main(argv: list[str]) -> None:
           json.dump({k: v for k, v in cache.items()
                      if v["period"] is not None}, out)
       row = run_case(name, d, f.microbatches, f.rounds, f.time_limit, rng,
-                     cache, f.profile)
+                     cache, f.profile, f.compare_construct)
       rows.append(row)
-      print(json.dumps({k: v if k not in ("scratch", "start") else [
+      print(json.dumps({k: v if k not in _VARIANTS else [
           {a: b for a, b in r.items() if a != "solves"} for r in v]
                         for k, v in row.items()}), flush=True)
   folder = os.path.dirname(f.output)
@@ -177,7 +210,7 @@ def main(argv: list[str]) -> None:
   with open(f.output, "w") as out:
     args = {k: getattr(f, k) for k in (
         "placements", "devices", "microbatches", "rounds", "time_limit",
-        "seed", "witnesses", "profile")}
+        "seed", "witnesses", "profile", "compare_construct")}
     json.dump({"args": args, "load_average": os.getloadavg(),
                "cases": rows}, out, indent=1)
   print(f"wrote {f.output}")

@@ -7,7 +7,11 @@ from tessel_jax.search import compose, modulo_model, period_search
 from tessel_jax.search import search_repetend
 
 
-def test_profiled_records_solves_by_step_and_restores_the_search():
+def test_profiled_records_solves_by_step_and_restores_the_search(
+    monkeypatch):
+  # The first probe's solves (the constructive scheduler would build this
+  # repetend without one).
+  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 0)
   before = (period_search.first_probe, compose.polished,
             modulo_model._solve_once)  # pylint: disable=protected-access
   graph = placements.get("nnshape", 4, mode="train")

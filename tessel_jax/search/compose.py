@@ -99,11 +99,16 @@ def shorter_of_scratch(solve: Prober, schedule: Schedule) -> Schedule:
       solve.graph, n):
     return schedule
   budget, cpu0, used = solve.budget, clock.now(), solve.budget.used
+  built_s = solve.construct_s
   found = _scratch_at_low(solve)
   if found is None or budget.past_cap():
     return schedule
-  polish = polish_budget(solve.graph, budget, budget.used - used,
-                         clock.now() - cpu0, given=False)
+  work = budget.used - used
+  polish = polish_budget(
+      solve.graph, budget, work,
+      0.0 if solve.constructed and not work  # as ``search_repetend``
+      else clock.now() - cpu0 - (solve.construct_s - built_s),
+      given=solve.constructed)
   other = finished(solve, found, solve.low, polish,
                    schedule.period_seconds, complete=True)
   n = max(n, ramps.reference_microbatches(other.repetend))

@@ -6,12 +6,15 @@ bounds allow, a start from above, then galloping, bisecting and descending.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from tessel_jax.graph import BlockGraph
+from tessel_jax.search import clock
 from tessel_jax.search.budget import Budget
 from tessel_jax.search.errors import (InfeasibleScheduleError,
                                       SearchTimeoutError)
 from tessel_jax.search.min_memory import min_memory_limit
+from tessel_jax.search.modulo_construct import construct_repetend
 from tessel_jax.search.modulo_model import solve_modulo
 from tessel_jax.search.modulo_moves import one_at_a_time
 from tessel_jax.search.modulo_solution import (ModuloSolution, pull_in,
@@ -27,6 +30,18 @@ from tessel_jax.search.prober import Prober
 # the descent back down (nnshape, 8 devices, limit 30: P = 16 found with
 # 1/16 and the descent, not with 1/4 from one micro-batch at a time).
 _FIRST_SHARE = 1 / 16
+
+# Restarts of the constructive scheduler under a limit (``first_probe``);
+# 0 turns it off. Off by default: ``TESSEL_JAX_CONSTRUCT=first`` runs it
+# before the first solve, ``=after`` once that solve decided nothing. Its
+# repetends are valid and proven at the bound, and cut the fast column's
+# CPU (first: nnshape 4 devices, limit 13, 13.8 -> 2.3 CPU s), but they
+# are other repetends at the same period, whose ramps may be longer: that
+# case unrolls 2069 steps at N = 128 in both modes, 2068 without it
+# (BENCHMARKS, helper "fastcol", session 39).
+_MODE = os.environ.get("TESSEL_JAX_CONSTRUCT", "0")
+CONSTRUCT_TRIES = 64 if _MODE in ("first", "after") else 0
+CONSTRUCT_FIRST = _MODE == "first"
 
 
 def search_period(solve: Prober, given: tuple | None,
@@ -95,14 +110,24 @@ def first_probe(solve: Prober, given: tuple | None,
   6: P = 8 found in 0.5 s, where 4 s found nothing); where that decides
   nothing, from a repetend with no limit (nnshape, 8 devices, limit 30,
   P = 16: found in 0.23 s, where 8 s from one micro-batch at a time found
-  nothing). Both are ``(period, solution)``.
+  nothing). Both are ``(period, solution)``. Where ``CONSTRUCT_TRIES``
+  (off by default), before that second start the constructive scheduler
+  (``construct_repetend``, pure Python; before the first solve with
+  ``CONSTRUCT_FIRST``): a repetend it builds at the
+  smallest period is optimal by the bound, so no more solves run
+  (``solve.constructed`` says so; nnshape, 4 devices, limit 13, P = 16:
+  0.3 CPU s where the solves took 12).
   """
   graph, low, budget = solve.graph, solve.low, solve.budget
   limited = solve.memory_limit is not None
+  if limited and CONSTRUCT_FIRST and (built := _constructed(solve)):
+    return built
   first = solve(low, share=_FIRST_SHARE,
                 hint=solve.hint_at(given or sequential, low)
                 if given or limited else None)
   if first.status == "UNKNOWN" and limited:
+    if not CONSTRUCT_FIRST and (built := _constructed(solve)):
+      return built
     unlimited = solve_modulo(graph, low, None, time_limit_s=budget.left(
         _FIRST_SHARE / 4), **solve.solve_kw)
     budget.spend(unlimited.work)
@@ -110,6 +135,22 @@ def first_probe(solve: Prober, given: tuple | None,
       first = solve(low, share=_FIRST_SHARE,
                     hint=pull_in(graph, low, None, unlimited))
   return first
+
+
+def _constructed(solve: Prober) -> ModuloSolution | None:
+  """The constructive scheduler's repetend at ``solve.low`` under the limit
+  (``construct_repetend``; optimal by the bound, so ``solve.constructed``
+  is set), or None (also where ``CONSTRUCT_TRIES`` is 0)."""
+  if not CONSTRUCT_TRIES:
+    return None
+  cpu0 = clock.now()
+  built = construct_repetend(solve.graph, solve.low, solve.memory_limit,
+                             allow_wrap=solve.solve_kw["allow_wrap"],
+                             seed=solve.solve_kw["seed"],
+                             tries=CONSTRUCT_TRIES)
+  solve.construct_s += clock.now() - cpu0
+  solve.constructed = built is not None
+  return built
 
 
 def start_from_above(graph: BlockGraph, memory_limit: int | None,

@@ -31,6 +31,12 @@ class Prober:
     low: The smallest period the bounds allow.
     relaxed: The placement's relaxations (``relaxation.relaxations``).
     tried: Periods whose feasibility was asked.
+    constructed: Whether the period search's repetend was built without a
+      solve (``period_search.first_probe``): its latency was not
+      minimised, so its polish gets what a ``start`` repetend's does.
+    construct_s: CPU seconds the constructive scheduler took (no CP-SAT
+      work: ``polish_budget``'s CPU per deterministic second leaves them
+      out).
   """
 
   graph: BlockGraph
@@ -40,6 +46,8 @@ class Prober:
   low: int
   relaxed: list
   tried: set[int] = dataclasses.field(default_factory=set)
+  constructed: bool = False
+  construct_s: float = 0.0
 
   def __call__(self, period: int, share: float = 1.0,
                descending: bool = False, seconds: float | None = None,

@@ -135,8 +135,13 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
                              seed=seed))
   found, proven_low = search_period(solve, given, time_limit_s)
   period_seconds = time.perf_counter() - t0
-  polish = polish_budget(graph, budget, budget.used, clock.now() - cpu0,
-                         given=given is not None)
+  # Built with no solve, the search's CPU seconds so far (the bounds' small
+  # models) say nothing of CP-SAT's rate: over ~0 work they made the
+  # polish think the cap was near and skip the ramps.
+  period_cpu = (0.0 if solve.constructed and not budget.used
+                else clock.now() - cpu0 - solve.construct_s)
+  polish = polish_budget(graph, budget, budget.used, period_cpu,
+                         given=given is not None or solve.constructed)
   schedule = compose.finished(solve, found, proven_low, polish, period_seconds,
                               complete)
   if found is given and complete and not budget.past_cap():

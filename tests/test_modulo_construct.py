@@ -1,0 +1,107 @@
+"""The constructive modulo scheduler (``modulo_construct``) and the period
+search's use of it: valid repetends, never over the limit, checked by the
+independent validator on the plain modulo schedule."""
+
+from __future__ import annotations
+
+import hypothesis
+from hypothesis import strategies as st
+
+from tessel_jax import placements, validate
+from tessel_jax.schedule import (Repetend, Schedule, UnrolledSchedule,
+                                 modulo_actions)
+from tessel_jax.search import (modulo_model, period_search, prober,
+                               search_repetend)
+from tessel_jax.search.modulo_construct import construct_repetend
+from tessel_jax.search.period_bounds import period_lower_bound
+
+from test_search import random_placements
+
+
+def _violations(graph, period, sol, limit, allow_wrap):
+  """Every violation of the plain modulo schedule of ``sol`` over enough
+  micro-batches to reach its steady state (``validate.check``), and
+  blocks wrapping around the period end where that is not allowed."""
+  rep = Repetend(period, sol.offsets, sol.phases)
+  n = rep.max_offset + 3
+  actions = sorted(modulo_actions(Schedule(graph, rep, limit), n))
+  unrolled = UnrolledSchedule(graph, n, tuple(actions), memory_limit=limit)
+  found = [str(v) for v in validate.check(unrolled)]
+  if not allow_wrap:
+    found += [f"block {b.id} wraps" for b, r in zip(graph.blocks, sol.phases)
+              if r + b.span > period]
+  return found
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(random_placements(), st.integers(0, 3))
+def test_constructed_repetends_are_valid_and_under_the_limit(case, extra):
+  graph, limit, wrap = case
+  period = period_lower_bound(graph) + extra
+  sol = construct_repetend(graph, period, limit, allow_wrap=wrap, tries=8)
+  hypothesis.assume(sol is not None)
+  assert sol.status == "FEASIBLE"
+  assert not _violations(graph, period, sol, limit, wrap)
+
+
+def test_nnshape_at_its_fast_limits_is_built_at_the_busiest_load():
+  # The fast column's limits (BENCHMARKS, plan8/plan9): CP-SAT needed 4-14
+  # CPU s to find these periods (nnshape d4 found nothing in 20 det s
+  # without a hint).
+  for name, devices, limit, period in [("nnshape", 4, 13, 16),
+                                       ("nnshape_eager", 4, 10, 18)]:
+    graph = placements.get(name, devices, mode="train")
+    for wrap in (True, False) if name == "nnshape_eager" else (True,):
+      sol = construct_repetend(graph, period, limit, allow_wrap=wrap)
+      assert sol is not None, (name, wrap)
+      assert not _violations(graph, period, sol, limit, wrap)
+
+
+def test_a_limit_below_the_least_peak_builds_nothing():
+  graph = placements.get("nnshape", 4, mode="train")
+  # Every device holds its first forward's memory at least once.
+  assert construct_repetend(graph, 16, 0, tries=4) is None
+
+
+def _period_solves(monkeypatch):
+  """Records the ``objective`` of every modulo solve of the search."""
+  calls = []
+  real = modulo_model.solve_modulo
+
+  def spy(*args, **kw):
+    calls.append(kw.get("objective"))
+    return real(*args, **kw)
+
+  monkeypatch.setattr(period_search, "solve_modulo", spy)
+  monkeypatch.setattr(prober, "solve_modulo", spy)
+  return calls
+
+
+def test_an_undecided_first_probe_is_followed_by_a_built_repetend(
+    monkeypatch):
+  # nnshape, 4 devices, limit 13: the first probe (1/16 of the budget)
+  # decides nothing; the built repetend then ends the period search, with
+  # no second probe (before it: one more solve with no limit, and two more
+  # probes).
+  calls = _period_solves(monkeypatch)
+  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 64)
+  monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", False)
+  graph = placements.get("nnshape", 4, mode="train")
+  schedule = search_repetend(graph, 13, complete=False,
+                             list_alternative=False, time_limit_s=8)
+  assert schedule.period == 16 and schedule.status == "OPTIMAL"
+  assert calls[0] is None and set(calls[1:]) == {"latency"}
+
+
+def test_built_first_the_search_makes_no_period_solve(monkeypatch):
+  calls = _period_solves(monkeypatch)
+  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 64)
+  monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", True)
+  graph = placements.get("nnshape", 4, mode="train")
+  schedule = search_repetend(graph, 13, complete=False,
+                             list_alternative=False, time_limit_s=8)
+  assert schedule.period == 16 and schedule.status == "OPTIMAL"
+  assert set(calls) == {"latency"}  # the polish's, none to find the period
+  # No CP-SAT work before the polish: its CPU rate is not read from the
+  # bounds' seconds (which made it skip the ramps as if at the cap).
+  assert not schedule.cut_by_clock
