@@ -123,6 +123,14 @@ class Switches:
       moves no measured cut of the zoo, speeds ResNet18's analytic cut
       (0.88-0.92x wall) and slows hf_gpt2's and nnx_transformer's
       (1.04-1.06x) (BENCHMARKS.md "Quiet re-measure, session 38").
+    distinct_fills: The step's zero-filled accumulators and stash pools
+      each filled by a broadcast of its own (``passes.zero_fill``), not one
+      fill per shape copied into the others by XLA (a copy reads and writes,
+      a fill only writes); off: ``jnp.zeros``, as before 2026-11-27.
+    hoist_on_users: With ``hoist``, a hoisted value whose reading kernels
+      run on a subset of the devices is computed only there, under a
+      ``lax.cond`` (zeros on the others; ``passes.hoist_users``); off:
+      every device computes every value, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -140,6 +148,8 @@ class Switches:
   shared_w: bool = False
   held_in_kernels: bool = True
   cut_accumulation: bool = False
+  distinct_fills: bool = True
+  hoist_on_users: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
