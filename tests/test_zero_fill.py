@@ -76,3 +76,13 @@ def test_accumulators_are_not_copied_from_one_fill():
     copies[on] = _weight_copies(step.lower(params, batch).compile().as_text())
   assert copies[False] >= 1, copies  # the check can fail: the fill copied
   assert copies[True] == 0, copies
+
+
+def test_prologue_switches_defaults_and_their_environment():
+  assert _switches.Switches().distinct_fills
+  assert not _switches.Switches().hoist_on_users
+  default = _switches.from_env({})
+  assert default.distinct_fills and not default.hoist_on_users
+  flipped = _switches.from_env({_switches.DISTINCT_FILLS_ENV: "0",
+                                _switches.HOIST_ON_USERS_ENV: "1"})
+  assert not flipped.distinct_fills and flipped.hoist_on_users
