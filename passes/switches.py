@@ -129,8 +129,8 @@ class Switches:
       each filled by a broadcast of its own (``passes.zero_fill``), not one
       fill per shape copied into the others by XLA (a copy reads and writes,
       a fill only writes). On by default since session 39: ResNet18
-      vshape(2), three loaded runs (load 10-17), paired off/on 1.046-1.072
-      CPU, 1.058-1.114 wall (``experiments.resnet_ab
+      vshape(2), seven loaded runs (load 6-17), paired off/on 1.036-1.072
+      CPU, 0.992-1.114 wall (``experiments.resnet_ab
       --variants=base,shared_fills``; BENCHMARKS.md, helper "resnet12").
       Off (``TESSEL_JAX_DISTINCT_FILLS=0``): ``jnp.zeros``, as before
       2026-11-27.
@@ -138,8 +138,8 @@ class Switches:
       run on a subset of the devices is computed only there, under a
       ``lax.cond`` (zeros on the others; ``passes.hoist_users``). Off by
       default (``TESSEL_JAX_HOIST_ON_USERS=1`` turns it on in
-      ``from_env``): ResNet18 vshape(2), three loaded runs, paired CPU
-      on/off 0.985-1.016 (no gain shown; XLA still copies each value into
+      ``from_env``): ResNet18 vshape(2), five loaded runs, paired CPU
+      on/off 0.983-1.017 (no gain shown; XLA still copies each value into
       its loop layout on every device); off: every device computes every
       value.
   """
