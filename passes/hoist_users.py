@@ -3,16 +3,15 @@
 ``passes.hoist.prepare`` computes every hoistable kernel's parameter-only
 values (a dead-tap kernel slice, a weight transposed for its input gradient)
 once per step before the ticks. The body is one program for every device,
-so by default each device computes every value, also those of kernels that
-run only on another device, from its own (unused) slots or region:
-ResNet18's placed step has device 0 slice and transpose device 1's seven
-stage-3/4 weights every step. With ``Switches.hoist_on_users`` (off by
-default: no gain measured on ResNet18, BENCHMARKS.md helper "resnet12";
-XLA still copies each value into its loop layout on every device, outside
-the ``cond``) the values whose readers run on a subset of the devices are
-computed under one ``lax.cond`` per subset: on the other devices the branch
-writes zeros of the same shapes (the value is never read there, but the
-program needs one).
+so without this each device computed every value, also those of kernels
+that run only on another device, from its own (unused) slots or region:
+ResNet18's placed step had device 0 slice and transpose device 1's seven
+stage-3/4 weights every step. With ``Switches.hoist_on_users`` (on) the
+values whose readers run on a subset of the devices are computed under one
+``lax.cond`` per subset: on the other devices the branch writes zeros of
+the same shapes (the value is never read there, but the program needs
+one). XLA still copies a transposed value into its loop layout after the
+``cond``, on every device.
 """
 
 from __future__ import annotations

@@ -83,9 +83,9 @@ def test_accumulators_are_not_copied_from_one_fill():
 
 def test_prologue_switches_defaults_and_their_environment():
   assert _switches.Switches().distinct_fills
-  assert not _switches.Switches().hoist_on_users
+  assert _switches.Switches().hoist_on_users
   default = _switches.from_env({})
-  assert default.distinct_fills and not default.hoist_on_users
-  flipped = _switches.from_env({_switches.DISTINCT_FILLS_ENV: "0",
-                                _switches.HOIST_ON_USERS_ENV: "1"})
-  assert not flipped.distinct_fills and flipped.hoist_on_users
+  assert default.distinct_fills and default.hoist_on_users
+  off = _switches.from_env({_switches.DISTINCT_FILLS_ENV: "0",
+                            _switches.HOIST_ON_USERS_ENV: "0"})
+  assert not off.distinct_fills and not off.hoist_on_users
