@@ -50,6 +50,13 @@ VARIANTS = {
     "cut3": {"cut_after": (3,)},
     "cut4": {"cut_after": (4,)},
     "cut5": {"cut_after": (5,)},
+    # Equal zero fills merged by XLA and copied into each carry
+    # (``Switches.distinct_fills`` off), as before 2026-11-27.
+    "shared_fills": {"switches": {"distinct_fills": False}},
+    # Hoisted values computed on every device, also those only another
+    # device's kernels read (``Switches.hoist_on_users`` off), as before
+    # 2026-11-27.
+    "hoist_everywhere": {"switches": {"hoist_on_users": False}},
     "cut5_no_grad_windows": {"cut_after": (5,),
                              "switches": {"grad_windows": False}},
 }

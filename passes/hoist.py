@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from tessel_jax import compat
 
 from . import fsdp_tick as _fsdp_tick
+from . import hoist_users as _users
 from . import param_only as _po
 from . import tick_io as _io
 from .lower_context import LowerContext
@@ -171,11 +172,13 @@ def _values(found: _po.Found, srcs: Sequence[tuple]
 @scoped("params")
 def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
             slots: Sequence[Sequence[Any]]) -> dict[int, Prepared]:
-  """Every hoistable kernel's parameter-only values, computed once."""
-  out: dict[int, Prepared] = {}
+  """Every hoistable kernel's parameter-only values, computed once (with
+  ``Switches.hoist_on_users``, only on the devices whose kernels read
+  them: ``passes.hoist_users``)."""
   if not low.switches.hoist:  # off for A/B runs (passes.switches)
-    return out
-  shared: dict[tuple, Any] = {}
+    return {}
+  found_by: dict[int, tuple[_po.Found, list[tuple]]] = {}
+  values: dict[tuple, _users.Value] = {}
   for kid, kernel in sorted(low.plan.kernels.items()):
     if not hoistable(low.layout, low.plan.num_microbatches, kernel):
       continue
@@ -186,14 +189,22 @@ def prepare(low: LowerContext, ctx: Ctx, pbuf: dict[Any, Any],
     srcs = [_source(low.layout, kernel, l, INPLACE in pbuf)
             for l in kernel.params]
     by_var = dict(zip(found.params, pvals))
-    values = []
+    keys: list[tuple] = []
+    devices = frozenset(kernel.devices)
     for key, eqns, reads, v, stored in _values(found, srcs):
-      if key not in shared:
-        x = compat.eval_eqns(eqns, reads, [v], [by_var[p] for p in reads])[0]
-        shared[key] = _po.store(x, stored)
-      values.append(shared[key])
-    out[kid] = Prepared(signature=found.signature, values=tuple(values))
-  return out
+      keys.append(key)
+      if key in values:  # one value, read by kernels of more devices
+        values[key] = dataclasses.replace(
+            values[key], devices=values[key].devices | devices)
+      else:
+        values[key] = _users.Value(eqns, reads, v, stored,
+                                   [by_var[p] for p in reads], devices)
+    found_by[kid] = (found, keys)
+  shared = _users.compute(values, ctx.dev, low.num_devices,
+                          low.switches.hoist_on_users)
+  return {kid: Prepared(signature=found.signature,
+                        values=tuple(shared[k] for k in keys))
+          for kid, (found, keys) in found_by.items()}
 
 
 def distinct(prepared: Mapping[int, Prepared]) -> tuple[Any, ...]:

@@ -26,6 +26,7 @@ from . import hoist as _hoist
 from . import outputs as _outputs
 from . import pack_local as _pack_local
 from . import tick_runs as _runs
+from . import zero_fill as _zero_fill
 from .lower_context import LowerContext
 from .pack_arrays import unpack_grads
 from .tick_ctx import INPLACE, Ctx, scoped
@@ -52,7 +53,8 @@ def body(low: LowerContext, packed: dict[str, Any],
         shard, low.layout.shards[l][0], low.layout.gathered[l].owners,
         low.num_devices, low.pipe, ctx.dev)
   hoisted = pbuf[_hoist.HOISTED] = _hoist.prepare(low, ctx, pbuf, slots)
-  state = _initial_state(low, slots, zero3)
+  fills = _zero_fill.Fills(ctx.dev, low.switches.distinct_fills)
+  state = _initial_state(low, slots, zero3, fills)
   for seg in low.plan.segments:
     state = _runs.segment(low, ctx, seg, state, pbuf, slots, batch)
   _, (gacc, sacc), tacc = state
@@ -69,27 +71,26 @@ def body(low: LowerContext, packed: dict[str, Any],
 
 
 def _initial_state(low: LowerContext, slots: Sequence[Sequence[Any]],
-                   zero3: bool) -> tuple:
+                   zero3: bool, fills: _zero_fill.Fills) -> tuple:
   """``(pools, (flat and gathered accs, slot accs), terminal accs)``, all
-  zero."""
-  layout = low.layout
-  pools = tuple(jnp.zeros((p.slots + 1,) + p.aval.shape, p.aval.dtype)
+  zero, each from its own fill (``passes.zero_fill``)."""
+  layout, zeros = low.layout, fills.zeros
+  pools = tuple(zeros((p.slots + 1,) + p.aval.shape, p.aval.dtype)
                 for p in low.plan.pools)
-  gacc = ({dt: jnp.zeros((layout.size[dt],), dt)
+  gacc = ({dt: zeros((layout.size[dt],), dt)
            for dt in layout.dtypes} if low.train else {})
   if low.train:
     for l in low.gathered:
       g = layout.gathered[l]
-      gacc[("gathered", l)] = jnp.zeros(g.shape, g.dtype)
+      gacc[("gathered", l)] = zeros(g.shape, g.dtype)
   sacc = (tuple((_fsdp_tick.init_accumulator(c, s[0]),) if c.fsdp and zero3
-                else tuple(_pin(jnp.zeros(c.shape, c.dtype), c.inner_spec)
+                else tuple(_pin(zeros(c.shape, c.dtype), c.inner_spec)
                            for _ in range(c.count))
                 for c, s in zip(layout.classes, slots))
           if low.train else ())
   n = low.plan.num_microbatches
   tacc = tuple(
-      jnp.zeros(((n + 1,) if j in low.per_mb else ()) + tuple(a.shape),
-                a.dtype)
+      zeros(((n + 1,) if j in low.per_mb else ()) + tuple(a.shape), a.dtype)
       for j, a in enumerate(low.ks.terminal_avals))
   return pools, (gacc, sacc), tacc
 

@@ -20,6 +20,8 @@ COARSE_GRID_ENV = "TESSEL_JAX_COARSE_GRID"
 ALIGNED_GRID_ENV = "TESSEL_JAX_ALIGNED_GRID"
 SHARED_W_ENV = "TESSEL_JAX_SHARED_W"
 HELD_IN_KERNELS_ENV = "TESSEL_JAX_HELD_IN_KERNELS"
+DISTINCT_FILLS_ENV = "TESSEL_JAX_DISTINCT_FILLS"
+HOIST_ON_USERS_ENV = "TESSEL_JAX_HOIST_ON_USERS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +125,25 @@ class Switches:
       moves no measured cut of the zoo, speeds ResNet18's analytic cut
       (0.88-0.92x wall) and slows hf_gpt2's and nnx_transformer's
       (1.04-1.06x) (BENCHMARKS.md "Quiet re-measure, session 38").
+    distinct_fills: The step's zero-filled accumulators and stash pools
+      each filled by a broadcast of its own (``passes.zero_fill``), not one
+      fill per shape copied into the others by XLA (a copy reads and writes,
+      a fill only writes). On by default since session 39: ResNet18
+      vshape(2), nine runs (load 2.4-17), paired off/on CPU 0.998-1.072
+      (above 1.01 in eight), wall 0.978-1.114 (``experiments.resnet_ab
+      --variants=base,shared_fills``; BENCHMARKS.md, helper "resnet12").
+      Off (``TESSEL_JAX_DISTINCT_FILLS=0``): ``jnp.zeros``, as before
+      2026-11-27.
+    hoist_on_users: With ``hoist``, a hoisted value whose reading kernels
+      run on a subset of the devices is computed only there, under a
+      ``lax.cond`` (zeros on the others; ``passes.hoist_users``). On by
+      default since session 39: ResNet18 vshape(2) with both devices
+      running at once (load 2.4-3.4), paired 0.930-0.933 wall, 0.947-0.967
+      CPU over 41 rounds (device 0's prologue no longer slices device 1's
+      weights, so device 1's first input arrives sooner); under load 6-17
+      (threads time-sliced) CPU 0.983-1.017 (BENCHMARKS.md, helper
+      "resnet12"). Off (``TESSEL_JAX_HOIST_ON_USERS=0``): every device
+      computes every value, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -140,6 +161,8 @@ class Switches:
   shared_w: bool = False
   held_in_kernels: bool = True
   cut_accumulation: bool = False
+  distinct_fills: bool = True
+  hoist_on_users: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
@@ -147,15 +170,20 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   ``TESSEL_JAX_TICK_ORDER=1`` and ``coarse_grid`` off where
   ``TESSEL_JAX_COARSE_GRID=0``, ``aligned_grid`` off where
   ``TESSEL_JAX_ALIGNED_GRID=0``, ``held_in_kernels`` off where
-  ``TESSEL_JAX_HELD_IN_KERNELS=0`` (``environ``: default ``os.environ``; for
+  ``TESSEL_JAX_HELD_IN_KERNELS=0``, ``distinct_fills`` off where
+  ``TESSEL_JAX_DISTINCT_FILLS=0``, ``hoist_on_users`` off where
+  ``TESSEL_JAX_HOIST_ON_USERS=0`` (``environ``: default ``os.environ``; for
   A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
                   coarse_grid=env.get(COARSE_GRID_ENV, "") != "0",
                   aligned_grid=env.get(ALIGNED_GRID_ENV, "") != "0",
                   shared_w=env.get(SHARED_W_ENV, "") == "1",
-                  held_in_kernels=env.get(HELD_IN_KERNELS_ENV, "") != "0")
+                  held_in_kernels=env.get(HELD_IN_KERNELS_ENV, "") != "0",
+                  distinct_fills=env.get(DISTINCT_FILLS_ENV, "") != "0",
+                  hoist_on_users=env.get(HOIST_ON_USERS_ENV, "") != "0")
 
 
-__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "HELD_IN_KERNELS_ENV",
-           "SHARED_W_ENV", "Switches", "TICK_ORDER_ENV", "from_env"]
+__all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "DISTINCT_FILLS_ENV",
+           "HELD_IN_KERNELS_ENV", "HOIST_ON_USERS_ENV", "SHARED_W_ENV",
+           "Switches", "TICK_ORDER_ENV", "from_env"]
