@@ -88,7 +88,7 @@ def compile_all(jobs: Sequence[Lowered], workers: int | None = None
     return list(pool.map(_compile_one, jobs))
 
 
-def compile_pipelined(keys: Sequence[str], lower: Callable[[str], Lowered],
+def compile_pipelined(keys: Sequence[Any], lower: Callable[[Any], Lowered],
                       workers: int | None = None) -> list[Prepared]:
   """``lower(key)`` for each of ``keys`` in turn here, each compiled on
   ``workers`` compile threads (None: :data:`WORKERS`) as soon as it is
