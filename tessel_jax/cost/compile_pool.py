@@ -1,6 +1,6 @@
 """Kernels compiled a few at a time (:data:`WORKERS`, now 1: one at a
-time) before each is timed alone; up to :data:`AHEAD` of them lowered and
-compiled, pipelined, before the first of them is timed.
+time) before each is timed alone; up to :data:`AHEAD` (now 4) of them
+lowered and compiled, pipelined, before the first of them is timed.
 
 ``measure.profile_kernels`` compiles and times every kernel it has not
 measured yet. XLA compiles outside the GIL, so two kernels compiled on two
@@ -43,8 +43,13 @@ WORKERS = 1
 #: Kernels ``measure.profile_kernels`` lowers and compiles (pipelined,
 #: :func:`compile_pipelined`) before it times the first of them: the
 #: lowering of each overlaps the compile of the one before. 1: each kernel
-#: lowered, compiled and timed in turn (no overlap).
-AHEAD = 1
+#: lowered, compiled and timed in turn (no overlap). 4 against 1, paired
+#: (session 39, BENCHMARKS.md "Cold choice wall"): the README GPT's vshape(4)
+#: kernel profile 0.950x wall (4 of 5 rounds below 1), cold
+#: ``placement="auto"`` 0.938x wall (3 of 3) at load 2-4; CPU 0.99-1.02x;
+#: kernel timings unchanged. ``experiments.auto_plan_cold --compile_ahead=1``
+#: runs the old path.
+AHEAD = 4
 
 
 @dataclasses.dataclass(frozen=True)
