@@ -40,6 +40,10 @@ flags.DEFINE_string("cache_dir", None,
 flags.DEFINE_integer("compile_workers", None,
                      "Kernels compiled at once (tessel_jax.cost.compile_pool"
                      ".WORKERS; default: the module's).")
+flags.DEFINE_integer("compile_ahead", None,
+                     "Kernels lowered and compiled (pipelined) before the"
+                     " first of them is timed (tessel_jax.cost.compile_pool"
+                     ".AHEAD; default: the module's).")
 flags.DEFINE_integer("warm_runs", 1,
                      "Choices made after the first, each in a new process"
                      " on the same cache (warm).")
@@ -51,12 +55,16 @@ def main(argv: list[str]) -> None:
   cli.at_least(0, "warm_runs")
   if f.compile_workers is not None:
     cli.at_least(1, "compile_workers")
+  if f.compile_ahead is not None:
+    cli.at_least(1, "compile_ahead")
   cache = f.cache_dir or tempfile.mkdtemp(prefix="auto_plan_cold_")
   env = dict(os.environ)  # as the user started it: choose() adds XLA flags
   workers = ([] if f.compile_workers is None else
              [f"--compile_workers={f.compile_workers}"])
+  workers += ([] if f.compile_ahead is None else
+              [f"--compile_ahead={f.compile_ahead}"])
   choose(f.cost, f.memory_limit, tuple(f.placements), cache,
-         f.compile_workers)
+         f.compile_workers, f.compile_ahead)
   for _ in range(f.warm_runs):
     subprocess.run([sys.executable, "-m", "experiments.auto_plan_cold",
                     f"--cost={f.cost}", f"--memory_limit={f.memory_limit}",
@@ -67,9 +75,11 @@ def main(argv: list[str]) -> None:
 
 
 def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
-           cache: str, compile_workers: int | None = None) -> None:
+           cache: str, compile_workers: int | None = None,
+           compile_ahead: int | None = None) -> None:
   """One choice on ``cache`` in this process; prints its JSON line
-  (``compile_workers``: sets ``compile_pool.WORKERS``)."""
+  (``compile_workers``, ``compile_ahead``: set ``compile_pool.WORKERS``,
+  ``compile_pool.AHEAD``)."""
   cold = not os.path.isdir(cache) or not os.listdir(cache)
   from experiments import xla_env  # pylint: disable=import-outside-toplevel
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
@@ -80,6 +90,8 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
   from tessel_jax.cost import compile_pool  # pylint: disable=import-outside-toplevel
   if compile_workers is not None:
     compile_pool.WORKERS = compile_workers
+  if compile_ahead is not None:
+    compile_pool.AHEAD = compile_ahead
   args = apl.AutoPlanArgs(placements=placements, time_limit=5)
   fn, params, batch, has_aux = apl.program(args)
   plans.DEFAULT_PLACEMENTS = args.placements
@@ -98,6 +110,7 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
           "cold" if cold else "warm"), "wall_s": round(wall, 2),
       "cpu_s": round(cpu, 2), "load": [load0, os.getloadavg()[0]],
       "compile_workers": compile_pool.WORKERS,
+      "compile_ahead": compile_pool.AHEAD,
       "chose": step.choice.winner.label,
       "predicted_ms": round(step.choice.winner.step, 3),
       "plans": len(step.choice.frontier.plans),

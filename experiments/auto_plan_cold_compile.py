@@ -1,6 +1,12 @@
 """Kernels of the README GPT profiled with 1 and 2 compile threads, alternated.
 
   python -m experiments.auto_plan_cold_compile --rounds=3
+  python -m experiments.auto_plan_cold_compile --rounds=5 --vary=ahead
+
+``--vary=ahead`` compares instead ``compile_pool.AHEAD`` 1 and 4 (one
+compile thread): each kernel lowered, compiled and timed in turn, against
+batches of 4 lowered and compiled pipelined (the lowering of each
+overlapping the compile of the one before) before the first is timed.
 
 A cold ``placement="auto"`` choice compiles and times every kernel of the
 plans it builds in full (``cost.measure.profile_kernels``). With
@@ -29,6 +35,9 @@ from experiments import cli
 flags.DEFINE_integer("rounds", 3, "Rounds (each profiles once per variant).")
 flags.DEFINE_string("placement", "vshape", "Placement of the plan cut.")
 flags.DEFINE_integer("pipe", 4, "Devices per pipeline.")
+flags.DEFINE_enum("vary", "workers", ["workers", "ahead"],
+                  "What the two variants differ in: compile_pool.WORKERS"
+                  " (1, 2) or compile_pool.AHEAD (1, 4).")
 
 
 def main(argv: list[str]) -> None:
@@ -61,7 +70,10 @@ def main(argv: list[str]) -> None:
     order = [1, 2]
     rng.shuffle(order)
     for workers in order:
-      compile_pool.WORKERS = workers
+      if f.vary == "workers":
+        compile_pool.WORKERS = workers
+      else:   # variant 2: AHEAD = 4 on one compile thread
+        compile_pool.WORKERS, compile_pool.AHEAD = 1, 4 if workers == 2 else 1
       t0, c0 = time.perf_counter(), time.process_time()
       prof = measure.profile_kernels(built.kernels, built.graph, avals,
                                      device, memo={},
@@ -70,18 +82,21 @@ def main(argv: list[str]) -> None:
                             time.process_time() - c0))
       seconds[workers].append(sum(k.seconds * 1e3
                                   for k in prof.kernels.values()))
+  names = (("one_thread_s", "two_threads_s") if f.vary == "workers" else
+           ("ahead_1_s", "ahead_4_s"))
   med = {w: (statistics.median(r[0] for r in rs),
              statistics.median(r[1] for r in rs)) for w, rs in rows.items()}
   print(json.dumps({
       "placement": f"{f.placement}({f.pipe})",
       "kernels": len(built.kernels.kernels),
       "load": os.getloadavg()[0],
-      "one_thread_s": {"wall": round(med[1][0], 2),
-                       "cpu": round(med[1][1], 2)},
-      "two_threads_s": {"wall": round(med[2][0], 2),
-                        "cpu": round(med[2][1], 2)},
+      "vary": f.vary,
+      names[0]: {"wall": round(med[1][0], 2), "cpu": round(med[1][1], 2)},
+      names[1]: {"wall": round(med[2][0], 2), "cpu": round(med[2][1], 2)},
       "paired_wall_ratio": [round(b[0] / a[0], 3)
                             for a, b in zip(rows[1], rows[2])],
+      "paired_cpu_ratio": [round(b[1] / a[1], 3)
+                           for a, b in zip(rows[1], rows[2])],
       "kernels_ms_per_round": {w: [round(s, 3) for s in v]
                                for w, v in seconds.items()},
   }), flush=True)

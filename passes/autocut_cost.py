@@ -29,7 +29,6 @@ contractions and once for other differentiable ops.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import hashlib
 import os
@@ -327,13 +326,9 @@ def _time_calls(calls: Sequence[tuple[Callable[..., Any], Sequence[Any]]],
   return best
 
 
-def _compile_all(lowered: Sequence[Any]) -> list[Any]:
-  """Compiles lowered programs on a few threads (XLA releases the GIL)."""
-  if len(lowered) <= 1:
-    return [low.compile() for low in lowered]
-  workers = max(1, min(len(lowered), (os.cpu_count() or 1), 8))
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    return list(pool.map(lambda low: low.compile(), lowered))
+def _compile_workers(jobs: int) -> int:
+  """Compile threads for ``jobs`` group programs (XLA releases the GIL)."""
+  return max(1, min(jobs, (os.cpu_count() or 1), 8))
 
 
 _GROUP_CACHE: dict[tuple[str, str, bool], float] = {}
@@ -503,14 +498,19 @@ def _time_groups(groups: Sequence[_Group],
   into ``cache``); ``given``: the values the tick form takes as computed
   beforehand (None: compiled at the top level). Returns how many were
   timed."""
+  from tessel_jax.cost import compile_pool  # pylint: disable=import-outside-toplevel
   consts = dict(zip(closed_jaxpr.jaxpr.constvars, closed_jaxpr.consts))
-  pending: dict[tuple[str, str, bool], tuple[Any, list[Any]]] = {}
+  pending: dict[tuple[str, str, bool], _Group] = {}
   for group, key in zip(groups, keys):
     if key in _GROUP_CACHE or key in pending:
       continue
     if not group.outvars:  # dead code: XLA drops it from the real program
       _GROUP_CACHE[key] = 0.0
       continue
+    pending[key] = group
+
+  def lower(key: tuple[str, str, bool]) -> Any:
+    group = pending[key]
     args = [jax.device_put(consts[v], device) if v in consts else
             jax.device_put(_example(v.aval, rng), device)
             for v in group.invars]
@@ -518,9 +518,11 @@ def _time_groups(groups: Sequence[_Group],
     if given is not None:
       fn, args = autocut_ticks.tick_form(
           fn, args, [v in given for v in group.invars])
-    pending[key] = (jax.jit(fn).lower(*args), args)
-  calls = list(zip(_compile_all([low for low, _ in pending.values()]),
-                   [args for _, args in pending.values()]))
+    return compile_pool.Lowered(jax.jit(fn).lower(*args), args, [], None, 0.0)
+  # Each group compiled as soon as it is lowered, the next lowered
+  # meanwhile; all compiled before the first is timed.
+  calls = [(p.compiled, p.pv) for p in compile_pool.compile_pipelined(
+      list(pending), lower, _compile_workers(len(pending)))]
   overhead = _overhead(device)
   for key, t in zip(pending, _time_calls(calls, repeats, min_seconds)):
     _GROUP_CACHE[key] = max(0.0, t - overhead)

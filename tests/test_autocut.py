@@ -427,6 +427,24 @@ def test_measured_costs_time_distinct_groups_once():
   assert autocut.cut_info(cut).cost_source == "measured"
 
 
+def test_measured_groups_compiled_as_they_are_lowered(monkeypatch):
+  """Every group to time goes through one ``compile_pool.compile_pipelined``
+  call (each compiled as soon as it is lowered, all before any is timed)."""
+  from tessel_jax.cost import compile_pool  # pylint: disable=import-outside-toplevel
+  batches: list[int] = []
+  real = compile_pool.compile_pipelined
+  monkeypatch.setattr(compile_pool, "compile_pipelined",
+                      lambda keys, lower, workers=None: batches.append(
+                          len(keys)) or real(keys, lower, workers))
+  monkeypatch.setattr(autocut_cost, "_GROUP_CACHE", {})
+  fn, params, batch = _matmul_chain([8, 16, 8, 16, 8, 16])
+  flat = autocut.flatten(_trace(fn, params, batch))
+  m = autocut_cost.measured_costs(flat, train=True, num_groups=4, repeats=2,
+                                  min_seconds=0.0)
+  assert m.timed >= 2 and batches == [m.timed]
+  assert np.all(m.seconds >= 0) and m.seconds.sum() > 0
+
+
 
 def _sliced_first_layer():
   """Six 128-wide layers; the first reads a 128 x 128 slice of a 1024 x

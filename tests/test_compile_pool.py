@@ -3,10 +3,15 @@
 ``measure.profile_kernels`` compiles the next kernel it will measure with
 the current one; every kernel is still compiled once and timed alone, and
 with an estimator no kernel is compiled ahead that the estimator would
-price instead.
+price instead. With ``compile_pool.AHEAD`` it lowers and compiles a batch
+of kernels, the lowering of each overlapping the compile of the one
+before, and times none of them before the whole batch is compiled.
 """
 
 from __future__ import annotations
+
+import threading
+import time
 
 import jax
 import numpy as np
@@ -32,13 +37,14 @@ def _count_batches(monkeypatch) -> list[int]:
   """Sizes of the batches ``compile_pool.compile_all`` compiles with two
   compile threads (timing stubbed: 1 ms a call)."""
   sizes: list[int] = []
-  real = compile_pool.compile_all
+  real = compile_pool.compile_pipelined
   monkeypatch.setattr(compile_pool, "WORKERS", 2)   # the pool at work
+  monkeypatch.setattr(compile_pool, "AHEAD", 1)     # batches of WORKERS
 
-  def counted(jobs, workers=compile_pool.WORKERS):
-    sizes.append(len(jobs))
-    return real(jobs, workers)
-  monkeypatch.setattr(compile_pool, "compile_all", counted)
+  def counted(keys, lower, workers=None):
+    sizes.append(len(keys))
+    return real(keys, lower, workers)
+  monkeypatch.setattr(compile_pool, "compile_pipelined", counted)
   monkeypatch.setattr(measure, "time_calls",
                       lambda fn, repeats, warmup, cpu_clock=False: (1e-3, 1))
   return sizes
@@ -105,3 +111,80 @@ def test_compiled_together_run_like_compiled_alone():
         np.asarray(jax.tree.leaves(a.compiled(a.pv, a.dv))[0]),
         np.asarray(jax.tree.leaves(b.compiled(b.pv, b.dv))[0]))
     assert a.compile_seconds > 0
+
+
+class _FakeLowered:
+  """A lowered program whose compile records when it starts and ends."""
+
+  def __init__(self, name, events):
+    self.name, self.events = name, events
+
+  def compile(self):
+    self.events.append(("compile", self.name))
+    time.sleep(0.05)
+    self.events.append(("compiled", self.name))
+    return self.name
+
+
+def test_lowering_overlaps_the_compile_before_it():
+  """The second kernel is lowered while the first compiles (on the compile
+  thread), and the batch comes back only once both are compiled."""
+  events: list[tuple[str, str]] = []
+  first_compiling = threading.Event()
+
+  def lower(key):
+    if key == "b":   # the first compile started before this lowering ends
+      events.append(("overlapped", str(first_compiling.wait(5.0))))
+    events.append(("lowered", key))
+    lowered = _FakeLowered(key, events)
+    real = lowered.compile
+    lowered.compile = lambda: (first_compiling.set(), real())[1]
+    return compile_pool.Lowered(lowered, [], [], None, 0.0)
+
+  got = compile_pool.compile_pipelined(["a", "b"], lower, workers=1)
+  assert [p.compiled for p in got] == ["a", "b"]
+  assert ("overlapped", "True") in events
+  assert events.index(("lowered", "b")) < events.index(("compiled", "a"))
+  assert all(p.compile_seconds > 0 for p in got)
+
+
+def test_ahead_batches_compiled_before_any_is_timed(monkeypatch):
+  """With ``AHEAD = 4`` and one compile thread every kernel is compiled
+  once, in batches of at most 4, and no kernel is timed while a kernel of
+  its batch is still compiling."""
+  built = _built()
+  sizes = _count_batches(monkeypatch)
+  monkeypatch.setattr(compile_pool, "WORKERS", 1)
+  monkeypatch.setattr(compile_pool, "AHEAD", 4)
+  in_flight = [0]
+  real_one = compile_pool._compile_one   # pylint: disable=protected-access
+
+  def one(job):
+    in_flight[0] += 1
+    try:
+      return real_one(job)
+    finally:
+      in_flight[0] -= 1
+  monkeypatch.setattr(compile_pool, "_compile_one", one)
+  timed_busy: list[int] = []
+
+  def timed(fn, repeats, warmup, cpu_clock=False):
+    timed_busy.append(in_flight[0])
+    return 1e-3, 1
+  monkeypatch.setattr(measure, "time_calls", timed)
+  prof = _profile(built)
+  distinct = len({p.key for p in prof.kernels.values()})
+  assert prof.measured == distinct == sum(sizes)
+  assert sizes[0] == min(4, distinct) and max(sizes) <= 4
+  assert len(sizes) == -(-distinct // 4)
+  assert timed_busy and set(timed_busy) == {0}
+
+
+def test_ahead_stops_where_the_estimator_prices(monkeypatch):
+  built = _built()
+  sizes = _count_batches(monkeypatch)
+  monkeypatch.setattr(compile_pool, "AHEAD", 4)
+  monkeypatch.setattr(estimate, "MIN_SAMPLES", 3)
+  prof = _profile(built, estimate.KernelEstimator())
+  assert prof.measured == 3 and prof.estimated > 0
+  assert sizes == [3]     # the three the estimator needs, none beyond

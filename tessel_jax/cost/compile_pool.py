@@ -1,5 +1,6 @@
 """Kernels compiled a few at a time (:data:`WORKERS`, now 1: one at a
-time) before each is timed alone.
+time) before each is timed alone; up to :data:`AHEAD` (now 4) of them
+lowered and compiled, pipelined, before the first of them is timed.
 
 ``measure.profile_kernels`` compiles and times every kernel it has not
 measured yet. XLA compiles outside the GIL, so two kernels compiled on two
@@ -8,6 +9,12 @@ a cold ``placement="auto"`` choice spent ~10 s CPU compiling the kernels
 of its full builds one after another). The timing itself stays serial and
 starts only once both compiles are done: a kernel is timed on one core
 with nothing else of this process running.
+
+:func:`compile_pipelined` overlaps the two halves of preparing a batch:
+lowering a kernel (Python: its trace and StableHLO, holding the GIL) and
+compiling the one lowered before it (XLA, outside the GIL, on a compile
+thread). The batch is returned once every kernel of it is compiled, so the
+timing that follows still runs with no compile in flight.
 
 :class:`Prefetch` holds the kernels compiled ahead (by cache key) until the
 profiling loop reaches them; a kernel compiled ahead that the loop then
@@ -32,6 +39,17 @@ from typing import Any
 #: ``experiments.auto_plan_cold --compile_workers=2`` and
 #: ``experiments.auto_plan_cold_compile`` compare them.
 WORKERS = 1
+
+#: Kernels ``measure.profile_kernels`` lowers and compiles (pipelined,
+#: :func:`compile_pipelined`) before it times the first of them: the
+#: lowering of each overlaps the compile of the one before. 1: each kernel
+#: lowered, compiled and timed in turn (no overlap). 4 against 1, paired
+#: (session 39, BENCHMARKS.md "Cold choice wall"): the README GPT's vshape(4)
+#: kernel profile 0.950x wall (4 of 5 rounds below 1), cold
+#: ``placement="auto"`` 0.938x wall (3 of 3) at load 2-4; CPU 0.99-1.02x;
+#: kernel timings unchanged. ``experiments.auto_plan_cold --compile_ahead=1``
+#: runs the old path.
+AHEAD = 4
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,15 +87,33 @@ def compile_all(jobs: Sequence[Lowered], workers: int | None = None
   """``jobs`` compiled, ``workers`` at a time (one: in this thread; None:
   :data:`WORKERS`, read at the call)."""
   workers = WORKERS if workers is None else workers
-  def one(job: Lowered) -> Prepared:
-    t0 = time.perf_counter()
-    compiled = job.lowered.compile()
-    return Prepared(compiled, job.pv, job.dv, job.flops,
-                    job.lower_seconds + time.perf_counter() - t0)
   if workers <= 1 or len(jobs) <= 1:
-    return [one(j) for j in jobs]
+    return [_compile_one(j) for j in jobs]
   with concurrent.futures.ThreadPoolExecutor(min(workers, len(jobs))) as pool:
-    return list(pool.map(one, jobs))
+    return list(pool.map(_compile_one, jobs))
+
+
+def compile_pipelined(keys: Sequence[Any], lower: Callable[[Any], Lowered],
+                      workers: int | None = None) -> list[Prepared]:
+  """``lower(key)`` for each of ``keys`` in turn here, each compiled on
+  ``workers`` compile threads (None: :data:`WORKERS`) as soon as it is
+  lowered: the lowering of a kernel overlaps the compile of the ones
+  before it. Returns once every one is compiled (a single key: lowered and
+  compiled in this thread)."""
+  workers = WORKERS if workers is None else workers
+  if len(keys) <= 1:
+    return compile_all([lower(k) for k in keys], 1)
+  with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+    futures = [pool.submit(_compile_one, lower(k)) for k in keys]
+    return [f.result() for f in futures]
+
+
+def _compile_one(job: Lowered) -> Prepared:
+  """``job`` compiled, its lowering and compile seconds summed."""
+  t0 = time.perf_counter()
+  compiled = job.lowered.compile()
+  return Prepared(compiled, job.pv, job.dv, job.flops,
+                  job.lower_seconds + time.perf_counter() - t0)
 
 
 class Prefetch:
@@ -94,8 +130,9 @@ class Prefetch:
 
   def compile(self, keys: Sequence[str],
               lower: Callable[[str], Lowered]) -> None:
-    """Lowers ``keys`` here (``lower(key)``) and compiles them together."""
-    jobs = [lower(k) for k in keys]
-    for key, prepared in zip(keys, compile_all(jobs, self.workers)):
+    """Lowers ``keys`` here (``lower(key)``) and compiles them, each as
+    soon as it is lowered (:func:`compile_pipelined`)."""
+    for key, prepared in zip(keys, compile_pipelined(keys, lower,
+                                                     self.workers)):
       self._ready[key] = prepared
     self.compiled += len(keys)

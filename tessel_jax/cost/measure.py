@@ -566,7 +566,9 @@ def _disk_records(keys: Mapping[int, str], by_key: Mapping[str, Any],
 class _Ahead:
   """:func:`profile_kernels`' kernels compiled ahead: taking a key not
   compiled yet compiles it with the next ones it will measure
-  (:func:`_next_to_measure`), ``compile_pool.WORKERS`` at a time."""
+  (:func:`_next_to_measure`), up to ``compile_pool.WORKERS`` (compile
+  threads) or ``compile_pool.AHEAD`` (kernels compiled before the first is
+  timed) at a time."""
 
   def __init__(self, keys: Mapping[int, str], ks: Any,
                by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
@@ -601,8 +603,9 @@ def _next_to_measure(key: str, keys: Mapping[int, str],
   will compile and time too: neither measured nor on disk (``on_disk``,
   read once by :func:`_disk_records`), and (with an ``estimator``) before
   it has enough measured kernels to estimate them; at most
-  ``compile_pool.WORKERS - 1``, compiled with ``key``'s kernel."""
-  room = _compile_pool.WORKERS - 1
+  ``max(compile_pool.WORKERS, compile_pool.AHEAD) - 1``, compiled with
+  ``key``'s kernel."""
+  room = max(_compile_pool.WORKERS, _compile_pool.AHEAD) - 1
   if estimator is not None and stage is None:
     room = min(room, estimator.still_to_measure(by_key.values()) - 1)
   order = list(dict.fromkeys(keys.values()))
