@@ -105,3 +105,19 @@ def test_built_first_the_search_makes_no_period_solve(monkeypatch):
   # No CP-SAT work before the polish: its CPU rate is not read from the
   # bounds' seconds (which made it skip the ramps as if at the cap).
   assert not schedule.cut_by_clock
+
+
+def test_an_unknown_construct_mode_warns_with_the_fix():
+  """``TESSEL_JAX_CONSTRUCT`` set to a value the search does not know is
+  not silently read as off: a warning names the values that turn it on."""
+  import os
+  import subprocess
+  import sys
+  env = dict(os.environ, TESSEL_JAX_CONSTRUCT="1")
+  proc = subprocess.run(
+      [sys.executable, "-c", "import tessel_jax.search.period_search as p;"
+       " print(p.CONSTRUCT_TRIES)"], env=env, capture_output=True,
+      text=True, check=True, timeout=120)
+  assert proc.stdout.strip() == "0"
+  assert "TESSEL_JAX_CONSTRUCT='1'" in proc.stderr
+  assert "TESSEL_JAX_CONSTRUCT=first" in proc.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 
 from tessel_jax.graph import BlockGraph
 from tessel_jax.search import clock
@@ -40,6 +41,12 @@ _FIRST_SHARE = 1 / 16
 # case unrolls 2069 steps at N = 128 in both modes, 2068 without it
 # (BENCHMARKS, helper "fastcol", session 39).
 _MODE = os.environ.get("TESSEL_JAX_CONSTRUCT", "0")
+if _MODE not in ("", "0", "first", "after"):
+  warnings.warn(f"TESSEL_JAX_CONSTRUCT={_MODE!r} is not one of 'first',"
+                " 'after' or '0': the constructive scheduler stays off; set"
+                " TESSEL_JAX_CONSTRUCT=first (before the first solve) or"
+                " =after (once it decided nothing) to turn it on",
+                stacklevel=2)
 CONSTRUCT_TRIES = 64 if _MODE in ("first", "after") else 0
 CONSTRUCT_FIRST = _MODE == "first"
 
