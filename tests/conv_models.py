@@ -10,27 +10,37 @@ import jax.numpy as jnp
 import tessel_jax as tj
 
 
-def two_convs(hw: int, channels: int, rows: int
-              ) -> tuple[Callable[..., Any], dict, dict]:
-  """``(loss, params, batch)``: two 3x3 "SAME" convolutions (NHWC, HWIO) of
-  ``channels`` features on ``hw x hw`` maps, ``tanh`` after each, a
-  ``tj.boundary`` between them, the mean square as the loss; ``rows``
-  rows of input."""
-  k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
-  params = {"w": [jax.random.normal(k, (3, 3, channels, channels)) * 0.2
-                  for k in (k1, k2)]}
+def conv_stack(channels: tuple[int, ...], hw: int, rows: int,
+               cut_after: int = 0, scale: float = 0.2
+               ) -> tuple[Callable[..., Any], dict, dict]:
+  """``(loss, params, batch)``: 3x3 "SAME" convolutions (NHWC, HWIO), layer
+  ``i`` mapping ``channels[i]`` to ``channels[i + 1]`` features on ``hw x
+  hw`` maps, ``tanh`` after each, a ``tj.boundary`` after layer
+  ``cut_after``, the mean square as the loss; weights drawn at ``scale``,
+  ``rows`` rows of input."""
+  keys = jax.random.split(jax.random.PRNGKey(0), len(channels))
+  params = {"w": [jax.random.normal(k, (3, 3, a, b)) * scale
+                  for k, a, b in zip(keys, channels, channels[1:])]}
 
   def loss(p, batch):
     x = batch["x"]
     for i, w in enumerate(p["w"]):
       x = jnp.tanh(jax.lax.conv_general_dilated(
           x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
-      if i == 0:
+      if i == cut_after:
         x = tj.boundary(x)
     return jnp.mean(x ** 2)
 
-  batch = {"x": jax.random.normal(k3, (rows, hw, hw, channels))}
+  batch = {"x": jax.random.normal(keys[-1], (rows, hw, hw, channels[0]))}
   return loss, params, batch
+
+
+def two_convs(hw: int, channels: int, rows: int
+              ) -> tuple[Callable[..., Any], dict, dict]:
+  """``(loss, params, batch)``: two 3x3 "SAME" convolutions of
+  ``channels`` features on ``hw x hw`` maps, a ``tj.boundary`` between them
+  (:func:`conv_stack`); ``rows`` rows of input."""
+  return conv_stack((channels,) * 3, hw, rows)
 
 
 def swapped_then_canonical(rows: int = 4, small: int = 128, big: int = 48

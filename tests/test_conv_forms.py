@@ -19,10 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-import tessel_jax as tj
-from tessel_jax import compat, placements
+from tessel_jax import compat
 from tessel_jax.passes import conv_forms
-from tessel_jax.passes import switches as _switches
 
 import conv_models
 import test_lowering_models as M
@@ -89,16 +87,9 @@ def cnn():
 
 def test_program_convolutions_take_the_canonical_order():
   fn, params, batch = cnn()
-  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
-  ref_loss, ref_grads = M.reference(fn, params, batch, N)
   slow = {}
-  for on in (True, False):
-    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                       num_microbatches=N, cut="markers", cost="uniform",
-                       switches=_switches.Switches(conv_forms=on))
-    loss, grads = step(params, batch)
-    assert M.max_rel_err(loss, ref_loss) <= 1e-5, on
-    assert M.max_rel_err(grads, ref_grads) <= 1e-5, on
+  for on, step in M.steps_with_switch(fn, params, batch, N,
+                                      "conv_forms").items():
     text = step.lower(params, batch).compile().as_text()
     labels = re.findall(r" convolution\([^\n]*dim_labels=([^,\s]+)", text)
     assert labels, on

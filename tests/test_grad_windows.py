@@ -16,10 +16,7 @@ import re
 import jax
 import jax.numpy as jnp
 
-import tessel_jax as tj
-from tessel_jax import placements
 from tessel_jax.passes import grad_windows
-from tessel_jax.passes import switches as _switches
 
 import conv_models
 import test_lowering_models as M
@@ -62,16 +59,9 @@ def _weight_pads(text: str) -> int:
 
 def test_dead_tap_gradients_are_added_over_their_tap():
   fn, params, batch = dead_tap_model()
-  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
-  ref_loss, ref_grads = M.reference(fn, params, batch, N)
   pads = {}
-  for on in (True, False):
-    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                       num_microbatches=N, cut="markers", cost="uniform",
-                       switches=_switches.Switches(grad_windows=on))
-    loss, grads = step(params, batch)
-    assert M.max_rel_err(loss, ref_loss) <= 1e-5, on
-    assert M.max_rel_err(grads, ref_grads) <= 1e-5, on
+  for on, step in M.steps_with_switch(fn, params, batch, N,
+                                      "grad_windows").items():
     assert any(step.built.lowering.grad_windows.values()) == on
     text = step.lower(params, batch).compile().as_text()
     pads[on] = _weight_pads(text)

@@ -15,11 +15,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import tessel_jax as tj
-from tessel_jax import compat, placements
+from tessel_jax import compat
 from tessel_jax.passes import hoist_users
-from tessel_jax.passes import switches as _switches
 
+import conv_models
 import test_lowering_models as M
 
 N = 4
@@ -28,21 +27,7 @@ CHANNELS = (4, 4, 8, 8, 4)  # layer i maps CHANNELS[i] -> CHANNELS[i + 1]
 
 def conv_model():
   """``loss(params, batch)``: 4 3x3 convs, cut after the second."""
-  keys = jax.random.split(jax.random.PRNGKey(0), 5)
-  params = {"w": [jax.random.normal(k, (3, 3, a, b)) * 0.3
-                  for k, a, b in zip(keys, CHANNELS, CHANNELS[1:])]}
-
-  def loss(p, batch):
-    x = batch["x"]
-    for i, w in enumerate(p["w"]):
-      x = jnp.tanh(jax.lax.conv_general_dilated(
-          x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")))
-      if i == 1:
-        x = tj.boundary(x)
-    return jnp.mean(x ** 2)
-
-  batch = {"x": jax.random.normal(keys[4], (N * 2, 6, 6, CHANNELS[0]))}
-  return loss, params, batch
+  return conv_models.conv_stack(CHANNELS, 6, N * 2, cut_after=1, scale=0.3)
 
 
 def _revs(step, params, batch) -> tuple[int, int]:
@@ -76,17 +61,8 @@ def test_compute_gives_zeros_where_no_kernel_reads():
 
 def test_reverses_are_computed_on_their_device_only():
   fn, params, batch = conv_model()
-  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
-  ref_loss, ref_grads = M.reference(fn, params, batch, N)
-  counts = {}
-  for on in (True, False):
-    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
-                       num_microbatches=N, cut="markers", cost="uniform",
-                       switches=_switches.Switches(hoist_on_users=on))
-    loss, grads = step(params, batch)
-    assert M.max_rel_err(loss, ref_loss) <= 1e-5, on
-    assert M.max_rel_err(grads, ref_grads) <= 1e-5, on
-    counts[on] = _revs(step, params, batch)
+  steps = M.steps_with_switch(fn, params, batch, N, "hoist_on_users")
+  counts = {on: _revs(step, params, batch) for on, step in steps.items()}
   # At least w1 (device 0), w2 and w3 (device 1) are reversed; every one
   # moves under a cond, none is computed twice.
   assert counts[False][0] >= 3 and counts[False][1] == 0, counts  # can fail

@@ -170,3 +170,27 @@ def max_rel_err(got: Any, want: Any) -> float:
     scale = max(np.max(np.abs(b)), 1e-30)
     errs.append(float(np.max(np.abs(a - b)) / scale))
   return max(errs)
+
+
+def steps_with_switch(fn: Callable[[Any, Any], Any], params: Any, batch: Any,
+                      n: int, switch: str, **schedule_kw: Any
+                      ) -> dict[bool, Any]:
+  """``{on: step}`` for ``on`` True then False: ``fn`` scheduled on
+  ``vshape(2)`` over 2 devices (markers cut, uniform costs, ``n``
+  micro-batches) with ``Switches(**{switch: on})``, each step's loss and
+  gradients checked against :func:`reference` (relative error <= 1e-5)."""
+  from tessel_jax import placements  # pylint: disable=import-outside-toplevel
+  from tessel_jax.passes import switches  # pylint: disable=import-outside-toplevel
+  mesh = jax.make_mesh((2,), ("pipe",), devices=jax.devices()[:2])
+  ref_loss, ref_grads = reference(fn, params, batch, n)
+  steps = {}
+  for on in (True, False):
+    step = tj.schedule(fn, mesh=mesh, placement=placements.vshape(2),
+                       num_microbatches=n, cut="markers", cost="uniform",
+                       switches=switches.Switches(**{switch: on}),
+                       **schedule_kw)
+    loss, grads = step(params, batch)
+    assert max_rel_err(loss, ref_loss) <= 1e-5, (switch, on)
+    assert max_rel_err(grads, ref_grads) <= 1e-5, (switch, on)
+    steps[on] = step
+  return steps

@@ -77,29 +77,31 @@ def _period_solves(monkeypatch):
   return calls
 
 
+def _nnshape4_constructed(monkeypatch, first: bool):
+  """``(period solves' limits, schedule)``: nnshape, 4 devices, limit 13,
+  searched with the constructive scheduler on (``first``: before the first
+  solve, else once it decided nothing)."""
+  calls = _period_solves(monkeypatch)
+  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 64)
+  monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", first)
+  graph = placements.get("nnshape", 4, mode="train")
+  return calls, search_repetend(graph, 13, complete=False,
+                                list_alternative=False, time_limit_s=8)
+
+
 def test_an_undecided_first_probe_is_followed_by_a_built_repetend(
     monkeypatch):
   # nnshape, 4 devices, limit 13: the first probe (1/16 of the budget)
   # decides nothing; the built repetend then ends the period search, with
   # no second probe (before it: one more solve with no limit, and two more
   # probes).
-  calls = _period_solves(monkeypatch)
-  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 64)
-  monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", False)
-  graph = placements.get("nnshape", 4, mode="train")
-  schedule = search_repetend(graph, 13, complete=False,
-                             list_alternative=False, time_limit_s=8)
+  calls, schedule = _nnshape4_constructed(monkeypatch, first=False)
   assert schedule.period == 16 and schedule.status == "OPTIMAL"
   assert calls[0] is None and set(calls[1:]) == {"latency"}
 
 
 def test_built_first_the_search_makes_no_period_solve(monkeypatch):
-  calls = _period_solves(monkeypatch)
-  monkeypatch.setattr(period_search, "CONSTRUCT_TRIES", 64)
-  monkeypatch.setattr(period_search, "CONSTRUCT_FIRST", True)
-  graph = placements.get("nnshape", 4, mode="train")
-  schedule = search_repetend(graph, 13, complete=False,
-                             list_alternative=False, time_limit_s=8)
+  calls, schedule = _nnshape4_constructed(monkeypatch, first=True)
   assert schedule.period == 16 and schedule.status == "OPTIMAL"
   assert set(calls) == {"latency"}  # the polish's, none to find the period
   # No CP-SAT work before the polish: its CPU rate is not read from the
