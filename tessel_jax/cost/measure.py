@@ -57,6 +57,7 @@ import numpy as np
 from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost import compile_pool as _compile_pool
+from tessel_jax.cost import fused_grads as _fused_grads
 from tessel_jax.cost import tick_kernel as _tick_kernel
 from tessel_jax.cost.cache import ProfileCache, make_key
 from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
@@ -232,6 +233,8 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   extra = {"stage": stage.key(kernel.params)} if stage is not None else {}
   if hoist:
     extra["hoist"] = True
+  if _fused_grads.applies(kernel, stage):
+    extra["fused_grads"] = True
   return make_key({
       **extra,
       "what": "kernel",
@@ -323,8 +326,11 @@ def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
   t0 = time.perf_counter()
   if stage is None:  # as the ticks run it (cost.tick_kernel)
     f = _tick_kernel.traced(kernel, p, d, hoist)
-    fn = _tick_kernel.tick_callable(f, len(d))
-    dv = list(dv) + _tick_kernel.example_inputs(f, p, device, rng)
+    grads = len(kernel.grads) if _fused_grads.applies(kernel) else 0
+    fn = _tick_kernel.tick_callable(f, len(d), grads)
+    extra = _tick_kernel.example_inputs(f, p, device, rng)
+    dv = (list(dv) + extra[:-1] +
+          _tick_kernel.accumulators(f, grads, device, rng) + extra[-1:])
   else:
     fn = _on_stage(kernel, stage)
   lowered = jax.jit(fn).lower(pv, dv)
@@ -377,14 +383,22 @@ def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
     temp = 0
   host = cpu_cores() if device.platform == "cpu" else None
   shard_stash = _stash_shard_bytes(kernel, compiled) if stage else None
-  timings = [_timed(compiled, pv, dv, device, repeats, warmup,
-                    1 if host is not None else None, stage)
-             for _ in range(max(1, rounds))]
+  cores = 1 if host is not None else None
+  if _fused_grads.applies(kernel, stage):
+    p, d = kernel_avals(kernel, param_avals)
+    adds = _fused_grads.twin(kernel, p, d, hoist, pv, dv)
+    seconds, raw, adds_s = _fused_grads.timed(compiled, adds, pv, dv,
+                                              repeats, warmup, cores, rounds)
+    timings, extra = [(seconds, raw)], {"adds_raw_seconds": adds_s}
+  else:
+    timings = [_timed(compiled, pv, dv, device, repeats, warmup, cores, stage)
+               for _ in range(max(1, rounds))]
+    extra = {}
   seconds, raw = min(timings)
   out = {"seconds": seconds, "core_seconds": seconds,
          "raw_seconds": raw, "host_cores": host, "temp_bytes": temp,
          "compile_seconds": compile_s,
-         "round_seconds": [t[0] for t in timings]}
+         "round_seconds": [t[0] for t in timings], **extra}
   if flops is not None:
     out["flops"] = flops  # calibrates cost.estimate.KernelEstimator
   if shard_stash is not None:

@@ -72,23 +72,52 @@ def traced(kernel: Any, p: Sequence[Any], d: Sequence[Any],
                              rewrites={}, signature=())
 
 
-def tick_callable(f: Any, num_inputs: int) -> Callable[[Any, Any], Any]:
-  """``g(pvals, dvals + hvals + [flag])``: the kernel's flat outputs and
-  gradients, its hoisted values (of ``f``, :func:`traced`) given after its
-  ``num_inputs`` inputs, run in the taken branch of a ``lax.cond`` on
-  ``flag`` (an int32 scalar, 1 when timed; the other branch gives
-  zeros)."""
+def tick_callable(f: Any, num_inputs: int, grads: int = 0,
+                  work: bool = True) -> Callable[[Any, Any], Any]:
+  """``g(pvals, dvals + hvals + accs + [flag])``: the kernel's flat outputs
+  and gradients, its hoisted values (of ``f``, :func:`traced`) given after
+  its ``num_inputs`` inputs, run in the taken branch of a ``lax.cond`` on
+  ``flag`` (an int32 scalar, 1 when timed; the other branch gives zeros).
+
+  With ``grads`` (``cost.fused_grads``) its last ``grads`` outputs, the
+  parameter gradients, are added into as many accumulators ``accs`` given
+  before the flag, as the ticks add them (``passes.predicated``: there XLA
+  fuses a gradient's final reduction into its accumulation). Without
+  ``work`` the branch runs the adds alone (each accumulator added to
+  itself) and gives zeros for the other outputs: the same call, inputs and
+  outputs without the kernel's work.
+  """
   _, outvars = compat.jaxpr_io(f.closed)
   avals = [(tuple(v.aval.shape), v.aval.dtype) for v in outvars]
+  cut = len(avals) - grads
 
   def run(pvals: Any, dvals: Any) -> Any:
     dvals = list(dvals)
-    flag, hvals = dvals[-1], dvals[num_inputs:-1]
+    end = len(dvals) - 1 - grads
+    flag, hvals, accs = dvals[-1], dvals[num_inputs:end], dvals[end:-1]
     args = list(pvals) + dvals[:num_inputs]
     zeros = lambda: [jnp.zeros(s, t) for s, t in avals]
-    return jax.lax.cond(flag > 0, lambda: _po.rest(f, args, hvals), zeros)
+
+    def taken() -> list[Any]:
+      if not work:
+        return zeros()[:cut] + [a + a for a in accs]
+      outs = list(_po.rest(f, args, hvals))
+      return outs[:cut] + [a + g for a, g in zip(accs, outs[cut:])]
+
+    return jax.lax.cond(flag > 0, taken, zeros)
 
   return run
+
+
+def accumulators(f: Any, grads: int, device: Any,
+                 rng: np.random.Generator) -> list[Any]:
+  """Example accumulators of the last ``grads`` outputs of ``f`` on
+  ``device`` (:func:`tick_callable`)."""
+  if not grads:
+    return []
+  _, outvars = compat.jaxpr_io(f.closed)
+  return [jax.device_put(example_array(v.aval, rng), device)
+          for v in list(outvars)[-grads:]]
 
 
 def example_inputs(f: Any, p: Sequence[Any], device: Any,
