@@ -30,6 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tessel_jax.cost import fused_grads as _fused_grads
 from tessel_jax.cost.cache import ProfileCache, make_key
 from tessel_jax.frontier_result import ProgramFrontier
 
@@ -108,7 +109,9 @@ def frontier_key(digest: str, params: Any, batch: Any, mesh: Any,
       # parent's flags again must find the parent's frontier
       "xla_flags": " ".join(dict.fromkeys(
           os.environ.get("XLA_FLAGS", "").split())),
-      "jax": jax.__version__, "code": code_digest()})
+      "jax": jax.__version__, "code": code_digest(),
+      # kernels priced otherwise (only when on: old keys stay valid)
+      **({"fused_grads": True} if _fused_grads.enabled() else {})})
 
 
 class FrontierCache:
