@@ -19,6 +19,9 @@ flags.DEFINE_integer("builds", 8, "Profiles of each model's kernels after"
 flags.DEFINE_bool("fresh_overhead", False, "Re-measure what a call costs"
                   " (call_timing.call_overhead, once per process otherwise)"
                   " before each profile, as a new process would.")
+flags.DEFINE_bool("fused_pairs", False, "Each build profiles the kernels"
+                  " twice, TESSEL_JAX_FUSED_GRADS off and on (alternating"
+                  " order): one spread per pricing (cost.fused_grads).")
 flags.DEFINE_bool("realtime", True, "Every thread at real-time priority from"
                   " the first build on, as model_zoo_spans times.")
 
@@ -32,6 +35,7 @@ class SpreadArgs:
   builds: int
   fresh_overhead: bool
   realtime: bool
+  fused_pairs: bool = False
 
 
 def from_flags() -> SpreadArgs:
@@ -46,4 +50,4 @@ def from_flags() -> SpreadArgs:
   f = flags.FLAGS
   return SpreadArgs(models=models, microbatches=microbatches, rows=rows,
                     builds=f.builds, fresh_overhead=f.fresh_overhead,
-                    realtime=f.realtime)
+                    realtime=f.realtime, fused_pairs=f.fused_pairs)

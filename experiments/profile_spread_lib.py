@@ -17,7 +17,10 @@ Per model, one JSON line: ``sums_ms`` (each profile's sum of the kernels'
 seconds, ms per micro-batch), their ``median_ms``, ``cv`` (population
 standard deviation over mean) and range, ``overhead_ms`` (per profile: the
 call overhead taken off, summed over the kernels), ``cpu_s`` (the median
-process CPU seconds of one profile) and the load average before and after.
+process CPU seconds of one profile), ``kernel_ms`` (each kernel's median)
+and the load average before and after. With ``fused_pairs`` every build
+profiles twice, ``cost.fused_grads`` off and on, and the line holds one
+such spread per pricing (``old``, ``fused``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import numpy as np
 
 import tessel_jax as tj
 from experiments import realtime
+from experiments.fused_grads_ab_lib import PRICINGS, switch
 from experiments.model_zoo_models import BUILDERS
 from tessel_jax.cost import call_timing, measure
 
@@ -94,7 +98,9 @@ def profile_once(inputs: ProfileInputs, fresh_overhead: bool
   over = sum(max(0.0, memo[k.key]["raw_seconds"] - memo[k.key]["seconds"])
              for k in prof.kernels.values())
   return {"sum_ms": 1e3 * sum(k.seconds for k in prof.kernels.values()),
-          "overhead_ms": 1e3 * over, "cpu_s": cpu}
+          "overhead_ms": 1e3 * over, "cpu_s": cpu,
+          "kernel_ms": {k.label: 1e3 * k.seconds
+                        for k in prof.kernels.values()}}
 
 
 def spread(values: Sequence[float]) -> dict[str, float]:
@@ -105,19 +111,43 @@ def spread(values: Sequence[float]) -> dict[str, float]:
           "min": min(values), "max": max(values)}
 
 
-def spread_of(inputs: ProfileInputs, builds: int,
-              fresh_overhead: bool) -> dict[str, Any]:
-  """``builds`` profiles of ``inputs`` (:func:`profile_once`) and their
-  spread."""
-  runs = [profile_once(inputs, fresh_overhead) for _ in range(builds)]
+def summary(inputs: ProfileInputs, runs: Sequence[dict[str, Any]]
+            ) -> dict[str, Any]:
+  """The spread of ``runs`` (:func:`profile_once` results of ``inputs``)
+  and each kernel's median ms."""
   sums = [r["sum_ms"] for r in runs]
   s = spread(sums)
+  labels = runs[0]["kernel_ms"]
   return {"kernels": len(inputs.ks.kernels),
           "sums_ms": [round(x, 4) for x in sums],
           "median_ms": round(s["median"], 4), "cv": round(s["cv"], 4),
           "range_ms": [round(s["min"], 4), round(s["max"], 4)],
           "overhead_ms": [round(r["overhead_ms"], 4) for r in runs],
-          "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 3)}
+          "cpu_s": round(statistics.median(r["cpu_s"] for r in runs), 3),
+          "kernel_ms": {l: round(statistics.median(
+              r["kernel_ms"][l] for r in runs), 4) for l in labels}}
+
+
+def spread_of(inputs: ProfileInputs, builds: int,
+              fresh_overhead: bool) -> dict[str, Any]:
+  """``builds`` profiles of ``inputs`` (:func:`profile_once`) and their
+  spread."""
+  return summary(inputs, [profile_once(inputs, fresh_overhead)
+                          for _ in range(builds)])
+
+
+def paired_spread(inputs: ProfileInputs, builds: int, fresh_overhead: bool
+                  ) -> dict[str, Any]:
+  """``builds`` rounds, each a profile of ``inputs`` with the fused-gradient
+  pricing off and one with it on (``cost.fused_grads``; the order
+  alternating by round): each pricing's spread."""
+  runs: dict[str, list[dict[str, Any]]] = {w: [] for w in PRICINGS}
+  for i in range(builds):
+    order = list(PRICINGS) if i % 2 == 0 else list(PRICINGS)[::-1]
+    for which in order:
+      with switch(PRICINGS[which]):
+        runs[which].append(profile_once(inputs, fresh_overhead))
+  return {w: summary(inputs, r) for w, r in runs.items()}
 
 
 def model_inputs(name: str, args: Any, mesh: Any) -> ProfileInputs:
@@ -139,8 +169,9 @@ def main(args: Any, log: Callable[[str], None] = print) -> None:
   try:
     for name in args.models:
       load0 = os.getloadavg()[0]
+      spread_fn = paired_spread if args.fused_pairs else spread_of
       row = {"model": name, "fresh_overhead": args.fresh_overhead,
-             **spread_of(model_inputs(name, args, mesh), args.builds,
+             **spread_fn(model_inputs(name, args, mesh), args.builds,
                          args.fresh_overhead)}
       row["load"] = [round(load0, 2), round(os.getloadavg()[0], 2)]
       log(json.dumps(row))

@@ -64,3 +64,28 @@ def test_each_profile_from_scratch(monkeypatch):
       k, inputs.param_avals, inputs.device,
       inputs.part.blocks[k.fwd]) for k in inputs.ks.kernels.values()))
   assert cleared == [1]
+
+
+def test_paired_spread_alternates_the_pricings(monkeypatch):
+  """``--fused_pairs``: each build profiles with ``cost.fused_grads`` off
+  and on, the order alternating, and each pricing gets its own spread and
+  kernel medians (synthetic profiles: nothing timed)."""
+  from tessel_jax.cost import fused_grads  # pylint: disable=import-outside-toplevel
+  monkeypatch.delenv(fused_grads.ENV, raising=False)
+  seen: list[bool] = []
+
+  def fake(inputs, fresh_overhead):
+    on = fused_grads.enabled()
+    seen.append(on)
+    return {"sum_ms": 2.0 if on else 3.0, "overhead_ms": 0.1, "cpu_s": 1.0,
+            "kernel_ms": {"B0": 1.0 if on else 1.5}}
+
+  monkeypatch.setattr(lib, "profile_once", fake)
+  inputs = lib.ProfileInputs(type("KS", (), {"kernels": {0: None}})(), None,
+                             [], None)
+  row = lib.paired_spread(inputs, 3, False)
+  assert seen == [False, True, True, False, False, True]
+  assert row["old"]["median_ms"] == 3.0 and row["fused"]["median_ms"] == 2.0
+  assert row["old"]["kernel_ms"] == {"B0": 1.5}
+  assert row["fused"]["kernel_ms"] == {"B0": 1.0}
+  assert not fused_grads.enabled()
