@@ -57,12 +57,15 @@ def _write_stacked(ctx: Any, tick: Any, group: Sequence[Any],
                    order: Order | None) -> None:
   """Writes a group of rounds (``passes.stash_groups.write_groups``) with
   one ``dynamic-update-slice`` of their payloads' stack at the first
-  round's slot. The first payload is ``select(salt, port, 0)`` (``salt``
-  is 0 on the loop's one trip): with the ports alone, XLA hoists their
-  stack out of the loop as invariant and builds it on every device (seen
-  in the HLO); one operand that varies keeps the stack in the loop."""
+  round's slot. Given a ``salt`` (0 on the loop's one trip), the first
+  payload is ``select(salt, port, 0)``: with the ports alone, XLA hoists
+  their stack out of the loop as invariant and builds it on every device
+  (seen in the HLO); one operand that varies keeps the stack in the loop.
+  In the loop of the kernel computing them (``in_kernel``) they vary
+  already: ``salt`` is ``None`` there."""
   vals = [ports[ks.ports[0]] for ks in group]
-  vals[0] = lax.select_n(salt, vals[0], jnp.zeros_like(vals[0]))
+  if salt is not None:
+    vals[0] = lax.select_n(salt, vals[0], jnp.zeros_like(vals[0]))
   tg = tick.sends[group[0].round].targets[0]
   slot = ctx.dyn(tg.slot, 0)
   if order is not None:
@@ -156,7 +159,7 @@ def in_kernel(ctx: Any, tick: Any, b: int, kid: Any,
   def write(ports: Sequence[Any], stash: Sequence[Any],
             boxes: Sequence[Any], salt: Any) -> tuple[tuple, tuple]:
     return _write(ctx, tick, groups, held, ports, stash, boxes, salt, None,
-                  single)
+                  single, select=False)
 
   return KernelWrites(tuple(ks.outbox for ks in held), write)
 
@@ -183,14 +186,16 @@ def _plan(tick: Any, b: int, kid: Any, sends: Mapping[int, Sequence[Any]],
 
 def _write(ctx: Any, tick: Any, groups: Sequence[Any], held: Sequence[Any],
            ports: Sequence[Any], stash: Sequence[Any], boxes: Sequence[Any],
-           k: Any, slot_order: Order | None, single: frozenset[int]
-           ) -> tuple[tuple, tuple]:
+           k: Any, slot_order: Order | None, single: frozenset[int],
+           select: bool = True) -> tuple[tuple, tuple]:
   """One kernel's writes (``_plan``) from ``ports``: its stash groups and
-  its held messages; ``k`` the loop's trip counter (0 on the one trip)."""
+  its held messages; ``k`` the loop's trip counter (0 on the one trip).
+  ``select``: stacked payloads tied to ``k`` (``_write_stacked``)."""
   stash = list(stash)
   for group in groups:
     if len(group) > 1:
-      _write_stacked(ctx, tick, group, ports, stash, k, slot_order)
+      _write_stacked(ctx, tick, group, ports, stash, k if select else None,
+                     slot_order)
       continue
     rd = tick.sends[group[0].round]
     # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
