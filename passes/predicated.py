@@ -29,6 +29,7 @@ ports). Slot accumulators are pinned to their GSPMD spec inside the loops.
 Inside a loop the kernel's read indices add the trip counter (0 when the
 body runs), or XLA would hoist the kernel out as loop-invariant code and
 run it on every device.
+
 With ``Switches.writes_in_loops`` (and ``held_in_kernels``) a kernel's
 loop also writes the messages it made into the stash and its outboxes right
 after it runs (``passes.local_writes.in_kernel``), carrying the stash and
