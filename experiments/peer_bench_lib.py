@@ -16,6 +16,7 @@ of its timings, the CPU the rest of the machine used on the worker's cores
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import random
@@ -34,10 +35,12 @@ from experiments import hlo_breakdown, hlo_count, runs, workers
 from experiments import lowering_bench_lib as lb
 from experiments import peer_gpipe as pg
 from tessel_jax import placements
+from tessel_jax.passes import switches
 
 VARIANTS = ("plain_1core", "plain_2core", "data_parallel", "hand_gpipe",
             "tj_searched", "tj_gpipe", "tj_1f1b", "tj_compact", "tj_mshape",
-            "tj_zbv", "tj_mshape_compact", "tj_zbv_compact")
+            "tj_zbv", "tj_mshape_compact", "tj_zbv_compact",
+            "tj_compact_sepwrites")
 # The default variants: issue 15's 2-stage table, and at 4 stages its work
 # ratio (searched mshape and zbv against the hand GPipe; plain jit on one
 # core is the useful work, tessel_jax's GPipe the same placement as the hand
@@ -140,11 +143,16 @@ def _variant_fns(name: str, n: int, args: PeerArgs) -> tuple[Callable, Any]:
   # loop (interpret_ramps=0: each kernel body once in the program).
   # The ``*_compact`` variants are mshape/zbv lowered the same way (the
   # library's default, interpret_ramps="auto").
-  ramps = 0 if name.endswith("_compact") else 8
+  # ``tj_compact_sepwrites``: tj_compact with each kernel's messages
+  # written in a loop of their own at the next boundary
+  # (``Switches.writes_in_loops`` off), for paired A/B.
+  ramps = 0 if "_compact" in name else 8
+  sw = (dataclasses.replace(switches.from_env(), writes_in_loops=False)
+        if name == "tj_compact_sepwrites" else None)
   return (lambda: tj.schedule(marked_loss(blocks), mesh=mesh,
                               placement=placement, num_microbatches=n,
                               plan=plan, cut="markers", cost=args.cost,
-                              interpret_ramps=ramps),
+                              interpret_ramps=ramps, switches=sw),
           (params, batch))
 
 

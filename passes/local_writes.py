@@ -24,8 +24,8 @@ it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
@@ -57,12 +57,15 @@ def _write_stacked(ctx: Any, tick: Any, group: Sequence[Any],
                    order: Order | None) -> None:
   """Writes a group of rounds (``passes.stash_groups.write_groups``) with
   one ``dynamic-update-slice`` of their payloads' stack at the first
-  round's slot. The first payload is ``select(salt, port, 0)`` (``salt``
-  is 0 on the loop's one trip): with the ports alone, XLA hoists their
-  stack out of the loop as invariant and builds it on every device (seen
-  in the HLO); one operand that varies keeps the stack in the loop."""
+  round's slot. Given a ``salt`` (0 on the loop's one trip), the first
+  payload is ``select(salt, port, 0)``: with the ports alone, XLA hoists
+  their stack out of the loop as invariant and builds it on every device
+  (seen in the HLO); one operand that varies keeps the stack in the loop.
+  In the loop of the kernel computing them (``in_kernel``) they vary
+  already: ``salt`` is ``None`` there."""
   vals = [ports[ks.ports[0]] for ks in group]
-  vals[0] = lax.select_n(salt, vals[0], jnp.zeros_like(vals[0]))
+  if salt is not None:
+    vals[0] = lax.select_n(salt, vals[0], jnp.zeros_like(vals[0]))
   tg = tick.sends[group[0].round].targets[0]
   slot = ctx.dyn(tg.slot, 0)
   if order is not None:
@@ -93,43 +96,24 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     single: Outboxes without a sink slot (``kernel_sends.sink_free``):
       written at slot 0 without a table lookup.
   """
-  ticks, devices = tick.branch_of.shape
   for b, kid in enumerate(tick.branches):
-    mine = [ks for ks in sends.get(kid, ())
-            if ks.outbox < 0 or outbox is not None]
-    if kid is None or not mine:
+    planned = _plan(tick, b, kid, sends, pools, outbox is not None)
+    if planned is None:
       continue
-    held = [ks for ks in mine if ks.outbox >= 0]
-    mine = [ks for ks in mine if ks.outbox < 0]
-    ran = np.zeros((ticks + 1, devices), np.int32)
-    ran[1:] = tick.branch_of == b
+    groups, held, ran = planned
     trips = ctx.table(ran)
     if isinstance(trips, int) and not trips:
       continue
-
     # In a loop the writes follow ``order`` through the trip count; only
     # unlooped writes take it into their slots.
     slot_order = order if isinstance(trips, int) else None
 
-    groups = _stash_groups.write_groups(
-        tick, mine, ran, [p.shape[1:] for p in pools],
-        [p.shape[0] - 1 for p in pools]) if mine else []
-
     def body(carry: tuple, groups: Sequence[Any] = groups,
              held: Sequence[Any] = held) -> tuple:
       k, stash, boxes = carry
-      stash = list(stash)
-      for group in groups:
-        if len(group) > 1:
-          _write_stacked(ctx, tick, group, ports, stash, k, slot_order)
-          continue
-        rd = tick.sends[group[0].round]
-        # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
-        # select out of the loop and run it on every device.
-        v = _payload(ctx, rd, group[0], ports, k)
-        write_targets(ctx, rd, v, stash, 0, slot_order)
-      return k + 1, tuple(stash), _hold(ctx, tick, held, ports, boxes, k,
-                                        single)
+      stash, boxes = _write(ctx, tick, groups, held, ports, stash, boxes, k,
+                            slot_order, single)
+      return k + 1, stash, boxes
 
     init = (jnp.int32(0), tuple(pools),
             tuple(outbox[ks.outbox] for ks in held))
@@ -142,6 +126,83 @@ def write_locals(ctx: Any, tick: Any, ports: Sequence[Any],
     pools[:] = list(new)
     for ks, box in zip(held, boxes):
       outbox[ks.outbox] = box
+
+
+class KernelWrites(NamedTuple):
+  """What kernel ``kid`` writes at the boundary after it runs, done inside
+  its own 0/1-trip loop (``passes.predicated``; ``Switches.writes_in_loops``).
+
+  Attributes:
+    boxes: Indices of the outboxes it copies held remote messages into.
+    write: ``(ports, stash, boxes, salt) -> (stash, boxes)``: ``ports``
+      every out port (the kernel's own just computed), ``stash`` the pools,
+      ``boxes`` the outboxes of ``boxes``; ``salt`` the trip counter.
+  """
+
+  boxes: tuple[int, ...]
+  write: Callable[..., tuple[tuple, tuple]]
+
+
+def in_kernel(ctx: Any, tick: Any, b: int, kid: Any,
+              sends: Mapping[int, Sequence[Any]], pools: Sequence[Any],
+              single: frozenset[int] = frozenset()) -> KernelWrites | None:
+  """Kernel ``kid``'s (branch ``b``) local rounds and held messages of the
+  boundary ``ctx.tau`` (the one after the tick it runs at), to be written
+  by its own loop: the same writes as :func:`write_locals` makes in a loop
+  of its own (trip count: the devices that ran it at the tick before), one
+  0/1-trip loop fewer per kernel and tick. ``None`` if it writes nothing."""
+  planned = _plan(tick, b, kid, sends, pools, True)
+  if planned is None:
+    return None
+  groups, held, _ = planned
+
+  def write(ports: Sequence[Any], stash: Sequence[Any],
+            boxes: Sequence[Any], salt: Any) -> tuple[tuple, tuple]:
+    return _write(ctx, tick, groups, held, ports, stash, boxes, salt, None,
+                  single, select=False)
+
+  return KernelWrites(tuple(ks.outbox for ks in held), write)
+
+
+def _plan(tick: Any, b: int, kid: Any, sends: Mapping[int, Sequence[Any]],
+          pools: Sequence[Any], boxes: bool
+          ) -> tuple[list, list, np.ndarray] | None:
+  """``(stash write groups, held sends, ran table)`` of kernel ``kid``
+  (branch ``b``) at a boundary; ``None`` if it writes nothing there.
+  ``boxes``: held remote messages are copied by the kernel's loop."""
+  mine = [ks for ks in sends.get(kid, ()) if ks.outbox < 0 or boxes]
+  if kid is None or not mine:
+    return None
+  ticks, devices = tick.branch_of.shape
+  held = [ks for ks in mine if ks.outbox >= 0]
+  mine = [ks for ks in mine if ks.outbox < 0]
+  ran = np.zeros((ticks + 1, devices), np.int32)
+  ran[1:] = tick.branch_of == b
+  groups = _stash_groups.write_groups(
+      tick, mine, ran, [p.shape[1:] for p in pools],
+      [p.shape[0] - 1 for p in pools]) if mine else []
+  return groups, held, ran
+
+
+def _write(ctx: Any, tick: Any, groups: Sequence[Any], held: Sequence[Any],
+           ports: Sequence[Any], stash: Sequence[Any], boxes: Sequence[Any],
+           k: Any, slot_order: Order | None, single: frozenset[int],
+           select: bool = True) -> tuple[tuple, tuple]:
+  """One kernel's writes (``_plan``) from ``ports``: its stash groups and
+  its held messages; ``k`` the loop's trip counter (0 on the one trip).
+  ``select``: stacked payloads tied to ``k`` (``_write_stacked``)."""
+  stash = list(stash)
+  for group in groups:
+    if len(group) > 1:
+      _write_stacked(ctx, tick, group, ports, stash, k if select else None,
+                     slot_order)
+      continue
+    rd = tick.sends[group[0].round]
+    # ``k`` (0 on the one trip) in the indices: XLA cannot hoist the
+    # select out of the loop and run it on every device.
+    v = _payload(ctx, rd, group[0], ports, k)
+    write_targets(ctx, rd, v, stash, 0, slot_order)
+  return tuple(stash), _hold(ctx, tick, held, ports, boxes, k, single)
 
 
 @scoped("send")
@@ -162,4 +223,4 @@ def _hold(ctx: Any, tick: Any, held: Sequence[Any], ports: Sequence[Any],
   return tuple(out)
 
 
-__all__ = ["write_locals"]
+__all__ = ["KernelWrites", "in_kernel", "write_locals"]

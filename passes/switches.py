@@ -22,6 +22,7 @@ SHARED_W_ENV = "TESSEL_JAX_SHARED_W"
 HELD_IN_KERNELS_ENV = "TESSEL_JAX_HELD_IN_KERNELS"
 DISTINCT_FILLS_ENV = "TESSEL_JAX_DISTINCT_FILLS"
 HOIST_ON_USERS_ENV = "TESSEL_JAX_HOIST_ON_USERS"
+WRITES_IN_LOOPS_ENV = "TESSEL_JAX_WRITES_IN_LOOPS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,6 +145,14 @@ class Switches:
       (threads time-sliced) CPU 0.983-1.017 (BENCHMARKS.md, helper
       "resnet12"). Off (``TESSEL_JAX_HOIST_ON_USERS=0``): every device
       computes every value, as before 2026-11-27.
+    writes_in_loops: With ``held_in_kernels``, an interpreted segment's
+      local messages and held remote ones are written by the kernel that
+      made them inside its own 0/1-trip loop, right after it runs
+      (``passes.local_writes.in_kernel``), not in a loop of their own at
+      the next boundary: one while loop (body, condition, carried tuple)
+      fewer per writing kernel (BENCHMARKS.md, helper "hlo16"). Off
+      (``TESSEL_JAX_WRITES_IN_LOOPS=0``): a write loop per kernel at the
+      next boundary, as before 2026-11-27.
   """
 
   hoist: bool = True
@@ -163,6 +172,7 @@ class Switches:
   cut_accumulation: bool = False
   distinct_fills: bool = True
   hoist_on_users: bool = True
+  writes_in_loops: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
@@ -172,7 +182,8 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   ``TESSEL_JAX_ALIGNED_GRID=0``, ``held_in_kernels`` off where
   ``TESSEL_JAX_HELD_IN_KERNELS=0``, ``distinct_fills`` off where
   ``TESSEL_JAX_DISTINCT_FILLS=0``, ``hoist_on_users`` off where
-  ``TESSEL_JAX_HOIST_ON_USERS=0`` (``environ``: default ``os.environ``; for
+  ``TESSEL_JAX_HOIST_ON_USERS=0``, ``writes_in_loops`` off where
+  ``TESSEL_JAX_WRITES_IN_LOOPS=0`` (``environ``: default ``os.environ``; for
   A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
@@ -181,9 +192,10 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
                   shared_w=env.get(SHARED_W_ENV, "") == "1",
                   held_in_kernels=env.get(HELD_IN_KERNELS_ENV, "") != "0",
                   distinct_fills=env.get(DISTINCT_FILLS_ENV, "") != "0",
-                  hoist_on_users=env.get(HOIST_ON_USERS_ENV, "") != "0")
+                  hoist_on_users=env.get(HOIST_ON_USERS_ENV, "") != "0",
+                  writes_in_loops=env.get(WRITES_IN_LOOPS_ENV, "") != "0")
 
 
 __all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "DISTINCT_FILLS_ENV",
            "HELD_IN_KERNELS_ENV", "HOIST_ON_USERS_ENV", "SHARED_W_ENV",
-           "Switches", "TICK_ORDER_ENV", "from_env"]
+           "Switches", "TICK_ORDER_ENV", "WRITES_IN_LOOPS_ENV", "from_env"]

@@ -109,21 +109,26 @@ def compute_interp(low: LowerContext, ctx: Ctx, tick: Tick,
                    pools: Sequence[Any], accs: tuple, tacc: Sequence[Any],
                    pbuf: dict[Any, Any], slots: Sequence[Sequence[Any]],
                    batch: Sequence[Any], ports: Sequence[Any],
-                   order: _stash_order.Order) -> tuple:
+                   order: _stash_order.Order,
+                   writes: _predicated.Writes | None = None) -> tuple:
   """An interp tick: every kernel in a 0/1-trip while loop updating its
   out ports and accumulators in place (``passes.predicated``); no switch,
-  no pass-through copies, no zero-filled ports."""
+  no pass-through copies, no zero-filled ports. ``writes``: the next
+  boundary's messages written by the kernels' loops (``pools`` is then
+  ``writes.pools``, updated)."""
   if len(tick.branches) == 1:
     return compute(low, ctx, tick, pools, accs, tacc, 0, pbuf, slots, batch)
   _check_no_collective(low, tick, "interp tick", "on only some devices")
   vals = {"pools": tuple(pools), "batch": tuple(batch),
           "index": _io.read_index(ctx, tick, 0)}
+
+  def run(kid: int, acc: dict, salt: Any, stash: Any) -> Sequence[Any]:
+    v = vals if stash is None else {**vals, "pools": stash}
+    return run_kernel(low, ctx, tick, kid, v, acc, pbuf, slots, salt)
+
   # FSDP per block: each kernel gathers its own leaves inside its loop.
-  accs, ports = _predicated.run_kernels(
-      low, ctx, tick,
-      lambda kid, acc, salt: run_kernel(low, ctx, tick, kid, vals, acc,
-                                        pbuf, slots, salt),
-      ports, accs, order)
+  accs, ports = _predicated.run_kernels(low, ctx, tick, run, ports, accs,
+                                        order, writes)
   tacc = terminals(low, ctx, tick, ports, list(tacc), 0)
   return accs, tuple(tacc), tuple(ports)
 

@@ -26,6 +26,7 @@ from . import fsdp_tick as _fsdp_tick
 from . import kernel_sends as _kernel_sends
 from . import local_writes as _local_writes
 from . import outbox as _outbox
+from . import predicated as _predicated
 from . import stash_order as _stash_order
 from . import tick_compute as _compute
 from . import tick_io as _io
@@ -117,19 +118,44 @@ def _boundary(low: LowerContext, spec: Tick, sends: Any, c: Ctx,
               ports: Sequence[Any], pools: list[Any], outbox: Sequence[Any],
               order: _stash_order.Order) -> Any:
   """One boundary of an interp segment: the tick's local messages written
-  (per kernel where ``sends`` is given), its remote ones held or flushed;
-  returns the outboxes."""
+  (per kernel where ``sends`` is given; by the kernels' loops of the tick
+  before with ``_in_loops``), its remote ones held or flushed; returns the
+  outboxes."""
   copied = sends is not None and low.switches.held_in_kernels
   single = _single(low, spec, sends)
   if sends is None:
     _io.sends(low, c, spec, ports, pools, 0, remote=False, order=order)
-  else:
+  elif not _in_loops(low, sends):
     boxes = list(outbox) if copied else None
     _local_writes.write_locals(c, spec, ports, pools, order, sends, boxes,
                                single)
     outbox = tuple(boxes) if copied else outbox
   return _outbox.hold_and_flush(low, c, spec, ports, pools, outbox, order,
                                 SCOPES["ppermute"], copied, single)
+
+
+def _in_loops(low: LowerContext, sends: Any) -> bool:
+  """Whether the kernels' loops write the next boundary's messages
+  (``Switches.writes_in_loops``, with kernels copying their held
+  messages)."""
+  return (sends is not None and low.switches.held_in_kernels
+          and low.switches.writes_in_loops)
+
+
+def _writes(low: LowerContext, spec: Tick, sends: Any, c: Ctx,
+            pools: list[Any], outbox: Sequence[Any]
+            ) -> _predicated.Writes | None:
+  """The writes of boundary ``c`` made in the loops of the kernels of the
+  tick before it (``_in_loops``); ``None`` where they are not."""
+  if not _in_loops(low, sends):
+    return None
+  single = _single(low, spec, sends)
+  kernels = {}
+  for b, kid in enumerate(spec.branches):
+    kw = _local_writes.in_kernel(c, spec, b, kid, sends, pools, single)
+    if kw is not None:
+      kernels[b] = kw
+  return _predicated.Writes(kernels, pools, list(outbox))
 
 
 def _single(low: LowerContext, spec: Tick, sends: Any) -> frozenset[int]:
@@ -165,8 +191,12 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
     outbox = _boundary(low, spec, sends, c, ports, pools, outbox, order)
     order.after(pools)
     order.after(outbox)
+    writes = _writes(low, spec, sends, ctx.at(tau + 1), pools, outbox)
     accs, tacc, ports = _compute.compute_interp(
-        low, c, spec, pools, accs, tacc, pbuf, slots, batch, ports, order)
+        low, c, spec, pools, accs, tacc, pbuf, slots, batch, ports, order,
+        writes)
+    if writes is not None:
+      outbox = tuple(writes.outbox)
     return tuple(pools), accs, tacc, ports, outbox, order.token
 
   state = _fsdp_kernel.with_cache(low.layout, low.plan.kernels, spec, state)
