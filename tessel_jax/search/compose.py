@@ -61,7 +61,11 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
   if not complete or solve.budget.past_cap():
     return schedule
   shortest = composed(schedule, polish, solve.budget, solve.solve_kw)
+  done = {(normalise(best.offsets), best.phases)}
   for earlier in reversed(seen[:-1]):
+    if (normalise(earlier.offsets), earlier.phases) in done:
+      continue  # the same repetend: the same ramps
+    done.add((normalise(earlier.offsets), earlier.phases))
     n = ramps.reference_microbatches(shortest.repetend)
     if solve.budget.past_cap() or ramps.makespan(
         shortest, n) <= lower_bound_makespan_shared(solve.graph, n):
