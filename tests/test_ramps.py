@@ -323,3 +323,20 @@ def test_the_ramps_of_every_latency_round_are_compared():
   assert unrolled.makespan <= 1029
   spans = [b.span for b in graph.blocks]
   assert schedule.repetend.latency(spans) > simulate.critical_path(graph)
+
+
+def test_refined_ramps_are_never_longer_and_stay_valid():
+  # ``ramps.refined``: the best cut compacted once more with more time is
+  # kept only where it unrolls shorter.
+  graph = placements.get("xshape", 4)
+  schedule = search_repetend(graph, 2, time_limit_s=5, complete=False,
+                             list_alternative=False)
+  n = ramps.reference_microbatches(schedule.repetend)
+  plain = ramps.best_rotation(schedule, per_cut_s=0.05, max_cuts=4)
+  more = ramps.best_rotation(schedule, per_cut_s=0.05, max_cuts=4,
+                             refine_s=0.2)
+  span = [ramps.makespan(ramps.with_templates(schedule, *r), n)
+          for r in (plain, more)]
+  assert span[1] <= span[0]
+  validate.assert_valid(ramps.with_templates(schedule, *more).unroll(n),
+                        memory_limit=2)

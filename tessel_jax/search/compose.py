@@ -13,7 +13,7 @@ from tessel_jax.search import clock, completion, ramps
 from tessel_jax.search.budget import Budget
 from tessel_jax.search.errors import SearchTimeoutError
 from tessel_jax.search.modulo_moves import one_at_a_time
-from tessel_jax.search.modulo_solution import normalise
+from tessel_jax.search.modulo_solution import normalise, pull_in
 from tessel_jax.search.period_search import after_first_probe, first_probe
 from tessel_jax.search.polish import polish_budget, polished
 from tessel_jax.search.prober import Prober
@@ -23,6 +23,9 @@ from tessel_jax.simulate import lower_bound_makespan_shared
 # Least number of cuts of the period whose ramps are compacted
 # (``ramps.best_rotation``); the search's own cut is the first.
 _LEAST_CUTS = 4
+# The best cut's ramps are compacted once more with this many cuts' time
+# (at most a quarter of the polish budget; ``ramps.refined``).
+_REFINE_CUTS = 4
 
 
 def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
@@ -41,7 +44,11 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
   1030.
   """
   period = found[0]
-  seen: list = []
+  # A built repetend (``solve.constructed``) is itself a candidate: its
+  # latency polish can lengthen the ramps (Tessel's nnshape, 7 devices,
+  # limit 20: 1049 steps at N = 128 polished, 1048 = the bound unpolished).
+  seen: list = ([pull_in(solve.graph, period, solve.memory_limit, found[1])]
+                if solve.constructed else [])
   best = polished(solve, found, polish, seen=seen)
   rep = Repetend(period=period, offsets=normalise(best.offsets),
                  phases=best.phases)
@@ -54,7 +61,11 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
   if not complete or solve.budget.past_cap():
     return schedule
   shortest = composed(schedule, polish, solve.budget, solve.solve_kw)
+  done = {(normalise(best.offsets), best.phases)}
   for earlier in reversed(seen[:-1]):
+    if (normalise(earlier.offsets), earlier.phases) in done:
+      continue  # the same repetend: the same ramps
+    done.add((normalise(earlier.offsets), earlier.phases))
     n = ramps.reference_microbatches(shortest.repetend)
     if solve.budget.past_cap() or ramps.makespan(
         shortest, n) <= lower_bound_makespan_shared(solve.graph, n):
@@ -150,7 +161,10 @@ def composed(schedule: Schedule, polish: float, budget: Budget,
   (8, 13), mllm (16, 48), nnshape_eager (16, 45) and xshape (16, 14) were
   again the same (nnshape_eager, 8 devices: 0.34 s of compaction instead
   of 2.5 s). As many cuts as the polish budget pays for, at least
-  ``_LEAST_CUTS``. (Past the search's cap the caller skips this and
+  ``_LEAST_CUTS``; the best cut's ramps are then compacted once more with
+  ``_REFINE_CUTS`` cuts' time, at most a quarter of the polish
+  (``ramps.refined``: nnshape, 4 devices, limit 13: 2068 -> 2067 at
+  N = 128). (Past the search's cap the caller skips this and
   ``unroll`` compacts the modulo schedule in its own order: the warmup
   model of a repetend that spans many periods has thousands of actions and
   CP-SAT loads it for longer than its time limit; nnshape, 32 devices,
@@ -163,7 +177,8 @@ def composed(schedule: Schedule, polish: float, budget: Budget,
       schedule, per_cut_s=per_cut,
       max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
       cap_deadline=budget.cap_deadline, seed=solve_kw["seed"],
-      num_workers=solve_kw["num_workers"])
+      num_workers=solve_kw["num_workers"],
+      refine_s=min(polish / 4, _REFINE_CUTS * per_cut))
   completion_s = (max(1.0, polish) if budget.completion_s is None
                   else budget.completion_s)
   return with_templates(dataclasses.replace(schedule, repetend=rep),

@@ -37,9 +37,12 @@ _FIRST_SHARE = 1 / 16
 # before the first solve, ``=after`` once that solve decided nothing. Its
 # repetends are valid and proven at the bound, and cut the fast column's
 # CPU (first: nnshape 4 devices, limit 13, 13.8 -> 2.3 CPU s), but they
-# are other repetends at the same period, whose ramps may be longer: that
-# case unrolls 2069 steps at N = 128 in both modes, 2068 without it
-# (BENCHMARKS, helper "fastcol", session 39).
+# are other repetends at the same period, whose ramps were longer (that
+# case 2069 steps at N = 128, 2068 without it; BENCHMARKS, helper
+# "fastcol", session 39) until the ramps' best cut got more time and the
+# built repetend itself became a ramps candidate (``compose``): since then
+# never longer on the fast column and Tessel's held-out cases, but its
+# ramps cost more CPU (helper "fastcol2", session 40).
 _MODE = os.environ.get("TESSEL_JAX_CONSTRUCT", "0")
 if _MODE not in ("", "0", "first", "after"):
   warnings.warn(f"TESSEL_JAX_CONSTRUCT={_MODE!r} is not one of 'first',"
