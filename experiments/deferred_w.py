@@ -16,7 +16,6 @@ this measures what they would save on that device's kernels.
 
 import json
 import os
-import random
 import statistics
 
 from absl import flags
@@ -52,14 +51,7 @@ def main(argv):
   if f.parts:
     runs.update({k: (lambda g=g: g(*args))
                  for k, g in lib.parts(f.n, f.rows).items()})
-  times = {k: [] for k in runs}
-  loads = []
-  for _ in range(f.rounds):
-    order = list(runs)
-    random.shuffle(order)
-    for k in order:
-      times[k].append(pb._timed(runs[k]))  # pylint: disable=protected-access
-    loads.append(os.getloadavg()[0])
+  times, loads = pb.shuffled_rounds(runs, f.rounds)
   rows = {}
   for k, ts in times.items():
     pairs = list(zip(ts, times[ref]))

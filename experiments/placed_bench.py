@@ -115,6 +115,21 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, float, float, int]:
           r1.ru_minflt - r0.ru_minflt)
 
 
+def shuffled_rounds(runs: dict[str, Callable[[], Any]], rounds: int
+                    ) -> tuple[dict[str, list], list[float]]:
+  """Each run once per round in shuffled order (:func:`_timed` figures per
+  run and round), and the 1-minute load average after each round."""
+  times: dict[str, list] = {k: [] for k in runs}
+  loads = []
+  for _ in range(rounds):
+    order = list(runs)
+    random.shuffle(order)
+    for k in order:
+      times[k].append(_timed(runs[k]))
+    loads.append(os.getloadavg()[0])
+  return times, loads
+
+
 def critical_kernel_ms(step: Any) -> dict[str, Any]:
   """Measured kernel time (each compiled alone) summed over the schedule's
   actions per device: the busiest device's sum is the floor of a step."""
@@ -246,14 +261,7 @@ def worker(models: tuple[str, ...], n: int, rounds: int,
                 runs["placed_workspace"])
     for f in runs.values():
       jax.block_until_ready(f())
-    times: dict[str, list] = {k: [] for k in runs}
-    loads = []
-    for _ in range(rounds):
-      order = list(runs)
-      random.shuffle(order)
-      for k in order:
-        times[k].append(_timed(runs[k]))
-      loads.append(os.getloadavg()[0])
+    times, loads = shuffled_rounds(runs, rounds)
     row = {"model": name, "param_layout": LAYOUTS[name],
            "param_bytes_per_device": list(
                step.built.layout.bytes_per_device()),

@@ -17,7 +17,6 @@ fills and outputs without holding a leaf).
 
 import json
 import os
-import random
 import statistics
 
 from absl import flags
@@ -53,14 +52,8 @@ def main(argv):
     err = rel_err.max_rel(grads, built["base"][2])
     if err > 1e-5:
       raise AssertionError(f"{v}: gradient rel. error {err} against base")
-  times = {v: [] for v in built}
-  loads = []
-  for _ in range(f.rounds):
-    order = list(built)
-    random.shuffle(order)
-    for v in order:
-      times[v].append(pb._timed(built[v][0]))  # pylint: disable=protected-access
-    loads.append(os.getloadavg()[0])
+  times, loads = pb.shuffled_rounds({v: b[0] for v, b in built.items()},
+                                    f.rounds)
   layout = built["base"][1].built.layout
   out = {"rounds": f.rounds, "passes": f.passes, "min_bytes": f.min_bytes,
          "idle_slot_mb": [round(b / 1e6, 2)

@@ -17,7 +17,6 @@ variant.
 
 import json
 import os
-import random
 import statistics
 
 from absl import flags
@@ -56,14 +55,8 @@ def main(argv):
     err = rel_err.max_rel(step.unplace(run()[1]), want)
     if err > 1e-5:
       raise AssertionError(f"{v}: gradient rel. error {err} against {ref}")
-  times = {v: [] for v in built}
-  loads = []
-  for _ in range(f.rounds):
-    order = list(built)
-    random.shuffle(order)
-    for v in order:
-      times[v].append(pb._timed(built[v][0]))  # pylint: disable=protected-access
-    loads.append(os.getloadavg()[0])
+  times, loads = pb.shuffled_rounds({v: b[0] for v, b in built.items()},
+                                    f.rounds)
   rows = {}
   for v, (run, step, compiled) in built.items():
     ts = times[v]

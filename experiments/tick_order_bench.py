@@ -14,7 +14,6 @@ part's ResNet18, placed once).
 
 import json
 import os
-import random
 
 from absl import flags
 
@@ -66,12 +65,7 @@ def main(argv):
   err = rel_err.max_rel(grads["compacted"], grads["planned"])
   if err > 1e-5 or float(outs["compacted"][0]) != float(outs["planned"][0]):
     raise AssertionError(f"compacted ticks differ: gradient rel. err {err}")
-  times = {k: [] for k in runs}
-  for _ in range(f.rounds):
-    order = list(runs)
-    random.shuffle(order)
-    for k in order:
-      times[k].append(pb._timed(runs[k]))  # pylint: disable=protected-access
+  times, _ = pb.shuffled_rounds(runs, f.rounds)
   med = lambda xs: sorted(xs)[len(xs) // 2]
   row = {"model": f.model, "n": f.n, "rounds": f.rounds,
          "load_average": os.getloadavg()}

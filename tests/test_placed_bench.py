@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import types
 
+import jax.numpy as jnp
 import pytest
 
 from experiments import host_pages
@@ -49,3 +50,15 @@ def test_the_table_puts_the_step_against_each_floor():
   assert sync == "105 (9 rendezvous)"
   assert ratios == "1.50x, 1.15x, 1.43x"
   assert faults == "28.0, 13713"
+
+
+def test_shuffled_rounds_runs_each_once_per_round():
+  calls = []
+  runs = {k: (lambda k=k: calls.append(k) or jnp.zeros(())) for k in "abc"}
+  times, loads = placed_bench.shuffled_rounds(runs, 4)
+  assert sorted(calls) == sorted("abc" * 4)
+  for r in range(4):  # every round holds each run exactly once
+    assert sorted(calls[3 * r:3 * r + 3]) == ["a", "b", "c"]
+  assert {k: len(v) for k, v in times.items()} == {"a": 4, "b": 4, "c": 4}
+  assert all(len(t) == 4 and t[0] >= 0 for ts in times.values() for t in ts)
+  assert len(loads) == 4
