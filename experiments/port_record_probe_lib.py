@@ -23,8 +23,9 @@ N and rows from the flags (8 and 4), ``cut="auto"``, cost="measured", normal pri
   by the capped round medians.
 
 A last line ``fits``: every model's stand-in against the record fitted on
-all the models, on the first alone and on the first three
-(:func:`fits`).
+all the models, on the first alone, on the first two and on the first
+three, and every model's step against its prediction repriced with each
+of those records (:func:`fits`).
 
 It reads the cost model's arguments by wrapping ``CostModel.predict`` for
 the duration of :func:`main` (a diagnostic: no public hook gives them).
@@ -135,15 +136,20 @@ def probe(name: str, mesh: Any, args: Any) -> dict[str, Any]:
           for k, v in rec.items()}
 
 
-def fits(points: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def fits(points: dict[str, dict[str, Any]],
+         rows: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
   """Each model's stand-in (capped round medians, serial part off) against
   the record fitted (``ports.fitted``) on all models, on the first one
-  (``ports.TICK_PORTS``) and on the first three (the zoo runner's order):
-  predicted over measured, by model."""
+  (``ports.TICK_PORTS``), on the first two (the record ``model_zoo_spans``
+  builds: the reference and eqx_mlp) and on the first three (what a third
+  point would give): predicted over measured, by model; with ``rows`` (a
+  model's :func:`probe` record), also each model's lowered step over its
+  prediction repriced with that record (:func:`repriced_ms`), all variants
+  against the same timed step."""
   names = list(points)
   out = {}
   for label, use in (("all", names), ("first", names[:1]),
-                     ("first3", names[:3])):
+                     ("first2", names[:2]), ("first3", names[:3])):
     rec = P.fitted([points[n] for n in use])
     ratios = {}
     for n, p in points.items():
@@ -153,7 +159,23 @@ def fits(points: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out[label] = {"per_port_us": round(rec["per_port_s"] * 1e6, 4),
                   "tick_ports": round(rec["tick_ports"], 2),
                   "predicted_over_standin": ratios}
+    if rows:
+      out[label]["step_over_predicted"] = {
+          n: round(r["step_ms_median15"] / repriced_ms(
+              r, points[n], rec["per_port_s"], rec["tick_ports"]), 3)
+          for n, r in rows.items()}
   return out
+
+
+def repriced_ms(row: dict[str, Any], point: dict[str, Any],
+                per_port_s: float, tick_ports: float) -> float:
+  """``row``'s predicted step (ms) with the record's per-port part
+  replaced by ``per_port_s`` and ``tick_ports``, along the replay's
+  slopes of its ``point`` (the critical path held: a first-order change)."""
+  def priced(pp: float, k: float) -> float:
+    return pp * (point["port_s"] + k * point["tick_s"])
+  old = priced(row["per_port_ref_us"] * 1e-6, row["tick_ports_ref"])
+  return row["pred_ms_report"] + (priced(per_port_s, tick_ports) - old) * 1e3
 
 
 def main(args: Any) -> None:
@@ -162,12 +184,12 @@ def main(args: Any) -> None:
   M.CostModel.predict = _predict
   try:
     mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("pipe",))
-    points = {}
+    points, rows = {}, {}
     for name in args.models:
       rec = probe(name, mesh, args)
-      points[name] = rec["point"]
+      points[name], rows[name] = rec["point"], rec
       print(json.dumps({name: rec}), flush=True)
-    print(json.dumps({"fits": fits(points)}), flush=True)
+    print(json.dumps({"fits": fits(points, rows)}), flush=True)
   finally:
     M.CostModel.predict = _ORIG
     if args.realtime:
