@@ -54,6 +54,13 @@ flags.DEFINE_integer("interpret_ramps", None,
                      " tick (each kernel compiled once); -1: unroll all."
                      " Default: tj.schedule's 'auto' (0, the compact"
                      " lowering).")
+flags.DEFINE_integer("step_opt_level", None,
+                     "XLA's xla_backend_optimization_level for the pipelined"
+                     " step's compile only (default: XLA's own, 2). 1 cut"
+                     " that compile's CPU ~0.8x under load (BENCHMARKS.md,"
+                     " session 41, main15); its step time is not yet"
+                     " measured quietly, so it is off.", lower_bound=0,
+                     upper_bound=3)
 
 
 def from_flags() -> TrainArgs:
@@ -86,6 +93,6 @@ def from_flags() -> TrainArgs:
       steps=f.steps, lr=f.lr, seed=f.seed, schedule=f.schedule,
       time_limit=f.time_limit, check=f.check, plot=f.plot or None,
       output=f.output or None, grid_steps=f.grid_steps, cost=f.cost,
-      reprofile=f.reprofile,
+      reprofile=f.reprofile, step_opt_level=f.step_opt_level,
       interpret_ramps=train_lib.interpret_ramps_for(f.steps,
                                                     f.interpret_ramps))

@@ -46,6 +46,7 @@ class TrainArgs(NamedTuple):
   cost: str | None = None      # None: $TESSEL_JAX_COST, else "measured"
   reprofile: bool = False
   interpret_ramps: int | str | None = "auto"  # tj.schedule's default
+  step_opt_level: int | None = None  # None: XLA's default (2)
 
 
 # The runner lowers with ``interpret_ramps="auto"`` unless told otherwise,
@@ -77,6 +78,15 @@ def interpret_ramps_for(steps: int, given: int | None) -> int | str | None:
   if given is not None:
     return None if given < 0 else given
   return "auto"
+
+
+def step_compile_options(opt_level: int | None) -> dict[str, int] | None:
+  """XLA compile options of the pipelined step (``Lowered.compile``'s
+  argument): None keeps XLA's defaults; a level sets
+  ``xla_backend_optimization_level`` (LLVM's -O level of the CPU code)."""
+  if opt_level is None:
+    return None
+  return {"xla_backend_optimization_level": int(opt_level)}
 
 
 # --- data -----------------------------------------------------------------
@@ -276,7 +286,8 @@ def _build(args: Any, setup: _Setup, batch: Any,
   log(f"built in {build_s:.1f} s; compiling the pipelined step ...")
   t0 = time.perf_counter()
   with Heartbeat("compiling the pipelined step", log):
-    compiled = setup.step.lower(setup.params, batch).compile()
+    compiled = setup.step.lower(setup.params, batch).compile(
+        step_compile_options(args.step_opt_level))
   compile_s = time.perf_counter() - t0
   sched = built.schedule
   if sched is not None:

@@ -88,10 +88,11 @@ def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
   pv, dv = [_sds(v) for v in pvals], [_sds(v) for v in dvals]
   if kctx is None:
     key = tuple((tuple(v.shape), str(v.dtype)) for v in pv + dv)
+    memo = _TRACES.setdefault(kernel, {})
     if shared_key is not None:
       return _shared_trace(kernel, (shared_key, kernel.mode,
-                                    len(kernel.devices), key), pv, dv)
-    memo = _TRACES.setdefault(kernel, {})
+                                    len(kernel.devices), key), pv, dv, memo,
+                           key)
     if key not in memo:
       memo[key] = _trace_abstract(kernel, pv, dv)
     return memo[key]
@@ -102,11 +103,19 @@ def _trace(kernel: Any, kctx: Mapping[str, Any] | None, pvals: Sequence[Any],
 
 
 def _shared_trace(kernel: Any, key: tuple, pv: Sequence[Any],
-                  dv: Sequence[Any]) -> tuple[_po.Found, Any, int]:
-  """:func:`_trace_abstract`, remembered in ``_SHARED_TRACES``."""
+                  dv: Sequence[Any], memo: dict, avals_key: tuple
+                  ) -> tuple[_po.Found, Any, int]:
+  """:func:`_trace_abstract`, remembered in ``_SHARED_TRACES``; a trace of
+  this kernel (a miss there) also in its own ``memo`` under ``avals_key``,
+  where :func:`prepare` (no profile keys) finds it: the build's
+  :func:`predicted_bytes` traces every kernel before the step program's
+  lowering asks again (README GPT mshape(4): 6 of its 10 traces). A trace
+  of another kernel with the same key stays out of ``memo``: the lowering
+  traces each kernel itself."""
   hit = _SHARED_TRACES.get(key)
   if hit is None:
-    hit = _SHARED_TRACES[key] = _trace_abstract(kernel, pv, dv)
+    hit = _SHARED_TRACES[key] = memo[avals_key] = _trace_abstract(
+        kernel, pv, dv)
     while len(_SHARED_TRACES) > SHARED_TRACES_SIZE:
       _SHARED_TRACES.popitem(last=False)
   else:

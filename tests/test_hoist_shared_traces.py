@@ -53,3 +53,32 @@ def test_equal_keys_share_one_trace(monkeypatch):
   assert 0 < shared <= len(first.kernels.kernels)  # at most one a kernel
   assert nbytes(second, keys2) == alone
   assert len(traced) == shared          # the second kernel set: no trace
+
+
+def test_lowering_reuses_the_builds_own_traces(monkeypatch):
+  """A kernel traced for its hoisted bytes (a shared-memo miss) is not
+  traced again by the step program's lowering (``hoist.prepare``, no
+  profile keys); a kernel whose bytes came from another kernel set's trace
+  (a hit) is traced by the lowering itself."""
+  first, avals, keys1 = _build()
+  second, _, keys2 = _build()
+  monkeypatch.setattr(hoist, "_SHARED_TRACES", type(hoist._SHARED_TRACES)())  # pylint: disable=protected-access
+  monkeypatch.setattr(hoist, "_TRACES", type(hoist._TRACES)())  # pylint: disable=protected-access
+  traced = []
+  real = hoist._trace_abstract  # pylint: disable=protected-access
+  monkeypatch.setattr(hoist, "_trace_abstract",
+                      lambda k, pv, dv: traced.append(k) or real(k, pv, dv))
+  for built, keys in ((first, keys1), (second, keys2)):
+    hoist.predicted_bytes(built.kernels.kernels, built.layout, avals, N,
+                          keys=keys)
+  by_build = list(traced)
+  assert by_build and all(k in first.kernels.kernels.values()
+                          for k in by_build)   # second: every one a hit
+  fn, params, batch = conv_model()
+  del traced[:]
+  first.jitted.lower(params, batch)
+  assert traced == []                   # first's own traces reused
+  second.jitted.lower(params, batch)
+  assert sorted(map(id, traced)) == sorted(
+      id(second.kernels.kernels[kid]) for kid, k in first.kernels.kernels.items()
+      if k in by_build)                 # hits: traced by the lowering
