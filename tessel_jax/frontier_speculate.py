@@ -59,5 +59,7 @@ def after_screened(ff: Any, p: PricedPlan,
 
 def finish() -> None:
   """Drops the kernels compiled in the background and not taken (after
-  waiting for the thread): called once a frontier is priced."""
+  waiting for the thread), and the estimated kernels not handed over:
+  called once a frontier is priced."""
   _compile_pool.BACKGROUND.clear()
+  _measure.forget_estimated()

@@ -20,6 +20,11 @@ timing that follows still runs with no compile in flight.
 profiling loop reaches them; a kernel compiled ahead that the loop then
 estimates or finds measured is dropped (a wasted compile, the figures are
 the same).
+
+:data:`BACKGROUND` compiles, on one background thread, the kernels that
+``placement="auto"``'s screening estimated for the plans it is likely to
+build in full (``tessel_jax.frontier_speculate``, :data:`SPECULATE`);
+every timing in the process calls :func:`drain` first.
 """
 
 from __future__ import annotations

@@ -670,6 +670,11 @@ def compile_in_background(keys: Sequence[str]) -> int:
   return handed
 
 
+def forget_estimated() -> None:
+  """Drops what :func:`compile_in_background` could still lower."""
+  _ESTIMATED.clear()
+
+
 def _kernel_profile(bid: int, k: Any, rec: Mapping[str, Any], key: str,
                     cached: bool) -> KernelProfile:
   """Block ``bid``'s :class:`KernelProfile` (kernel ``k``) from its
