@@ -11,7 +11,8 @@ priced within ``refine_margin`` of the fastest fitting screened plan so far
 (``cost.compile_pool.BACKGROUND``); the full build's profile takes them
 compiled. Every timing in the process waits for that thread first
 (``compile_pool.drain``), so no kernel is timed beside a compile.
-``compile_pool.SPECULATE = False`` turns it off.
+``compile_pool.SPECULATE = True`` turns it on (off by default: not yet
+measured faster on a quiet machine).
 """
 
 from __future__ import annotations

@@ -39,6 +39,7 @@ class _SlowLowered:
 def _background(monkeypatch):
   bg = compile_pool.Background()
   monkeypatch.setattr(compile_pool, "BACKGROUND", bg)
+  monkeypatch.setattr(compile_pool, "SPECULATE", True)
   monkeypatch.setattr(measure, "_ESTIMATED", {})
   yield bg
   bg.clear()
@@ -146,3 +147,38 @@ def test_switch_off_hands_nothing(monkeypatch, background):
   p = _plan(10.0)
   assert frontier_speculate.after_screened(FF(), p, [p]) == 0
   assert not background.submitted
+
+
+def test_finish_forgets_what_was_not_taken(background):
+  _in_flight(background)
+  measure._ESTIMATED["k"] = lambda: None   # pylint: disable=protected-access
+  frontier_speculate.finish()
+  assert not background.has("slow") and not measure._ESTIMATED   # pylint: disable=protected-access
+  assert measure.compile_in_background(["k"]) == 0
+
+
+def test_after_screened_hands_the_plans_kernels_in_order(monkeypatch,
+                                                          background):
+  """A screened plan within the margin hands its profile's kernel keys
+  (block order) over; one beyond it hands nothing."""
+  handed: list[list[str]] = []
+  monkeypatch.setattr(measure, "compile_in_background",
+                      lambda keys: handed.append(list(keys)) or len(keys))
+
+  class K:  # pylint: disable=too-few-public-methods
+    def __init__(self, key):
+      self.key = key
+
+  class Step:  # pylint: disable=too-few-public-methods
+    class built:  # pylint: disable=invalid-name,too-few-public-methods
+      class profile:  # pylint: disable=invalid-name,too-few-public-methods
+        kernels = {1: K("b"), 0: K("a")}
+
+  best, far = _plan(10.0), _plan(20.0)
+
+  class FF:  # pylint: disable=too-few-public-methods
+    screen_estimate, refine_margin, memory_limit = True, 0.25, None
+    steps = {best.candidate: Step()}
+  assert frontier_speculate.after_screened(FF(), best, [best]) == 2
+  assert handed == [["a", "b"]]
+  assert frontier_speculate.after_screened(FF(), far, [best, far]) == 0

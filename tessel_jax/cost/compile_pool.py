@@ -149,7 +149,12 @@ class Prefetch:
 #: later takes them compiled (:func:`take_background`). Every timing in the
 #: process first waits for that thread (:func:`drain`): a kernel is timed
 #: with the process's threads on one core by the process CPU clock.
-SPECULATE = True
+#: Off: not yet measured faster on a quiet machine (session 41, helper
+#: "cold11", BENCHMARKS.md "Cold choice: the refine's kernels compiled
+#: during the screening": every kernel handed over was taken, but the
+#: machine was at load 12-20); ``experiments.auto_plan_cold
+#: --speculate=True`` turns it on.
+SPECULATE = False
 
 
 class Background:
