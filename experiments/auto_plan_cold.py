@@ -44,6 +44,11 @@ flags.DEFINE_integer("compile_ahead", None,
                      "Kernels lowered and compiled (pipelined) before the"
                      " first of them is timed (tessel_jax.cost.compile_pool"
                      ".AHEAD; default: the module's).")
+flags.DEFINE_bool("speculate", None,
+                  "Compile the kernels of screened plans close to the best on"
+                  " a background thread during the screening"
+                  " (tessel_jax.cost.compile_pool.SPECULATE; default: the"
+                  " module's).")
 flags.DEFINE_integer("warm_runs", 1,
                      "Choices made after the first, each in a new process"
                      " on the same cache (warm).")
@@ -63,8 +68,10 @@ def main(argv: list[str]) -> None:
              [f"--compile_workers={f.compile_workers}"])
   workers += ([] if f.compile_ahead is None else
               [f"--compile_ahead={f.compile_ahead}"])
+  workers += ([] if f.speculate is None else
+              [f"--speculate={f.speculate}"])
   choose(f.cost, f.memory_limit, tuple(f.placements), cache,
-         f.compile_workers, f.compile_ahead)
+         f.compile_workers, f.compile_ahead, f.speculate)
   for _ in range(f.warm_runs):
     subprocess.run([sys.executable, "-m", "experiments.auto_plan_cold",
                     f"--cost={f.cost}", f"--memory_limit={f.memory_limit}",
@@ -76,10 +83,12 @@ def main(argv: list[str]) -> None:
 
 def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
            cache: str, compile_workers: int | None = None,
-           compile_ahead: int | None = None) -> None:
+           compile_ahead: int | None = None,
+           speculate: bool | None = None) -> None:
   """One choice on ``cache`` in this process; prints its JSON line
-  (``compile_workers``, ``compile_ahead``: set ``compile_pool.WORKERS``,
-  ``compile_pool.AHEAD``)."""
+  (``compile_workers``, ``compile_ahead``, ``speculate``: set
+  ``compile_pool.WORKERS``, ``compile_pool.AHEAD``,
+  ``compile_pool.SPECULATE``)."""
   cold = not os.path.isdir(cache) or not os.listdir(cache)
   from experiments import xla_env  # pylint: disable=import-outside-toplevel
   xla_env.add_xla_flags(xla_env.cpu_flags(4))
@@ -92,6 +101,8 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
     compile_pool.WORKERS = compile_workers
   if compile_ahead is not None:
     compile_pool.AHEAD = compile_ahead
+  if speculate is not None:
+    compile_pool.SPECULATE = speculate
   args = apl.AutoPlanArgs(placements=placements, time_limit=5)
   fn, params, batch, has_aux = apl.program(args)
   plans.DEFAULT_PLACEMENTS = args.placements
@@ -111,6 +122,12 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
       "cpu_s": round(cpu, 2), "load": [load0, os.getloadavg()[0]],
       "compile_workers": compile_pool.WORKERS,
       "compile_ahead": compile_pool.AHEAD,
+      "speculate": compile_pool.SPECULATE,
+      "background_compiled": compile_pool.BACKGROUND.submitted,
+      "background_taken": compile_pool.BACKGROUND.taken,
+      "runner_up": (None if step.choice.runner_up is None else
+                    [step.choice.runner_up.label,
+                     round(step.choice.runner_up.step, 3)]),
       "chose": step.choice.winner.label,
       "predicted_ms": round(step.choice.winner.step, 3),
       "plans": len(step.choice.frontier.plans),

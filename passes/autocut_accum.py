@@ -28,6 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
+from tessel_jax.cost import compile_pool as _compile_pool
 
 from . import grad_windows as _grad_windows
 
@@ -95,6 +96,7 @@ _RATES: dict[str, float] = {}
 
 def _measured_rate(device: Any) -> float:
   """Times ``acc = acc + g`` in place on ``device``."""
+  _compile_pool.drain()  # no background compile while timing
   n, trips = 1 << 20, 8
   g = jax.device_put(jnp.ones((n,), jnp.float32), device)
 

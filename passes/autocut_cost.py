@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
+from tessel_jax.cost import compile_pool as _compile_pool
 
 from . import autocut_ticks
 from .eqn_cost import (  # noqa: F401  (re-exported)
@@ -309,6 +310,7 @@ def _time_calls(calls: Sequence[tuple[Callable[..., Any], Sequence[Any]]],
   Rounds go on until ``repeats`` are done and (up to ``20 * repeats``) the
   timed runs add up to ``min_seconds`` per call.
   """
+  _compile_pool.drain()  # no background compile while timing
   for fn, args in calls:
     jax.block_until_ready(fn(*args))
   best = [np.inf] * len(calls)

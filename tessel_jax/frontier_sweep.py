@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from tessel_jax import frontier_speculate as _frontier_speculate
 from tessel_jax.frontier_result import Candidate, PricedPlan, shape_of
 from tessel_jax.plan_candidates import with_limit
 
@@ -65,6 +66,8 @@ def price_all(ff: FrontierFunction, todo: Sequence[Candidate], params: Any,
         else:
           priced.append(p)
           ff._note_best(p)  # pylint: disable=protected-access
+          if screen:
+            _frontier_speculate.after_screened(ff, p, priced)
           if own:
             searched[shape] = p
           continue

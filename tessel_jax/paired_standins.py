@@ -33,6 +33,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from tessel_jax.cost import calibrate as _calibrate
+from tessel_jax.cost import compile_pool as _compile_pool
 from tessel_jax.frontier_result import Candidate, PricedPlan
 
 _LOG = logging.getLogger(__name__)
@@ -160,9 +161,11 @@ def _sampler_of(step: Any, params: Any, batch: Any) -> Callable[[], float]:
   if run is None:
     run = _calibrate.program_runner(step.standin_program, params, batch,
                                     plan)
+  _compile_pool.drain()  # no background compile while timing
   cores = _calibrate.cpu_cores_of(jax.block_until_ready(run()))  # warm up
 
   def sample() -> float:
+    _compile_pool.drain()  # no background compile while timing
     t0, c0 = time.perf_counter(), time.process_time()
     jax.block_until_ready(run())
     return _calibrate.sample_seconds(time.perf_counter() - t0,

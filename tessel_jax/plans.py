@@ -32,6 +32,7 @@ from tessel_jax import frontier_keys as _frontier_keys
 from tessel_jax import frontier_limited as _frontier_limited
 from tessel_jax import frontier_memo as _frontier_memo
 from tessel_jax import frontier_refine as _frontier_refine
+from tessel_jax import frontier_speculate as _frontier_speculate
 from tessel_jax import frontier_sweep as _frontier_sweep
 from tessel_jax import paired_standins as _paired_standins
 from tessel_jax import placements as _placements
@@ -175,7 +176,10 @@ class FrontierFunction:
                       lambda w, y: skipped.append((w, y)))
     priced = self._price_all(todo, params, batch, markers, skipped)
     if self.refine is not None:
-      self._refine(priced, params, batch, markers, skipped)
+      try:
+        self._refine(priced, params, batch, markers, skipped)
+      finally:
+        _frontier_speculate.finish()
     # The plans searched under other limits in this process that fit this
     # one: the choice is the fastest of every plan priced (so the result
     # depends on what the process priced before: see frontier_limited).

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from tessel_jax.cost import compile_pool as _compile_pool
+
 
 #: Bump when the stand-ins change what they cost (part of the cache key).
 STANDIN_VERSION = 4  # 4: samples capped by CPU time (time_step)
@@ -177,6 +179,7 @@ def time_step(run: Callable[[], Any], repeats: int = 7, rounds: int = 3,
   now takes round medians over more rounds, ``ports.RECORD_ROUNDS``)."""
   import jax  # pylint: disable=import-outside-toplevel
   t0 = time.perf_counter()
+  _compile_pool.drain()  # no background compile while timing
   cores = cpu_cores_of(jax.block_until_ready(run()))
   first = max(time.perf_counter() - t0, 1e-6)
   total = max(3, min(repeats * rounds, int(budget_s / first)))

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tessel_jax.cost import compile_pool as _compile_pool
+
 # A timed sample lasts at least this long (short kernels run several times).
 MIN_SAMPLE_S = 2e-3
 # At most this many calls per timed sample.
@@ -45,6 +47,7 @@ def restricted_cores(cores: int | None) -> Iterator[None]:
   affinity is restored afterwards. No-op where affinity cannot be set or
   ``cores`` is None or not fewer than the cores available.
   """
+  _compile_pool.drain()  # no background compile while timing
   if (cores is None or not hasattr(os, "sched_setaffinity") or
       not os.path.isdir("/proc/self/task")):
     yield
@@ -90,6 +93,7 @@ def time_calls(fn: Callable[[], Any], repeats: int, warmup: int,
   (two towers' identical blocks measured 7.6 and 16.4 ms). On a quiet core
   both clocks agree.
   """
+  _compile_pool.drain()  # no background compile while timing
   for _ in range(max(1, warmup)):
     jax.block_until_ready(fn())
   t0 = time.perf_counter()

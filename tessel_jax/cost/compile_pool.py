@@ -20,6 +20,11 @@ timing that follows still runs with no compile in flight.
 profiling loop reaches them; a kernel compiled ahead that the loop then
 estimates or finds measured is dropped (a wasted compile, the figures are
 the same).
+
+:data:`BACKGROUND` compiles, on one background thread, the kernels that
+``placement="auto"``'s screening estimated for the plans it is likely to
+build in full (``tessel_jax.frontier_speculate``, :data:`SPECULATE`);
+every timing in the process calls :func:`drain` first.
 """
 
 from __future__ import annotations
@@ -136,3 +141,76 @@ class Prefetch:
                                                      self.workers)):
       self._ready[key] = prepared
     self.compiled += len(keys)
+
+
+#: Kernels the screening of ``placement="auto"`` estimated, lowered and
+#: compiled on a background thread while the screening goes on
+#: (``frontier_speculate``), so that the full build that measures them
+#: later takes them compiled (:func:`take_background`). Every timing in the
+#: process first waits for that thread (:func:`drain`): a kernel is timed
+#: with the process's threads on one core by the process CPU clock.
+#: Off: not yet measured faster on a quiet machine (session 41, helper
+#: "cold11", BENCHMARKS.md "Cold choice: the refine's kernels compiled
+#: during the screening": every kernel handed over was taken, but the
+#: machine was at load 12-20); ``experiments.auto_plan_cold
+#: --speculate=True`` turns it on.
+SPECULATE = False
+
+
+class Background:
+  """Kernels compiled on one background thread, by cache key."""
+
+  def __init__(self) -> None:
+    self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+    self._jobs: dict[str, concurrent.futures.Future] = {}
+    self.submitted = 0  # kernels handed to the thread (this process)
+    self.taken = 0      # of them, taken compiled by a profile
+
+  def has(self, key: str) -> bool:
+    """Whether ``key``'s kernel is compiled (or compiling) here."""
+    return key in self._jobs
+
+  def submit(self, key: str, job: Lowered) -> None:
+    """Compiles ``job`` (``key``'s kernel) on the background thread."""
+    if key in self._jobs:
+      return
+    if self._pool is None:
+      self._pool = concurrent.futures.ThreadPoolExecutor(
+          1, thread_name_prefix="tj-speculate")
+    self._jobs[key] = self._pool.submit(_compile_one, job)
+    self.submitted += 1
+
+  def take(self, key: str) -> Prepared | None:
+    """``key``'s kernel compiled (waiting for it and every compile still
+    in flight: the caller times it next); None when it was not
+    submitted or its compile failed."""
+    future = self._jobs.pop(key, None)
+    if future is None:
+      return None
+    self.drain()
+    try:
+      prepared = future.result()
+    except Exception:  # pylint: disable=broad-except  (compiled again)
+      return None
+    self.taken += 1
+    return prepared
+
+  def drain(self) -> None:
+    """Waits until no compile is in flight on the background thread."""
+    for future in list(self._jobs.values()):
+      concurrent.futures.wait([future])
+
+  def clear(self) -> None:
+    """Drops every kernel compiled here and not taken (after waiting)."""
+    self.drain()
+    self._jobs.clear()
+
+
+#: The process's background compiles (see :data:`SPECULATE`).
+BACKGROUND = Background()
+
+
+def drain() -> None:
+  """Waits for the background compiles (:data:`BACKGROUND`): call before
+  timing anything in this process."""
+  BACKGROUND.drain()

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from tessel_jax.cost import compile_pool as _compile_pool
+
 #: Bump when what :func:`measure_link` or :func:`measure_gather_link`
 #: measures changes (cache key). 2: inputs placed on the mesh once (were
 #: made on one device and re-split over the mesh at every timed call).
@@ -130,6 +132,7 @@ def measure_link(mesh: Any, axis: str = "pipe",
 
   from tessel_jax import compat  # pylint: disable=import-outside-toplevel
 
+  _compile_pool.drain()  # no background compile while timing
   n = int(dict(mesh.shape)[axis])
   if n < 2:
     raise ValueError(f"measuring the link needs >= 2 devices on {axis!r}")
@@ -182,6 +185,7 @@ def measure_gather_link(mesh: Any, pipe_axis: str, data_axes: Sequence[str],
   from tessel_jax import compat
   from tessel_jax.cost.call_timing import cpu_cores
 
+  _compile_pool.drain()  # no background compile while timing
   axes = tuple(data_axes)
   r = 1
   for a in axes:

@@ -45,6 +45,7 @@ the cache key (:func:`kernel_key`), in memory and on disk
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import time
@@ -542,6 +543,7 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
       rec = estimator.estimate(k, param_avals, by_key.values(), key=key)
       if rec is not None:
         estimated += 1
+        _remember_estimated(key, k, param_avals, device, bid in hoisted)
         out[bid] = _kernel_profile(bid, k, rec, key, False)
         continue
     if rec is None:
@@ -551,6 +553,7 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
       rec.update(label=k.label, backend=device.platform,
                  device_kind=device.device_kind)
       measured += 1
+      _ESTIMATED.pop(key, None)
       if cache is not None:
         cache.put("kernel", key, rec)
       if log is not None:
@@ -597,7 +600,8 @@ class _Ahead:
 
   def take(self, key: str) -> _compile_pool.Prepared | None:
     """``key``'s kernel, compiled (with the next ones if it was not)."""
-    prepared = self._pool.take(key)
+    prepared = (self._pool.take(key) or
+                _compile_pool.BACKGROUND.take(key))
     if prepared is None:
       self._pool.compile(
           [key] + _next_to_measure(key, self._keys, self._by_key,
@@ -627,9 +631,48 @@ def _next_to_measure(key: str, keys: Mapping[int, str],
   for kk in order[order.index(key) + 1:]:
     if len(out) >= room:
       break
-    if kk not in by_key and kk not in on_disk:
+    if (kk not in by_key and kk not in on_disk and
+        not _compile_pool.BACKGROUND.has(kk)):
       out.append(kk)
   return out
+
+
+#: Kernels estimated by a screening profile, by cache key: what
+#: :func:`compile_in_background` lowers (at most :data:`ESTIMATED_KEPT`).
+_ESTIMATED: dict[str, Callable[[], _compile_pool.Lowered]] = {}
+ESTIMATED_KEPT = 256
+
+
+def _remember_estimated(key: str, kernel: Any, param_avals: Sequence[Any],
+                        device: Any, hoist: bool) -> None:
+  """Keeps how to lower ``key``'s kernel, estimated by a screening
+  profile, for :func:`compile_in_background`."""
+  if not _compile_pool.SPECULATE or key in _ESTIMATED:
+    return
+  if len(_ESTIMATED) >= ESTIMATED_KEPT:
+    _ESTIMATED.pop(next(iter(_ESTIMATED)))
+  _ESTIMATED[key] = functools.partial(lower_kernel, kernel, param_avals,
+                                      device, hoist=hoist)
+
+
+def compile_in_background(keys: Sequence[str]) -> int:
+  """Lowers here the kernels of ``keys`` a screening profile estimated
+  (and not compiled yet) and compiles them on the background thread
+  (``compile_pool.BACKGROUND``): a full build that measures them later
+  takes them compiled. Returns how many were handed over."""
+  handed = 0
+  for key in dict.fromkeys(keys):
+    lower = _ESTIMATED.pop(key, None)
+    if lower is None or _compile_pool.BACKGROUND.has(key):
+      continue
+    _compile_pool.BACKGROUND.submit(key, lower())
+    handed += 1
+  return handed
+
+
+def forget_estimated() -> None:
+  """Drops what :func:`compile_in_background` could still lower."""
+  _ESTIMATED.clear()
 
 
 def _kernel_profile(bid: int, k: Any, rec: Mapping[str, Any], key: str,

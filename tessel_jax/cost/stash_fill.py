@@ -22,6 +22,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from tessel_jax.cost import compile_pool as _compile_pool
+
 _MEMO: dict[tuple[int, int, int], float] = {}
 
 
@@ -59,6 +61,7 @@ def measure_seconds_per_byte(slots: int = 8, slot_bytes: int = 1 << 20,
     return _MEMO[key]
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  _compile_pool.drain()  # no background compile while timing
   rows = max(1, slot_bytes // (4 * width))
   x = jnp.ones((rows, width), jnp.float32) * 1e-3
   small, big = _programs(slots, rows, width)

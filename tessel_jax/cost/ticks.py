@@ -56,6 +56,8 @@ from typing import Any
 
 import numpy as np
 
+from tessel_jax.cost import compile_pool as _compile_pool
+
 
 @dataclasses.dataclass(frozen=True)
 class TickCosts:
@@ -540,6 +542,7 @@ def _seconds_per_tick(run: Callable[[], Any], ticks: int,
   """Median wall seconds per tick of ``run``; with ``devices`` (the CPU
   backend) the process's CPU seconds per tick and device instead."""
   import jax  # pylint: disable=import-outside-toplevel
+  _compile_pool.drain()  # no background compile while timing
   jax.block_until_ready(run())
   samples = []
   for _ in range(repeats):
