@@ -69,3 +69,7 @@ def measured_first_only(monkeypatch):
   test_program_bytes' FSDP pricing test check that)."""
   from tessel_jax import step_schedule  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(step_schedule, "candidates", lambda *a, **k: [])
+
+
+# Per-test CPU seconds with TESSEL_JAX_TEST_CPU_LOG=PATH (tests/cpu_log.py).
+from cpu_log import pytest_runtest_protocol  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import

@@ -139,15 +139,21 @@ def k_fn(half: int) -> Callable[[Any, Any], Any]:
 def reference(fn: Callable[[Any, Any], Any], params: Any, batch: Any,
               n: int, jit: bool = False) -> tuple[Any, Any]:
   """``jax.value_and_grad`` of the mean of ``fn`` over ``n`` micro-batches
-  (``jit``: compiled as one program, cheaper than op by op for a model of
-  many small ops, e.g. a GPT)."""
+  (``jit``: one micro-batch's ``value_and_grad`` compiled once and its
+  ``n`` results averaged, cheaper than op by op for a model of many small
+  ops, e.g. a GPT, and than compiling ``n`` copies of the model)."""
+  mbs = jax.tree_util.tree_map(
+      lambda x: x.reshape((n, -1) + x.shape[1:]), batch)
+  if jit:
+    vg = jax.jit(jax.value_and_grad(fn))
+    outs = [vg(params, jax.tree_util.tree_map(lambda x: x[m], mbs))
+            for m in range(n)]
+    return jax.tree_util.tree_map(lambda *xs: sum(xs) / n, *outs)
+
   def mean_loss(p):
-    mbs = jax.tree_util.tree_map(
-        lambda x: x.reshape((n, -1) + x.shape[1:]), batch)
     return jnp.mean(jnp.stack([fn(p, jax.tree_util.tree_map(
         lambda x: x[m], mbs)) for m in range(n)]))
-  grad = jax.value_and_grad(mean_loss)
-  return (jax.jit(grad) if jit else grad)(params)
+  return jax.value_and_grad(mean_loss)(params)
 
 
 def reference_infer(fn: Callable[[Any, Any], Any], params: Any, batch: Any,
