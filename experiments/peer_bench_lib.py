@@ -222,7 +222,18 @@ def _start(kind: str, cores: Sequence[int], args: PeerArgs,
          f"--variants={','.join(args.variants)}", "--output="]
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)
+  opt_level = _opt_level_flags(os.environ.get("XLA_FLAGS", ""))
+  if opt_level:
+    env["XLA_FLAGS"] = opt_level
   return workers.Worker(f"peer_bench worker {kind}", cmd, cores, env, log)
+
+
+def _opt_level_flags(xla_flags: str) -> str:
+  """The backend optimisation level of ``xla_flags``, the one flag a worker
+  inherits (its device count and threads are set by the binary): a test
+  runs the workers at -O0 as the suite runs; a benchmark sets none."""
+  return " ".join(f for f in xla_flags.split()
+                  if f.startswith("--xla_backend_optimization_level"))
 
 
 def _rounds(procs: dict[str, workers.Worker], cases: list[tuple[str, int]],

@@ -67,11 +67,18 @@ def test_data_parallel_equals_value_and_grad():
   _close(want, got)
 
 
+# The workers compile at the suite's optimisation level (tests/conftest.py),
+# nothing else of the suite's XLA_FLAGS: the runner sets its own devices.
+_SUITE_OPT_LEVEL = " ".join(
+    f for f in os.environ.get("XLA_FLAGS", "").split()
+    if f.startswith("--xla_backend_optimization_level"))
+
+
 def test_peer_bench_smoke(tmp_path):
   """Every variant builds, is timed once and lands in the JSON and table."""
   out = tmp_path / "peer.json"
-  env = dict(os.environ, TESSEL_JAX_CACHE=str(tmp_path / "cache"))
-  env.pop("XLA_FLAGS", None)
+  env = dict(os.environ, TESSEL_JAX_CACHE=str(tmp_path / "cache"),
+             XLA_FLAGS=_SUITE_OPT_LEVEL)
   proc = subprocess.run(
       [sys.executable, "-m", "experiments.peer_bench", "--hidden=16",
        "--rows=4", "--ns=4", "--rounds=1", "--cost=uniform",
@@ -96,8 +103,8 @@ def test_peer_bench_four_stages_smoke(tmp_path):
   """--stages=4: the hand GPipe and the searched mshape/zbv programs on 4
   fake devices, with the work ratio (CPU x hand GPipe) in the summary."""
   out = tmp_path / "peer4.json"
-  env = dict(os.environ, TESSEL_JAX_CACHE=str(tmp_path / "cache"))
-  env.pop("XLA_FLAGS", None)
+  env = dict(os.environ, TESSEL_JAX_CACHE=str(tmp_path / "cache"),
+             XLA_FLAGS=_SUITE_OPT_LEVEL)
   proc = subprocess.run(
       [sys.executable, "-m", "experiments.peer_bench", "--stages=4",
        "--hidden=16", "--rows=4", "--ns=4", "--rounds=1", "--cost=uniform",
@@ -121,3 +128,14 @@ def test_peer_bench_flags_say_what_is_wrong():
       check=False, timeout=120)
   assert proc.returncode != 0
   assert "--layers=4 must be a multiple of 8" in proc.stderr
+
+
+def test_workers_inherit_only_the_optimisation_level():
+  """A worker sets its own devices and threads; of the parent's XLA_FLAGS it
+  keeps the backend optimisation level alone (the suite's -O0)."""
+  flags = ("--xla_force_host_platform_device_count=8"
+           " --xla_backend_optimization_level=0 --xla_cpu_multi_thread_eigen=false")
+  assert peer_bench_lib._opt_level_flags(flags) == (
+      "--xla_backend_optimization_level=0")
+  assert peer_bench_lib._opt_level_flags(
+      "--xla_force_host_platform_device_count=8") == ""
