@@ -3,11 +3,18 @@ options (off by default; XLA accepts the option it sets)."""
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from experiments import train_lib
+
+_REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_default_keeps_xla_defaults():
@@ -25,17 +32,21 @@ def test_level_is_an_option_xla_accepts():
 
 
 def test_flag_reaches_train_args():
-  from absl import flags  # pylint: disable=import-outside-toplevel
-  from experiments import train_args  # pylint: disable=import-outside-toplevel
-  f = flags.FLAGS
-  was_parsed = f.is_parsed()
-  try:
-    f(["prog", "--step_opt_level=1", "--plot=", "--output="])
-    assert train_args.from_flags().step_opt_level == 1
-    f(["prog", "--plot=", "--output="])
-    f["step_opt_level"].value = None  # absl keeps values between parses
-    assert train_args.from_flags().step_opt_level is None
-  finally:
-    f.unparse_flags()
-    if was_parsed:
-      f(["prog"])
+  """In a fresh process: ``experiments.train_args`` defines its flags on
+  absl's global FLAGS, which other runners' modules imported by the suite
+  (same flag names) would clash with here."""
+  code = (
+      "from absl import flags\n"
+      "from experiments import train_args\n"
+      "flags.FLAGS(['prog', '--step_opt_level=1', '--plot=', '--output='])\n"
+      "print(train_args.from_flags().step_opt_level)\n"
+      "flags.FLAGS.unparse_flags()\n"
+      "flags.FLAGS(['prog', '--plot=', '--output='])\n"
+      "print(train_args.from_flags().step_opt_level)\n")
+  env = dict(os.environ)
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run([sys.executable, "-c", code], cwd=_REPO, env=env,
+                        capture_output=True, text=True, check=False,
+                        timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stdout.split() == ["1", "None"]
