@@ -57,9 +57,9 @@ flags.DEFINE_integer("interpret_ramps", None,
 flags.DEFINE_integer("step_opt_level", None,
                      "XLA's xla_backend_optimization_level for the pipelined"
                      " step's compile only (default: XLA's own, 2). 1 cut"
-                     " that compile's CPU ~0.8x under load (BENCHMARKS.md,"
-                     " session 41, main15); its step time is not yet"
-                     " measured quietly, so it is off.", lower_bound=0,
+                     " that compile to 0.79x wall quietly but its step ran"
+                     " a median 1.07x wall / 1.03x CPU (BENCHMARKS.md,"
+                     " session 41), so it is off.", lower_bound=0,
                      upper_bound=3)
 
 

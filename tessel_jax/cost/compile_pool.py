@@ -149,11 +149,11 @@ class Prefetch:
 #: later takes them compiled (:func:`take_background`). Every timing in the
 #: process first waits for that thread (:func:`drain`): a kernel is timed
 #: with the process's threads on one core by the process CPU clock.
-#: Off: not yet measured faster on a quiet machine (session 41, helper
-#: "cold11", BENCHMARKS.md "Cold choice: the refine's kernels compiled
-#: during the screening": every kernel handed over was taken, but the
-#: machine was at load 12-20); ``experiments.auto_plan_cold
-#: --speculate=True`` turns it on.
+#: Off: not faster on a quiet machine (BENCHMARKS.md "Quiet re-measure,
+#: session 41": 54.0 / 68.4 s against 50.1 / 53.5 s off; every kernel
+#: handed over was taken, but the wall follows how many plans reach a full
+#: build, 1 to 5); ``experiments.auto_plan_cold --speculate=True`` turns
+#: it on.
 SPECULATE = False
 
 
