@@ -69,9 +69,8 @@ def test_data_parallel_equals_value_and_grad():
 
 # The workers compile at the suite's optimisation level (tests/conftest.py),
 # nothing else of the suite's XLA_FLAGS: the runner sets its own devices.
-_SUITE_OPT_LEVEL = " ".join(
-    f for f in os.environ.get("XLA_FLAGS", "").split()
-    if f.startswith("--xla_backend_optimization_level"))
+_SUITE_OPT_LEVEL = peer_bench_lib._opt_level_flags(
+    os.environ.get("XLA_FLAGS", ""))
 
 
 def test_peer_bench_smoke(tmp_path):
