@@ -133,6 +133,15 @@ def _trace_abstract(kernel: Any, pv: Sequence[Any], dv: Sequence[Any]
   return _po.find(closed, invars[1:1 + len(pv)]), tree, 1
 
 
+def abstract_trace(kernel: Any, pvals: Sequence[Any], dvals: Sequence[Any]
+                   ) -> tuple[Any, Any]:
+  """``(closed jaxpr, out tree)`` of ``kernel`` traced on abstract values
+  (its row offset an argument), remembered per kernel and avals: the
+  trace :func:`prepare` makes (``passes.kernel_groups`` compares them)."""
+  found, tree, _ = _trace(kernel, None, pvals, dvals)
+  return found.closed, tree
+
+
 def hoistable(layout: Any, num_microbatches: int, kernel: Any) -> bool:
   """A kernel whose parameter reads are the same at every tick: no FSDP
   gather per block, no pipe-sharded leaf gathered at its tick (a

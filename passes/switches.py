@@ -23,6 +23,7 @@ HELD_IN_KERNELS_ENV = "TESSEL_JAX_HELD_IN_KERNELS"
 DISTINCT_FILLS_ENV = "TESSEL_JAX_DISTINCT_FILLS"
 HOIST_ON_USERS_ENV = "TESSEL_JAX_HOIST_ON_USERS"
 WRITES_IN_LOOPS_ENV = "TESSEL_JAX_WRITES_IN_LOOPS"
+DISTINCT_KERNELS_ENV = "TESSEL_JAX_DISTINCT_KERNELS"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,6 +174,7 @@ class Switches:
   distinct_fills: bool = True
   hoist_on_users: bool = True
   writes_in_loops: bool = True
+  distinct_kernels: bool = True
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Switches:
@@ -183,7 +185,8 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
   ``TESSEL_JAX_HELD_IN_KERNELS=0``, ``distinct_fills`` off where
   ``TESSEL_JAX_DISTINCT_FILLS=0``, ``hoist_on_users`` off where
   ``TESSEL_JAX_HOIST_ON_USERS=0``, ``writes_in_loops`` off where
-  ``TESSEL_JAX_WRITES_IN_LOOPS=0`` (``environ``: default ``os.environ``; for
+  ``TESSEL_JAX_WRITES_IN_LOOPS=0``, ``distinct_kernels`` off where
+  ``TESSEL_JAX_DISTINCT_KERNELS=0`` (``environ``: default ``os.environ``; for
   A/B runs of benchmarks that build in worker processes)."""
   env = os.environ if environ is None else environ
   return Switches(tick_order=env.get(TICK_ORDER_ENV, "") == "1",
@@ -193,9 +196,11 @@ def from_env(environ: Mapping[str, str] | None = None) -> Switches:
                   held_in_kernels=env.get(HELD_IN_KERNELS_ENV, "") != "0",
                   distinct_fills=env.get(DISTINCT_FILLS_ENV, "") != "0",
                   hoist_on_users=env.get(HOIST_ON_USERS_ENV, "") != "0",
-                  writes_in_loops=env.get(WRITES_IN_LOOPS_ENV, "") != "0")
+                  writes_in_loops=env.get(WRITES_IN_LOOPS_ENV, "") != "0",
+                  distinct_kernels=env.get(DISTINCT_KERNELS_ENV, "") != "0")
 
 
 __all__ = ["ALIGNED_GRID_ENV", "COARSE_GRID_ENV", "DISTINCT_FILLS_ENV",
+           "DISTINCT_KERNELS_ENV",
            "HELD_IN_KERNELS_ENV", "HOIST_ON_USERS_ENV", "SHARED_W_ENV",
            "Switches", "TICK_ORDER_ENV", "WRITES_IN_LOOPS_ENV", "from_env"]

@@ -23,6 +23,7 @@ from jax import lax
 from . import flushes as _flushes
 from . import fsdp_kernel as _fsdp_kernel
 from . import fsdp_tick as _fsdp_tick
+from . import kernel_groups as _kernel_groups
 from . import kernel_sends as _kernel_sends
 from . import local_writes as _local_writes
 from . import outbox as _outbox
@@ -173,6 +174,8 @@ def interp(low: LowerContext, ctx: Ctx, seg: Any, state: tuple,
   """A table-driven segment: fori_loop over its ticks (passes.interp);
   remote messages held in outboxes until a flush (passes.held)."""
   spec = low.plan.interps[seg.start]
+  if low.switches.distinct_kernels:  # identical kernels: one loop body
+    spec = _kernel_groups.merge(low, spec, pbuf)
   ports0 = tuple(jnp.zeros(a.shape, a.dtype) for a in spec.out_ports)
   sinks = [p.slots for p in low.plan.pools]
   sends = None
