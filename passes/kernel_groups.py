@@ -20,9 +20,10 @@ merged branch (``passes.kernel_sends``).
 Two kernels are merged only where the lowering cannot tell them apart on
 the device running them: equal jaxpr text (abstract trace, row offset an
 argument) and constants, equal out tree, every parameter read from the
-same slot (no flat region, gathered, pipe-sharded or FSDP-per-block
-leaf, no in-place leaves), equal gradient positions and windows, equal
-accumulator keys, equal in and out ports, and the same hoisted values
+same slot (no flat region, gathered, pipe-sharded or FSDP leaf, no
+in-place leaves), equal gradient positions and windows, equal accumulator
+keys, equal in and out ports, the same rounds written from the same ports
+(``passes.kernel_sends``), and the same hoisted values
 (``passes.hoist``: shared by slot, computed on the union of their
 devices). ``Switches.distinct_kernels`` turns it on.
 """
@@ -40,6 +41,7 @@ from tessel_jax import compat
 
 from . import fsdp_tick as _fsdp_tick
 from . import hoist as _hoist
+from . import kernel_sends as _kernel_sends
 from . import predicated as _predicated
 from .lower_context import LowerContext
 from .plan import Tick
@@ -89,7 +91,7 @@ def signature(low: LowerContext, spec: Tick, kid: int,
                   for l in kernel.grads)
   prepared = hoisted.get(kid)
   return (compat.plain_text(closed), _consts_digest(closed), str(tree),
-          places, tuple(kernel.params.index(l) for l in kernel.grads),
+          _rounds(low, spec, kid), places, tuple(kernel.params.index(l) for l in kernel.grads),
           windows, _predicated.owned_keys(low, kernel) if low.train else (),
           tuple(spec.in_map[kid]), tuple(spec.out_map[kid]), kernel.kind,
           kernel.mode, len(kernel.devices), kernel.split, kernel.in_split,
@@ -98,9 +100,21 @@ def signature(low: LowerContext, spec: Tick, kid: int,
           (prepared.signature, tuple(id(v) for v in prepared.values)))
 
 
+def _rounds(low: LowerContext, spec: Tick, kid: int) -> tuple:
+  """The rounds kernel ``kid`` writes (``passes.kernel_sends``), from
+  which ports: kernels writing other rounds (a remote send on one device,
+  a local one on another: zbv's turn) stay apart, or the merged loop would
+  write each one's rounds on the other's devices too (sink slots)."""
+  sinks = [p.slots for p in low.plan.pools]
+  sends = _kernel_sends.kernel_sends(spec, kid, spec.branches.index(kid),
+                                     sinks)
+  return tuple((ks.round, ks.outbox, ks.ports) for ks in sends)
+
+
 def _slot_places(low: LowerContext, kernel: Any) -> tuple | None:
   """``(class, slot)`` of each parameter, or None where one is not read
-  from a slot alone (flat region, gathered, pipe-sharded)."""
+  from a slot alone (flat region, gathered, pipe-sharded, an FSDP class:
+  its gathers are planned per kernel and device, ``fsdp_kernel``)."""
   layout = low.layout
   for dt in layout.dtypes:
     region = layout.regions[dt].get(kernel.fwd)
@@ -110,7 +124,7 @@ def _slot_places(low: LowerContext, kernel: Any) -> tuple | None:
   for l in kernel.params:
     where = layout.slot_of.get((l, kernel.devices[0]))
     if (where is None or low.reads_gathered(kernel, l)
-        or l in layout.shards):
+        or l in layout.shards or layout.classes[where[0]].fsdp):
       return None
     places.append(tuple(where))
   return tuple(places)

@@ -98,7 +98,9 @@ def test_identical_kernels_have_one_body(gpt):
   # and the tied head) and F0 (the embedding, on every device) are not.
   assert labels["F2"] == labels["F3"] == "F1", labels
   assert labels["F4"] == "F4" and labels["F0"] == "F0", labels
-  assert labels["B1"] == labels["B2"] == labels["B3"], labels
+  # B2, B3 send their input cotangent on to the next device; B1 sends its
+  # to B0 on every device (other rounds: kernel_groups._rounds).
+  assert labels["B2"] == labels["B3"], labels
   assert labels["B4"] == "B4" and labels["B0"] == "B0", labels
   distinct = set(rep.values())
   assert len(distinct) < len(kernels)
