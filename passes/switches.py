@@ -154,6 +154,18 @@ class Switches:
       fewer per writing kernel (BENCHMARKS.md, helper "hlo16"). Off
       (``TESSEL_JAX_WRITES_IN_LOOPS=0``): a write loop per kernel at the
       next boundary, as before 2026-11-27.
+    distinct_kernels: In an interpreted segment, kernels that are the
+      same computation on the devices running them (identical blocks on
+      different devices reading their parameters from the same slots,
+      through the same ports, writing the same rounds:
+      ``passes.kernel_groups``) share one 0/1-trip loop, so the program
+      holds one body per distinct kernel. On by default since session 42:
+      README GPT mshape(4), 7 bodies instead of 10, lowered HLO 5943 ->
+      4657 instructions, paired in one process (load 6-9) compile CPU
+      0.925 (median of 8), its single-core HLO passes 0.817, step CPU
+      0.977 (BENCHMARKS.md, helper "main16"). Off
+      (``TESSEL_JAX_DISTINCT_KERNELS=0``): a loop per kernel, as before
+      2026-11-28.
   """
 
   hoist: bool = True

@@ -113,3 +113,10 @@ def test_identical_kernels_have_one_body(gpt):
   assert {k: heavy[k] for k in set(heavy)} == {k: heavy_off[k]
                                                for k in set(heavy)}
   assert heavy[kid["F1"]] == heavy_off[kid["F2"]] == heavy_off[kid["F3"]]
+
+
+def test_distinct_kernels_is_the_default_and_the_environment_turns_it_off():
+  assert switches.Switches().distinct_kernels
+  assert switches.from_env({}).distinct_kernels
+  assert not switches.from_env(
+      {switches.DISTINCT_KERNELS_ENV: "0"}).distinct_kernels
