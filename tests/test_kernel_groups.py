@@ -61,8 +61,9 @@ def test_equals_value_and_grad(gpt, on):
   assert M.max_rel_err(grads, ref_grads) <= 1e-5
 
 
-def _run(fn, on: bool, params, batch) -> tuple[Any, dict[int, int], str]:
-  """``(outputs, representatives, compiled HLO text)`` of a fresh step:
+def _run(fn, on: bool, params, batch
+         ) -> tuple[Any, Any, dict[int, int], str]:
+  """``(step, outputs, representatives, compiled HLO text)`` of a fresh step:
   ``kernel_groups.representatives`` of its interp segment as the lowering
   computed them (spied; empty with the switch off)."""
   seen: dict[int, int] = {}
