@@ -68,19 +68,22 @@ def representatives(low: LowerContext, spec: Tick,
   if INPLACE in pbuf or _fsdp_tick.per_block(low.layout):
     return {k: k for k in spec.branches if k is not None}
   hoisted = pbuf.get(_hoist.HOISTED, {})
+  rounds = _rounds(low, spec)
   first: dict[tuple, int] = {}
   rep: dict[int, int] = {}
   for kid in sorted(k for k in spec.branches if k is not None):
-    sig = signature(low, spec, kid, hoisted)
+    sig = signature(low, spec, kid, hoisted, rounds.get(kid, ()))
     rep[kid] = kid if sig is None else first.setdefault(sig, kid)
   return rep
 
 
 def signature(low: LowerContext, spec: Tick, kid: int,
-              hoisted: Mapping[int, Any]) -> tuple | None:
+              hoisted: Mapping[int, Any], rounds: tuple = ()
+              ) -> tuple | None:
   """What the lowering of kernel ``kid``'s loop body depends on, on the
-  device running it; None where it reads a parameter other than from a
-  slot (a leaf-specific read: never merged)."""
+  device running it (``rounds``: what it writes there, :func:`_rounds`);
+  None where it reads a parameter other than from a slot (a leaf-specific
+  read: never merged)."""
   kernel = low.plan.kernels[kid]
   places = _slot_places(low, kernel)
   if places is None:
@@ -90,25 +93,30 @@ def signature(low: LowerContext, spec: Tick, kid: int,
   windows = tuple(repr(low.grad_windows.get(kernel.fwd, {}).get(l))
                   for l in kernel.grads)
   prepared = hoisted.get(kid)
+  hoist = (None if prepared is None else
+           (prepared.signature, tuple(id(v) for v in prepared.values)))
+  grads = (tuple(kernel.params.index(l) for l in kernel.grads), windows,
+           _predicated.owned_keys(low, kernel) if low.train else ())
+  shape = (kernel.kind, kernel.mode, len(kernel.devices), kernel.split,
+           kernel.in_split, kernel.out_split, kernel.summed)
   return (compat.plain_text(closed), _consts_digest(closed), str(tree),
-          _rounds(low, spec, kid), places, tuple(kernel.params.index(l) for l in kernel.grads),
-          windows, _predicated.owned_keys(low, kernel) if low.train else (),
-          tuple(spec.in_map[kid]), tuple(spec.out_map[kid]), kernel.kind,
-          kernel.mode, len(kernel.devices), kernel.split, kernel.in_split,
-          kernel.out_split, kernel.summed,
-          None if prepared is None else
-          (prepared.signature, tuple(id(v) for v in prepared.values)))
+          rounds, places, grads, shape, tuple(spec.in_map[kid]),
+          tuple(spec.out_map[kid]), hoist)
 
 
-def _rounds(low: LowerContext, spec: Tick, kid: int) -> tuple:
-  """The rounds kernel ``kid`` writes (``passes.kernel_sends``), from
-  which ports: kernels writing other rounds (a remote send on one device,
-  a local one on another: zbv's turn) stay apart, or the merged loop would
-  write each one's rounds on the other's devices too (sink slots)."""
+def _rounds(low: LowerContext, spec: Tick) -> dict[int, tuple]:
+  """Kernel id -> the rounds it writes in its loop and from which ports
+  (``passes.kernel_sends``; none where the segment's messages are not
+  written by the kernels' loops). Kernels writing other rounds (a remote
+  send on one device, a local one on another: zbv's turn) stay apart, or
+  the merged loop would write each one's rounds on the other's devices
+  too (into sink slots, and outboxes would need sink slots again)."""
   sinks = [p.slots for p in low.plan.pools]
-  sends = _kernel_sends.kernel_sends(spec, kid, spec.branches.index(kid),
-                                     sinks)
-  return tuple((ks.round, ks.outbox, ks.ports) for ks in sends)
+  if not _kernel_sends.writes_in_kernels(spec, sinks):
+    return {}
+  return {kid: tuple((ks.round, ks.outbox, ks.ports)
+                     for ks in _kernel_sends.kernel_sends(spec, kid, b, sinks))
+          for b, kid in enumerate(spec.branches) if kid is not None}
 
 
 def _slot_places(low: LowerContext, kernel: Any) -> tuple | None:
