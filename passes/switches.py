@@ -161,9 +161,9 @@ class Switches:
       ``passes.kernel_groups``) share one 0/1-trip loop, so the program
       holds one body per distinct kernel. On by default since session 42:
       README GPT mshape(4), 7 bodies instead of 10, lowered HLO 5943 ->
-      4657 instructions, paired in one process (load 6-9) compile CPU
-      0.925 (median of 8), its single-core HLO passes 0.817, step CPU
-      0.977 (BENCHMARKS.md, helper "main16"). Off
+      4657 instructions, paired in one process (load 5-10) compile CPU
+      0.925 (median of 12), its single-core HLO passes 0.817, step CPU
+      0.971 (40 paired calls) (BENCHMARKS.md, helper "main16"). Off
       (``TESSEL_JAX_DISTINCT_KERNELS=0``): a loop per kernel, as before
       2026-11-28.
   """
