@@ -402,8 +402,7 @@ def test_search_cli_reports_user_errors_on_one_line(tmp_path):
 # Every runner checks its output paths (folders it creates itself allowed)
 # before any work: (runner and flags, text of the one stderr line, whether
 # the runner gets to main without jax (since session 42 every one does); then
-# a stub jax that fails on import
-# proves no jax work ran first).
+# a stub jax that fails on import proves no jax work ran first).
 OUTPUT_CASES = [
     (lambda t: ["experiments.train", f"--output={t}/afile/x.json"],
      "is a file, not a folder", True),
