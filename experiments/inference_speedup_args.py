@@ -18,7 +18,8 @@ if TYPE_CHECKING:
   from experiments.inference_speedup_lib import SpeedupArgs
 
 flags.DEFINE_list("placements", ["vshape", "mllm", "xshape"],
-                  "Placements pipelined on 2 fake devices (each against the plain batch).")
+                  "Placements pipelined on 2 fake devices (each against the"
+                  " plain batch).")
 flags.DEFINE_integer("microbatches", 8, "Micro-batches N of the batch.")
 flags.DEFINE_integer("vocab", 8192, "GPT vocabulary (embedding and tied"
                      " head).")

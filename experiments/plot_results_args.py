@@ -1,7 +1,7 @@
 """Flags of ``python -m experiments.plot_results``, read into ``PlotArgs``.
 
 Importing this module defines the flags; only the binary imports it. It imports
-no jax (``from_flags`` imports ``plot_results_lib`` once the flags are
+no matplotlib (``from_flags`` imports ``plot_results_lib`` once the flags are
 checked), so ``--help`` stays cheap.
 """
 
