@@ -28,8 +28,8 @@ HEAVY = ("jax", "ortools", "matplotlib")
 #: Runners still importing one of them at ``--help``: single-file binaries
 #: whose module imports them at the top (no ``*_args``/``*_lib`` split).
 EAGER = frozenset({
-    "auto_plan_unroll", "frontier_plot", "fsdp_compact_bench",
-    "inference_plot", "rowsplit_dw", "screenshots", "search_cases_fast",
+    "auto_plan_unroll", "fsdp_compact_bench", "rowsplit_dw",
+    "screenshots", "search_cases_fast",
     "search_cases_tessel", "search_cases_unroll", "search_identity",
     "tessel_reference"})
 
