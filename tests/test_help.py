@@ -29,8 +29,7 @@ HEAVY = ("jax", "ortools", "matplotlib")
 #: whose module imports them at the top (no ``*_args``/``*_lib`` split).
 EAGER = frozenset({
     "auto_plan_unroll", "fsdp_compact_bench", "rowsplit_dw",
-    "screenshots", "search_cases_fast",
-    "search_cases_tessel", "search_cases_unroll", "search_identity",
+    "screenshots", "search_cases_fast", "search_cases_unroll", "search_identity",
     "tessel_reference"})
 
 
