@@ -1,54 +1,59 @@
 """Flags of ``python -m experiments.auto_plan``, read into ``AutoPlanArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``auto_plan_lib`` once the flags are checked),
+so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.auto_plan_lib import BETWEEN, AutoPlanArgs, parse_limit
 
-_D = AutoPlanArgs()
-flags.DEFINE_string("model", _D.model,
+if TYPE_CHECKING:
+  from experiments.auto_plan_lib import AutoPlanArgs
+
+flags.DEFINE_string("model", "readme_gpt",
                     "The program: readme_gpt (the README's GPT, whose"
                     " --layers/--d_model/... flags apply) or a model-zoo"
                     " model (experiments.model_zoo_models, e.g. eqx_mlp,"
                     " nnx_transformer) with --microbatches x"
                     " --microbatch_size rows.")
-flags.DEFINE_integer("devices", _D.devices, "Fake CPU devices (1-D mesh).")
-flags.DEFINE_integer("microbatches", _D.microbatches, "Micro-batches N.")
-flags.DEFINE_integer("microbatch_size", _D.microbatch_size,
+flags.DEFINE_integer("devices", 4, "Fake CPU devices (1-D mesh).")
+flags.DEFINE_integer("microbatches", 8, "Micro-batches N.")
+flags.DEFINE_integer("microbatch_size", 4,
                      "Sequences per micro-batch.")
-flags.DEFINE_integer("layers", _D.layers, "Transformer layers.")
-flags.DEFINE_integer("d_model", _D.d_model, "Model width.")
-flags.DEFINE_integer("heads", _D.heads, "Attention heads.")
-flags.DEFINE_integer("seq", _D.seq, "Sequence length.")
-flags.DEFINE_integer("blocks", _D.blocks,
+flags.DEFINE_integer("layers", 4, "Transformer layers.")
+flags.DEFINE_integer("d_model", 64, "Model width.")
+flags.DEFINE_integer("heads", 4, "Attention heads.")
+flags.DEFINE_integer("seq", 32, "Sequence length.")
+flags.DEFINE_integer("blocks", 5,
                      "Blocks made by the tj.boundary markers (other plans"
                      " are cut automatically).")
-flags.DEFINE_list("memory_limits", list(_D.memory_limits),
+flags.DEFINE_list("memory_limits", ["none"],
                   "Bytes per device to choose under: none, 123, 512KiB,"
                   " 2MiB ..., or between:F (F of the way from the"
                   " smallest plan's peak to the unlimited choice's).")
 flags.DEFINE_list("placements", None,
                   "Placements to try (default: every named one).")
-flags.DEFINE_integer("measure_top", _D.measure_top,
+flags.DEFINE_integer("measure_top", 8,
                      "Measure the chosen plan, the N fastest predicted"
                      " candidates (0: every candidate) and the fastest"
                      " predicted of each other placement.")
-flags.DEFINE_integer("repeats", _D.repeats, "Timed steps per plan (median).")
-flags.DEFINE_float("time_limit", _D.time_limit, "CP-SAT budget per search.")
+flags.DEFINE_integer("repeats", 5, "Timed steps per plan (median).")
+flags.DEFINE_float("time_limit", 10.0, "CP-SAT budget per search.")
 flags.DEFINE_string("cache_dir", None,
                     "Measurement and schedule cache (default: a fresh"
                     " temporary directory, so the first choice is cold).")
-flags.DEFINE_string("output", _D.output, "JSON results ('': none).")
-flags.DEFINE_bool("control", _D.control,
+flags.DEFINE_string("output", "out/auto_plan.json", "JSON results ('': none).")
+flags.DEFINE_bool("control", True,
                   "Also time the chosen plan built and compiled a second"
                   " time (a control row, never a candidate: the noise"
                   " floor of the ratios).")
-flags.DEFINE_bool("price_stash", _D.price_stash,
+flags.DEFINE_bool("price_stash", True,
                   "Price the classic schedules' stash beyond the searched"
                   " plan's (tessel_jax.auto.PRICE_STASH; --noprice_stash:"
                   " the pricing before session 32).")
@@ -77,6 +82,7 @@ def from_flags() -> AutoPlanArgs:
   if f.model not in frontier_program.programs():
     raise app.UsageError(f"--model={f.model}: choose from"
                          f" {', '.join(frontier_program.programs())}")
+  from experiments.auto_plan_lib import BETWEEN, AutoPlanArgs, parse_limit  # pylint: disable=import-outside-toplevel
   for text in f.memory_limits:
     try:
       if text.strip().startswith(BETWEEN):

@@ -1,16 +1,22 @@
 """Flags of ``python -m experiments.autocut_bench``, read into ``BenchArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``autocut_bench_lib`` once the flags are
+checked), so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.autocut_bench_lib import MODELS, BenchArgs
 
-flags.DEFINE_list("models", list(MODELS),
+if TYPE_CHECKING:
+  from experiments.autocut_bench_lib import BenchArgs
+
+flags.DEFINE_list("models", ["plain", "flax", "equinox"],
                   "Models: plain (plain JAX), flax (nnx), equinox; those"
                   " whose library is missing are skipped.")
 flags.DEFINE_list("blocks", ["4", "8"], "Forward block counts K.")
@@ -42,6 +48,7 @@ def from_flags() -> BenchArgs:
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   models = tuple(m.strip() for m in f.models if m.strip())
+  from experiments.autocut_bench_lib import MODELS, BenchArgs  # pylint: disable=import-outside-toplevel
   bad = [m for m in models if m not in MODELS]
   if bad or not models:
     raise app.UsageError(f"--models: unknown {bad}; choose from {MODELS}")

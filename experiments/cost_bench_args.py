@@ -1,16 +1,22 @@
 """Flags of ``python -m experiments.cost_bench``, read into ``CostBenchArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``cost_bench_lib`` once the flags are checked),
+so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.cost_bench_lib import PARTS, CostBenchArgs
 
-flags.DEFINE_list("parts", list(PARTS),
+if TYPE_CHECKING:
+  from experiments.cost_bench_lib import CostBenchArgs
+
+flags.DEFINE_list("parts", ["accuracy", "profiling"],
                   "What to measure: accuracy (predicted vs measured step"
                   " time), profiling (cold and cached profiling of a GPT).")
 flags.DEFINE_list("placements", ["vshape", "mshape"],
@@ -48,6 +54,7 @@ def from_flags() -> CostBenchArgs:
   f = flags.FLAGS
   cli.check_created(f.cache_dir, "--cache_dir", folder=True)
   cli.check_created(f.output, "--output", suffixes=(".json",))
+  from experiments.cost_bench_lib import PARTS, CostBenchArgs  # pylint: disable=import-outside-toplevel
   bad = [p for p in f.parts if p not in PARTS]
   if bad:
     raise app.UsageError(f"unknown --parts {bad}; choose from {PARTS}")

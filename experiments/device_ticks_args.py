@@ -1,14 +1,20 @@
 """Flags of ``python -m experiments.device_ticks``, read into ``TicksArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``device_ticks_lib`` once the flags are
+checked), so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.device_ticks_lib import TicksArgs
+
+if TYPE_CHECKING:
+  from experiments.device_ticks_lib import TicksArgs
 
 flags.DEFINE_integer("width", 1024, "MLP width (square weights).")
 flags.DEFINE_integer("rows", 256, "Rows per micro-batch.")
@@ -42,6 +48,7 @@ def from_flags() -> TicksArgs:
       raise app.UsageError(f"--{key} must be >= 1, got {getattr(f, key)}")
   if not ns or min(ns) < 1:
     raise app.UsageError(f"--ns must be >= 1, got {f.ns}")
+  from experiments.device_ticks_lib import TicksArgs  # pylint: disable=import-outside-toplevel
   return TicksArgs(width=f.width, rows=f.rows, layers=f.layers, ns=ns,
                    rounds=f.rounds, ticks=f.ticks, branches=f.branches,
                    profile=f.profile, output=f.output or None)

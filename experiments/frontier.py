@@ -12,7 +12,7 @@ Writes results/frontier/run_<hash of the flags>.json; draw it with
 from absl import flags
 
 from experiments import cli
-from experiments import frontier_args, frontier_lib, frontier_program
+from experiments import frontier_args
 
 # --help lists the flags of frontier_args (defined there, read by this binary).
 flags.adopt_module_key_flags(frontier_args)
@@ -21,6 +21,7 @@ flags.adopt_module_key_flags(frontier_args)
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
   args = frontier_args.from_flags()
+  from experiments import frontier_lib, frontier_program  # pylint: disable=import-outside-toplevel
   if args.model in frontier_program.programs():
     frontier_program.set_device_count(args.devices)
   results = frontier_lib.run(args)

@@ -1,40 +1,44 @@
 """Flags of ``python -m experiments.frontier``, read into ``FrontierArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``frontier_lib`` once the flags are checked), so
+``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments import frontier_program
-from experiments.frontier_lib import (COST_SOURCES, FrontierArgs, check_args,
-                                      parse_bytes)
-from tessel_jax.search import frontier
 
-_D = FrontierArgs()
+if TYPE_CHECKING:
+  from experiments.frontier_lib import FrontierArgs
 
-flags.DEFINE_enum("cost_source", _D.cost_source, list(COST_SOURCES),
+
+flags.DEFINE_enum("cost_source", "analytic", ["analytic", "measured"],
                   "Per-layer costs: analytic (a GPT preset priced from flops"
                   " and bytes, instant) or measured (a small GPT's layers"
                   " timed on this backend by tessel_jax's cost model).")
-flags.DEFINE_enum("model", _D.model,
-                  list(frontier.PRESETS) + list(frontier_program.programs()),
-                  "Analytic preset (cost_source=analytic), or a real program:"
-                  " readme_gpt or a model-zoo model, whose plans tj.frontier"
-                  " prices (measured kernels with cost_source=measured,"
-                  " uniform spans with analytic) on --devices fake CPU"
-                  " devices, --microbatches x --gpt_rows batch rows.")
-flags.DEFINE_integer("devices", _D.devices, "Devices in all (pipe x dp).")
-flags.DEFINE_list("placements", list(_D.placements),
-                  f"Placements to sweep, from {', '.join(frontier.SUPPORTED)}.")
+flags.DEFINE_string("model", "mt5_like",
+                    "Analytic preset (cost_source=analytic: mt5_like,"
+                    " gpt_small, tiny), or a real program: readme_gpt or a"
+                    " model-zoo model, whose plans tj.frontier prices"
+                    " (measured kernels with cost_source=measured, uniform"
+                    " spans with analytic) on --devices fake CPU devices,"
+                    " --microbatches x --gpt_rows batch rows.")
+flags.DEFINE_integer("devices", 8, "Devices in all (pipe x dp).")
+flags.DEFINE_list("placements", ["vshape", "interleaved", "mshape", "kshape",
+                                "xshape", "mllm"],
+                  "Placements to sweep, from vshape, interleaved, zbv,"
+                  " mshape, mllm, nnshape, xshape, kshape.")
 flags.DEFINE_list("pipes", None, "Devices per pipeline to try (default: every"
                   " divisor of --devices).")
-flags.DEFINE_integer("microbatches", _D.microbatches,
+flags.DEFINE_integer("microbatches", 32,
                      "Micro-batches per step in all (divided over the"
                      " data-parallel replicas).")
-flags.DEFINE_list("memory_levels", [f"{f:g}" for f in _D.memory_levels],
+flags.DEFINE_list("memory_levels", ["0.5"],
                   "Stash limits between the tight and the loose one, as"
                   " fractions in (0, 1).")
 flags.DEFINE_list("memory_limits", [], "Extra device memories to search under"
@@ -46,27 +50,27 @@ flags.DEFINE_float("link_latency_s", None, "Link latency in seconds (default:"
                    " the cost source's link).")
 flags.DEFINE_float("link_bandwidth", None, "Link bandwidth in bytes/s"
                    " (default: the cost source's link).")
-flags.DEFINE_integer("optimizer_slots", _D.optimizer_slots,
+flags.DEFINE_integer("optimizer_slots", 2,
                      "Parameter-sized optimiser arrays (Adam: 2).")
-flags.DEFINE_bool("shard_shared", _D.shard_shared,
+flags.DEFINE_bool("shard_shared", False,
                   "Shard the parameters of multi-device blocks (gathered"
                   " before each use) instead of replicating them.")
-flags.DEFINE_bool("baselines", _D.baselines,
+flags.DEFINE_bool("baselines", True,
                   "Also evaluate the classic schedules that fit each"
                   " placement (GPipe, 1F1B, interleaved 1F1B, Chimera).")
-flags.DEFINE_float("time_limit", _D.time_limit,
+flags.DEFINE_float("time_limit", 2.0,
                    "CP-SAT budget per search (deterministic seconds).")
-flags.DEFINE_integer("seed", _D.seed, "CP-SAT seed (and measured model seed).")
-flags.DEFINE_integer("gpt_vocab", _D.gpt_vocab, "Measured GPT: vocabulary.")
-flags.DEFINE_integer("gpt_d_model", _D.gpt_d_model, "Measured GPT: width.")
-flags.DEFINE_integer("gpt_layers", _D.gpt_layers, "Measured GPT: layers.")
-flags.DEFINE_integer("gpt_heads", _D.gpt_heads, "Measured GPT: heads.")
-flags.DEFINE_integer("gpt_seq", _D.gpt_seq, "Measured GPT: sequence length.")
-flags.DEFINE_integer("gpt_rows", _D.gpt_rows,
+flags.DEFINE_integer("seed", 0, "CP-SAT seed (and measured model seed).")
+flags.DEFINE_integer("gpt_vocab", 4096, "Measured GPT: vocabulary.")
+flags.DEFINE_integer("gpt_d_model", 64, "Measured GPT: width.")
+flags.DEFINE_integer("gpt_layers", 6, "Measured GPT: layers.")
+flags.DEFINE_integer("gpt_heads", 4, "Measured GPT: heads.")
+flags.DEFINE_integer("gpt_seq", 32, "Measured GPT: sequence length.")
+flags.DEFINE_integer("gpt_rows", 8,
                      "Measured GPT: sequences per micro-batch.")
 flags.DEFINE_string("cache_dir", None, "Profile cache of the measured costs"
                     " (default: $TESSEL_JAX_CACHE or ~/.cache/tessel_jax).")
-flags.DEFINE_string("output_dir", _D.output_dir,
+flags.DEFINE_string("output_dir", "results/frontier",
                     "Folder of the results (run_<hash of the flags>.json).")
 
 
@@ -86,6 +90,12 @@ def from_flags() -> FrontierArgs:
   f = flags.FLAGS
   cli.check_created(f.cache_dir, "--cache_dir", folder=True)
   cli.check_created(f.output_dir, "--output_dir", folder=True)
+  from experiments import frontier_program  # pylint: disable=import-outside-toplevel
+  from tessel_jax.search import frontier  # pylint: disable=import-outside-toplevel
+  models = list(frontier.PRESETS) + list(frontier_program.programs())
+  if f.model not in models:
+    raise app.UsageError(f"--model={f.model}: choose from {', '.join(models)}")
+  from experiments.frontier_lib import FrontierArgs, check_args, parse_bytes  # pylint: disable=import-outside-toplevel
   args = FrontierArgs(
       cost_source=f.cost_source, model=f.model, devices=f.devices,
       placements=tuple(f.placements),

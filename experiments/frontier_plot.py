@@ -13,23 +13,23 @@ has the signature of ``plot_results_lib.PLOTTERS`` entries.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from absl import app
-from matplotlib import colormaps
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.ticker import FuncFormatter
 
 from experiments import cli
 from experiments import runs
+
+if TYPE_CHECKING:  # matplotlib is imported when drawing (--help stays cheap)
+  from matplotlib.figure import Figure
 
 GIB = 2**30
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 
 
 def _figure(width: float, height: float) -> Figure:
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel,redefined-outer-name
   fig = Figure(figsize=(width, height), dpi=100)
   FigureCanvasAgg(fig)
   fig.set_layout_engine("constrained")
@@ -41,6 +41,9 @@ def plot_frontier(results: dict[str, Any], stem: str) -> list[str]:
   if "program_frontier" in results:
     from experiments import frontier_program  # pylint: disable=import-outside-toplevel
     return frontier_program.plot(results, stem)
+  from matplotlib import colormaps  # pylint: disable=import-outside-toplevel
+  from matplotlib.lines import Line2D  # pylint: disable=import-outside-toplevel
+  from matplotlib.ticker import FuncFormatter  # pylint: disable=import-outside-toplevel
   fr = results["frontier"]
   plans = fr["plans"]
   if not plans:

@@ -14,7 +14,7 @@ import sys
 from absl import flags
 
 from experiments import cli
-from experiments import fuzz_args, fuzz_lib
+from experiments import fuzz_args
 
 # --help lists the flags of fuzz_args (defined there, read by this binary).
 flags.adopt_module_key_flags(fuzz_args)
@@ -22,7 +22,9 @@ flags.adopt_module_key_flags(fuzz_args)
 
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
-  result = fuzz_lib.run(fuzz_args.from_flags())
+  args = fuzz_args.from_flags()
+  from experiments import fuzz_lib  # pylint: disable=import-outside-toplevel
+  result = fuzz_lib.run(args)
   print(fuzz_lib.summary(result))
   bad = (result["invalid"] or result["raw_errors"] or result["hangs"]
          or result["infeasible_recheck_failed"] or result["split_longer"]

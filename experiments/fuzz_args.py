@@ -1,30 +1,35 @@
 """Flags of ``python -m experiments.fuzz``, read into ``FuzzArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``fuzz_lib`` once the flags are checked), so
+``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.fuzz_lib import FuzzArgs
 from tessel_jax import checks
 
-_D = FuzzArgs()
+if TYPE_CHECKING:
+  from experiments.fuzz_lib import FuzzArgs
 
-flags.DEFINE_integer("cases", _D.cases, "Random cases to search and check.")
-flags.DEFINE_integer("seed", _D.seed, "Seed of the case generator.")
-flags.DEFINE_float("time_limit", _D.time_limit,
+
+flags.DEFINE_integer("cases", 100, "Random cases to search and check.")
+flags.DEFINE_integer("seed", 0, "Seed of the case generator.")
+flags.DEFINE_float("time_limit", 2.0,
                    "CP-SAT budget per search (seconds).")
-flags.DEFINE_list("microbatches", [str(n) for n in _D.microbatches],
+flags.DEFINE_list("microbatches", ["1", "2", "3", "5", "16"],
                   "Micro-batch counts N each schedule is unrolled at.")
-flags.DEFINE_integer("determinism_sample", _D.determinism_sample,
+flags.DEFINE_integer("determinism_sample", 20,
                      "Cases searched again in a second process and compared"
                      " byte for byte (0: none).")
-flags.DEFINE_float("hang_seconds", _D.hang_seconds,
+flags.DEFINE_float("hang_seconds", 60.0,
                    "A case slower than this counts as a hang.")
-flags.DEFINE_integer("max_forwards", _D.max_forwards,
+flags.DEFINE_integer("max_forwards", 8,
                      "Most forward blocks per placement (training doubles"
                      " them; inference up to twice as many).")
 flags.DEFINE_float("max_seconds", 0.0,
@@ -57,6 +62,7 @@ def from_flags() -> FuzzArgs:
   except checks.InputError as err:
     raise app.UsageError(str(err)) from None
   cli.check_output(f.output, "--output")
+  from experiments.fuzz_lib import FuzzArgs  # pylint: disable=import-outside-toplevel
   return FuzzArgs(cases=cases, seed=f.seed, time_limit=f.time_limit,
                   microbatches=ns, determinism_sample=f.determinism_sample,
                   hang_seconds=f.hang_seconds, max_forwards=f.max_forwards,

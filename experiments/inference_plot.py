@@ -15,8 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from absl import app
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from experiments import cli
 from experiments import runs
@@ -33,6 +31,9 @@ def plot_inference(results: dict[str, Any], stem: str) -> list[str]:
   if not rows:
     raise ValueError(f"{results.get('output', stem)} has no successful case"
                      " to draw")
+  # matplotlib is imported when drawing (--help stays cheap).
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=import-outside-toplevel
+  from matplotlib.figure import Figure  # pylint: disable=import-outside-toplevel
   ns = list(dict.fromkeys(r["microbatches"] for r in rows))
   fig = Figure(figsize=(12, 3.8 * len(ns)), dpi=100)
   FigureCanvasAgg(fig)

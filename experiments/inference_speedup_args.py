@@ -1,18 +1,25 @@
 """Flags of ``python -m experiments.inference_speedup``, read into
 ``SpeedupArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``inference_speedup_lib`` once the flags are
+checked), so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.inference_speedup_lib import PLACEMENTS, PLAIN, SpeedupArgs
 
-flags.DEFINE_list("placements", list(PLACEMENTS), "Placements pipelined on"
-                  " 2 fake devices (each against the plain batch).")
+if TYPE_CHECKING:
+  from experiments.inference_speedup_lib import SpeedupArgs
+
+flags.DEFINE_list("placements", ["vshape", "mllm", "xshape"],
+                  "Placements pipelined on 2 fake devices (each against the"
+                  " plain batch).")
 flags.DEFINE_integer("microbatches", 8, "Micro-batches N of the batch.")
 flags.DEFINE_integer("vocab", 8192, "GPT vocabulary (embedding and tied"
                      " head).")
@@ -49,6 +56,7 @@ def from_flags() -> SpeedupArgs:
   """
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
+  from experiments.inference_speedup_lib import PLACEMENTS, PLAIN, SpeedupArgs  # pylint: disable=import-outside-toplevel
   bad = [p for p in f.placements if p not in PLACEMENTS]
   if bad or not f.placements:
     raise app.UsageError(f"--placements {f.placements}: choose from"

@@ -1,16 +1,22 @@
 """Flags of ``python -m experiments.lowering_bench``, read into ``BenchArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``lowering_bench_lib`` once the flags are
+checked), so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.lowering_bench_lib import DEFAULT_PARTS, PARTS, BenchArgs
 
-flags.DEFINE_list("parts", list(DEFAULT_PARTS),
+if TYPE_CHECKING:
+  from experiments.lowering_bench_lib import BenchArgs
+
+flags.DEFINE_list("parts", ["compile", "memory", "speedup"],
                   "What to measure: compile (time vs N), memory"
                   " (memory_analysis vs predicted, HLO stash copies), speedup"
                   " (2 single-threaded devices vs 1), profile (see"
@@ -75,6 +81,7 @@ def from_flags() -> BenchArgs:
   """
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
+  from experiments.lowering_bench_lib import PARTS, BenchArgs  # pylint: disable=import-outside-toplevel
   bad = [p for p in f.parts if p not in PARTS]
   if bad:
     raise app.UsageError(f"unknown --parts {bad}; choose from {PARTS}")

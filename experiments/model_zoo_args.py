@@ -1,23 +1,30 @@
 """Flags of ``python -m experiments.model_zoo``, read into ``ZooArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``model_zoo_lib`` once the flags are checked),
+so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.model_zoo_lib import MODES, PLACEMENTS, ZooArgs
-from experiments.model_zoo_models import BUILDERS
 from tessel_jax import placements
 
-flags.DEFINE_list("models", list(BUILDERS),
+if TYPE_CHECKING:
+  from experiments.model_zoo_lib import ZooArgs
+
+flags.DEFINE_list("models", ["nnx_transformer", "nnx_bn_cnn", "eqx_mlp",
+                            "eqx_transformer", "penzai_llama",
+                            "penzai_llama8", "hf_gpt2"],
                   "Models (experiments/model_zoo_models.py); a model whose"
                   " package is missing is recorded as skipped.")
-flags.DEFINE_list("placements", list(PLACEMENTS),
+flags.DEFINE_list("placements", ["vshape", "mshape", "nnshape"],
                   "Named placements (tj.placements) to schedule on.")
-flags.DEFINE_list("modes", list(MODES), "train and/or infer.")
+flags.DEFINE_list("modes", ["train", "infer"], "train and/or infer.")
 flags.DEFINE_integer("devices", 4, "Devices on the pipe axis (fake CPU"
                      " devices).")
 flags.DEFINE_integer("microbatches", 4, "Micro-batches N per step.")
@@ -42,6 +49,7 @@ def from_flags() -> ZooArgs:
   cli.check_created(f.output_dir, "--output_dir", folder=True)
   cli.check_created(f.markdown, "--markdown", suffixes=cli.TEXT_SUFFIXES)
   models = tuple(m.strip() for m in f.models if m.strip())
+  from experiments.model_zoo_models import BUILDERS  # pylint: disable=import-outside-toplevel
   bad = [m for m in models if m not in BUILDERS]
   if bad or not models:
     raise app.UsageError(f"--models: unknown {bad}; choose from"
@@ -51,6 +59,7 @@ def from_flags() -> ZooArgs:
   if not pls or any(p not in known for p in pls):
     raise app.UsageError(f"--placements: {list(pls)}; choose from {known}")
   modes = tuple(m.strip() for m in f.modes if m.strip())
+  from experiments.model_zoo_lib import MODES, ZooArgs  # pylint: disable=import-outside-toplevel
   if not modes or any(m not in MODES for m in modes):
     raise app.UsageError(f"--modes: {list(modes)}; choose from {MODES}")
   for name in ("devices", "microbatches", "rows", "repeats"):

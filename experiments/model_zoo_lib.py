@@ -37,7 +37,7 @@ import numpy as np
 import tessel_jax as tj
 from experiments import runs
 from experiments.model_zoo_models import BUILDERS, ZooModel
-from experiments.search_cases_lib import write_text
+from experiments.runs import write_text
 from tessel_jax.passes import autocut
 
 RUNNER = "model_zoo"

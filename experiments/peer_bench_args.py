@@ -1,14 +1,20 @@
 """Flags of ``python -m experiments.peer_bench``, read into ``PeerArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``peer_bench_lib`` once the flags are checked),
+so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.peer_bench_lib import DEFAULT_VARIANTS, VARIANTS, PeerArgs
+
+if TYPE_CHECKING:
+  from experiments.peer_bench_lib import PeerArgs
 
 flags.DEFINE_integer("hidden", 1024, "Width of the MLP (layers"
                      " tanh(h @ W + b)).")
@@ -27,8 +33,10 @@ flags.DEFINE_float("quiet_cores", 0.15, "A round counts when the rest of the"
 flags.DEFINE_enum("cost", "measured", ["measured", "uniform"],
                   "tessel_jax's cost mode for its variants.")
 flags.DEFINE_list("variants", None, "Variants to build and time; default"
-                  f" {list(DEFAULT_VARIANTS[2])} at 2 stages,"
-                  f" {list(DEFAULT_VARIANTS[4])} at 4.")
+                  " ['plain_1core', 'plain_2core', 'data_parallel',"
+                  " 'hand_gpipe', 'tj_searched', 'tj_gpipe', 'tj_1f1b',"
+                  " 'tj_compact'] at 2 stages, ['plain_1core', 'hand_gpipe',"
+                  " 'tj_gpipe', 'tj_mshape', 'tj_zbv'] at 4.")
 flags.DEFINE_integer("seed", 0, "Parameter seed (batch: seed + 1) and the"
                      " seed of the round order.")
 flags.DEFINE_string("output", "results/peer_bench/peer_bench.json",
@@ -46,6 +54,7 @@ def from_flags() -> PeerArgs:
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
   stages = int(f.stages)
+  from experiments.peer_bench_lib import DEFAULT_VARIANTS, VARIANTS, PeerArgs  # pylint: disable=import-outside-toplevel
   variants = tuple(f.variants or DEFAULT_VARIANTS[stages])
   bad = [v for v in variants if v not in VARIANTS]
   if bad:

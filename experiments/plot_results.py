@@ -9,7 +9,7 @@ Writes run_<hash>_<what>.png next to each input (or into --output_dir).
 from absl import flags
 
 from experiments import cli
-from experiments import plot_results_args, plot_results_lib
+from experiments import plot_results_args
 
 # --help lists the flags of plot_results_args (defined there, read by this binary).
 flags.adopt_module_key_flags(plot_results_args)
@@ -17,7 +17,9 @@ flags.adopt_module_key_flags(plot_results_args)
 
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
-  for picture in plot_results_lib.run(plot_results_args.from_flags()):
+  args = plot_results_args.from_flags()
+  from experiments import plot_results_lib  # pylint: disable=import-outside-toplevel
+  for picture in plot_results_lib.run(args):
     print(f"wrote {picture}")
 
 

@@ -1,16 +1,22 @@
 """Flags of ``python -m experiments.plot_results``, read into ``PlotArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no matplotlib (``from_flags`` imports ``plot_results_lib`` once the flags are
+checked), so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import os
 
 from absl import app, flags
 
 from experiments import cli
-from experiments.plot_results_lib import PlotArgs
+
+if TYPE_CHECKING:
+  from experiments.plot_results_lib import PlotArgs
 
 flags.DEFINE_list("input", None,
                   "Result files (run_<hash>.json) of search_scaling or"
@@ -35,4 +41,5 @@ def from_flags() -> PlotArgs:
     for path in f.input:
       cli.check_created(os.path.dirname(path) or ".", "pictures folder (next"
                         " to --input; or give --output_dir)", folder=True)
+  from experiments.plot_results_lib import PlotArgs  # pylint: disable=import-outside-toplevel
   return PlotArgs(inputs=tuple(f.input), output_dir=f.output_dir)

@@ -19,10 +19,19 @@ import platform
 from collections.abc import Callable
 from typing import Any
 
-from experiments.search_cases_lib import write_text
-
 #: Argument fields that only say where to write, so never change the hash.
 PATH_FIELDS = ("output_dir",)
+
+
+def write_text(path: str, text: str) -> None:
+  """Writes ``text`` to ``path`` atomically, creating its folder."""
+  folder = os.path.dirname(path)
+  if folder:
+    os.makedirs(folder, exist_ok=True)
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
 
 
 def args_hash(args: Any) -> str:

@@ -12,7 +12,7 @@ import sys
 from absl import flags
 
 from experiments import cli
-from experiments import search_args, search_lib
+from experiments import search_args
 
 # --help lists the flags of search_args (defined there, read by this binary).
 flags.adopt_module_key_flags(search_args)
@@ -20,7 +20,9 @@ flags.adopt_module_key_flags(search_args)
 
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
-  sys.exit(search_lib.main(search_args.from_flags()))
+  args = search_args.from_flags()
+  from experiments import search_lib  # pylint: disable=import-outside-toplevel
+  sys.exit(search_lib.main(args))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,21 @@
 """Flags of ``python -m experiments.search``, read into ``SearchArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``search_lib`` once the flags are checked), so
+``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.search_lib import SearchArgs
 from tessel_jax import checks
+
+if TYPE_CHECKING:
+  from experiments.search_lib import SearchArgs
 
 flags.DEFINE_string("placement", None,
                     "Named placement (vshape, xshape, mshape, ...); see"
@@ -46,7 +52,6 @@ flags.DEFINE_bool("timing", True,
                   " output for the same flags.")
 
 
-
 def from_flags() -> SearchArgs:
   """Reads the parsed flags into ``SearchArgs``.
 
@@ -81,6 +86,7 @@ def from_flags() -> SearchArgs:
   cli.check_output(f.output, "--output")
   cli.check_output(f.plot, "--plot", checks.IMAGE_SUFFIXES)
   cli.check_output(f.trace, "--trace")
+  from experiments.search_lib import SearchArgs  # pylint: disable=import-outside-toplevel
   return SearchArgs(
       placement=f.placement, placement_file=f.placement_file,
       devices=f.devices, mode=f.mode, memory=f.memory,

@@ -10,7 +10,7 @@ case and prints the markdown table at the end.
 from absl import flags
 
 from experiments import cli
-from experiments import search_cases_args, search_cases_lib
+from experiments import runs, search_cases_args
 
 # --help lists the flags of search_cases_args (defined there, read by this binary).
 flags.adopt_module_key_flags(search_cases_args)
@@ -18,10 +18,12 @@ flags.adopt_module_key_flags(search_cases_args)
 
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
-  results = search_cases_lib.run(search_cases_args.from_flags())
+  args = search_cases_args.from_flags()
+  from experiments import search_cases_lib  # pylint: disable=import-outside-toplevel
+  results = search_cases_lib.run(args)
   table = search_cases_lib.markdown(results)
   if results["args"]["markdown"]:
-    search_cases_lib.write_text(results["args"]["markdown"], table + "\n")
+    runs.write_text(results["args"]["markdown"], table + "\n")
   print(table)
   print(f"\nwrote {results['output']}")
 

@@ -1,14 +1,20 @@
 """Flags of ``python -m experiments.search_cases``, read into ``CasesArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``search_cases_lib`` once the flags are
+checked), so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.search_cases_lib import CasesArgs
+
+if TYPE_CHECKING:
+  from experiments.search_cases_lib import CasesArgs
 
 flags.DEFINE_list("placements", None,
                   "Named placements to run (default: every one in"
@@ -41,7 +47,6 @@ flags.DEFINE_string("markdown", None,
                     " printed).")
 
 
-
 def from_flags() -> CasesArgs:
   """Reads the parsed flags into ``CasesArgs``.
 
@@ -68,6 +73,7 @@ def from_flags() -> CasesArgs:
   if f.microbatches < 1 or f.workers < 1 or f.time_limit <= 0:
     raise app.UsageError("--microbatches and --workers must be >= 1 and"
                          " --time_limit > 0")
+  from experiments.search_cases_lib import CasesArgs  # pylint: disable=import-outside-toplevel
   return CasesArgs(
       placements=tuple(f.placements) if f.placements else None,
       devices=devices, modes=tuple(f.modes), memories=tuple(f.memories),

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from experiments import progress, search_lib
+from experiments.runs import write_text
 from tessel_jax import placements
 from tessel_jax.graph import BlockGraph
 from tessel_jax.search import (baselines, search_repetend,
@@ -265,17 +266,6 @@ def run(args: Any, log: Callable[[str], None] = print) -> dict[str, Any]:
           _write(results, output)
   _write(results, output)
   return results
-
-
-def write_text(path: str, text: str) -> None:
-  """Writes ``text`` to ``path`` atomically, creating its folder."""
-  folder = os.path.dirname(path)
-  if folder:
-    os.makedirs(folder, exist_ok=True)
-  tmp = path + ".tmp"
-  with open(tmp, "w") as f:
-    f.write(text)
-  os.replace(tmp, path)
 
 
 def _write(results: dict[str, Any], path: str) -> None:

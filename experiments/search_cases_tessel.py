@@ -22,7 +22,6 @@ import os
 from absl import flags
 
 from experiments import cli, tessel_cases
-from experiments.search_cases_tessel_lib import markdown, run_case
 
 flags.DEFINE_integer("microbatches", 128, "Micro-batches N to unroll.")
 flags.DEFINE_float("time_limit", 10.0, "CP-SAT budget per search (seconds).")
@@ -40,6 +39,9 @@ def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
+  # The search (CP-SAT) is imported once the flags are good: --help stays
+  # cheap.
+  from experiments.search_cases_tessel_lib import markdown, run_case  # pylint: disable=import-outside-toplevel
   rows = []
   for name, devices, train, memory, script in tessel_cases.cases():
     if f.scripts and script not in f.scripts:

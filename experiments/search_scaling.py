@@ -10,7 +10,7 @@ plot it with ``python -m experiments.plot_results --input=<that file>``.
 from absl import flags
 
 from experiments import cli
-from experiments import search_scaling_args, search_scaling_lib
+from experiments import search_scaling_args
 
 # --help lists the flags of search_scaling_args (defined there, read by this binary).
 flags.adopt_module_key_flags(search_scaling_args)
@@ -18,7 +18,9 @@ flags.adopt_module_key_flags(search_scaling_args)
 
 def main(argv: list[str]) -> None:
   cli.no_arguments(argv)
-  results = search_scaling_lib.run(search_scaling_args.from_flags())
+  args = search_scaling_args.from_flags()
+  from experiments import search_scaling_lib  # pylint: disable=import-outside-toplevel
+  results = search_scaling_lib.run(args)
   print(search_scaling_lib.summary(results))
 
 

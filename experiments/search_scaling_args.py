@@ -1,24 +1,23 @@
 """Flags of ``experiments.search_scaling``, read into ``ScalingArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``search_scaling_lib`` once the flags are
+checked), so ``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.search_scaling_lib import (MEMORY_CASES, ScalingArgs,
-                                            check_args)
 
-_D = ScalingArgs()
-
-
-def _strs(values) -> list[str]:
-  return [f"{v:g}" if isinstance(v, float) else str(v) for v in values]
+if TYPE_CHECKING:
+  from experiments.search_scaling_lib import ScalingArgs
 
 
-flags.DEFINE_list("parts", list(_D.parts),
+flags.DEFINE_list("parts", ["devices", "memory", "microbatches", "time_limit"],
                   "Parts of the sweep: devices (search vs device count, no"
                   " memory limit), memory (tight/fast/loose limits), "
                   "microbatches (completion, unroll time and makespan vs N),"
@@ -30,36 +29,38 @@ flags.DEFINE_list("placements", None,
 flags.DEFINE_list("wrap", ["on", "off"],
                   "Wrap-around variants: on (blocks may wrap the period end),"
                   " off (Tessel's rule).")
-flags.DEFINE_float("time_limit", _D.time_limit,
+flags.DEFINE_float("time_limit", 1.0,
                    "CP-SAT budget per search (deterministic seconds) in the"
                    " devices, memory and microbatches parts.")
-flags.DEFINE_bool("complete", _D.complete,
+flags.DEFINE_bool("complete", False,
                   "Also compact warmup/cooldown in the devices, memory and"
                   " time_limit parts (the microbatches part always does).")
-flags.DEFINE_list("devices", _strs(_D.devices), "Device counts of the devices"
-                  " part.")
-flags.DEFINE_list("memories", list(_D.memories),
+flags.DEFINE_list("devices", ["4", "8", "16", "32", "64"],
+                  "Device counts of the devices part.")
+flags.DEFINE_list("memories", ["tight", "fast", "loose"],
                   "Memory cases of the memory part: tight (smallest limit"
                   " with any schedule), fast (smallest limit keeping the"
                   " fastest period), loose (none).")
-flags.DEFINE_list("memory_devices", _strs(_D.memory_devices),
+flags.DEFINE_list("memory_devices", ["4", "8"],
                   "Device counts of the memory part.")
-flags.DEFINE_float("memory_time_limit", _D.memory_time_limit,
+flags.DEFINE_float("memory_time_limit", 10.0,
                    "CP-SAT budget for finding the tight and fast limits.")
-flags.DEFINE_list("microbatches", _strs(_D.microbatches),
+flags.DEFINE_list("microbatches", ["8", "32", "128", "512", "1024"],
                   "Micro-batch counts N of the microbatches part.")
-flags.DEFINE_list("microbatch_devices", _strs(_D.microbatch_devices),
+flags.DEFINE_list("microbatch_devices", ["8"],
                   "Device counts of the microbatches part.")
-flags.DEFINE_list("time_limits", _strs(_D.time_limits),
+flags.DEFINE_list("time_limits", ["0.25", "1", "2"],
                   "CP-SAT budgets of the time_limit part.")
-flags.DEFINE_list("time_limit_devices", _strs(_D.time_limit_devices),
+flags.DEFINE_list("time_limit_devices", ["8"],
                   "Device counts of the time_limit part.")
-flags.DEFINE_enum("time_limit_memory", _D.time_limit_memory,
-                  list(MEMORY_CASES), "Memory case of the time_limit part.")
-flags.DEFINE_integer("seed", _D.seed, "CP-SAT random seed.")
-flags.DEFINE_integer("workers", _D.workers,
+flags.DEFINE_enum("time_limit_memory", "tight",
+                  ["tight", "fast", "loose"],
+                  "Memory case of the time_limit part (a"
+                  " search_scaling_lib.MEMORY_CASES).")
+flags.DEFINE_integer("seed", 0, "CP-SAT random seed.")
+flags.DEFINE_integer("workers", 1,
                      "CP-SAT subsolvers (interleaved deterministically).")
-flags.DEFINE_string("output_dir", _D.output_dir,
+flags.DEFINE_string("output_dir", "results/search_scaling",
                     "Folder of the results (run_<hash of the flags>.json).")
 
 
@@ -84,6 +85,7 @@ def from_flags() -> ScalingArgs:
   bad = [w for w in f.wrap if w not in ("on", "off")]
   if bad or not f.wrap:
     raise app.UsageError(f"--wrap takes on and/or off, got {f.wrap}")
+  from experiments.search_scaling_lib import ScalingArgs, check_args  # pylint: disable=import-outside-toplevel
   args = ScalingArgs(
       parts=tuple(f.parts), placements=tuple(f.placements) if f.placements
       else None, wraps=tuple(w == "on" for w in f.wrap),

@@ -1,16 +1,28 @@
 """Flags of ``python -m experiments.tp_bench``, read into ``BenchArgs``.
 
-Importing this module defines the flags; only the binary imports it.
+Importing this module defines the flags; only the binary imports it. It imports
+no jax (``from_flags`` imports ``tp_bench_lib`` once the flags are checked), so
+``--help`` stays cheap.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from absl import app, flags
 
 from experiments import cli
-from experiments.tp_bench_lib import CONFIGS, BenchArgs
 
-flags.DEFINE_list("configs", list(CONFIGS),
+if TYPE_CHECKING:
+  from experiments.tp_bench_lib import BenchArgs
+
+flags.DEFINE_list("configs", [
+                  "pipe4", "pipe2_model2", "pipe2_model2_replicated",
+                  "pipe2_data2", "pipe2_data2_fsdp", "pipe2_data2_model2",
+                  "model4", "pipe2_model2_unrolled",
+                  "pipe2_data2_model2_unrolled", "data4",
+                  "pipe2_data2_fsdp_block", "pipe2_data2_fsdp_il",
+                  "pipe2_data2_fsdp_il_block"],
                   "Meshes to measure: pipe4, pipe2_model2 (Megatron weights"
                   " split over model), pipe2_model2_replicated (same mesh,"
                   " whole weights), pipe2_data2, pipe2_data2_fsdp (every"
@@ -59,6 +71,7 @@ def from_flags() -> BenchArgs:
   """
   f = flags.FLAGS
   cli.check_created(f.output, "--output", suffixes=(".json",))
+  from experiments.tp_bench_lib import CONFIGS, BenchArgs  # pylint: disable=import-outside-toplevel
   bad = [c for c in f.configs if c not in CONFIGS]
   if bad:
     raise app.UsageError(f"unknown --configs {bad}; choose from"

@@ -401,23 +401,23 @@ def test_search_cli_reports_user_errors_on_one_line(tmp_path):
 
 # Every runner checks its output paths (folders it creates itself allowed)
 # before any work: (runner and flags, text of the one stderr line, whether
-# the runner gets to main without jax; then a stub jax that fails on import
-# proves no jax work ran first).
+# the runner gets to main without jax (since session 42 every one does); then
+# a stub jax that fails on import proves no jax work ran first).
 OUTPUT_CASES = [
     (lambda t: ["experiments.train", f"--output={t}/afile/x.json"],
-     "is a file, not a folder", False),
+     "is a file, not a folder", True),
     (lambda t: ["experiments.train", f"--plot={t}/new/x.gif"],
-     "--plot", False),
+     "--plot", True),
     (lambda t: ["experiments.compare_schedules", f"--output_dir={t}/afile"],
-     "--output_dir", False),
+     "--output_dir", True),
     (lambda t: ["experiments.inference", f"--output_dir={t}/afile/sub"],
      "--output_dir", True),
     (lambda t: ["experiments.inference", f"--cache_dir={t}/afile"],
      "--cache_dir", True),
     (lambda t: ["experiments.model_zoo", f"--markdown={t}/table.html"],
-     "--markdown", False),
+     "--markdown", True),
     (lambda t: ["experiments.tp_bench", f"--output={t}/afile/a/b.json"],
-     "--output", False),
+     "--output", True),
     (lambda t: ["experiments.search_scaling", f"--output_dir={t}/afile"],
      "--output_dir", True),
     (lambda t: ["experiments.search_cases", f"--output={t}/folder"],

@@ -3,7 +3,8 @@
 Every runner (a module of experiments/ that calls ``cli.run``) is asked for
 help in a fresh process; the output must show the runner's docstring and,
 for runners with flags, at least one flag of its ``*_args`` module with its
-help text.
+help text, and the process must not have imported jax, CP-SAT or matplotlib
+(but for the runners of ``EAGER``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,24 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RUNNERS = sorted(p.stem for p in (ROOT / "experiments").glob("*.py")
                  if "\n  cli.run(main)" in p.read_text())
+
+
+#: Packages a runner's ``--help`` must not import (a second or more of CPU
+#: each: help is asked in a fresh process per runner).
+HEAVY = ("jax", "ortools", "matplotlib")
+#: Runners still importing one of them at ``--help``: single-file binaries
+#: whose module imports them at the top (no ``*_args``/``*_lib`` split).
+EAGER = frozenset({
+    "auto_plan_unroll", "fsdp_compact_bench", "rowsplit_dw",
+    "screenshots", "search_cases_fast", "search_cases_unroll", "search_identity",
+    "tessel_reference"})
+
+
+def _imported(importtime: str) -> set[str]:
+  """Top-level packages named in ``python -X importtime``'s log."""
+  return {line.rsplit("|", 1)[1].strip().split(".")[0]
+          for line in importtime.splitlines()
+          if line.startswith("import time:") and line.count("|") == 2}
 
 
 def _own_flag(runner: str) -> tuple[str, str] | None:
@@ -54,10 +73,16 @@ def test_every_binary_is_a_runner():
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_help_lists_own_flags(runner):
   env = dict(os.environ, JAX_PLATFORMS="cpu")
-  proc = subprocess.run([sys.executable, "-m", f"experiments.{runner}",
-                         "--help"], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=300, check=False)
+  proc = subprocess.run([sys.executable, "-X", "importtime", "-m",
+                         f"experiments.{runner}", "--help"], cwd=ROOT,
+                        env=env, capture_output=True, text=True, timeout=300,
+                        check=False)
   assert proc.returncode == 0, proc.stdout + proc.stderr
+  heavy = sorted(_imported(proc.stderr) & set(HEAVY))
+  if runner in EAGER:
+    assert heavy, f"{runner}'s --help imports no {HEAVY}: drop it from EAGER"
+  else:
+    assert not heavy, f"{runner}'s --help imports {heavy}"
   assert _docstring(runner).splitlines()[0] in proc.stdout
   own = _own_flag(runner)
   if own is not None:

@@ -5,8 +5,7 @@ import os
 
 import pytest
 
-from experiments import (search_cases_tessel, search_cases_tessel_lib,
-                         tessel_cases)
+from experiments import search_cases_tessel_lib, tessel_cases
 
 
 def _shape(graph):
@@ -55,8 +54,8 @@ def test_cases_cover_tessels_scripts_without_duplicates():
 
 
 def test_runner_meets_the_bound_on_tessels_mshape():
-  row = search_cases_tessel.run_case("mshape", 4, True, 6, 32,
-                                     time_limit=5, allow_wrap=True)
+  row = search_cases_tessel_lib.run_case("mshape", 4, True, 6, 32,
+                                         time_limit=5, allow_wrap=True)
   assert row["peak"] <= 6
   assert row["makespan"] >= row["bound"]
   assert row["gap_pct"] == 0.0  # the search meets the lower bound here
