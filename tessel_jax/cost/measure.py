@@ -223,9 +223,7 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   """
   p, d = kernel_avals(kernel, param_avals)
   if block is not None:
-    text = "block:" + compat.jaxpr_text(
-        block.eqns, tuple(block.invars) + tuple(block.const_vars),
-        block.outvars) + repr(_structure(kernel))
+    text = "block:" + _block_text(block) + repr(_structure(kernel))
   else:
     text = compat.plain_text(jax.make_jaxpr(kernel_callable(kernel))(p, d))
   # Variable names are positional; drop memory addresses that some reprs
@@ -250,6 +248,32 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
       "xla_flags": speed_flags(),
       "cpu_cores": cores,
   })
+
+
+#: Printed jaxprs of forward blocks, by ``id`` (with the block, so the id
+#: is not reused while kept): a block's forward and backward kernels, and
+#: the same partition's kernels profiled again (``placement="auto"``'s
+#: screening and full builds), print it once. At most
+#: :data:`BLOCK_TEXTS_KEPT`, oldest dropped first.
+_BLOCK_TEXTS: dict[int, tuple[Any, str]] = {}
+BLOCK_TEXTS_KEPT = 256
+
+
+def _block_text(block: Any) -> str:
+  """``block``'s printed jaxpr (its equations, inputs and constants in,
+  outputs out), printed once per block object."""
+  kept = _BLOCK_TEXTS.get(id(block))
+  if kept is not None and kept[0] is block:
+    return kept[1]
+  text = compat.jaxpr_text(block.eqns,
+                           tuple(block.invars) + tuple(block.const_vars),
+                           block.outvars)
+  if BLOCK_TEXTS_KEPT <= 0:
+    return text
+  while len(_BLOCK_TEXTS) >= BLOCK_TEXTS_KEPT:
+    _BLOCK_TEXTS.pop(next(iter(_BLOCK_TEXTS)))
+  _BLOCK_TEXTS[id(block)] = (block, text)
+  return text
 
 
 # --- timing -----------------------------------------------------------------
