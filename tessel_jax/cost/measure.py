@@ -59,6 +59,7 @@ from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost import compile_pool as _compile_pool
 from tessel_jax.cost import fused_grads as _fused_grads
+from tessel_jax.cost import grouped as _grouped
 from tessel_jax.cost import tick_kernel as _tick_kernel
 from tessel_jax.cost.cache import ProfileCache, make_key
 from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
@@ -286,9 +287,15 @@ ROUNDS = 2
 def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
            warmup: int, cores: int | None,
            stage: Any = None) -> tuple[float, float]:
-  """(compute seconds, raw seconds per call) on ``cores`` cores (None: all)."""
-  inputs = len(jax.tree.leaves((pv, dv)))
-  outputs = len(jax.tree.leaves(compiled(pv, dv)))
+  """(compute seconds, raw seconds per call) on ``cores`` cores (None: all).
+
+  The call's own cost taken off is ``call_timing.call_overhead``'s for the
+  kernel's arrays, or, for a kernel compiled in a group
+  (``cost.grouped.Member``), the group's empty call timed alike."""
+  empty = getattr(compiled, "empty_call", None)
+  if empty is None:
+    inputs = len(jax.tree.leaves((pv, dv)))
+    outputs = len(jax.tree.leaves(compiled(pv, dv)))
   with restricted_cores(cores):
     # On one core the process's CPU time is the call's own work, also for a
     # stage's several device threads (all on that core, a waiting thread
@@ -298,8 +305,11 @@ def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
     one_core = cores == 1
     raw, _ = time_calls(lambda: compiled(pv, dv), repeats, warmup,
                          cpu_clock=one_core)
-    over = call_overhead(device, cores=cores, stage=stage).seconds(
-        inputs, outputs)
+    if empty is not None:
+      over, _ = time_calls(empty, repeats, warmup, cpu_clock=one_core)
+    else:
+      over = call_overhead(device, cores=cores, stage=stage).seconds(
+          inputs, outputs)
   return max(raw - over, 0.05 * raw), raw
 
 
@@ -649,6 +659,8 @@ class _Ahead:
     """``key``'s kernel, compiled (with the next ones if it was not)."""
     prepared = (self._pool.take(key) or
                 _compile_pool.BACKGROUND.take(key))
+    if prepared is None and self._grouped(key):
+      prepared = self._pool.take(key)
     if prepared is None:
       self._pool.compile(
           [key] + _next_to_measure(key, self._keys, self._by_key,
@@ -660,17 +672,38 @@ class _Ahead:
       prepared = self._pool.take(key)
     return prepared
 
+  def _grouped(self, key: str) -> bool:
+    """With ``cost.grouped`` on: compiles ``key``'s kernel and the next
+    ones it will measure (up to ``grouped.MAX_KERNELS``) as one program,
+    ready in the pool; False when there is no group to compile (fewer
+    than two, on a stage, or with fused gradients)."""
+    if not _grouped.enabled() or self._stage is not None:
+      return False
+    keys = [kk for kk in [key] + _next_to_measure(
+        key, self._keys, self._by_key, self._on_disk, self._estimator,
+        self._stage, room=_grouped.MAX_KERNELS - 1)
+            if not _fused_grads.applies(self._kernel_of[kk])]
+    if len(keys) < 2 or keys[0] != key:
+      return False
+    done = _grouped.compile_group([self._kernel_of[kk] for kk in keys],
+                                  self._avals, self._device,
+                                  [self._hoist[kk] for kk in keys])
+    self._pool.put(dict(zip(keys, done)))
+    return True
+
 
 def _next_to_measure(key: str, keys: Mapping[int, str],
                      by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
-                     estimator: Any, stage: Any) -> list[str]:
+                     estimator: Any, stage: Any,
+                     room: int | None = None) -> list[str]:
   """Keys after ``key`` (in ``keys``' order) that :func:`profile_kernels`
   will compile and time too: neither measured nor on disk (``on_disk``,
   read once by :func:`_disk_records`), and (with an ``estimator``) before
   it has enough measured kernels to estimate them; at most
-  ``max(compile_pool.WORKERS, compile_pool.AHEAD) - 1``, compiled with
-  ``key``'s kernel."""
-  room = max(_compile_pool.WORKERS, _compile_pool.AHEAD) - 1
+  ``room`` (default ``max(compile_pool.WORKERS, compile_pool.AHEAD) -
+  1``), compiled with ``key``'s kernel."""
+  if room is None:
+    room = max(_compile_pool.WORKERS, _compile_pool.AHEAD) - 1
   if estimator is not None and stage is None:
     room = min(room, estimator.still_to_measure(by_key.values()) - 1)
   order = list(dict.fromkeys(keys.values()))
