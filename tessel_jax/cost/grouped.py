@@ -4,9 +4,11 @@
 of its own (``measure.lower_kernel``): on the README GPT's main job 6
 compiles, ~85% of the profile's CPU. XLA's CPU backend compiles identical
 fused computations of one module once, and pays its fixed per-compile work
-(pass pipelines, MLIR context, LLVM target) once: the same 6 kernels as
-the branches of one ``lax.switch`` compiled in 3.7-4.1 CPU s against
-6.2-6.7 s one by one (session 42, helper prof1, load 4-5, 3 rounds).
+once: the same 6 kernels as the branches of one ``lax.switch`` were lowered
+and compiled in 3.4-4.3 CPU s against 7.7-8.3 s one by one (session 42,
+helper prof1, load 4-9; BENCHMARKS.md "The kernel profile's cost").
+Off by default: its kernel figures were 0.5-1.07x the alone ones under
+load, not yet checked against the program quietly.
 
 With :data:`ENV` on, :func:`compile_group` lowers the kernels as one
 program ``g(args, index)``: branch ``i`` runs kernel ``i`` as the ticks run
@@ -31,6 +33,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from tessel_jax import compat
@@ -109,7 +112,7 @@ def _example(kernel: Any, param_avals: Sequence[Any], device: Any,
 def _element(x: Any) -> Any:
   """One element of ``x`` as a float32 scalar (0 when it has none)."""
   flat = x.reshape(-1)
-  one = flat[0] if flat.shape[0] else jax.numpy.zeros((), x.dtype)
+  one = flat[0] if flat.shape[0] else jnp.zeros((), x.dtype)
   return one.astype(np.float32)
 
 
