@@ -133,6 +133,11 @@ class Prefetch:
     """The kernel of ``key`` compiled ahead (None: not compiled yet)."""
     return self._ready.pop(key, None)
 
+  def put(self, prepared: dict[str, Prepared]) -> None:
+    """Kernels compiled elsewhere (``cost.grouped``), by key."""
+    self._ready.update(prepared)
+    self.compiled += len(prepared)
+
   def compile(self, keys: Sequence[str],
               lower: Callable[[str], Lowered]) -> None:
     """Lowers ``keys`` here (``lower(key)``) and compiles them, each as

@@ -1,8 +1,9 @@
 """Floating-point operations of a program: from XLA's cost analysis of a
 lowered program, or counted on its jaxpr.
 
-Shared by the kernel profiles (``cost.measure`` records each kernel's flops
-from the compile it times) and the estimates built on them
+Shared by the kernel profiles (``cost.measure`` records each kernel's flops,
+counted on the jaxpr it lowers for the compile it times; XLA's count with
+``TESSEL_JAX_PROFILE_FLOPS=xla``) and the estimates built on them
 (``cost.estimate``: a kernel not measured is only traced, and its flops
 counted on the jaxpr). No module-level jax or project import, so neither
 depends on the other through it.

@@ -59,6 +59,7 @@ from tessel_jax import compat
 from tessel_jax.cost.flops import analysed_flops, jaxpr_flops
 from tessel_jax.cost import compile_pool as _compile_pool
 from tessel_jax.cost import fused_grads as _fused_grads
+from tessel_jax.cost import grouped as _grouped
 from tessel_jax.cost import tick_kernel as _tick_kernel
 from tessel_jax.cost.cache import ProfileCache, make_key
 from tessel_jax.cost.call_timing import (call_overhead, cpu_cores,
@@ -189,8 +190,9 @@ def kernel_avals(kernel: Any, param_avals: Sequence[Any]
 
 def kernel_flops(kernel: Any, param_avals: Sequence[Any]) -> float | None:
   """Flops of ``kernel`` alone, counted on its jaxpr (traced, neither
-  lowered nor compiled; ``cost.flops.jaxpr_flops``, within 1% of XLA's
-  cost analysis that the measured records carry)."""
+  lowered nor compiled; ``cost.flops.jaxpr_flops``, as the measured
+  records count theirs on the traced tick kernel: within 0.5% of XLA's
+  cost analysis on the README GPT's kernels above 10 kflops)."""
   p, d = kernel_avals(kernel, param_avals)
   return jaxpr_flops(jax.make_jaxpr(kernel_callable(kernel))(p, d))
 
@@ -222,9 +224,7 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   """
   p, d = kernel_avals(kernel, param_avals)
   if block is not None:
-    text = "block:" + compat.jaxpr_text(
-        block.eqns, tuple(block.invars) + tuple(block.const_vars),
-        block.outvars) + repr(_structure(kernel))
+    text = "block:" + _block_text(block) + repr(_structure(kernel))
   else:
     text = compat.plain_text(jax.make_jaxpr(kernel_callable(kernel))(p, d))
   # Variable names are positional; drop memory addresses that some reprs
@@ -251,6 +251,32 @@ def kernel_key(kernel: Any, param_avals: Sequence[Any], device: Any,
   })
 
 
+#: Printed jaxprs of forward blocks, by ``id`` (with the block, so the id
+#: is not reused while kept): a block's forward and backward kernels, and
+#: the same partition's kernels profiled again (``placement="auto"``'s
+#: screening and full builds), print it once. At most
+#: :data:`BLOCK_TEXTS_KEPT`, oldest dropped first.
+_BLOCK_TEXTS: dict[int, tuple[Any, str]] = {}
+BLOCK_TEXTS_KEPT = 256
+
+
+def _block_text(block: Any) -> str:
+  """``block``'s printed jaxpr (its equations, inputs and constants in,
+  outputs out), printed once per block object."""
+  kept = _BLOCK_TEXTS.get(id(block))
+  if kept is not None and kept[0] is block:
+    return kept[1]
+  text = compat.jaxpr_text(block.eqns,
+                           tuple(block.invars) + tuple(block.const_vars),
+                           block.outvars)
+  if BLOCK_TEXTS_KEPT <= 0:
+    return text
+  while len(_BLOCK_TEXTS) >= BLOCK_TEXTS_KEPT:
+    _BLOCK_TEXTS.pop(next(iter(_BLOCK_TEXTS)))
+  _BLOCK_TEXTS[id(block)] = (block, text)
+  return text
+
+
 # --- timing -----------------------------------------------------------------
 
 
@@ -261,9 +287,15 @@ ROUNDS = 2
 def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
            warmup: int, cores: int | None,
            stage: Any = None) -> tuple[float, float]:
-  """(compute seconds, raw seconds per call) on ``cores`` cores (None: all)."""
-  inputs = len(jax.tree.leaves((pv, dv)))
-  outputs = len(jax.tree.leaves(compiled(pv, dv)))
+  """(compute seconds, raw seconds per call) on ``cores`` cores (None: all).
+
+  The call's own cost taken off is ``call_timing.call_overhead``'s for the
+  kernel's arrays, or, for a kernel compiled in a group
+  (``cost.grouped.Member``), the group's empty call timed alike."""
+  empty = getattr(compiled, "empty_call", None)
+  if empty is None:
+    inputs = len(jax.tree.leaves((pv, dv)))
+    outputs = len(jax.tree.leaves(compiled(pv, dv)))
   with restricted_cores(cores):
     # On one core the process's CPU time is the call's own work, also for a
     # stage's several device threads (all on that core, a waiting thread
@@ -273,8 +305,11 @@ def _timed(compiled: Any, pv: Any, dv: Any, device: Any, repeats: int,
     one_core = cores == 1
     raw, _ = time_calls(lambda: compiled(pv, dv), repeats, warmup,
                          cpu_clock=one_core)
-    over = call_overhead(device, cores=cores, stage=stage).seconds(
-        inputs, outputs)
+    if empty is not None:
+      over, _ = time_calls(empty, repeats, warmup, cpu_clock=one_core)
+    else:
+      over = call_overhead(device, cores=cores, stage=stage).seconds(
+          inputs, outputs)
   return max(raw - over, 0.05 * raw), raw
 
 
@@ -334,10 +369,32 @@ def lower_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
           _tick_kernel.accumulators(f, grads, device, rng) + extra[-1:])
   else:
     fn = _on_stage(kernel, stage)
-  lowered = jax.jit(fn).lower(pv, dv)
-  flops = analysed_flops(lowered) if stage is None else None
+  lowered, flops = _lowered_and_flops(fn, pv, dv, stage is None)
   return _compile_pool.Lowered(lowered, pv, dv, flops,
                                time.perf_counter() - t0)
+
+
+#: ``TESSEL_JAX_PROFILE_FLOPS=xla`` takes a profiled kernel's flops from
+#: XLA's cost analysis of its lowered program (the path before session 42:
+#: the StableHLO converted and analysed once more per kernel, 20-45 ms
+#: each); by default they are counted on the jaxpr the lowering traced
+#: (``cost.flops.jaxpr_flops``, as the estimates count theirs).
+FLOPS_ENV = "TESSEL_JAX_PROFILE_FLOPS"
+
+
+def _lowered_and_flops(fn: Callable[..., Any], pv: Any, dv: Any,
+                       count: bool) -> tuple[Any, float | None]:
+  """``fn`` jitted and lowered on ``(pv, dv)``, and (``count``) its flops:
+  counted on the jaxpr traced for the lowering (one trace serves both), or
+  with ``TESSEL_JAX_PROFILE_FLOPS=xla`` from XLA's cost analysis of the
+  lowered program (:data:`FLOPS_ENV`)."""
+  if not count:
+    return jax.jit(fn).lower(pv, dv), None
+  if os.environ.get(FLOPS_ENV, "") == "xla":
+    lowered = jax.jit(fn).lower(pv, dv)
+    return lowered, analysed_flops(lowered)
+  traced = jax.jit(fn).trace(pv, dv)
+  return traced.lower(), jaxpr_flops(traced.jaxpr)
 
 
 def time_kernel(kernel: Any, param_avals: Sequence[Any], device: Any, *,
@@ -602,6 +659,8 @@ class _Ahead:
     """``key``'s kernel, compiled (with the next ones if it was not)."""
     prepared = (self._pool.take(key) or
                 _compile_pool.BACKGROUND.take(key))
+    if prepared is None and self._grouped(key):
+      prepared = self._pool.take(key)
     if prepared is None:
       self._pool.compile(
           [key] + _next_to_measure(key, self._keys, self._by_key,
@@ -613,17 +672,38 @@ class _Ahead:
       prepared = self._pool.take(key)
     return prepared
 
+  def _grouped(self, key: str) -> bool:
+    """With ``cost.grouped`` on: compiles ``key``'s kernel and the next
+    ones it will measure (up to ``grouped.MAX_KERNELS``) as one program,
+    ready in the pool; False when there is no group to compile (fewer
+    than two, on a stage, or with fused gradients)."""
+    if not _grouped.enabled() or self._stage is not None:
+      return False
+    keys = [kk for kk in [key] + _next_to_measure(
+        key, self._keys, self._by_key, self._on_disk, self._estimator,
+        self._stage, room=_grouped.MAX_KERNELS - 1)
+            if not _fused_grads.applies(self._kernel_of[kk])]
+    if len(keys) < 2 or keys[0] != key:
+      return False
+    done = _grouped.compile_group([self._kernel_of[kk] for kk in keys],
+                                  self._avals, self._device,
+                                  [self._hoist[kk] for kk in keys])
+    self._pool.put(dict(zip(keys, done)))
+    return True
+
 
 def _next_to_measure(key: str, keys: Mapping[int, str],
                      by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
-                     estimator: Any, stage: Any) -> list[str]:
+                     estimator: Any, stage: Any,
+                     room: int | None = None) -> list[str]:
   """Keys after ``key`` (in ``keys``' order) that :func:`profile_kernels`
   will compile and time too: neither measured nor on disk (``on_disk``,
   read once by :func:`_disk_records`), and (with an ``estimator``) before
   it has enough measured kernels to estimate them; at most
-  ``max(compile_pool.WORKERS, compile_pool.AHEAD) - 1``, compiled with
-  ``key``'s kernel."""
-  room = max(_compile_pool.WORKERS, _compile_pool.AHEAD) - 1
+  ``room`` (default ``max(compile_pool.WORKERS, compile_pool.AHEAD) -
+  1``), compiled with ``key``'s kernel."""
+  if room is None:
+    room = max(_compile_pool.WORKERS, _compile_pool.AHEAD) - 1
   if estimator is not None and stage is None:
     room = min(room, estimator.still_to_measure(by_key.values()) - 1)
   order = list(dict.fromkeys(keys.values()))
