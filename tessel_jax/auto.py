@@ -4,6 +4,7 @@ fastest predicted one that fits the memory limit, and say why."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -50,6 +51,14 @@ PRICE_STASH = True
 #: vshape) that measured 1.13x (BENCHMARKS.md, helpers "lim9" and "pick4",
 #: session 33).
 PAIRED_STANDINS = True
+#: Screening skips the search of a plan whose lower bound on its screening
+#: kernels (estimated ones included) is at least ``1 + REFINE_MARGIN``
+#: times the fastest fitting screened price so far
+#: (``FrontierFunction(screen_prune=)``): the refine would not build it.
+#: README GPT, 4 devices: the zbv plans (bound 41.6 ms against 25.0-25.2
+#: for the others, vshape pipe2 x dp2 screened at 29.9-30 ms).
+#: ``TESSEL_JAX_SCREEN_PRUNE=0`` turns it off (the old path, for A/B).
+SCREEN_PRUNE = os.environ.get("TESSEL_JAX_SCREEN_PRUNE", "1") != "0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +131,7 @@ def auto_build(step: Any, params: Any, batch: Any,
                         refine_margin=REFINE_MARGIN,
                         price_stash=PRICE_STASH,
                         paired_standins=PAIRED_STANDINS,
+                        screen_prune=SCREEN_PRUNE,
                         **_schedule_options(step))
   fitted = _frontier_fit.build_fitting(ff, ff(params, batch),
                                       step.memory_limit, params, batch)
