@@ -103,3 +103,11 @@ def test_auto_prunes_screening_by_default():
   import os  # pylint: disable=import-outside-toplevel
   assert auto.SCREEN_PRUNE == (
       os.environ.get("TESSEL_JAX_SCREEN_PRUNE", "1") != "0")
+
+
+def test_a_pruned_screening_is_another_frontier_on_disk():
+  """Pruned plans are missing from its frontier: keyed apart on disk (and
+  the key without the switch is the one before it existed)."""
+  from tessel_jax import frontier_keys  # pylint: disable=import-outside-toplevel
+  assert frontier_keys._options(_ff(True))["screen_prune"] is True
+  assert "screen_prune" not in frontier_keys._options(_ff(False))
