@@ -31,8 +31,32 @@ REFINE = 1
 #: the 6 MiB choice missed mllm pipe2 x dp2 (screened 73.5 ms, full 60.2 ms
 #: against 64.3 ms for the plan chosen).
 REFINE_MARGIN = 0.25
-#: CP-SAT budget (deterministic seconds) of a screening build's searches.
-SCREEN_TIME_LIMIT_S = 1.0
+#: CP-SAT budget (deterministic seconds) of a screening build's searches
+#: (``TESSEL_JAX_SCREEN_TIME_LIMIT_S`` sets another, e.g. 1.0, the budget
+#: before session 42). README GPT, 4 devices, the screening searches of
+#: one cold choice replayed at 1.0 and 0.5: the same unrolled makespan in
+#: 16 of 16 unlimited and 32 of 32 at 6 MiB, 6.35 -> 2.81 CPU s unlimited
+#: (interleaved pipe4: 2.7 -> 0.3 s; BENCHMARKS.md, helper "cold12").
+SCREEN_TIME_LIMIT_S = 0.5
+
+
+def _env_seconds(name: str, default: float) -> float:
+  """A positive number of seconds from environment variable ``name``."""
+  text = os.environ.get(name)
+  if text is None or not text.strip():
+    return default
+  try:
+    value = float(text)
+  except ValueError:
+    value = -1.0
+  if not value > 0:
+    raise ValueError(f"{name}={text!r}: expected a positive number of"
+                     f" seconds (default {default})")
+  return value
+
+
+SCREEN_TIME_LIMIT_S = _env_seconds("TESSEL_JAX_SCREEN_TIME_LIMIT_S",
+                                   SCREEN_TIME_LIMIT_S)
 #: Screening builds estimate unmeasured kernels instead of compiling them.
 SCREEN_ESTIMATE = True
 #: Classic schedules also pay for the stash bytes they hold beyond the

@@ -111,3 +111,18 @@ def test_a_pruned_screening_is_another_frontier_on_disk():
   from tessel_jax import frontier_keys  # pylint: disable=import-outside-toplevel
   assert frontier_keys._options(_ff(True))["screen_prune"] is True
   assert "screen_prune" not in frontier_keys._options(_ff(False))
+
+
+def test_the_screening_budget_is_half_a_second_unless_set(monkeypatch):
+  """0.5 s (was 1 s: the same screened makespans on the README GPT at
+  half the CP-SAT CPU); ``TESSEL_JAX_SCREEN_TIME_LIMIT_S`` sets another."""
+  import os  # pylint: disable=import-outside-toplevel
+  if "TESSEL_JAX_SCREEN_TIME_LIMIT_S" not in os.environ:
+    assert auto.SCREEN_TIME_LIMIT_S == 0.5
+  assert auto._env_seconds("TESSEL_JAX_NOT_SET_HERE", 0.5) == 0.5
+  monkeypatch.setenv("TESSEL_JAX_SCREEN_BUDGET_TEST", "1.0")
+  assert auto._env_seconds("TESSEL_JAX_SCREEN_BUDGET_TEST", 0.5) == 1.0
+  for bad in ("0", "-1", "soon"):
+    monkeypatch.setenv("TESSEL_JAX_SCREEN_BUDGET_TEST", bad)
+    with pytest.raises(ValueError, match="TESSEL_JAX_SCREEN_BUDGET_TEST"):
+      auto._env_seconds("TESSEL_JAX_SCREEN_BUDGET_TEST", 0.5)
