@@ -12,6 +12,23 @@ from typing import Any
 from tessel_jax import frontier_fit as _frontier_fit
 from tessel_jax.plans import FrontierFunction, PricedPlan, ProgramFrontier
 
+
+def _env_seconds(name: str, default: float) -> float:
+  """A positive number of seconds from environment variable ``name``
+  (``default`` when unset or empty)."""
+  text = os.environ.get(name)
+  if text is None or not text.strip():
+    return default
+  try:
+    value = float(text)
+  except ValueError:
+    value = -1.0
+  if not value > 0:
+    raise ValueError(f"{name}={text!r}: expected a positive number of"
+                     f" seconds (default {default})")
+  return value
+
+
 #: Screened plans built in full before choosing (``FrontierFunction``);
 #: None: every plan is built in full. Screening runs both searches of each
 #: plan (an earlier screening skipped the search on uniform spans, and its
@@ -37,26 +54,7 @@ REFINE_MARGIN = 0.25
 #: one cold choice replayed at 1.0 and 0.5: the same unrolled makespan in
 #: 16 of 16 unlimited and 32 of 32 at 6 MiB, 6.35 -> 2.81 CPU s unlimited
 #: (interleaved pipe4: 2.7 -> 0.3 s; BENCHMARKS.md, helper "cold12").
-SCREEN_TIME_LIMIT_S = 0.5
-
-
-def _env_seconds(name: str, default: float) -> float:
-  """A positive number of seconds from environment variable ``name``."""
-  text = os.environ.get(name)
-  if text is None or not text.strip():
-    return default
-  try:
-    value = float(text)
-  except ValueError:
-    value = -1.0
-  if not value > 0:
-    raise ValueError(f"{name}={text!r}: expected a positive number of"
-                     f" seconds (default {default})")
-  return value
-
-
-SCREEN_TIME_LIMIT_S = _env_seconds("TESSEL_JAX_SCREEN_TIME_LIMIT_S",
-                                   SCREEN_TIME_LIMIT_S)
+SCREEN_TIME_LIMIT_S = _env_seconds("TESSEL_JAX_SCREEN_TIME_LIMIT_S", 0.5)
 #: Screening builds estimate unmeasured kernels instead of compiling them.
 SCREEN_ESTIMATE = True
 #: Classic schedules also pay for the stash bytes they hold beyond the
