@@ -132,6 +132,10 @@ def choose(cost: str, memory_limit: str, placements: tuple[str, ...],
       "predicted_ms": round(step.choice.winner.step, 3),
       "plans": len(step.choice.frontier.plans),
       "full_builds": full_builds(step.choice.frontier),
+      "pruned": sum(1 for _, why in step.choice.frontier.skipped
+                    if why.startswith("Pruned")),
+      "screen_prune": _screen_prune(),
+      "screen_time_limit_s": _screen_budget(),
       "standins_on_disk": standins(cache),
       "standins_skipped": {  # bounded / uniform-span schedules estimated
           "bound": model.standins_skipped,
@@ -143,6 +147,19 @@ def full_builds(frontier: Any) -> list[str]:
   only screened): which ones moves a cold choice's CPU most."""
   return [p.label for p in frontier.plans
           if not p.screened and p.candidate.plan is None]
+
+
+def _screen_prune() -> bool:
+  """``tessel_jax.auto.SCREEN_PRUNE`` (``TESSEL_JAX_SCREEN_PRUNE=0``: off)."""
+  from tessel_jax import auto  # pylint: disable=import-outside-toplevel
+  return auto.SCREEN_PRUNE
+
+
+def _screen_budget() -> float:
+  """``tessel_jax.auto.SCREEN_TIME_LIMIT_S``
+  (``TESSEL_JAX_SCREEN_TIME_LIMIT_S`` sets it)."""
+  from tessel_jax import auto  # pylint: disable=import-outside-toplevel
+  return auto.SCREEN_TIME_LIMIT_S
 
 
 def standins(cache: str) -> int:

@@ -4,12 +4,30 @@ fastest predicted one that fits the memory limit, and say why."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from tessel_jax import frontier_fit as _frontier_fit
 from tessel_jax.plans import FrontierFunction, PricedPlan, ProgramFrontier
+
+
+def _env_seconds(name: str, default: float) -> float:
+  """A positive number of seconds from environment variable ``name``
+  (``default`` when unset or empty)."""
+  text = os.environ.get(name)
+  if text is None or not text.strip():
+    return default
+  try:
+    value = float(text)
+  except ValueError:
+    value = -1.0
+  if not value > 0:
+    raise ValueError(f"{name}={text!r}: expected a positive number of"
+                     f" seconds (default {default})")
+  return value
+
 
 #: Screened plans built in full before choosing (``FrontierFunction``);
 #: None: every plan is built in full. Screening runs both searches of each
@@ -30,8 +48,13 @@ REFINE = 1
 #: the 6 MiB choice missed mllm pipe2 x dp2 (screened 73.5 ms, full 60.2 ms
 #: against 64.3 ms for the plan chosen).
 REFINE_MARGIN = 0.25
-#: CP-SAT budget (deterministic seconds) of a screening build's searches.
-SCREEN_TIME_LIMIT_S = 1.0
+#: CP-SAT budget (deterministic seconds) of a screening build's searches
+#: (``TESSEL_JAX_SCREEN_TIME_LIMIT_S`` sets another, e.g. 1.0, the budget
+#: before session 42). README GPT, 4 devices, the screening searches of
+#: one cold choice replayed at 1.0 and 0.5: the same unrolled makespan in
+#: 16 of 16 unlimited and 32 of 32 at 6 MiB, 6.35 -> 2.81 CPU s unlimited
+#: (interleaved pipe4: 2.7 -> 0.3 s; BENCHMARKS.md, helper "cold12").
+SCREEN_TIME_LIMIT_S = _env_seconds("TESSEL_JAX_SCREEN_TIME_LIMIT_S", 0.5)
 #: Screening builds estimate unmeasured kernels instead of compiling them.
 SCREEN_ESTIMATE = True
 #: Classic schedules also pay for the stash bytes they hold beyond the
@@ -50,6 +73,14 @@ PRICE_STASH = True
 #: vshape) that measured 1.13x (BENCHMARKS.md, helpers "lim9" and "pick4",
 #: session 33).
 PAIRED_STANDINS = True
+#: Screening skips the search of a plan whose lower bound on its screening
+#: kernels (estimated ones included) is at least ``1 + REFINE_MARGIN``
+#: times the fastest fitting screened price so far
+#: (``FrontierFunction(screen_prune=)``): the refine would not build it.
+#: README GPT, 4 devices: the zbv plans (bound 41.6 ms against 25.0-25.2
+#: for the others, vshape pipe2 x dp2 screened at 29.9-30 ms).
+#: ``TESSEL_JAX_SCREEN_PRUNE=0`` turns it off (the old path, for A/B).
+SCREEN_PRUNE = os.environ.get("TESSEL_JAX_SCREEN_PRUNE", "1") != "0"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +153,7 @@ def auto_build(step: Any, params: Any, batch: Any,
                         refine_margin=REFINE_MARGIN,
                         price_stash=PRICE_STASH,
                         paired_standins=PAIRED_STANDINS,
+                        screen_prune=SCREEN_PRUNE,
                         **_schedule_options(step))
   fitted = _frontier_fit.build_fitting(ff, ff(params, batch),
                                       step.memory_limit, params, batch)

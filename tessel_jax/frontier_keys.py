@@ -51,6 +51,8 @@ def _options(ff: FrontierFunction) -> dict[str, Any]:
     options.update(price_stash=True)
   if ff.paired_standins:  # absent when off: earlier keys stay valid
     options.update(paired_standins=True)
+  if ff.screen_prune:  # absent when off: earlier keys stay valid
+    options.update(screen_prune=True)
   return options
 
 

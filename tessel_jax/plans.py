@@ -85,7 +85,14 @@ class FrontierFunction:
   and leave out the kernel workspace (known once compiled). With
   ``refine_margin=m`` every fitting screened plan whose price is below
   ``(1 + m)`` times the fastest fitting full build is built in full too
-  (a screened price may be off either way).
+  (a screened price may be off either way). With ``screen_prune=True``
+  (and ``prune``, ``screen_estimate``) a searched plan whose lower bound on
+  its screening's kernels (estimated ones included, so on the screened
+  prices' scale) is at least ``(1 + m)`` times the fastest fitting
+  screened price so far is not searched, nor its classic schedules
+  priced: its screened price is at least its bound, so the refine would
+  not build it in full (unless the full builds' scale, ``full_scale``,
+  moves the plans built both ways apart by more than the margin).
 
   With ``prune=True`` a plan whose lower bound (:func:`step_lower_bound`,
   from its measured kernels, before any search) is no faster than the
@@ -122,7 +129,8 @@ class FrontierFunction:
                screen_time_limit_s: float | None = None,
                screen_estimate: bool = False, refine_margin: float = 0.0,
                disk_cache: bool = True, price_stash: bool = False,
-               paired_standins: bool = False, **schedule_kw: Any):
+               paired_standins: bool = False, screen_prune: bool = False,
+               **schedule_kw: Any):
     self.fn, self.mesh, self.pipe_axis, self.mode = fn, mesh, pipe_axis, mode
     self.price_stash = price_stash
     self.paired_standins = paired_standins
@@ -137,6 +145,7 @@ class FrontierFunction:
     self.screen_time_limit_s = screen_time_limit_s
     self.screen_estimate = screen_estimate
     self.refine_margin = float(refine_margin)
+    self.screen_prune = screen_prune
     self.estimator = _estimate.KernelEstimator() if screen_estimate else None
     self.schedule_kw = schedule_kw
     self.costs: Any = None  # the CostModel shared by every candidate
@@ -146,6 +155,7 @@ class FrontierFunction:
     self.markers: int | None = None  # blocks of fn's markers (last call)
     self.pruned = 0  # plans not searched: lower bound >= best so far
     self._best_ms: float | None = None
+    self._best_screened_ms: float | None = None  # estimated kernels
     self._key: Any = None
     self._fronts: dict[Any, dict[Any, Any]] = {}  # see step_for
     self._searched_replays = _plan_pricing.SearchedReplays()
@@ -214,13 +224,17 @@ class FrontierFunction:
                                      skipped)
 
   def _note_best(self, p: PricedPlan) -> None:
-    """Remembers the fastest fitting measured plan (for pruning)."""
+    """Remembers the fastest fitting measured plan (for pruning), and the
+    fastest fitting screened one (for ``screen_prune``)."""
+    if p.unit != "ms" or (self.memory_limit is not None and
+                          p.peak_bytes > self.memory_limit):
+      return
     if p.screened and self.screen_estimate:
-      return  # estimated kernels: no bound to prune measured plans with
-    if p.unit == "ms" and (self.memory_limit is None or
-                           p.peak_bytes <= self.memory_limit):
-      if self._best_ms is None or p.step < self._best_ms:
-        self._best_ms = p.step
+      # Estimated kernels: no bound to prune measured plans with.
+      if self._best_screened_ms is None or p.step < self._best_screened_ms:
+        self._best_screened_ms = p.step
+    elif self._best_ms is None or p.step < self._best_ms:
+      self._best_ms = p.step
 
   def _check_bound(self, c: Candidate, bound_ms: float) -> None:
     """Raises :class:`Pruned` when ``c`` cannot beat the best so far."""
@@ -228,6 +242,19 @@ class FrontierFunction:
       self.pruned += 1
       raise Pruned(f"lower bound {bound_ms:.3f} ms >= {self._best_ms:.3f} ms"
                    f" of the fastest plan priced so far")
+
+  def _check_screened_bound(self, c: Candidate, bound_ms: float) -> None:
+    """Raises :class:`Pruned` when ``c``'s screening bound (estimated
+    kernels) is at least ``1 + refine_margin`` times the fastest fitting
+    screened price so far: its screened price would be too, so the refine
+    would not build it in full (``screen_prune``)."""
+    best = self._best_screened_ms
+    limit = None if best is None else (1.0 + self.refine_margin) * best
+    if limit is not None and bound_ms >= limit:
+      self.pruned += 1
+      raise Pruned(f"screening lower bound {bound_ms:.3f} ms >= (1 +"
+                   f" {self.refine_margin:g}) x {best:.3f} ms, the fastest"
+                   f" screened plan so far")
 
   def _refine(self, priced: list[PricedPlan], params: Any, batch: Any,
               markers: int | None,
@@ -276,6 +303,13 @@ class FrontierFunction:
           _frontier_memo.remember_bound(self._key, c, ms)
         self._check_bound(c, ms)
       step.price_bound = bound
+    elif (self.prune and self.screen_prune and c.plan is None and cheap
+          and self.screen_estimate):
+      def screened_bound(costs: Any, n_local: int,
+                         c: Candidate = c) -> None:
+        # Not remembered (frontier_memo): estimated, not a measured bound.
+        self._check_screened_bound(c, step_lower_bound(costs, n_local) * 1e3)
+      step.price_bound = screened_bound
     if self.costs is None:
       self.costs = step._costs  # pylint: disable=protected-access
     step._costs = self.costs  # pylint: disable=protected-access
