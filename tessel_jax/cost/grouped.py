@@ -8,7 +8,10 @@ once: the same 6 kernels as the branches of one ``lax.switch`` were lowered
 and compiled in 3.4-4.3 CPU s against 7.7-8.3 s one by one (session 42,
 helper prof1, load 4-9; BENCHMARKS.md "The kernel profile's cost").
 Off by default: its kernel figures were 0.5-1.07x the alone ones under
-load, not yet checked against the program quietly.
+load, and quietly (session 42, lead) the README main job built with it
+stepped in 183-241 ms against 119-121 ms without it (same period and grid
+makespan; predicted/measured 0.40-0.58 against 0.81-0.85): not diagnosed,
+keep it off until it is.
 
 With :data:`ENV` on, :func:`compile_group` lowers the kernels as one
 program ``g(args, index)``: branch ``i`` runs kernel ``i`` as the ticks run
