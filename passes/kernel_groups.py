@@ -35,6 +35,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 
 from tessel_jax import compat
@@ -140,11 +141,18 @@ def _slot_places(low: LowerContext, kernel: Any) -> tuple | None:
 
 def _consts_digest(closed: Any) -> tuple:
   """Shapes, dtypes and a digest of the values of ``closed``'s constants
-  (equal text with different captured values is a different program)."""
+  (equal text with different captured values is a different program); a
+  typed PRNG key (a dropout kernel's captured key) by its key data."""
   out = []
   for c in compat.jaxpr_consts(closed)[1]:
+    dtype = getattr(c, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype,
+                                                   jax.dtypes.prng_key):
+      # Called inside the lowering's trace: the key's data drawn eagerly.
+      with jax.ensure_compile_time_eval():
+        c = jax.random.key_data(c)
     a = np.asarray(c)
-    out.append((a.shape, str(a.dtype),
+    out.append((a.shape, str(dtype if dtype is not None else a.dtype),
                 hashlib.sha1(np.ascontiguousarray(a).tobytes()).hexdigest()))
   return tuple(out)
 

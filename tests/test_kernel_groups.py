@@ -121,3 +121,18 @@ def test_distinct_kernels_is_the_default_and_the_environment_turns_it_off():
   assert switches.from_env({}).distinct_kernels
   assert not switches.from_env(
       {switches.DISTINCT_KERNELS_ENV: "0"}).distinct_kernels
+
+
+def test_captured_prng_keys_are_compared_by_their_key_data():
+  """A kernel that closes over a typed PRNG key (dropout) gets a constants
+  digest (NumPy cannot convert a key array: the lowering raised on it), and
+  kernels drawing from different keys do not share a body."""
+  def closed_over(seed: int) -> Any:
+    key = jax.random.key(seed)
+    return jax.make_jaxpr(
+        lambda x: x * jax.random.bernoulli(key, 0.5, x.shape))(np.ones(4))
+
+  same = [kernel_groups._consts_digest(closed_over(s)) for s in (7, 7)]
+  other = kernel_groups._consts_digest(closed_over(8))
+  assert same[0] == same[1] and same[0]
+  assert other != same[0]
