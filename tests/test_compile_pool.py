@@ -16,7 +16,6 @@ import time
 import jax
 import numpy as np
 
-import tessel_jax as tj
 from tessel_jax.cost import cache as cost_cache
 from tessel_jax.cost import compile_pool, estimate, measure
 
@@ -24,13 +23,8 @@ import test_lowering_models as M
 
 
 def _built():
-  mesh = jax.make_mesh((2,), ("pipe",))
-  kinds = ["embed", "layer", "layer", "head"]
-  fn = M.chain_fn(kinds)
-  params = M.make_params(M.num_layers(kinds))
-  step = tj.schedule(fn, mesh=mesh, placement=tj.Placement([0, 0, 1, 1]),
-                     num_microbatches=4, cost="uniform")
-  return step.build(params, M.make_batch(16))
+  return M.uniform_chain_build(["embed", "layer", "layer", "head"],
+                               [0, 0, 1, 1])
 
 
 def _count_batches(monkeypatch) -> list[int]:

@@ -12,20 +12,14 @@ from __future__ import annotations
 import jax
 import pytest
 
-import tessel_jax as tj
 from tessel_jax.cost import compile_pool, grouped, measure
 
 import test_lowering_models as M
 
 
 def _built():
-  mesh = jax.make_mesh((2,), ("pipe",))
-  kinds = ["embed", "layer", "layer", "head"]
-  fn = M.chain_fn(kinds)
-  params = M.make_params(M.num_layers(kinds))
-  step = tj.schedule(fn, mesh=mesh, placement=tj.Placement([0, 0, 1, 1]),
-                     num_microbatches=4, cost="uniform")
-  return step.build(params, M.make_batch(16))
+  return M.uniform_chain_build(["embed", "layer", "layer", "head"],
+                               [0, 0, 1, 1])
 
 
 def _profile(monkeypatch, on: bool):

@@ -200,3 +200,14 @@ def steps_with_switch(fn: Callable[[Any, Any], Any], params: Any, batch: Any,
     assert max_rel_err(grads, ref_grads) <= 1e-5, (switch, on)
     steps[on] = step
   return steps
+
+
+def uniform_chain_build(kinds: Sequence[str], devices: Sequence[int]) -> Any:
+  """``step.build`` of ``chain_fn(kinds)`` on a 2-device pipe mesh, block
+  ``i`` on device ``devices[i]``, 4 micro-batches of a 16-row batch,
+  uniform costs (nothing timed): the cost tests' small built program."""
+  mesh = jax.make_mesh((2,), ("pipe",))
+  step = tj.schedule(chain_fn(kinds), mesh=mesh,
+                     placement=tj.Placement(list(devices)),
+                     num_microbatches=4, cost="uniform")
+  return step.build(make_params(num_layers(kinds)), make_batch(16))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import jax
 import pytest
 
-import tessel_jax as tj
 from tessel_jax.cost import flops as cost_flops
 from tessel_jax.cost import measure
 
@@ -21,13 +20,7 @@ import test_lowering_models as M
 
 
 def _built():
-  mesh = jax.make_mesh((2,), ("pipe",))
-  kinds = ["embed", "layer", "head"]
-  fn = M.chain_fn(kinds)
-  params = M.make_params(M.num_layers(kinds))
-  step = tj.schedule(fn, mesh=mesh, placement=tj.Placement([0, 0, 1]),
-                     num_microbatches=4, cost="uniform")
-  return step.build(params, M.make_batch(16))
+  return M.uniform_chain_build(["embed", "layer", "head"], [0, 0, 1])
 
 
 def _lowered_flops(monkeypatch, path: str) -> tuple[dict[str, float], int]:

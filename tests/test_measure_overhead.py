@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import jax
 
-import tessel_jax as tj
 from tessel_jax.cost import call_timing, measure
 
 import test_lowering_models as M
 
 
 def _kernels():
-  mesh = jax.make_mesh((2,), ("pipe",))
-  kinds = ["embed", "layer", "head"]
-  fn = M.chain_fn(kinds)
-  params = M.make_params(M.num_layers(kinds))
-  step = tj.schedule(fn, mesh=mesh, placement=tj.Placement([0, 0, 1]),
-                     num_microbatches=4, cost="uniform")
-  built = step.build(params, M.make_batch(16))
+  built = M.uniform_chain_build(["embed", "layer", "head"], [0, 0, 1])
   return built.kernels.kernels, built.partition.traced.param_avals
 
 
