@@ -1,5 +1,5 @@
 """A forward block's jaxpr printed once for the kernel keys of its kernels
-(``cost.measure._block_text``): its forward and backward kernels, and a
+(``cost.kernel_keys._block_text``): its forward and backward kernels, and a
 second profile of the same partition, reuse the text; the keys are those
 of the text printed each time."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 import jax
 
 from tessel_jax import compat
-from tessel_jax.cost import measure
+from tessel_jax.cost import kernel_keys, measure
 
 import test_lowering_models as M
 
@@ -33,7 +33,7 @@ def test_block_printed_once_for_all_its_kernels(monkeypatch):
     printed.append(1)
     return real(eqns, invars, outvars)
   monkeypatch.setattr(compat, "jaxpr_text", counted)
-  monkeypatch.setattr(measure, "_BLOCK_TEXTS", {})
+  monkeypatch.setattr(kernel_keys, "_BLOCK_TEXTS", {})
   kernels = built.kernels.kernels
   assert len(kernels) > len(built.partition.blocks)  # F and B per block
   _keys(built)
@@ -45,11 +45,11 @@ def test_block_printed_once_for_all_its_kernels(monkeypatch):
 def test_keys_equal_the_text_printed_each_time(monkeypatch):
   built = _built()
   kept = _keys(built)
-  monkeypatch.setattr(measure, "BLOCK_TEXTS_KEPT", 0)  # nothing reused
-  monkeypatch.setattr(measure, "_BLOCK_TEXTS", {})
+  monkeypatch.setattr(kernel_keys, "BLOCK_TEXTS_KEPT", 0)  # nothing reused
+  monkeypatch.setattr(kernel_keys, "_BLOCK_TEXTS", {})
   fresh = {}
   for bid in kept:
-    monkeypatch.setattr(measure, "_BLOCK_TEXTS", {})
+    monkeypatch.setattr(kernel_keys, "_BLOCK_TEXTS", {})
     fresh[bid] = _keys(built)[bid]
   assert fresh == kept
   assert len(set(kept.values())) > 1
@@ -57,7 +57,7 @@ def test_keys_equal_the_text_printed_each_time(monkeypatch):
 
 def test_kept_texts_bounded(monkeypatch):
   built = _built()
-  monkeypatch.setattr(measure, "BLOCK_TEXTS_KEPT", 2)
-  monkeypatch.setattr(measure, "_BLOCK_TEXTS", {})
+  monkeypatch.setattr(kernel_keys, "BLOCK_TEXTS_KEPT", 2)
+  monkeypatch.setattr(kernel_keys, "_BLOCK_TEXTS", {})
   _keys(built)
-  assert len(measure._BLOCK_TEXTS) <= 2  # pylint: disable=protected-access
+  assert len(kernel_keys._BLOCK_TEXTS) <= 2  # pylint: disable=protected-access

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import jax
 
-from tessel_jax.cost import call_timing, measure
+from tessel_jax.cost import call_timing, kernel_keys, measure
 
 import test_lowering_models as M
 
@@ -54,5 +54,6 @@ def test_profile_version_joins_the_kernel_key(monkeypatch):
   k = next(iter(kernels.values()))
   dev = jax.devices()[0]
   before = measure.kernel_key(k, avals, dev)
-  monkeypatch.setattr(measure, "PROFILE_VERSION", measure.PROFILE_VERSION + 1)
+  monkeypatch.setattr(kernel_keys, "PROFILE_VERSION",
+                      kernel_keys.PROFILE_VERSION + 1)
   assert measure.kernel_key(k, avals, dev) != before

@@ -19,7 +19,7 @@ import numpy as np
 import tessel_jax as tj
 from experiments import lowering_bench_lib, peer_bench_lib, peer_gpipe
 from tessel_jax import placements
-from tessel_jax.cost import measure
+from tessel_jax.cost import kernel_keys
 
 try:
   from tessel_jax.passes import row_dots
@@ -121,5 +121,5 @@ def test_mshape_reads_weights_in_place_and_stays_exact():
   # The rewritten kernels are told apart in the cost cache's key.
   rewritten = [i for i, k in kernels[True].items() if k.rewrites]
   assert rewritten and not any(k.rewrites for k in kernels[False].values())
-  assert all(measure._structure(kernels[True][i])
-             != measure._structure(kernels[False][i]) for i in rewritten)
+  assert all(kernel_keys._structure(kernels[True][i])
+             != kernel_keys._structure(kernels[False][i]) for i in rewritten)
