@@ -31,8 +31,10 @@ import jax
 from tessel_jax import frontier_keys as _frontier_keys
 from tessel_jax import frontier_limited as _frontier_limited
 from tessel_jax import frontier_memo as _frontier_memo
+from tessel_jax import frontier_price as _frontier_price
 from tessel_jax import frontier_refine as _frontier_refine
 from tessel_jax import frontier_speculate as _frontier_speculate
+from tessel_jax import frontier_step as _frontier_step
 from tessel_jax import frontier_sweep as _frontier_sweep
 from tessel_jax import paired_standins as _paired_standins
 from tessel_jax import placements as _placements
@@ -266,55 +268,9 @@ class FrontierFunction:
   def step_for(self, c: Candidate, markers: int | None = None,
                screen: bool = False) -> Any:
     """The ``ScheduledFunction`` of candidate ``c`` (shared cost model;
-    ``screen``: a screening build, see the class doc)."""
-    from tessel_jax import api  # pylint: disable=import-outside-toplevel
-    graph = _placements.get(c.placement, c.pipe, mode=self.mode)
-    count = sum(1 for b in graph.blocks if b.kind == "F")
-    kw = dict(self.schedule_kw)
-    if markers is not None and markers != count and kw.get("cut") is None:
-      kw["cut"] = "auto"
-    cheap = screen and self.cheap_screening
-    if cheap and self.screen_time_limit_s is not None:
-      kw["solver_time_limit_s"] = min(self.screen_time_limit_s,
-                                      self.full_time_limit_s)
-    mesh = submesh(self.mesh, c.pipe, c.dp, self.pipe_axis)
-    if mesh is not self.mesh and kw.get("data_axes") is None:
-      kw["data_axes"] = ("data",)  # the pipe x data factorisation made here
-    step = api.schedule(self.fn, mesh=mesh,
-                        placement=graph, num_microbatches=c.microbatches,
-                        mode=self.mode, plan=c.plan,
-                        memory_limit=c.memory_limit,
-                        pipe_axis=self.pipe_axis, **kw)
-    step.screening = screen and not cheap  # skips the uniform-span search
-    step.keep_standins = self.paired_standins  # paired_standins.recheck
-    if self._key is not None:
-      # One trace, cut and kernel set per placement, width and N: shared by
-      # the screening build, the full one, those under a memory limit and
-      # the classic schedules (tessel_jax.step_build.shared).
-      step.shared_front = self._fronts.setdefault(
-          (self._key, c.placement, c.pipe, c.dp, c.microbatches), {})
-    # A cheap screening build runs both searches but does not calibrate
-    # the tick model on a compiled stand-in program (tessel_jax.step_build).
-    step.cheap_screening = cheap
-    if self.prune and c.plan is None and not (cheap and self.screen_estimate):
-      def bound(costs: Any, n_local: int, c: Candidate = c) -> None:
-        ms = step_lower_bound(costs, n_local) * 1e3
-        if self._key is not None:
-          _frontier_memo.remember_bound(self._key, c, ms)
-        self._check_bound(c, ms)
-      step.price_bound = bound
-    elif (self.prune and self.screen_prune and c.plan is None and cheap
-          and self.screen_estimate):
-      def screened_bound(costs: Any, n_local: int,
-                         c: Candidate = c) -> None:
-        # Not remembered (frontier_memo): estimated, not a measured bound.
-        self._check_screened_bound(c, step_lower_bound(costs, n_local) * 1e3)
-      step.price_bound = screened_bound
-    if self.costs is None:
-      self.costs = step._costs  # pylint: disable=protected-access
-    step._costs = self.costs  # pylint: disable=protected-access
-    self.steps[c] = step
-    return step
+    ``screen``: a screening build, see the class doc;
+    ``frontier_step.step_for``)."""
+    return _frontier_step.step_for(self, c, markers, screen)
 
   @property
   def cheap_screening(self) -> bool:
@@ -345,56 +301,11 @@ class FrontierFunction:
             markers: int | None = None, screen: bool = False,
             ceiling: bool = True) -> PricedPlan:
     """Builds candidate ``c`` and reads its price (remembered per process,
-    see ``frontier_memo``); ``ceiling=False``: never a lower bound (its stand-in is
-    timed, see :meth:`_standin_ceiling`)."""
-    key = _frontier_memo.plan_key(self._key, c, self._screen_tag(screen))
-    hit = self._remembered(key, c, ceiling)
-    if hit is not None:
-      return hit
-    t0 = time.perf_counter()
-    step = self.step_for(c, markers, screen)
-    estimating = screen and self.estimator is not None
-    try:
-      self.costs.estimator = self.estimator if estimating else None
-      self.costs.standin_ceiling_s = (self._standin_ceiling(screen)
-                                      if ceiling else None)
-      built = step.build(params, batch)
-    except Pruned:
-      raise
-    except Exception as err:  # pylint: disable=broad-except
-      if key is not None:
-        _frontier_memo.remember_error(key, err)
-      raise
-    finally:
-      self.costs.estimator = None
-      self.costs.standin_ceiling_s = None
-    out = self._priced_plan(c, built, screen, time.perf_counter() - t0)
-    if key is not None:
-      _frontier_memo.remember(key, out, step)
-    return out
-
-  def _remembered(self, key: Any, c: Candidate,
-                  ceiling: bool) -> PricedPlan | None:
-    """``c``'s price from the memo (None: build it;
-    ``frontier_memo.remembered``)."""
-    return _frontier_memo.remembered(self, key, c, ceiling)
-
-  def _priced_plan(self, c: Candidate, built: Any, screen: bool,
-                   seconds: float) -> PricedPlan:
-    """The :class:`PricedPlan` of ``c`` read from its build's report."""
-    rep = built.report
-    measured = rep is not None and rep.predicted_step_ms is not None
-    return PricedPlan(
-        candidate=c,
-        step=rep.predicted_step_ms if measured else float(
-            built.unrolled.makespan),
-        unit="ms" if measured else "steps",
-        peak_bytes_per_device=tuple(int(b) for b in rep.peak_memory_bytes),
-        source=built.unrolled.source,
-        blocks=len(built.partition.blocks),
-        build_seconds=seconds,
-        screened=screen and measured and c.plan is None,
-        bound=measured and bool(getattr(self.costs, "bound_last", False)))
+    see ``frontier_memo``; ``frontier_price.price``); ``ceiling=False``:
+    never a lower bound (its stand-in is timed, see
+    :meth:`_standin_ceiling`)."""
+    return _frontier_price.price(self, c, params, batch, markers, screen,
+                                 ceiling)
 
   def _standin_ceiling(self, screen: bool) -> float | None:
     """Seconds at or above which a full build's plan is priced by its

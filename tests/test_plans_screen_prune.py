@@ -12,7 +12,7 @@ import jax
 import pytest
 
 from tessel_jax import auto
-from tessel_jax import frontier_sweep
+from tessel_jax import frontier_step, frontier_sweep
 from tessel_jax import plans as P
 
 
@@ -61,7 +61,7 @@ def _sweep(monkeypatch, screen_prune, bounds_ms):
     step = self.step_for(c, markers, screen)
     bound = getattr(step, "price_bound", None)
     if bound is not None:
-      monkeypatch.setattr(P, "step_lower_bound",
+      monkeypatch.setattr(frontier_step, "step_lower_bound",
                           lambda costs, n: bounds_ms[c.placement] / 1e3)
       bound(None, 4)
     searched.append(c.label)
