@@ -26,6 +26,7 @@ bounds allow is optimal by that bound (``period_search.first_probe``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -72,14 +73,15 @@ def construct_repetend(graph: BlockGraph, period: int,
       graph.device_load(d) > period for d in range(graph.num_devices)):
     return None
   rng = random.Random(seed)
-  dist = _longest_paths(graph)
+  dist, shape = _longest_paths(graph), _shape(graph)
   kept: dict[tuple[int, ...], int] = {}  # phases -> ramps' overhead
   for attempt in range(tries):
     phases = _place(graph, period, dist, allow_wrap, rng, greedy=attempt == 0)
     if phases is None:
       continue
-    phases = _swap_descent(graph, period, phases, memory_limit, allow_wrap)
-    if phases not in kept and _excess(graph, period, phases,
+    phases = _swap_descent(graph, shape, period, phases, memory_limit,
+                           allow_wrap)
+    if phases not in kept and _excess(shape, period, phases,
                                       memory_limit)[0] == 0:
       kept[phases] = _ramps_overhead(graph, period, phases)
       if len(kept) >= (keep or max(_KEEP,
@@ -88,9 +90,9 @@ def construct_repetend(graph: BlockGraph, period: int,
   if not kept:
     return None
   phases = min(kept, key=lambda ph: (kept[ph], _excess(
-      graph, period, ph, memory_limit)))
-  phases = _ramps_descent(graph, period, phases, kept[phases], memory_limit,
-                          allow_wrap)
+      shape, period, ph, memory_limit)))
+  phases = _ramps_descent(graph, shape, period, phases, kept[phases],
+                          memory_limit, allow_wrap)
   offsets = normalise(earliest_offsets(graph, period, phases))
   if memory_limit is not None:  # what ``_excess`` measured
     assert steady_peak(graph, period, phases, offsets) <= memory_limit
@@ -286,33 +288,81 @@ def _first_packable(table: _Table, i: int, candidates, rng: random.Random,
   return fallback
 
 
-def _excess(graph: BlockGraph, period: int, phases: tuple[int, ...],
-            memory_limit: int | None) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+  """What ``_excess`` reads of a placement, by graph index, computed once
+  per ``construct_repetend`` (the descents evaluate thousands of
+  repetends: ``earliest_offsets`` and a per-device scan of the blocks
+  each time took three quarters of the builder's CPU).
+
+  Attributes:
+    order: Block indices in topological order.
+    inputs: Per block, ``(source index, source span + edge delay)`` of each
+      edge entering it.
+    spans: Per block, its span.
+    held: Per device, ``(index, memory)`` of its blocks with memory.
+  """
+
+  order: tuple[int, ...]
+  inputs: tuple[tuple[tuple[int, int], ...], ...]
+  spans: tuple[int, ...]
+  held: tuple[tuple[tuple[int, int], ...], ...]
+
+
+def _shape(graph: BlockGraph) -> _Shape:
+  """The ``_Shape`` of ``graph``."""
+  inputs = tuple(
+      tuple((graph.index(e.src), graph.block(e.src).span + e.delay)
+            for e in graph.predecessors(b.id)) for b in graph.blocks)
+  held = tuple(tuple((i, b.memory) for i, b in enumerate(graph.blocks)
+                     if d in b.devices and b.memory)
+               for d in range(graph.num_devices))
+  return _Shape(order=tuple(graph.index(b) for b in graph.topological_order()),
+                inputs=inputs, spans=tuple(b.span for b in graph.blocks),
+                held=held)
+
+
+def _earliest(shape: _Shape, period: int,
+              phases: tuple[int, ...]) -> list[int]:
+  """``modulo_solution.earliest_offsets`` on a ``_Shape`` (the same
+  offsets)."""
+  offsets = [0] * len(phases)
+  for i in shape.order:
+    k, r = 0, phases[i]
+    for j, w in shape.inputs[i]:
+      k = max(k, -(-(offsets[j] * period + phases[j] + w - r) // period))
+    offsets[i] = k
+  return offsets
+
+
+def _excess(shape: _Shape, period: int, phases: tuple[int, ...],
+            memory_limit: int | None) -> tuple[int, int, int]:
   """How far the repetend with ``phases`` (earliest offsets) is over the
-  limit: the sum of the devices' excesses, then the sum of their peaks."""
-  offsets = earliest_offsets(graph, period, phases)
+  limit: the sum of the devices' excesses, then the latency, then the sum
+  of their peaks."""
+  offsets = _earliest(shape, period, phases)
   over = total = 0
-  for d in range(graph.num_devices):
-    level = _device_peak(graph, d, phases, offsets)
+  for on_d in shape.held:
+    level = _device_peak(on_d, phases, offsets)
     total += level
     over += max(0, level - (memory_limit or 0))
   starts = [k * period + r for k, r in zip(offsets, phases)]
-  latency = max(s + b.span for s, b in zip(starts, graph.blocks)) - min(starts)
+  latency = (max(s + span for s, span in zip(starts, shape.spans))
+             - min(starts))
   return over, latency, total
 
 
-def _device_peak(graph: BlockGraph, d: int, phases, offsets) -> int:
-  """Device ``d``'s steady peak (``steady_peak`` for one device)."""
-  on_d = sorted((phases[i], graph.blocks[i].memory, offsets[i])
-                for i, b in enumerate(graph.blocks)
-                if d in b.devices and b.memory)
-  level = -sum(m * k for _, m, k in on_d)
-  peak, n = 0, 0
-  while n < len(on_d):
-    r = on_d[n][0]
-    while n < len(on_d) and on_d[n][0] == r:
-      level += on_d[n][1]
-      n += 1
+def _device_peak(on_d: tuple[tuple[int, int], ...], phases,
+                 offsets) -> int:
+  """A device's steady peak (``steady_peak`` for one device) from its
+  blocks with memory (``_Shape.held``)."""
+  level = -sum(m * offsets[i] for i, m in on_d)
+  by_phase: dict[int, int] = {}
+  for i, m in on_d:
+    by_phase[phases[i]] = by_phase.get(phases[i], 0) + m
+  peak = 0
+  for r in sorted(by_phase):
+    level += by_phase[r]
     peak = max(peak, level)
   return peak
 
@@ -381,17 +431,18 @@ def _neighbours(graph: BlockGraph, period: int, phases: tuple[int, ...],
     yield from _repacks(graph, period, phases, d, allow_wrap)
 
 
-def _swap_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
+def _swap_descent(graph: BlockGraph, shape: _Shape, period: int,
+                  phases: tuple[int, ...],
                   memory_limit: int | None, allow_wrap: bool = True
                   ) -> tuple[int, ...]:
   """``phases`` improved by ``_neighbours`` while the excess over the limit
   (then the latency, then the peaks' sum: ``_excess``) falls."""
-  best = _excess(graph, period, phases, memory_limit)
+  best = _excess(shape, period, phases, memory_limit)
   improved = True
   while improved:
     improved = False
     for trial in _neighbours(graph, period, phases, allow_wrap):
-      score = _excess(graph, period, trial, memory_limit)
+      score = _excess(shape, period, trial, memory_limit)
       if score < best:
         phases, best, improved = trial, score, True
   return phases
@@ -401,9 +452,10 @@ def _swap_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
 _RAMP_EVALS = 64
 
 
-def _ramps_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
-                   overhead: int, memory_limit: int | None,
-                   allow_wrap: bool) -> tuple[int, ...]:
+def _ramps_descent(graph: BlockGraph, shape: _Shape, period: int,
+                   phases: tuple[int, ...], overhead: int,
+                   memory_limit: int | None, allow_wrap: bool
+                   ) -> tuple[int, ...]:
   """``phases`` (under the limit, ramps ``overhead``) improved by
   ``_neighbours`` that stay under the limit while the ramps shorten, for at
   most ``_RAMP_EVALS`` evaluations (nnshape, 8 devices, limit 30: 59 -> 50
@@ -412,7 +464,7 @@ def _ramps_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
   while improved and evals < _RAMP_EVALS:
     improved = False
     for trial in _neighbours(graph, period, phases, allow_wrap):
-      if _excess(graph, period, trial, memory_limit)[0]:
+      if _excess(shape, period, trial, memory_limit)[0]:
         continue
       evals += 1
       trial_overhead = _ramps_overhead(graph, period, trial)
