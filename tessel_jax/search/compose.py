@@ -30,11 +30,13 @@ _REFINE_CUTS = 4
 
 
 def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
-             period_seconds: float, complete: bool) -> Schedule:
+             period_seconds: float, complete: bool,
+             latency_polish: float | None = None) -> Schedule:
   """The schedule of the repetend ``found`` (``(period, solution)``): its
-  latency polished with ``polish`` deterministic seconds (``polished``)
-  and, with ``complete`` (and time left), its ramps compacted
-  (``composed``).
+  latency polished with ``latency_polish`` deterministic seconds
+  (``polished``; None: ``polish``) and, with ``complete`` (and time left),
+  its ramps compacted (``composed``, or ``built_composed`` for a built
+  repetend) with times drawn from ``polish``.
 
   A shorter latency does not always give shorter ramps: every repetend the
   latency rounds made the best (``polished``'s ``seen``) gets its ramps
@@ -50,7 +52,9 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
   # limit 20: 1049 steps at N = 128 polished, 1048 = the bound unpolished).
   seen: list = ([pull_in(solve.graph, period, solve.memory_limit, found[1])]
                 if solve.constructed else [])
-  best = polished(solve, found, polish, seen=seen)
+  best = polished(solve, found,
+                  polish if latency_polish is None else latency_polish,
+                  seen=seen)
   rep = Repetend(period=period, offsets=normalise(best.offsets),
                  phases=best.phases)
   schedule = Schedule(
@@ -187,7 +191,8 @@ def built_composed(candidates: list[Schedule], polish: float, budget: Budget,
   solved each one's first cuts afresh: with a built repetend and its
   polished form, 5.0-12.3 CPU s of ramps on the fast column against
   1.7-6.4 s from CP-SAT's one repetend (helper "fastcol2", session 40).
-  Here only the winner is refined, and a ramp size CP-SAT could not solve
+  Here only the winner is refined (not where its ramps are the modulo
+  schedule pulled in), and a ramp size CP-SAT could not solve
   in a cut's time for one candidate is pulled in without a solve for the
   next (``ramps.Rotation.unsolved``). No further candidate runs once one
   meets the lower bound or past the CPU cap.
@@ -206,7 +211,10 @@ def built_composed(candidates: list[Schedule], polish: float, budget: Budget,
     if best is None or rotation.overhead() < best[1].overhead():
       best = (schedule, rotation)
   schedule, rotation = best
-  rotation = ramps.refine_best(schedule, rotation, refine_s=refine_s, **kw)
+  if rotation.templates.status != "MODULO":
+    # Where CP-SAT found no ramps in a cut's time, four cuts' time did not
+    # either (nnshape, 8 devices, limit 30: 3.4 CPU s for nothing).
+    rotation = ramps.refine_best(schedule, rotation, refine_s=refine_s, **kw)
   return _with_ramps(schedule, rotation.repetend, rotation.templates,
                      polish, budget, solve_kw)
 
