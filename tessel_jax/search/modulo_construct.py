@@ -36,6 +36,7 @@ from tessel_jax.schedule import (Repetend, Schedule, compact_in_order,
 from tessel_jax.search.modulo_solution import (ModuloSolution,
                                                earliest_offsets, normalise,
                                                steady_peak)
+from tessel_jax.simulate import lower_bound_makespan_shared
 
 # Restarts of the constructive scheduler per call.
 _TRIES = 64
@@ -72,9 +73,35 @@ def construct_repetend(graph: BlockGraph, period: int,
   if any(b.span > period for b in graph.blocks) or any(
       graph.device_load(d) > period for d in range(graph.num_devices)):
     return None
-  rng = random.Random(seed)
-  dist, shape = _longest_paths(graph), _shape(graph)
-  kept: dict[tuple[int, ...], int] = {}  # phases -> ramps' overhead
+  shape = _shape(graph)
+  kept, done = _restarts(graph, shape, period, memory_limit, allow_wrap,
+                         random.Random(seed), tries,
+                         keep or max(_KEEP, _KEEP_BLOCKS // graph.num_blocks))
+  if not kept:
+    return None
+  if done is None:
+    phases = min(kept, key=lambda ph: (kept[ph], _excess(
+        shape, period, ph, memory_limit)))
+    done = _ramps_descent(graph, shape, period, phases, kept[phases],
+                          memory_limit, allow_wrap)
+  offsets = normalise(earliest_offsets(graph, period, done))
+  if memory_limit is not None:  # what ``_excess`` measured
+    assert steady_peak(graph, period, done, offsets) <= memory_limit
+  return ModuloSolution("FEASIBLE", offsets=offsets, phases=done)
+
+
+def _restarts(graph: BlockGraph, shape: _Shape, period: int,
+              memory_limit: int | None, allow_wrap: bool, rng: random.Random,
+              tries: int, keep: int
+              ) -> tuple[dict[tuple[int, ...], int], tuple[int, ...] | None]:
+  """The distinct repetends under the limit that up to ``tries`` restarts
+  (a construction and ``_swap_descent`` each) find, ``phases -> ramps'
+  overhead``, stopping at ``keep`` of them; and the one whose compacted
+  modulo schedule already meets the lower bound where one does (it ends
+  the restarts: no repetend at the period unrolls shorter, so neither more
+  restarts nor ``_ramps_descent`` can gain), else None."""
+  dist = _longest_paths(graph)
+  kept: dict[tuple[int, ...], int] = {}
   for attempt in range(tries):
     phases = _place(graph, period, dist, allow_wrap, rng, greedy=attempt == 0)
     if phases is None:
@@ -84,19 +111,11 @@ def construct_repetend(graph: BlockGraph, period: int,
     if phases not in kept and _excess(shape, period, phases,
                                       memory_limit)[0] == 0:
       kept[phases] = _ramps_overhead(graph, period, phases)
-      if len(kept) >= (keep or max(_KEEP,
-                                   _KEEP_BLOCKS // graph.num_blocks)):
+      if _at_bound(graph, period, phases, kept[phases]):
+        return kept, phases
+      if len(kept) >= keep:
         break
-  if not kept:
-    return None
-  phases = min(kept, key=lambda ph: (kept[ph], _excess(
-      shape, period, ph, memory_limit)))
-  phases = _ramps_descent(graph, shape, period, phases, kept[phases],
-                          memory_limit, allow_wrap)
-  offsets = normalise(earliest_offsets(graph, period, phases))
-  if memory_limit is not None:  # what ``_excess`` measured
-    assert steady_peak(graph, period, phases, offsets) <= memory_limit
-  return ModuloSolution("FEASIBLE", offsets=offsets, phases=phases)
+  return kept, None
 
 
 def _ramps_overhead(graph: BlockGraph, period: int,
@@ -111,6 +130,16 @@ def _ramps_overhead(graph: BlockGraph, period: int,
   n = 2 * (rep.max_offset + 1) + 2
   actions = compact_in_order(graph, modulo_actions(Schedule(graph, rep), n))
   return max(a.start + graph.block(a.block).span for a in actions) - n * period
+
+
+def _at_bound(graph: BlockGraph, period: int, phases: tuple[int, ...],
+              overhead: int) -> bool:
+  """Whether the unrolling ``_ramps_overhead`` measured (``overhead``
+  steps beyond its ``N`` periods) meets
+  ``simulate.lower_bound_makespan_shared``: no schedule is shorter."""
+  offsets = normalise(earliest_offsets(graph, period, phases))
+  n = 2 * (max(offsets) + 1) + 2
+  return n * period + overhead <= lower_bound_makespan_shared(graph, n)
 
 
 def _longest_paths(graph: BlockGraph) -> list[dict[int, int]]:
@@ -470,6 +499,8 @@ def _ramps_descent(graph: BlockGraph, shape: _Shape, period: int,
       trial_overhead = _ramps_overhead(graph, period, trial)
       if trial_overhead < overhead:
         phases, overhead, improved = trial, trial_overhead, True
+        if _at_bound(graph, period, phases, overhead):
+          return phases  # nothing is shorter
         break
       if evals >= _RAMP_EVALS:
         break
