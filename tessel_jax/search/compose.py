@@ -30,13 +30,11 @@ _REFINE_CUTS = 4
 
 
 def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
-             period_seconds: float, complete: bool,
-             latency_polish: float | None = None) -> Schedule:
+             period_seconds: float, complete: bool) -> Schedule:
   """The schedule of the repetend ``found`` (``(period, solution)``): its
-  latency polished with ``latency_polish`` deterministic seconds
-  (``polished``; None: ``polish``) and, with ``complete`` (and time left),
-  its ramps compacted (``composed``, or ``built_composed`` for a built
-  repetend) with times drawn from ``polish``.
+  latency polished with ``polish`` deterministic seconds (``polished``)
+  and, with ``complete`` (and time left), its ramps compacted
+  (``composed``, or ``built_composed`` for a built repetend).
 
   A shorter latency does not always give shorter ramps: every repetend the
   latency rounds made the best (``polished``'s ``seen``) gets its ramps
@@ -52,9 +50,7 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
   # limit 20: 1049 steps at N = 128 polished, 1048 = the bound unpolished).
   seen: list = ([pull_in(solve.graph, period, solve.memory_limit, found[1])]
                 if solve.constructed else [])
-  best = polished(solve, found,
-                  polish if latency_polish is None else latency_polish,
-                  seen=seen)
+  best = polished(solve, found, polish, seen=seen)
   rep = Repetend(period=period, offsets=normalise(best.offsets),
                  phases=best.phases)
   schedule = Schedule(
@@ -191,13 +187,17 @@ def built_composed(candidates: list[Schedule], polish: float, budget: Budget,
   solved each one's first cuts afresh: with a built repetend and its
   polished form, 5.0-12.3 CPU s of ramps on the fast column against
   1.7-6.4 s from CP-SAT's one repetend (helper "fastcol2", session 40).
-  Here only the winner is refined (not where its ramps are the modulo
-  schedule pulled in), and a ramp size CP-SAT could not solve
+  Here only the winner is refined, with ``_REFINE_CUTS`` cuts' time
+  whatever the polish (a built repetend's polish is a quick search's, too
+  little for the refine: nnshape, 4 devices, limit 13, needs 0.2 s on its
+  best cut for 2067 steps at N = 128) and not where its ramps are the
+  modulo schedule pulled in; a ramp size CP-SAT could not solve
   in a cut's time for one candidate is pulled in without a solve for the
   next (``ramps.Rotation.unsolved``). No further candidate runs once one
   meets the lower bound or past the CPU cap.
   """
-  per_cut, max_cuts, refine_s = _ramp_times(candidates[0], polish)
+  per_cut, max_cuts, _ = _ramp_times(candidates[0], polish)
+  refine_s = _REFINE_CUTS * per_cut
   kw = dict(per_cut_s=per_cut, cap_deadline=budget.cap_deadline,
             seed=solve_kw["seed"], num_workers=solve_kw["num_workers"])
   best = unsolved = None
