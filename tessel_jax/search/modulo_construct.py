@@ -356,10 +356,13 @@ def _earliest(shape: _Shape, period: int,
   """``modulo_solution.earliest_offsets`` on a ``_Shape`` (the same
   offsets)."""
   offsets = [0] * len(phases)
+  inputs = shape.inputs
   for i in shape.order:
     k, r = 0, phases[i]
-    for j, w in shape.inputs[i]:
-      k = max(k, -(-(offsets[j] * period + phases[j] + w - r) // period))
+    for j, w in inputs[i]:
+      need = -((r - offsets[j] * period - phases[j] - w) // period)
+      if need > k:
+        k = need
     offsets[i] = k
   return offsets
 
@@ -385,14 +388,16 @@ def _device_peak(on_d: tuple[tuple[int, int], ...], phases,
                  offsets) -> int:
   """A device's steady peak (``steady_peak`` for one device) from its
   blocks with memory (``_Shape.held``)."""
-  level = -sum(m * offsets[i] for i, m in on_d)
-  by_phase: dict[int, int] = {}
+  level, by_phase = 0, {}
   for i, m in on_d:
-    by_phase[phases[i]] = by_phase.get(phases[i], 0) + m
+    level -= m * offsets[i]
+    r = phases[i]
+    by_phase[r] = by_phase.get(r, 0) + m
   peak = 0
   for r in sorted(by_phase):
     level += by_phase[r]
-    peak = max(peak, level)
+    if level > peak:
+      peak = level
   return peak
 
 
