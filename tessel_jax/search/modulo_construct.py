@@ -129,7 +129,8 @@ def _ramps_overhead(graph: BlockGraph, period: int,
   rep = Repetend(period, offsets, phases)
   n = 2 * (rep.max_offset + 1) + 2
   actions = compact_in_order(graph, modulo_actions(Schedule(graph, rep), n))
-  return max(a.start + graph.block(a.block).span for a in actions) - n * period
+  span = {b.id: b.span for b in graph.blocks}
+  return max(a.start + span[a.block] for a in actions) - n * period
 
 
 def _at_bound(graph: BlockGraph, period: int, phases: tuple[int, ...],
