@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search import clock, completion, ramps
 from tessel_jax.search.budget import Budget
@@ -151,15 +152,16 @@ def _scratch_at_low(solve: Prober) -> tuple | None:
   return found if found[0] == solve.low else None
 
 
-def _built_candidates(graph, schedule: Schedule, best: ModuloSolution,
-                      seen: list[ModuloSolution]) -> list[Schedule]:
+def _built_candidates(graph: BlockGraph, schedule: Schedule,
+                      best: ModuloSolution, seen: list[ModuloSolution]
+                      ) -> list[Schedule]:
   """The schedules whose ramps ``finished`` compacts for a built repetend
   (``seen``: the built one pulled in, then each latency round's best;
-  ``best``: the polished one, in ``schedule``): ``schedule`` first, then
-  the earlier ones, latest first, each once, and of those of one latency
-  only the least polished (the built one where the polish did not shorten
-  the latency: its repetend then replaces the polished one, whose latency
-  status and bound hold for it)."""
+  ``best``: the polished one, in ``schedule``), shortest latency first, one
+  per latency: the least polished of it (the built one where the polish
+  did not shorten the latency; it then replaces the polished one, whose
+  latency status and bound hold for it). The others are ``FEASIBLE`` in
+  latency."""
   spans = [b.span for b in graph.blocks]
   period = schedule.period
 
