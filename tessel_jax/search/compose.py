@@ -195,8 +195,13 @@ def built_composed(candidates: list[Schedule], polish: float, budget: Budget,
   best cut for 2067 steps at N = 128) and not where its ramps are the
   modulo schedule pulled in; a ramp size CP-SAT could not solve
   in a cut's time for one candidate is pulled in without a solve for the
-  next (``ramps.Rotation.unsolved``). No further candidate runs once one
-  meets the lower bound or past the CPU cap.
+  next (``ramps.Rotation.unsolved``; a later candidate whose cuts then
+  have no ramps under the limit is skipped). No further candidate runs
+  once one meets the lower bound or past the CPU cap.
+
+  Raises:
+    completion.CompletionError: if the first candidate's own cut has no
+      ramps under the limit.
   """
   per_cut, max_cuts, _ = _ramp_times(candidates[0], polish)
   refine_s = _REFINE_CUTS * per_cut
@@ -207,8 +212,13 @@ def built_composed(candidates: list[Schedule], polish: float, budget: Budget,
     if best is not None and (budget.past_cap() or best[1].makespan <= (
         lower_bound_makespan_shared(schedule.graph, best[1].n_ref))):
       break
-    rotation = ramps.shortest_rotation(schedule, max_cuts=max_cuts,
-                                       unsolved=unsolved, **kw)
+    try:
+      rotation = ramps.shortest_rotation(schedule, max_cuts=max_cuts,
+                                         unsolved=unsolved, **kw)
+    except completion.CompletionError:
+      if best is None:
+        raise
+      continue  # its own cut pulled in, over the limit: not a candidate
     unsolved = rotation.unsolved
     if best is None or rotation.overhead() < best[1].overhead():
       best = (schedule, rotation)
