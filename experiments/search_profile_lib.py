@@ -5,7 +5,8 @@ status, deterministic and CPU seconds, and the CPU seconds per step.
 Used by ``search_cases_fast --profile``. The steps are the search's own
 functions (``period_search.first_probe`` and ``after_first_probe``, the
 same two run again by ``compose.shorter_of_scratch``, ``compose.polished``
-and ``compose.composed``); the solves are ``modulo_model``'s stages (the
+and ``compose.composed`` or, for a built repetend,
+``compose.built_composed``); the solves are ``modulo_model``'s stages (the
 interleaved portfolio, memory minimisation without and with the LP), so a
 row says which stage of which probe took the time. The spies are installed
 only inside ``profiled()`` and removed on exit.
@@ -28,6 +29,7 @@ _STEPS = (
     (compose, "after_first_probe", "scratch_after_first_probe"),
     (compose, "polished", "latency_polish"),
     (compose, "composed", "ramps"),
+    (compose, "built_composed", "ramps"),
 )
 
 

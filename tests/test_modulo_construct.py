@@ -158,3 +158,57 @@ def test_built_first_tessel_nnshape7_limit20_meets_the_bound(monkeypatch):
   unrolled = schedule.unroll(128)
   validate.assert_valid(unrolled, memory_limit=20)
   assert unrolled.makespan <= simulate.lower_bound_makespan_shared(graph, 128)
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(random_placements(), st.integers(0, 3),
+                  st.randoms(use_true_random=False))
+def test_the_builders_evaluator_matches_the_reference_one(case, extra, rnd):
+  """``_Shape``'s offsets and peaks are ``earliest_offsets``' and
+  ``steady_peak``'s on any phases (the descents rank repetends by them)."""
+  from tessel_jax.search import modulo_construct as mc
+  from tessel_jax.search.modulo_solution import (earliest_offsets,
+                                                 steady_peak)
+  graph, limit, _ = case
+  period = period_lower_bound(graph) + extra
+  phases = tuple(rnd.randrange(period) for _ in graph.blocks)
+  shape = mc._shape(graph)
+  offsets = earliest_offsets(graph, period, phases)
+  assert tuple(mc._earliest(shape, period, phases)) == offsets
+  peaks = [mc._device_peak(on_d, phases, offsets) for on_d in shape.held]
+  assert max(peaks, default=0) == steady_peak(graph, period, phases, offsets)
+  over, latency, total = mc._excess(shape, period, phases, limit)
+  assert total == sum(peaks)
+  assert over == sum(max(0, p - (limit or 0)) for p in peaks)
+  assert latency == Repetend(period, offsets, phases).latency(
+      [b.span for b in graph.blocks])
+
+
+def test_a_built_repetend_gets_one_ramps_pass_and_one_refine(monkeypatch):
+  # nnshape, 4 devices, limit 13: the built repetend and, where the polish
+  # shortens its latency, the polished one are both candidates; only the
+  # winner's best cut is refined (fastcol2 refined each: 26 compactions),
+  # and the latency rounds get a quick search's budget, not a start's
+  # sixteenth of the whole (0.23 deterministic s a round before).
+  from tessel_jax.search import compose, completion, ramps
+  _built_first(monkeypatch)
+  refines, polishes = [], []
+  real_refined, real_polished = ramps.refined, compose.polished
+  monkeypatch.setattr(ramps, "refined", lambda *a, **k: refines.append(1)
+                      or real_refined(*a, **k))
+  monkeypatch.setattr(compose, "polished", lambda solve, found, polish, **k:
+                      polishes.append(polish)
+                      or real_polished(solve, found, polish, **k))
+  compactions = []
+  real_compact = completion.compact_templates
+  monkeypatch.setattr(completion, "compact_templates", lambda *a, **k:
+                      compactions.append(k.get("solve", True))
+                      or real_compact(*a, **k))
+  graph = placements.get("nnshape", 4, mode="train")
+  schedule = search_repetend(graph, 13, time_limit_s=30,
+                             list_alternative=False)
+  assert schedule.period == 16 and schedule.status == "OPTIMAL"
+  assert len(refines) <= 1
+  assert polishes == [0.005 * graph.num_blocks]
+  cuts = len(ramps.cut_points(schedule.repetend))
+  assert len(compactions) <= 2 * cuts  # at most two candidates, no refines

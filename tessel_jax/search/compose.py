@@ -8,12 +8,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+from tessel_jax.graph import BlockGraph
 from tessel_jax.schedule import Repetend, Schedule
 from tessel_jax.search import clock, completion, ramps
 from tessel_jax.search.budget import Budget
 from tessel_jax.search.errors import SearchTimeoutError
 from tessel_jax.search.modulo_moves import one_at_a_time
-from tessel_jax.search.modulo_solution import normalise, pull_in
+from tessel_jax.search.modulo_solution import (ModuloSolution, normalise,
+                                               pull_in)
 from tessel_jax.search.period_search import after_first_probe, first_probe
 from tessel_jax.search.polish import polish_budget, polished
 from tessel_jax.search.prober import Prober
@@ -33,7 +35,7 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
   """The schedule of the repetend ``found`` (``(period, solution)``): its
   latency polished with ``polish`` deterministic seconds (``polished``)
   and, with ``complete`` (and time left), its ramps compacted
-  (``composed``).
+  (``composed``, or ``built_composed`` for a built repetend).
 
   A shorter latency does not always give shorter ramps: every repetend the
   latency rounds made the best (``polished``'s ``seen``) gets its ramps
@@ -60,6 +62,10 @@ def finished(solve: Prober, found: tuple, proven_low: int, polish: float,
       period_seconds=period_seconds, source="tessel")
   if not complete or solve.budget.past_cap():
     return schedule
+  if solve.constructed:
+    return built_composed(
+        _built_candidates(solve.graph, schedule, best, seen), polish,
+        solve.budget, solve.solve_kw)
   shortest = composed(schedule, polish, solve.budget, solve.solve_kw)
   done = {(normalise(best.offsets), best.phases)}
   for earlier in reversed(seen[:-1]):
@@ -146,6 +152,105 @@ def _scratch_at_low(solve: Prober) -> tuple | None:
   return found if found[0] == solve.low else None
 
 
+def _built_candidates(graph: BlockGraph, schedule: Schedule,
+                      best: ModuloSolution, seen: list[ModuloSolution]
+                      ) -> list[Schedule]:
+  """The schedules whose ramps ``finished`` compacts for a built repetend
+  (``seen``: the built one pulled in, then each latency round's best;
+  ``best``: the polished one, in ``schedule``), shortest latency first, one
+  per latency: the least polished of it (the built one where the polish
+  did not shorten the latency; it then replaces the polished one, whose
+  latency status and bound hold for it). The others are ``FEASIBLE`` in
+  latency."""
+  spans = [b.span for b in graph.blocks]
+  period = schedule.period
+
+  def repetend(sol: ModuloSolution) -> Repetend:
+    return Repetend(period, normalise(sol.offsets), sol.phases)
+
+  by_latency: dict[int, Repetend] = {}
+  for sol in [*seen, best]:  # least polished first
+    rep = repetend(sol)
+    by_latency.setdefault(rep.latency(spans), rep)
+  ordered = sorted(by_latency.items())  # shortest latency (best's) first
+  return [dataclasses.replace(
+      schedule, repetend=rep,
+      latency_status=schedule.latency_status if n == 0 else "FEASIBLE")
+          for n, (_, rep) in enumerate(ordered)]
+
+
+def built_composed(candidates: list[Schedule], polish: float, budget: Budget,
+                   solve_kw: dict) -> Schedule:
+  """The candidate whose ramps, compacted at the best of several cuts
+  (``ramps.shortest_rotation``), unroll shortest (ties keep the earlier),
+  its best cut's ramps then compacted once more (``ramps.refine_best``).
+
+  ``composed`` on each candidate refined every candidate's best cut and
+  solved each one's first cuts afresh: with a built repetend and its
+  polished form, 5.0-12.3 CPU s of ramps on the fast column against
+  1.7-6.4 s from CP-SAT's one repetend (helper "fastcol2", session 40).
+  Here only the winner is refined, with ``_REFINE_CUTS`` cuts' time
+  whatever the polish (a built repetend's polish is a quick search's, too
+  little for the refine: nnshape, 4 devices, limit 13, needs 0.2 s on its
+  best cut for 2067 steps at N = 128) and not where its ramps are the
+  modulo schedule pulled in; a ramp size CP-SAT could not solve
+  in a cut's time for one candidate is pulled in without a solve for the
+  next (``ramps.Rotation.unsolved``; a later candidate whose cuts then
+  have no ramps under the limit is skipped). No further candidate runs
+  once one meets the lower bound or past the CPU cap.
+
+  Raises:
+    completion.CompletionError: if the first candidate's own cut has no
+      ramps under the limit.
+  """
+  per_cut, max_cuts, _ = _ramp_times(candidates[0], polish)
+  refine_s = _REFINE_CUTS * per_cut
+  kw = dict(per_cut_s=per_cut, cap_deadline=budget.cap_deadline,
+            seed=solve_kw["seed"], num_workers=solve_kw["num_workers"])
+  best = unsolved = None
+  for schedule in candidates:
+    if best is not None and (budget.past_cap() or best[1].makespan <= (
+        lower_bound_makespan_shared(schedule.graph, best[1].n_ref))):
+      break
+    try:
+      rotation = ramps.shortest_rotation(schedule, max_cuts=max_cuts,
+                                         unsolved=unsolved, **kw)
+    except completion.CompletionError:
+      if best is None:
+        raise
+      continue  # its own cut pulled in, over the limit: not a candidate
+    unsolved = rotation.unsolved
+    if best is None or rotation.overhead() < best[1].overhead():
+      best = (schedule, rotation)
+  schedule, rotation = best
+  if rotation.templates.status != "MODULO":
+    # Where CP-SAT found no ramps in a cut's time, four cuts' time did not
+    # either (nnshape, 8 devices, limit 30: 3.4 CPU s for nothing).
+    rotation = ramps.refine_best(schedule, rotation, refine_s=refine_s, **kw)
+  return _with_ramps(schedule, rotation.repetend, rotation.templates,
+                     polish, budget, solve_kw)
+
+
+def _ramp_times(schedule: Schedule, polish: float) -> tuple[float, int,
+                                                             float]:
+  """Deterministic seconds per cut, most cuts and the refine's seconds of
+  the ramps (see ``composed``)."""
+  per_cut = max(0.05, min(polish / 4, 0.0025 * schedule.graph.num_blocks))
+  return (per_cut, max(_LEAST_CUTS, int(polish / per_cut)),
+          min(polish / 4, _REFINE_CUTS * per_cut))
+
+
+def _with_ramps(schedule: Schedule, rep: Repetend,
+                templates: completion.Templates, polish: float,
+                budget: Budget, solve_kw: dict) -> Schedule:
+  """``schedule`` with ``rep``, its ramps and a completer
+  (``with_templates``; see ``composed`` for the completions' time)."""
+  completion_s = (max(1.0, polish) if budget.completion_s is None
+                  else budget.completion_s)
+  return with_templates(dataclasses.replace(schedule, repetend=rep),
+                        templates, solve_kw, completion_time_s=completion_s)
+
+
 def composed(schedule: Schedule, polish: float, budget: Budget,
              solve_kw: dict) -> Schedule:
   """``schedule`` with its warmup and cooldown compacted at the best of
@@ -172,17 +277,12 @@ def composed(schedule: Schedule, polish: float, budget: Budget,
   below the templates gets ``max(1, polish)`` deterministic seconds, or
   ``budget.completion_s`` where the caller set it.
   """
-  per_cut = max(0.05, min(polish / 4, 0.0025 * schedule.graph.num_blocks))
+  per_cut, max_cuts, refine_s = _ramp_times(schedule, polish)
   rep, templates = ramps.best_rotation(
-      schedule, per_cut_s=per_cut,
-      max_cuts=max(_LEAST_CUTS, int(polish / per_cut)),
+      schedule, per_cut_s=per_cut, max_cuts=max_cuts,
       cap_deadline=budget.cap_deadline, seed=solve_kw["seed"],
-      num_workers=solve_kw["num_workers"],
-      refine_s=min(polish / 4, _REFINE_CUTS * per_cut))
-  completion_s = (max(1.0, polish) if budget.completion_s is None
-                  else budget.completion_s)
-  return with_templates(dataclasses.replace(schedule, repetend=rep),
-                        templates, solve_kw, completion_time_s=completion_s)
+      num_workers=solve_kw["num_workers"], refine_s=refine_s)
+  return _with_ramps(schedule, rep, templates, polish, budget, solve_kw)
 
 
 def with_templates(schedule: Schedule, templates: completion.Templates,

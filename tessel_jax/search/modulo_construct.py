@@ -26,6 +26,7 @@ bounds allow is optimal by that bound (``period_search.first_probe``).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -35,6 +36,7 @@ from tessel_jax.schedule import (Repetend, Schedule, compact_in_order,
 from tessel_jax.search.modulo_solution import (ModuloSolution,
                                                earliest_offsets, normalise,
                                                steady_peak)
+from tessel_jax.simulate import lower_bound_makespan_shared
 
 # Restarts of the constructive scheduler per call.
 _TRIES = 64
@@ -71,30 +73,49 @@ def construct_repetend(graph: BlockGraph, period: int,
   if any(b.span > period for b in graph.blocks) or any(
       graph.device_load(d) > period for d in range(graph.num_devices)):
     return None
-  rng = random.Random(seed)
+  shape = _shape(graph)
+  kept, done = _restarts(graph, shape, period, memory_limit, allow_wrap,
+                         random.Random(seed), tries,
+                         keep or max(_KEEP, _KEEP_BLOCKS // graph.num_blocks))
+  if not kept:
+    return None
+  if done is None:
+    phases = min(kept, key=lambda ph: (kept[ph], _excess(
+        shape, period, ph, memory_limit)))
+    done = _ramps_descent(graph, shape, period, phases, kept[phases],
+                          memory_limit, allow_wrap)
+  offsets = normalise(earliest_offsets(graph, period, done))
+  if memory_limit is not None:  # what ``_excess`` measured
+    assert steady_peak(graph, period, done, offsets) <= memory_limit
+  return ModuloSolution("FEASIBLE", offsets=offsets, phases=done)
+
+
+def _restarts(graph: BlockGraph, shape: _Shape, period: int,
+              memory_limit: int | None, allow_wrap: bool, rng: random.Random,
+              tries: int, keep: int
+              ) -> tuple[dict[tuple[int, ...], int], tuple[int, ...] | None]:
+  """The distinct repetends under the limit that up to ``tries`` restarts
+  (a construction and ``_swap_descent`` each) find, ``phases -> ramps'
+  overhead``, stopping at ``keep`` of them; and the one whose compacted
+  modulo schedule already meets the lower bound where one does (it ends
+  the restarts: no repetend at the period unrolls shorter, so neither more
+  restarts nor ``_ramps_descent`` can gain), else None."""
   dist = _longest_paths(graph)
-  kept: dict[tuple[int, ...], int] = {}  # phases -> ramps' overhead
+  kept: dict[tuple[int, ...], int] = {}
   for attempt in range(tries):
     phases = _place(graph, period, dist, allow_wrap, rng, greedy=attempt == 0)
     if phases is None:
       continue
-    phases = _swap_descent(graph, period, phases, memory_limit, allow_wrap)
-    if phases not in kept and _excess(graph, period, phases,
+    phases = _swap_descent(graph, shape, period, phases, memory_limit,
+                           allow_wrap)
+    if phases not in kept and _excess(shape, period, phases,
                                       memory_limit)[0] == 0:
       kept[phases] = _ramps_overhead(graph, period, phases)
-      if len(kept) >= (keep or max(_KEEP,
-                                   _KEEP_BLOCKS // graph.num_blocks)):
+      if _at_bound(graph, period, phases, kept[phases]):
+        return kept, phases
+      if len(kept) >= keep:
         break
-  if not kept:
-    return None
-  phases = min(kept, key=lambda ph: (kept[ph], _excess(
-      graph, period, ph, memory_limit)))
-  phases = _ramps_descent(graph, period, phases, kept[phases], memory_limit,
-                          allow_wrap)
-  offsets = normalise(earliest_offsets(graph, period, phases))
-  if memory_limit is not None:  # what ``_excess`` measured
-    assert steady_peak(graph, period, phases, offsets) <= memory_limit
-  return ModuloSolution("FEASIBLE", offsets=offsets, phases=phases)
+  return kept, None
 
 
 def _ramps_overhead(graph: BlockGraph, period: int,
@@ -108,7 +129,18 @@ def _ramps_overhead(graph: BlockGraph, period: int,
   rep = Repetend(period, offsets, phases)
   n = 2 * (rep.max_offset + 1) + 2
   actions = compact_in_order(graph, modulo_actions(Schedule(graph, rep), n))
-  return max(a.start + graph.block(a.block).span for a in actions) - n * period
+  span = {b.id: b.span for b in graph.blocks}
+  return max(a.start + span[a.block] for a in actions) - n * period
+
+
+def _at_bound(graph: BlockGraph, period: int, phases: tuple[int, ...],
+              overhead: int) -> bool:
+  """Whether the unrolling ``_ramps_overhead`` measured (``overhead``
+  steps beyond its ``N`` periods) meets
+  ``simulate.lower_bound_makespan_shared``: no schedule is shorter."""
+  offsets = normalise(earliest_offsets(graph, period, phases))
+  n = 2 * (max(offsets) + 1) + 2
+  return n * period + overhead <= lower_bound_makespan_shared(graph, n)
 
 
 def _longest_paths(graph: BlockGraph) -> list[dict[int, int]]:
@@ -286,34 +318,87 @@ def _first_packable(table: _Table, i: int, candidates, rng: random.Random,
   return fallback
 
 
-def _excess(graph: BlockGraph, period: int, phases: tuple[int, ...],
-            memory_limit: int | None) -> tuple[int, int]:
+@dataclasses.dataclass(frozen=True)
+class _Shape:
+  """What ``_excess`` reads of a placement, by graph index, computed once
+  per ``construct_repetend`` (the descents evaluate thousands of
+  repetends: ``earliest_offsets`` and a per-device scan of the blocks
+  each time took three quarters of the builder's CPU).
+
+  Attributes:
+    order: Block indices in topological order.
+    inputs: Per block, ``(source index, source span + edge delay)`` of each
+      edge entering it.
+    spans: Per block, its span.
+    held: Per device, ``(index, memory)`` of its blocks with memory.
+  """
+
+  order: tuple[int, ...]
+  inputs: tuple[tuple[tuple[int, int], ...], ...]
+  spans: tuple[int, ...]
+  held: tuple[tuple[tuple[int, int], ...], ...]
+
+
+def _shape(graph: BlockGraph) -> _Shape:
+  """The ``_Shape`` of ``graph``."""
+  inputs = tuple(
+      tuple((graph.index(e.src), graph.block(e.src).span + e.delay)
+            for e in graph.predecessors(b.id)) for b in graph.blocks)
+  held = tuple(tuple((i, b.memory) for i, b in enumerate(graph.blocks)
+                     if d in b.devices and b.memory)
+               for d in range(graph.num_devices))
+  return _Shape(order=tuple(graph.index(b) for b in graph.topological_order()),
+                inputs=inputs, spans=tuple(b.span for b in graph.blocks),
+                held=held)
+
+
+def _earliest(shape: _Shape, period: int,
+              phases: tuple[int, ...]) -> list[int]:
+  """``modulo_solution.earliest_offsets`` on a ``_Shape`` (the same
+  offsets)."""
+  offsets = [0] * len(phases)
+  inputs = shape.inputs
+  for i in shape.order:
+    k, r = 0, phases[i]
+    for j, w in inputs[i]:
+      need = -((r - offsets[j] * period - phases[j] - w) // period)
+      if need > k:
+        k = need
+    offsets[i] = k
+  return offsets
+
+
+def _excess(shape: _Shape, period: int, phases: tuple[int, ...],
+            memory_limit: int | None) -> tuple[int, int, int]:
   """How far the repetend with ``phases`` (earliest offsets) is over the
-  limit: the sum of the devices' excesses, then the sum of their peaks."""
-  offsets = earliest_offsets(graph, period, phases)
+  limit: the sum of the devices' excesses, then the latency, then the sum
+  of their peaks."""
+  offsets = _earliest(shape, period, phases)
   over = total = 0
-  for d in range(graph.num_devices):
-    level = _device_peak(graph, d, phases, offsets)
+  for on_d in shape.held:
+    level = _device_peak(on_d, phases, offsets)
     total += level
     over += max(0, level - (memory_limit or 0))
   starts = [k * period + r for k, r in zip(offsets, phases)]
-  latency = max(s + b.span for s, b in zip(starts, graph.blocks)) - min(starts)
+  latency = (max(s + span for s, span in zip(starts, shape.spans))
+             - min(starts))
   return over, latency, total
 
 
-def _device_peak(graph: BlockGraph, d: int, phases, offsets) -> int:
-  """Device ``d``'s steady peak (``steady_peak`` for one device)."""
-  on_d = sorted((phases[i], graph.blocks[i].memory, offsets[i])
-                for i, b in enumerate(graph.blocks)
-                if d in b.devices and b.memory)
-  level = -sum(m * k for _, m, k in on_d)
-  peak, n = 0, 0
-  while n < len(on_d):
-    r = on_d[n][0]
-    while n < len(on_d) and on_d[n][0] == r:
-      level += on_d[n][1]
-      n += 1
-    peak = max(peak, level)
+def _device_peak(on_d: tuple[tuple[int, int], ...], phases,
+                 offsets) -> int:
+  """A device's steady peak (``steady_peak`` for one device) from its
+  blocks with memory (``_Shape.held``)."""
+  level, by_phase = 0, {}
+  for i, m in on_d:
+    level -= m * offsets[i]
+    r = phases[i]
+    by_phase[r] = by_phase.get(r, 0) + m
+  peak = 0
+  for r in sorted(by_phase):
+    level += by_phase[r]
+    if level > peak:
+      peak = level
   return peak
 
 
@@ -381,17 +466,18 @@ def _neighbours(graph: BlockGraph, period: int, phases: tuple[int, ...],
     yield from _repacks(graph, period, phases, d, allow_wrap)
 
 
-def _swap_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
+def _swap_descent(graph: BlockGraph, shape: _Shape, period: int,
+                  phases: tuple[int, ...],
                   memory_limit: int | None, allow_wrap: bool = True
                   ) -> tuple[int, ...]:
   """``phases`` improved by ``_neighbours`` while the excess over the limit
   (then the latency, then the peaks' sum: ``_excess``) falls."""
-  best = _excess(graph, period, phases, memory_limit)
+  best = _excess(shape, period, phases, memory_limit)
   improved = True
   while improved:
     improved = False
     for trial in _neighbours(graph, period, phases, allow_wrap):
-      score = _excess(graph, period, trial, memory_limit)
+      score = _excess(shape, period, trial, memory_limit)
       if score < best:
         phases, best, improved = trial, score, True
   return phases
@@ -401,9 +487,10 @@ def _swap_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
 _RAMP_EVALS = 64
 
 
-def _ramps_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
-                   overhead: int, memory_limit: int | None,
-                   allow_wrap: bool) -> tuple[int, ...]:
+def _ramps_descent(graph: BlockGraph, shape: _Shape, period: int,
+                   phases: tuple[int, ...], overhead: int,
+                   memory_limit: int | None, allow_wrap: bool
+                   ) -> tuple[int, ...]:
   """``phases`` (under the limit, ramps ``overhead``) improved by
   ``_neighbours`` that stay under the limit while the ramps shorten, for at
   most ``_RAMP_EVALS`` evaluations (nnshape, 8 devices, limit 30: 59 -> 50
@@ -412,12 +499,14 @@ def _ramps_descent(graph: BlockGraph, period: int, phases: tuple[int, ...],
   while improved and evals < _RAMP_EVALS:
     improved = False
     for trial in _neighbours(graph, period, phases, allow_wrap):
-      if _excess(graph, period, trial, memory_limit)[0]:
+      if _excess(shape, period, trial, memory_limit)[0]:
         continue
       evals += 1
       trial_overhead = _ramps_overhead(graph, period, trial)
       if trial_overhead < overhead:
         phases, overhead, improved = trial, trial_overhead, True
+        if _at_bound(graph, period, phases, overhead):
+          return phases  # nothing is shorter
         break
       if evals >= _RAMP_EVALS:
         break

@@ -33,22 +33,27 @@ from tessel_jax.search.prober import Prober
 _FIRST_SHARE = 1 / 16
 
 # Restarts of the constructive scheduler under a limit (``first_probe``);
-# 0 turns it off. Off by default: ``TESSEL_JAX_CONSTRUCT=first`` runs it
-# before the first solve, ``=after`` once that solve decided nothing. Its
-# repetends are valid and proven at the bound, and cut the fast column's
-# CPU (first: nnshape 4 devices, limit 13, 13.8 -> 2.3 CPU s), but they
-# are other repetends at the same period, whose ramps were longer (that
-# case 2069 steps at N = 128, 2068 without it; BENCHMARKS, helper
-# "fastcol", session 39) until the ramps' best cut got more time and the
-# built repetend itself became a ramps candidate (``compose``): since then
-# never longer on the fast column and Tessel's held-out cases, but its
-# ramps cost more CPU (helper "fastcol2", session 40).
-_MODE = os.environ.get("TESSEL_JAX_CONSTRUCT", "0")
+# 0 turns it off. On by default, before the first solve
+# (``TESSEL_JAX_CONSTRUCT=first``); ``=after`` runs it once that solve
+# decided nothing, ``=0`` turns it off. Its repetends are valid and proven
+# at the bound, and cut the fast column's CPU (nnshape 4 devices, limit 13:
+# 13.8 -> 2.3 CPU s for the period), but they are other repetends at the
+# same period, whose ramps were longer (that case 2069 steps at N = 128,
+# 2068 without it; BENCHMARKS, helper "fastcol", session 39) until the
+# ramps' best cut got more time and the built repetend itself became a
+# ramps candidate (``compose``; helper "fastcol2", session 40): never
+# longer on the fast column and Tessel's held-out cases since, and, with
+# one ramps pass for its candidates and a quick search's polish
+# (``compose.built_composed``; helper "fastcol3", session 43), no more CPU
+# than the solver alone summed over Tessel's held-out cases and far less
+# on the fast column.
+_MODE = os.environ.get("TESSEL_JAX_CONSTRUCT", "first")
 if _MODE not in ("", "0", "first", "after"):
   warnings.warn(f"TESSEL_JAX_CONSTRUCT={_MODE!r} is not one of 'first',"
-                " 'after' or '0': the constructive scheduler stays off; set"
-                " TESSEL_JAX_CONSTRUCT=first (before the first solve) or"
-                " =after (once it decided nothing) to turn it on",
+                " 'after' or '0': the constructive scheduler is off; unset it"
+                " or set TESSEL_JAX_CONSTRUCT=first (before the first solve,"
+                " the default) or =after (once it decided nothing) to turn"
+                " it on",
                 stacklevel=2)
 CONSTRUCT_TRIES = 64 if _MODE in ("first", "after") else 0
 CONSTRUCT_FIRST = _MODE == "first"
@@ -121,7 +126,7 @@ def first_probe(solve: Prober, given: tuple | None,
   nothing, from a repetend with no limit (nnshape, 8 devices, limit 30,
   P = 16: found in 0.23 s, where 8 s from one micro-batch at a time found
   nothing). Both are ``(period, solution)``. Where ``CONSTRUCT_TRIES``
-  (off by default), before that second start the constructive scheduler
+  (on by default), before that second start the constructive scheduler
   (``construct_repetend``, pure Python; before the first solve with
   ``CONSTRUCT_FIRST``): a repetend it builds at the
   smallest period is optimal by the bound, so no more solves run

@@ -82,6 +82,33 @@ def with_templates(schedule: Schedule, rep: Repetend,
       steady_start=templates.steady_start, cooldown=templates.cooldown)
 
 
+@dataclasses.dataclass(frozen=True)
+class Rotation:
+  """The best cut ``shortest_rotation`` found.
+
+  Attributes:
+    makespan: Its unrolling's makespan at ``reference_microbatches`` of
+      the unrotated repetend (``n_ref``).
+    repetend: The rotated repetend.
+    templates: Its compacted ramps.
+    n_ref: The ``N`` of ``makespan``.
+    unsolved: The smallest ramp size whose CP-SAT solves found nothing (a
+      cut that large or larger gets its modulo schedule pulled in without
+      a solve), None if none.
+  """
+
+  makespan: int
+  repetend: Repetend
+  templates: completion.Templates
+  n_ref: int
+  unsolved: int | None
+
+  def overhead(self) -> int:
+    """Steps beyond ``n_ref`` periods (the same at every ``N`` past the
+    templates: repetends of one period compare by it)."""
+    return self.makespan - self.n_ref * self.repetend.period
+
+
 def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
                   cap_deadline: float | None = None, seed: int = 0,
                   num_workers: int = 1, refine_s: float = 0.0
@@ -101,27 +128,48 @@ def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
       most ``per_cut_s``.
 
   Returns:
-    The best rotated repetend and its templates; ties keep the earlier cut.
-    Stops early when a cut reaches ``simulate.lower_bound_makespan_shared``
-    (no schedule is shorter). Once CP-SAT found nothing in ``per_cut_s``
-    for a cut's ramps (``Templates.status`` ``MODULO``: its presolve alone
-    spent the time), the cuts with ramps at least as large get their
-    modulo schedule pulled in without a solve (what CP-SAT returned for
-    the first): nnshape, 8 devices, limit 30, 292 warmup actions, P = 16:
-    ten cuts, each 0.09 deterministic s and 0.6 CPU s ending in presolve
-    with the pulled-in schedule (the same N = 128 makespan, 2104), now one
-    solve and nine pull-ins (cut_points orders the cuts after the first by
-    ramp size).
+    The best rotated repetend and its templates (``shortest_rotation``,
+    then ``refine_best``).
 
   Raises:
     completion.CompletionError: if the search's own cut has no ramps under
       the limit (other cuts that fail are skipped).
   """
+  best = shortest_rotation(schedule, per_cut_s=per_cut_s, max_cuts=max_cuts,
+                           cap_deadline=cap_deadline, seed=seed,
+                           num_workers=num_workers)
+  best = refine_best(schedule, best, per_cut_s=per_cut_s, refine_s=refine_s,
+                     cap_deadline=cap_deadline, seed=seed,
+                     num_workers=num_workers)
+  return best.repetend, best.templates
+
+
+def shortest_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
+                      cap_deadline: float | None = None, seed: int = 0,
+                      num_workers: int = 1, unsolved: int | None = None
+                      ) -> Rotation:
+  """The cut of ``schedule.repetend`` whose compacted ramps unroll
+  shortest (arguments as ``best_rotation``, no refine; ``unsolved``: a ramp
+  size known to be too large for ``per_cut_s``, from another repetend of
+  the placement at the same period: see ``Rotation.unsolved``).
+
+  Ties keep the earlier cut. Stops early when a cut reaches
+  ``simulate.lower_bound_makespan_shared`` (no schedule is shorter). Once
+  CP-SAT found nothing in ``per_cut_s`` for a cut's ramps
+  (``Templates.status`` ``MODULO``: its presolve alone spent the time),
+  the cuts with ramps at least as large get their modulo schedule pulled
+  in without a solve (what CP-SAT returned for the first): nnshape, 8
+  devices, limit 30, 292 warmup actions, P = 16: ten cuts, each 0.09
+  deterministic s and 0.6 CPU s ending in presolve with the pulled-in
+  schedule (the same N = 128 makespan, 2104), now one solve and nine
+  pull-ins (cut_points orders the cuts after the first by ramp size).
+  The search's own cut is always solved (unless ``unsolved`` says its
+  size is too large).
+  """
   graph: BlockGraph = schedule.graph
   n_ref = reference_microbatches(schedule.repetend)
   bound = lower_bound_makespan_shared(graph, n_ref)
   best = None
-  unsolved = None  # smallest ramp size whose CP-SAT solves found nothing
   for n, cut in enumerate(cut_points(schedule.repetend)[:max(1, max_cuts)]):
     if n and cap_deadline is not None and clock.now() > cap_deadline:
       break
@@ -143,10 +191,24 @@ def best_rotation(schedule: Schedule, *, per_cut_s: float, max_cuts: int,
       best = (cost, rep, templates)
     if best[0] <= bound:
       break
-  if refine_s > per_cut_s and best[0] > bound and (
-      cap_deadline is None or clock.now() <= cap_deadline):
-    best = refined(schedule, best, refine_s, n_ref, seed, num_workers)
-  return best[1], best[2]
+  return Rotation(best[0], best[1], best[2], n_ref, unsolved)
+
+
+def refine_best(schedule: Schedule, best: Rotation, *, per_cut_s: float,
+                refine_s: float, cap_deadline: float | None = None,
+                seed: int = 0, num_workers: int = 1) -> Rotation:
+  """``best`` or its ramps compacted again with ``refine_s`` (``refined``),
+  whichever unrolls shorter; nothing runs where ``refine_s`` is at most
+  ``per_cut_s``, ``best`` meets the lower bound or the CPU cap is past."""
+  bound = lower_bound_makespan_shared(schedule.graph, best.n_ref)
+  if refine_s <= per_cut_s or best.makespan <= bound or (
+      cap_deadline is not None and clock.now() > cap_deadline):
+    return best
+  cost, rep, templates = refined(
+      schedule, (best.makespan, best.repetend, best.templates), refine_s,
+      best.n_ref, seed, num_workers)
+  return dataclasses.replace(best, makespan=cost, repetend=rep,
+                             templates=templates)
 
 
 def refined(schedule: Schedule, best: tuple, time_limit_s: float, n_ref: int,

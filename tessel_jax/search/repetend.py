@@ -140,8 +140,13 @@ def search_repetend(graph: BlockGraph, memory_limit: int | None = None, *,
   # polish think the cap was near and skip the ramps.
   period_cpu = (0.0 if solve.constructed and not budget.used
                 else clock.now() - cpu0 - solve.construct_s)
+  # A built repetend gets what a search that found the period at once
+  # gets, not a ``start``'s share of the budget (its descent already
+  # shortened the latency; the share tripled the CPU of Tessel's xshape, 5
+  # devices, limit 20, for no shorter schedule); its best cut's ramps are
+  # still refined (``compose.built_composed``).
   polish = polish_budget(graph, budget, budget.used, period_cpu,
-                         given=given is not None or solve.constructed)
+                         given=given is not None)
   schedule = compose.finished(solve, found, proven_low, polish, period_seconds,
                               complete)
   if found is given and complete and not budget.past_cap():
