@@ -426,7 +426,9 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                     part: Any = None, stage: Any = None,
                     log: Callable[[str], None] | None = None,
                     estimator: Any = None,
-                    hoisted: frozenset[int] = frozenset()) -> Profile:
+                    hoisted: frozenset[int] = frozenset(),
+                    before_measure: Callable[[Mapping[int, KernelProfile]],
+                                             None] | None = None) -> Profile:
   """Measures every kernel of ``ks`` (each distinct one once).
 
   Args:
@@ -451,6 +453,11 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
     hoisted: Block ids of the kernels the lowering runs with their
       parameter-only values computed before the ticks (``passes.hoist``):
       timed so (:func:`lower_kernel`'s ``hoist``).
+    before_measure: Called before each kernel is compiled and timed, with
+      the kernels known so far (measured, in ``memo`` or on disk; by block
+      id): it may raise to stop the profile there (a caller's bound on the
+      plan, ``cost.search_costs``). What was measured stays in ``memo``
+      and the cache.
   """
   t0 = time.perf_counter()
   by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
@@ -476,6 +483,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
         out[bid] = _kernel_profile(bid, k, rec, key, False)
         continue
     if rec is None:
+      if before_measure is not None:
+        before_measure(_known_kernels(keys, ks, by_key, on_disk))
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
                         stage=stage, prepared=ahead.take(key),
                         hoist=bid in hoisted)
@@ -495,6 +504,22 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
                  from_cache=len(on_disk), estimated=estimated)
+
+
+def _known_kernels(keys: Mapping[int, str], ks: Any,
+                   by_key: Mapping[str, Any], on_disk: Mapping[str, Any]
+                   ) -> dict[int, KernelProfile]:
+  """The kernels of ``keys`` (block id -> key) whose record is known
+  already (measured: ``by_key``; or ``on_disk``), by block id: what
+  :func:`profile_kernels` hands its ``before_measure``."""
+  out: dict[int, KernelProfile] = {}
+  for bid, key in keys.items():
+    rec = by_key.get(key)
+    cached = rec is None
+    rec = on_disk.get(key) if rec is None else rec
+    if rec is not None:
+      out[bid] = _kernel_profile(bid, ks.kernels[bid], rec, key, cached)
+  return out
 
 
 def _disk_records(keys: Mapping[int, str], by_key: Mapping[str, Any],
