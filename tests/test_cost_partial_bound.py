@@ -142,3 +142,16 @@ def test_the_switch_refuses_other_values(monkeypatch):
     search_costs.partial_bound_enabled()
   monkeypatch.delenv(search_costs.PARTIAL_BOUND_ENV)
   assert search_costs.partial_bound_enabled()
+
+
+@pytest.mark.parametrize("lookahead,compiled", [("0", 4), ("1", 1)])
+def test_kernels_compiled_ahead_of_a_bound(monkeypatch, tmp_path, lookahead,
+                                           compiled):
+  """With ``compile_pool.AHEAD`` = 4 a plan stopped after its first kernel
+  has compiled four; with ``TESSEL_JAX_BOUND_LOOKAHEAD=1`` one."""
+  counts = _counted(monkeypatch)
+  monkeypatch.setattr(compile_pool, "AHEAD", 4)
+  monkeypatch.setenv(search_costs.PARTIAL_BOUND_ENV, "1")
+  monkeypatch.setenv(measure.BOUND_LOOKAHEAD_ENV, lookahead)
+  _build_pruned(_step({}, tmp_path))
+  assert counts == {"compiled": compiled, "timed": 1}
