@@ -460,11 +460,13 @@ def _search_graph(step: Any, graph: BlockGraph, ks: Any, traced: Any,
   hoisted = frozenset(
       b for b, k in ks.kernels.items()
       if step.switches.hoist and _hoist.hoistable(layout, n_local, k))
+  bound = getattr(step, "price_bound", None)  # tessel_jax.plans pruning
+  partial = (None if bound is None else
+             lambda known: bound(known, n_local))  # checked between kernels
   costs = model.search_graph(graph, ks, traced.param_avals, step.mesh,
                              step.pipe_axis, part, stage=stage,
-                             hoisted=hoisted)
+                             hoisted=hoisted, partial_bound=partial)
   clock.lap("profile")
-  bound = getattr(step, "price_bound", None)  # tessel_jax.plans pruning
   if bound is not None:
     bound(costs, n_local)
   return costs, costs.graph, costs.memory_unit

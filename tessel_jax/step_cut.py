@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from tessel_jax import placements as _placements
+from tessel_jax import trace_memo as _trace_memo
 from tessel_jax.graph import BlockGraph, PlacementError
 from tessel_jax.hand_placement import (Placement, fitting_placements,
                                        forward_count, forward_only,
@@ -61,9 +62,9 @@ def trace(step: Any, params: Any, batch: Any, n_total: int) -> tuple:
       batch)
   p_avals = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), params)
-  traced = _tracing.trace(step.fn, name, p_avals, microbatch,
-                          has_aux=step.has_aux,
-                          dead_taps=step.switches.dead_taps)
+  traced = _trace_memo.trace(step.fn, name, p_avals, microbatch,
+                             has_aux=step.has_aux,
+                             dead_taps=step.switches.dead_taps)
   return traced, rows, microbatch, p_avals
 
 
@@ -159,9 +160,9 @@ def local_parts(step: Any, graph: BlockGraph, rows: int, microbatch: Any,
         lambda x, g=g: jax.ShapeDtypeStruct((rows // g,) + tuple(
             x.shape[1:]), x.dtype), microbatch)
     try:
-      local = _tracing.trace(step.fn, step.fn_name, p_avals, local_mb,
-                             has_aux=step.has_aux,
-                             dead_taps=step.switches.dead_taps)
+      local = _trace_memo.trace(step.fn, step.fn_name, p_avals, local_mb,
+                                has_aux=step.has_aux,
+                                dead_taps=step.switches.dead_taps)
       local = cut(step, local, len(part.blocks), "", num_devices,
                   like=traced)
       out[g] = _align.align_partition(part,

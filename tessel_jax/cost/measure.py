@@ -426,7 +426,9 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                     part: Any = None, stage: Any = None,
                     log: Callable[[str], None] | None = None,
                     estimator: Any = None,
-                    hoisted: frozenset[int] = frozenset()) -> Profile:
+                    hoisted: frozenset[int] = frozenset(),
+                    before_measure: Callable[[Mapping[int, KernelProfile]],
+                                             None] | None = None) -> Profile:
   """Measures every kernel of ``ks`` (each distinct one once).
 
   Args:
@@ -451,6 +453,11 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
     hoisted: Block ids of the kernels the lowering runs with their
       parameter-only values computed before the ticks (``passes.hoist``):
       timed so (:func:`lower_kernel`'s ``hoist``).
+    before_measure: Called before each kernel is compiled and timed, with
+      the kernels known so far (measured, in ``memo`` or on disk; by block
+      id): it may raise to stop the profile there (a caller's bound on the
+      plan, ``cost.search_costs``). What was measured stays in ``memo``
+      and the cache.
   """
   t0 = time.perf_counter()
   by_key: dict[str, dict[str, Any]] = memo if memo is not None else {}
@@ -462,7 +469,7 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
           for bid, k in sorted(ks.kernels.items())}
   on_disk = _disk_records(keys, by_key, cache)
   ahead = _Ahead(keys, ks, by_key, on_disk, param_avals, device, estimator,
-                 stage, hoisted)
+                 stage, hoisted, room=_room_under_bound(before_measure))
   for bid, key in keys.items():
     k = ks.kernels[bid]
     rec = by_key.get(key)
@@ -476,6 +483,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
         out[bid] = _kernel_profile(bid, k, rec, key, False)
         continue
     if rec is None:
+      if before_measure is not None:
+        before_measure(_known_kernels(keys, ks, by_key, on_disk))
       rec = time_kernel(k, param_avals, device, repeats=repeats, warmup=warmup,
                         stage=stage, prepared=ahead.take(key),
                         hoist=bid in hoisted)
@@ -495,6 +504,43 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
                  backend=device.platform, device_kind=device.device_kind,
                  profile_seconds=time.perf_counter() - t0, measured=measured,
                  from_cache=len(on_disk), estimated=estimated)
+
+
+#: ``TESSEL_JAX_BOUND_LOOKAHEAD=1``: while a caller's bound may stop a
+#: profile (``before_measure``), kernels are compiled one per compile
+#: thread at a time instead of ``compile_pool.AHEAD`` ahead (off by
+#: default: not measured quietly; see :func:`_room_under_bound`).
+BOUND_LOOKAHEAD_ENV = "TESSEL_JAX_BOUND_LOOKAHEAD"
+
+
+def _room_under_bound(before_measure: Any) -> int | None:
+  """Kernels compiled ahead with the one taken while a caller's bound may
+  stop the profile: with :data:`BOUND_LOOKAHEAD_ENV` set to 1, one per
+  compile thread (``compile_pool.WORKERS - 1`` more), so a plan stopped
+  after its k-th kernel has compiled at most ``WORKERS - 1`` kernels it
+  does not time (``compile_pool.AHEAD`` ahead: up to ``AHEAD - 1``;
+  README GPT, interleaved pipe2 x dp2 stopped before its 8th kernel had
+  compiled all 8); None (the default lookahead) otherwise."""
+  if before_measure is None or os.environ.get(BOUND_LOOKAHEAD_ENV,
+                                              "0") != "1":
+    return None
+  return max(0, _compile_pool.WORKERS - 1)
+
+
+def _known_kernels(keys: Mapping[int, str], ks: Any,
+                   by_key: Mapping[str, Any], on_disk: Mapping[str, Any]
+                   ) -> dict[int, KernelProfile]:
+  """The kernels of ``keys`` (block id -> key) whose record is known
+  already (measured: ``by_key``; or ``on_disk``), by block id: what
+  :func:`profile_kernels` hands its ``before_measure``."""
+  out: dict[int, KernelProfile] = {}
+  for bid, key in keys.items():
+    rec = by_key.get(key)
+    cached = rec is None
+    rec = on_disk.get(key) if rec is None else rec
+    if rec is not None:
+      out[bid] = _kernel_profile(bid, ks.kernels[bid], rec, key, cached)
+  return out
 
 
 def _disk_records(keys: Mapping[int, str], by_key: Mapping[str, Any],
@@ -519,8 +565,10 @@ class _Ahead:
   def __init__(self, keys: Mapping[int, str], ks: Any,
                by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
                param_avals: Sequence[Any], device: Any, estimator: Any,
-               stage: Any, hoisted: frozenset[int] = frozenset()):
+               stage: Any, hoisted: frozenset[int] = frozenset(),
+               room: int | None = None):
     self._pool = _compile_pool.Prefetch()
+    self._room = room  # _next_to_measure's (None: its default)
     self._keys, self._by_key, self._on_disk = keys, by_key, on_disk
     self._kernel_of = {key: ks.kernels[bid] for bid, key in keys.items()}
     self._hoist = {key: bid in hoisted for bid, key in keys.items()}
@@ -537,7 +585,7 @@ class _Ahead:
       self._pool.compile(
           [key] + _next_to_measure(key, self._keys, self._by_key,
                                    self._on_disk, self._estimator,
-                                   self._stage),
+                                   self._stage, room=self._room),
           lambda kk: lower_kernel(self._kernel_of[kk], self._avals,
                                   self._device, stage=self._stage,
                                   hoist=self._hoist[kk]))

@@ -151,7 +151,8 @@ class CostModel:
   def search_graph(self, graph: BlockGraph, ks: Any, param_avals: Any,
                    mesh: Any, pipe_axis: str, part: Any = None,
                    stage: Any = None,
-                   hoisted: frozenset[int] = frozenset()) -> SearchCosts:
+                   hoisted: frozenset[int] = frozenset(),
+                   partial_bound: Any = None) -> SearchCosts:
     """Profiles ``ks`` (of partition ``part``) and quantises ``graph``
     (``search_costs``).
 
@@ -160,11 +161,14 @@ class CostModel:
     it. In a multi-process run every process profiles its first device (or
     stage) and all use process 0's figures. ``hoisted``: block ids of the
     kernels the lowering runs with their parameter-only values computed
-    before the ticks (``passes.hoist``), profiled so.
+    before the ticks (``passes.hoist``), profiled so. ``partial_bound``:
+    the caller's pruning check, also run on the kernels profiled so far
+    before each further one (``search_costs.search_costs``).
     """
     return _search_costs.search_costs(self, graph, ks, param_avals, mesh,
                                       pipe_axis, part=part, stage=stage,
-                                      hoisted=hoisted)
+                                      hoisted=hoisted,
+                                      partial_bound=partial_bound)
 
   # --- prediction -------------------------------------------------------------
 

@@ -9,7 +9,8 @@ the search's integer graph (``quantize``): what
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tessel_jax.cost import call_timing as _call_timing
@@ -95,10 +96,9 @@ def _cpu_sharing(mesh: Any, pipe_axis: str, stage: Any, prof: Any
   GSPMD devices (timed together on one core) can use g cores; the cores of
   one pipeline are the process's divided among the data-parallel replicas.
   """
-  total = len(mesh.devices.flat)
   pipe = int(dict(mesh.shape)[pipe_axis])
   g = stage.num_devices if stage is not None else 1
-  shared = _call_timing.cpu_cores() * pipe * g / total
+  shared = _shared_cores(mesh, pipe_axis, stage)
   work = {b: k.core_seconds for b, k in prof.kernels.items()}
   par = {b: float(g) for b in prof.kernels}
   seconds = {b: work[b] / min(par[b], shared / pipe) for b in work}
@@ -124,21 +124,91 @@ def _workspace(prof: Any, num_devices: int) -> list[int]:
   return ws
 
 
+#: ``TESSEL_JAX_PARTIAL_BOUND=0``: a caller's ``partial_bound`` is not
+#: checked while the kernels are profiled (the path before session 43: a
+#: plan is pruned by its bound only after every kernel is compiled and
+#: timed).
+PARTIAL_BOUND_ENV = "TESSEL_JAX_PARTIAL_BOUND"
+
+
+def partial_bound_enabled() -> bool:
+  """Whether :func:`search_costs` checks a ``partial_bound`` between
+  kernels (:data:`PARTIAL_BOUND_ENV`; on by default)."""
+  value = os.environ.get(PARTIAL_BOUND_ENV, "1")
+  if value not in ("0", "1"):
+    raise ValueError(f"{PARTIAL_BOUND_ENV} must be 0 or 1, got {value!r}")
+  return value == "1"
+
+
+@dataclasses.dataclass(frozen=True)
+class PartialCosts:
+  """What ``plan_pricing.step_lower_bound`` reads of a :class:`SearchCosts`,
+  from the kernels profiled so far (the others count 0 s, so a bound on it
+  is at most the bound on the whole profile: still a lower bound).
+
+  Attributes:
+    graph: The search's block graph (its blocks' devices).
+    work: Block id -> seconds (CPU: core-seconds) of the kernels known.
+    shared_cores: As :attr:`SearchCosts.shared_cores`.
+  """
+
+  graph: BlockGraph
+  work: Mapping[int, float]
+  shared_cores: float | None = None
+
+
+def _partial_check(check: Callable[[PartialCosts], None], graph: BlockGraph,
+                   shared: float | None
+                   ) -> Callable[[Mapping[int, Any]], None]:
+  """``profile_kernels``' ``before_measure``: ``check`` on the kernels
+  profiled so far (``measure.KernelProfile`` by block id)."""
+  def before_measure(known: Mapping[int, Any]) -> None:
+    check(PartialCosts(graph=graph,
+                       work={b: k.core_seconds for b, k in known.items()},
+                       shared_cores=shared))
+  return before_measure
+
+
+def _shared_cores(mesh: Any, pipe_axis: str, stage: Any) -> float | None:
+  """``_cpu_sharing``'s shared cores, before any kernel is profiled (None
+  off the CPU backend)."""
+  if mesh.devices.flat[0].platform != "cpu":
+    return None
+  total = len(mesh.devices.flat)
+  pipe = int(dict(mesh.shape)[pipe_axis])
+  g = stage.num_devices if stage is not None else 1
+  return _call_timing.cpu_cores() * pipe * g / total
+
+
 def search_costs(model: CostModel, graph: BlockGraph, ks: Any,
                  param_avals: Any, mesh: Any, pipe_axis: str,
                  part: Any = None, stage: Any = None,
-                 hoisted: frozenset[int] = frozenset()) -> SearchCosts:
+                 hoisted: frozenset[int] = frozenset(),
+                 partial_bound: Callable[[PartialCosts], None] | None = None
+                 ) -> SearchCosts:
   """Profiles ``ks`` (of partition ``part``; ``hoisted``: block ids of the
   kernels run with their parameter-only values hoisted,
   ``measure.profile_kernels``) and quantises ``graph``
-  (``CostModel.search_graph``)."""
+  (``CostModel.search_graph``).
+
+  ``partial_bound`` (the caller's pruning check: it raises to drop the
+  plan) is called on the kernels profiled so far (:class:`PartialCosts`)
+  before each further kernel is compiled and timed, so a plan its bound
+  prunes stops there instead of after its last kernel; not in a
+  multi-process run (every process must measure the same kernels) nor
+  with ``TESSEL_JAX_PARTIAL_BOUND=0``."""
   mesh = _processes.local_mesh(mesh, pipe_axis)
   device = mesh.devices.flat[0]
+  before = None
+  if (partial_bound is not None and partial_bound_enabled() and
+      _processes.single_process()):
+    before = _partial_check(partial_bound, graph,
+                            _shared_cores(mesh, pipe_axis, stage))
   prof = _measure.profile_kernels(ks, graph, param_avals, device,
                                   cache=model.cache, repeats=model.repeats,
                                   memo=model.memo.kernels, part=part,
                                   stage=stage, estimator=model.estimator,
-                                  hoisted=hoisted)
+                                  hoisted=hoisted, before_measure=before)
   model.tally.add(prof.profile_seconds, hit=prof.cache_hit,
                   measured=prof.measured)
   link = model.link_model(mesh, pipe_axis)
