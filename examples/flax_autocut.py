@@ -56,7 +56,7 @@ def main():
     mbs = jax.tree.map(lambda a: a.reshape(n, -1, *a.shape[1:]), batch)
     return jnp.mean(jax.vmap(lambda mb: loss_fn(state, mb))(mbs))
 
-  ref_loss, ref_grads = jax.value_and_grad(mean_loss)(state)
+  ref_loss, ref_grads = jax.jit(jax.value_and_grad(mean_loss))(state)
   err = max(float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-12))
             for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)))
   print(f"loss {float(loss):.6f} (plain {float(ref_loss):.6f}), largest"

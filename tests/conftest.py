@@ -71,5 +71,30 @@ def measured_first_only(monkeypatch):
   monkeypatch.setattr(step_schedule, "candidates", lambda *a, **k: [])
 
 
+#: Tick microbenchmark figures measured in this worker, by (devices, axis,
+#: arguments): see ``shared_tick_costs``.
+_TICK_COSTS: dict = {}
+
+
+@pytest.fixture
+def shared_tick_costs(monkeypatch):
+  """The tick microbenchmark (``cost.ticks.measure_tick_costs``: two
+  compiled toy tick loops timed 3 x 5 times, 2.4-4 CPU s on 2-4 fake
+  devices) measured once per worker per mesh and reused by later calls: for
+  tests of what a build does with the figures (each test's fresh
+  ``cache_dir`` would measure them again), not of the measurement."""
+  from tessel_jax.cost import ticks  # pylint: disable=import-outside-toplevel
+  real = ticks.measure_tick_costs
+
+  def once(mesh, axis="pipe", **kw):
+    key = (tuple(d.id for d in mesh.devices.flat), mesh.axis_names, axis,
+           tuple(sorted(kw.items())))
+    if key not in _TICK_COSTS:
+      _TICK_COSTS[key] = real(mesh, axis, **kw)
+    return _TICK_COSTS[key]
+
+  monkeypatch.setattr(ticks, "measure_tick_costs", once)
+
+
 # Per-test CPU seconds with TESSEL_JAX_TEST_CPU_LOG=PATH (tests/cpu_log.py).
 from cpu_log import pytest_runtest_protocol  # noqa: E402,F401  pylint: disable=wrong-import-position,unused-import

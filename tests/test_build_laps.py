@@ -7,12 +7,18 @@ from __future__ import annotations
 import logging
 
 import jax
+import pytest
 
 import tessel_jax as tj
 from experiments import train_cold_lib
 from tessel_jax import placements
 
 import test_lowering_models as M
+
+
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
 
 
 def test_measured_build_laps_search_on_uniform_spans_then_price(

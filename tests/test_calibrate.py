@@ -22,6 +22,10 @@ from tessel_jax.passes.switches import Switches
 
 from test_cost import _tiny
 
+# The builds here price ticks with the microbenchmark's figures; each test's
+# fresh cache_dir would measure them again (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
+
 
 def test_extra_tick_seconds_solves_the_linear_replay() -> None:
   replay = lambda x: 0.002 + 40 * x   # 40 ticks on the critical path

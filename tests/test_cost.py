@@ -30,6 +30,11 @@ from passes import flushes
 
 import test_lowering_models as M
 
+
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
+
 TOL = 1e-5
 
 

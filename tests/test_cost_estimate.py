@@ -17,6 +17,11 @@ from tessel_jax.cost import flops as F
 
 import test_lowering_models as M
 
+
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
+
 KINDS = ["embed", "layer", "layer", "head"]
 
 

@@ -6,11 +6,17 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 import tessel_jax as tj
 from tessel_jax import compat, placements
 
 from test_cost import _tiny
+
+
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import outside  # type: ignore

@@ -4,7 +4,8 @@ Every runner (a module of experiments/ that calls ``cli.run``) is asked for
 help in a fresh process; the output must show the runner's docstring and,
 for runners with flags, at least one flag of its ``*_args`` module with its
 help text, and the process must not have imported jax, CP-SAT or matplotlib
-(but for the runners of ``EAGER``).
+(a single-file runner's work lives in its ``*_lib`` module, which its
+``main`` imports).
 """
 
 from __future__ import annotations
@@ -25,12 +26,6 @@ RUNNERS = sorted(p.stem for p in (ROOT / "experiments").glob("*.py")
 #: Packages a runner's ``--help`` must not import (a second or more of CPU
 #: each: help is asked in a fresh process per runner).
 HEAVY = ("jax", "ortools", "matplotlib")
-#: Runners still importing one of them at ``--help``: single-file binaries
-#: whose module imports them at the top (no ``*_args``/``*_lib`` split).
-EAGER = frozenset({
-    "auto_plan_unroll", "fsdp_compact_bench", "rowsplit_dw",
-    "screenshots", "search_cases_fast", "search_cases_unroll", "search_identity",
-    "tessel_reference"})
 
 
 def _imported(importtime: str) -> set[str]:
@@ -79,10 +74,7 @@ def test_help_lists_own_flags(runner):
                         check=False)
   assert proc.returncode == 0, proc.stdout + proc.stderr
   heavy = sorted(_imported(proc.stderr) & set(HEAVY))
-  if runner in EAGER:
-    assert heavy, f"{runner}'s --help imports no {HEAVY}: drop it from EAGER"
-  else:
-    assert not heavy, f"{runner}'s --help imports {heavy}"
+  assert not heavy, f"{runner}'s --help imports {heavy}"
   assert _docstring(runner).splitlines()[0] in proc.stdout
   own = _own_flag(runner)
   if own is not None:

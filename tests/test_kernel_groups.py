@@ -52,15 +52,6 @@ def gpt():
   return fn, params, batch, ref
 
 
-@pytest.mark.parametrize("on", [True, False], ids=["distinct", "per_kernel"])
-def test_equals_value_and_grad(gpt, on):
-  fn, params, batch, (ref_loss, ref_grads) = gpt
-  step = _step(fn, on)
-  loss, grads = step(params, batch)
-  assert M.max_rel_err(loss, ref_loss) <= 1e-5
-  assert M.max_rel_err(grads, ref_grads) <= 1e-5
-
-
 def _run(fn, on: bool, params, batch
          ) -> tuple[Any, Any, dict[int, int], str]:
   """``(step, outputs, representatives, compiled HLO text)`` of a fresh step:
@@ -83,10 +74,25 @@ def _run(fn, on: bool, params, batch
   return step, out, seen, text
 
 
-def test_identical_kernels_have_one_body(gpt):
+@pytest.fixture(scope="module")
+def runs(gpt):
+  """``{on: _run(...)}`` for the switch on and off: each program built and
+  compiled once for the module (the equality and body tests read both)."""
   fn, params, batch, _ = gpt
-  on, out_on, rep, text = _run(fn, True, params, batch)
-  _, out_off, none, text_off = _run(fn, False, params, batch)
+  return {on: _run(fn, on, params, batch) for on in (True, False)}
+
+
+@pytest.mark.parametrize("on", [True, False], ids=["distinct", "per_kernel"])
+def test_equals_value_and_grad(gpt, runs, on):
+  _, _, _, (ref_loss, ref_grads) = gpt
+  _, (loss, grads), _, _ = runs[on]
+  assert M.max_rel_err(loss, ref_loss) <= 1e-5
+  assert M.max_rel_err(grads, ref_grads) <= 1e-5
+
+
+def test_identical_kernels_have_one_body(runs):
+  on, out_on, rep, text = runs[True]
+  _, out_off, none, text_off = runs[False]
   for a, b in zip(jax.tree_util.tree_leaves(out_on),
                   jax.tree_util.tree_leaves(out_off)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -8,8 +8,15 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from tessel_jax import plans as P
 from tessel_jax import paired_standins as PS
+
+
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
 
 V = P.Candidate("vshape", 2, 2, 8)
 I = P.Candidate("interleaved", 2, 2, 8)

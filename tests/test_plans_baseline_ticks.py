@@ -20,6 +20,11 @@ from tessel_jax.search import baselines
 from test_cost import _tiny
 
 
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
+
+
 def test_classic_schedules_pay_for_their_own_ticks(tmp_path):
   fn, params, batch = _tiny(n=4, kinds=("embed", "layer", "layer", "head"))
   step = tj.schedule(fn, mesh=jax.make_mesh((2,), ("pipe",)),

@@ -20,6 +20,11 @@ from tessel_jax.cost import calibrate
 from test_cost import _tiny
 
 
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
+
+
 def _build(tmp_path, monkeypatch, ceiling_s):
   calls = []
 

@@ -28,6 +28,11 @@ from tessel_jax.cost import model as cost_model
 from test_lowering_models import max_rel_err, reference
 from test_tensor_parallel import _mesh, _put
 
+
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
+
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import fsdp_comm, program_bytes  # type: ignore
 except ImportError:  # run from the repository root

@@ -27,6 +27,11 @@ from test_lowering_models import max_rel_err, reference
 from test_tensor_parallel import _batch, _mesh, _put, mlp_model
 
 
+# Builds here price ticks with the microbenchmark's figures, not test them:
+# measured once per worker and mesh (conftest.shared_tick_costs).
+pytestmark = pytest.mark.usefixtures("shared_tick_costs")
+
+
 def _measured_step(mesh_shape: dict[str, int], tmp_path: object,
                    split: bool = True) -> tuple:
   params, specs, fn = mlp_model()
