@@ -70,8 +70,10 @@ def test_grouped_records_flops_and_temp(monkeypatch):
     key = measure.kernel_key(k, avals, jax.devices()[0],
                              built.partition.blocks[k.fwd])
     alone = measure.lower_kernel(k, avals, jax.devices()[0]).flops
-    # the branch adds its scalar read: a convert and an add per output
-    assert memo[key]["flops"] == pytest.approx(alone, rel=0.02, abs=64), k.label
+    # the kernel's own equations: not the branch's scalar read after the
+    # barrier (counted, 3-12 flops more here); the alone figure also counts
+    # its tick callable's flag test and branch (2 flops)
+    assert alone - 2 <= memo[key]["flops"] <= alone, k.label
 
 
 def test_member_priced_net_of_the_empty_call(monkeypatch):
