@@ -1,5 +1,5 @@
 """A profile's kernels compiled as one program (``cost.grouped``, switch
-``TESSEL_JAX_PROFILE_GROUPED``, off by default).
+``TESSEL_JAX_PROFILE_GROUPED``, on by default since session 43).
 
 On: one compile for every kernel the profile measures (none through the
 compile pool's one-kernel programs), each kernel run in its own branch and
@@ -47,6 +47,13 @@ def _profile(monkeypatch, on: bool):
       jax.devices()[0], repeats=1, warmup=1, memo=memo,
       part=built.partition)
   return built, prof, memo, groups, pooled
+
+
+def test_on_by_default_zero_turns_it_off():
+  assert grouped.enabled({})
+  assert grouped.enabled({grouped.ENV: "1"})
+  assert not grouped.enabled({grouped.ENV: "0"})
+  assert not grouped.enabled({grouped.ENV: ""})
 
 
 def test_on_every_kernel_in_one_compile(monkeypatch):
