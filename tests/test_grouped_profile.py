@@ -10,6 +10,7 @@ bytes the group's. Off: no group compiled.
 from __future__ import annotations
 
 import jax
+import numpy as np
 import pytest
 
 from tessel_jax.cost import compile_pool, grouped, measure
@@ -112,3 +113,14 @@ def test_member_runs_its_kernel():
   member = group[1].compiled
   assert float(member.empty_call()) == 0.0
   assert float(member(None, None)) != 0.0
+
+
+def test_kernel_flops_stop_at_the_groups_barrier_not_the_kernels():
+  """A kernel's own ``optimization_barrier`` (remat) is counted through;
+  the group's scalar read after the last barrier is not."""
+  def branch(x):
+    y = jax.lax.optimization_barrier(x * 2.0)   # the kernel's own
+    outs = jax.lax.optimization_barrier([y + 1.0])  # the group's
+    return outs[0][0] * 3.0 + 1.0                  # the scalar read
+  jaxpr = jax.make_jaxpr(branch)(np.zeros(8, np.float32))
+  assert grouped._kernel_flops(jaxpr) == 16.0

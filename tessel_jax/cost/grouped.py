@@ -152,15 +152,15 @@ def _group_fn(found: Sequence[Any], inputs: Sequence[int]) -> Any:
 
 
 def _kernel_flops(branch: Any) -> float | None:
-  """Flops of a branch's kernel: its equations before the
-  ``optimization_barrier`` (the scalar read after it is the group's, not
-  the kernel's: counted, F0 of a small chain came to 137 flops against
-  134 alone), as ``measure.lower_kernel`` counts the kernel alone."""
+  """Flops of a branch's kernel: its equations before the last
+  ``optimization_barrier`` (the group's; a kernel's own, e.g. from a
+  rematerialisation, comes before it). The scalar read after it is the
+  group's, not the kernel's: counted, F0 of a small chain came to 137
+  flops against 134 alone (``measure.lower_kernel``)."""
   eqns = compat.jaxpr_eqns(branch)
-  cut = next((i for i, e in enumerate(eqns)
-              if compat.primitive_name(e) == "optimization_barrier"),
-             len(eqns))
-  return eqns_flops(eqns[:cut])
+  barriers = [i for i, e in enumerate(eqns)
+              if compat.primitive_name(e) == "optimization_barrier"]
+  return eqns_flops(eqns[:barriers[-1]] if barriers else eqns)
 
 
 def _branch_flops(traced: Any, branches: int) -> list[float | None]:
