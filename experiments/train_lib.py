@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import tessel_jax as tj
+from experiments import host_steal
 from experiments.progress import Heartbeat
 from tessel_jax import placements
 
@@ -319,20 +320,26 @@ def run(args: Any, log=print) -> dict[str, Any]:
   built, compiled, record = _build(args, setup, batch0, log)
   params = setup.params
   state = (zeros_like_host(params), zeros_like_host(params), 0)
+  record["step_cpu_seconds"] = []
+  steal0 = host_steal.steal_seconds()
   for i in range(args.steps):
     batch = setup.data.batch(rows)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     with Heartbeat(f"step {i}", log):
       loss, grads = compiled(params, batch)
       loss = float(loss)
     dt = time.perf_counter() - t0
     record["losses"].append(round(loss, 5))
     record["step_seconds"].append(round(dt, 4))
+    record["step_cpu_seconds"].append(round(time.process_time() - c0, 4))
     # Shown before the update: adam's first call compiles (~0.5 s).
     log(f"step {i:3d}  loss {loss:.4f}  ({dt * 1e3:.0f} ms)")
     params, state = adam(params, grads, state, args.lr)
     if i == 0 and args.check:  # after the first step, so it shows at once
       _check(setup.step, setup.params, batch0, record, log)
+  steal1 = host_steal.steal_seconds()
+  record["steal_seconds"] = (None if steal0 is None or steal1 is None else
+                             round(steal1 - steal0, 2))
   if args.check and not args.steps:
     _check(setup.step, setup.params, batch0, record, log)
   _log_prediction(record, built.report, log)
@@ -370,6 +377,7 @@ def _log_prediction(record: dict[str, Any], report: Any, log) -> None:
     return
   measured_ms = float(np.median(times)) * 1e3
   record["measured_step_ms"] = round(measured_ms, 3)
+  log(_step_clocks(record))
   predicted = report.predicted_step_ms
   if predicted is None:
     log(f"step time: measured {measured_ms:.1f} ms (median); no prediction"
@@ -379,6 +387,20 @@ def _log_prediction(record: dict[str, Any], report: Any, log) -> None:
   record["predicted_over_measured"] = round(predicted / measured_ms, 3)
   log(f"step time: predicted {predicted:.1f} ms, measured {measured_ms:.1f}"
       f" ms (median), ratio {predicted / measured_ms:.2f}")
+
+
+def _step_clocks(record: dict[str, Any]) -> str:
+  """The steps' process CPU and the host's steal during them: a step
+  slower by the wall clock only (CPU per step unchanged, or steal) was
+  disturbed, not a slower program (``experiments.host_steal``)."""
+  cpu = record.get("step_cpu_seconds", [])[1:]
+  if not cpu:
+    return "step clocks: no process CPU recorded"
+  record["measured_step_cpu_ms"] = round(float(np.median(cpu)) * 1e3, 3)
+  steal = record.get("steal_seconds")
+  return (f"step clocks: process CPU {record['measured_step_cpu_ms']:.1f} ms"
+          f" per step (median, all threads); host steal during the steps"
+          f" {'n/a' if steal is None else f'{steal:.2f} s'}")
 
 
 def main(args: Any) -> int:

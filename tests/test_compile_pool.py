@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from tessel_jax.cost import cache as cost_cache
-from tessel_jax.cost import compile_pool, estimate, measure
+from tessel_jax.cost import compile_pool, estimate, grouped, measure
 
 import test_lowering_models as M
 
@@ -29,8 +29,11 @@ def _built():
 
 def _count_batches(monkeypatch) -> list[int]:
   """Sizes of the batches ``compile_pool.compile_all`` compiles with two
-  compile threads (timing stubbed: 1 ms a call)."""
+  compile threads (timing stubbed: 1 ms a call). The pool's path: each
+  kernel its own program (``cost.grouped`` off, whatever the environment
+  says)."""
   sizes: list[int] = []
+  monkeypatch.setenv(grouped.ENV, "0")
   real = compile_pool.compile_pipelined
   monkeypatch.setattr(compile_pool, "WORKERS", 2)   # the pool at work
   monkeypatch.setattr(compile_pool, "AHEAD", 1)     # batches of WORKERS

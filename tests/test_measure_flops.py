@@ -14,7 +14,7 @@ import jax
 import pytest
 
 from tessel_jax.cost import flops as cost_flops
-from tessel_jax.cost import measure
+from tessel_jax.cost import grouped, measure
 
 import test_lowering_models as M
 
@@ -63,6 +63,7 @@ def test_records_carry_the_counted_flops(monkeypatch):
   the kernel's lowering, with no cost analysis on the profile's path."""
   built = _built()
   avals = built.partition.traced.param_avals
+  monkeypatch.setenv(grouped.ENV, "0")  # each kernel its own lowering
   monkeypatch.setattr(measure, "time_calls",
                       lambda fn, repeats, warmup, cpu_clock=False: (1e-3, 1))
   monkeypatch.setattr(measure, "analysed_flops", _fail)

@@ -31,12 +31,17 @@ def jaxpr_flops(closed_jaxpr: Any) -> float | None:
   multiply-add, one per output element, :data:`TRANSCENDENTAL_FLOPS` per
   transcendental element, nested jaxprs inside, a scan's body times its
   length); None when it counts none."""
+  jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
+  return eqns_flops(jaxpr.eqns)
+
+
+def eqns_flops(eqns: Any) -> float | None:
+  """:func:`jaxpr_flops` of a list of equations (part of a jaxpr)."""
   try:  # installed: passes/ is tessel_jax.passes
     from tessel_jax.passes import eqn_cost  # type: ignore  # pylint: disable=import-outside-toplevel
   except ImportError:  # run from the repository root
     from passes import eqn_cost  # type: ignore  # pylint: disable=import-outside-toplevel
-  jaxpr = getattr(closed_jaxpr, "jaxpr", closed_jaxpr)
-  flops = sum(c.flops for c in eqn_cost.analytic_costs(jaxpr.eqns))
+  flops = sum(c.flops for c in eqn_cost.analytic_costs(list(eqns)))
   return float(flops) if math.isfinite(flops) and flops > 0 else None
 
 

@@ -7,11 +7,21 @@ fused computations of one module once, and pays its fixed per-compile work
 once: the same 6 kernels as the branches of one ``lax.switch`` were lowered
 and compiled in 3.4-4.3 CPU s against 7.7-8.3 s one by one (session 42,
 helper prof1, load 4-9; BENCHMARKS.md "The kernel profile's cost").
-Off by default: its kernel figures were 0.5-1.07x the alone ones under
-load, and quietly (session 42, lead) the README main job built with it
-stepped in 183-241 ms against 119-121 ms without it (same period and grid
-makespan; predicted/measured 0.40-0.58 against 0.81-0.85): not diagnosed,
-keep it off until it is.
+On by default since session 43 (``TESSEL_JAX_PROFILE_GROUPED=0`` turns it
+off). Session 42's quiet re-measure saw the README main job step at
+183-241 ms built with it against 119-121 ms without; session 43 (helper
+prof2, BENCHMARKS.md "The grouped kernel profile's slow step") found the
+same program either way (the schedule built on either profile's prices
+compiles to identical HLO), nothing the group leaves in the process (no
+thread, affinity, executable or allocation state; per-step CPU, context
+switches and page faults alike) and, timed at ``SCHED_RR`` priority after
+a cold build, 106/121/116 ms with it against 110/120/123 ms without
+(alternated, 3 rounds), while its profile took 7.7-9.7 CPU s against
+11.4-14.4 s. ``experiments.train`` now records each step's process CPU
+and the host's steal, which tell such a run from a slower program. Its
+prices of the forward kernels are lower (0.69-0.75x the alone ones at
+``SCHED_RR``; backward 0.97x): the alone call allocates its outputs, which
+the program's stash slots do not.
 
 With :data:`ENV` on, :func:`compile_group` lowers the kernels as one
 program ``g(args, index)``: branch ``i`` runs kernel ``i`` as the ticks run
@@ -43,15 +53,16 @@ from tessel_jax import compat
 from tessel_jax.cost import compile_pool as _compile_pool
 from tessel_jax.cost import tick_kernel as _tick_kernel
 from tessel_jax.cost.call_timing import example_array
-from tessel_jax.cost.flops import jaxpr_flops
+from tessel_jax.cost.flops import eqns_flops
 
 try:  # installed: passes/ is tessel_jax.passes
   from tessel_jax.passes import param_only as _po  # type: ignore
 except ImportError:  # run from the repository root
   from passes import param_only as _po  # type: ignore
 
-#: ``TESSEL_JAX_PROFILE_GROUPED=1`` compiles the kernels a profile measures
-#: together, one program (:func:`compile_group`).
+#: ``TESSEL_JAX_PROFILE_GROUPED`` (default on; ``0`` turns it off) compiles
+#: the kernels a profile measures together, one program
+#: (:func:`compile_group`).
 ENV = "TESSEL_JAX_PROFILE_GROUPED"
 #: Most kernels compiled in one program.
 MAX_KERNELS = 16
@@ -60,7 +71,7 @@ MAX_KERNELS = 16
 def enabled(environ: Mapping[str, str] | None = None) -> bool:
   """Whether :data:`ENV` turns the grouped compile on."""
   env = os.environ if environ is None else environ
-  return env.get(ENV, "0") not in ("", "0")
+  return env.get(ENV, "1") not in ("", "0")
 
 
 class _Program:
@@ -140,12 +151,25 @@ def _group_fn(found: Sequence[Any], inputs: Sequence[int]) -> Any:
   return g
 
 
+def _kernel_flops(branch: Any) -> float | None:
+  """Flops of a branch's kernel: its equations before the last
+  ``optimization_barrier`` (the group's; a kernel's own, e.g. from a
+  rematerialisation, comes before it). The scalar read after it is the
+  group's, not the kernel's: counted, F0 of a small chain came to 137
+  flops against 134 alone (``measure.lower_kernel``)."""
+  eqns = compat.jaxpr_eqns(branch)
+  barriers = [i for i, e in enumerate(eqns)
+              if compat.primitive_name(e) == "optimization_barrier"]
+  return eqns_flops(eqns[:barriers[-1]] if barriers else eqns)
+
+
 def _branch_flops(traced: Any, branches: int) -> list[float | None]:
-  """Flops of each kernel's branch, counted on the traced switch."""
+  """Flops of each kernel's branch (its kernel only), counted on the
+  traced switch."""
   for eqn in compat.jaxpr_eqns(traced.jaxpr):
     subs = compat.sub_jaxprs(eqn)
     if compat.primitive_name(eqn) == "cond" and len(subs) == branches + 1:
-      return [jaxpr_flops(s) for s in subs[:branches]]
+      return [_kernel_flops(s) for s in subs[:branches]]
   return [None] * branches
 
 
