@@ -15,7 +15,7 @@ import pytest
 
 import tessel_jax as tj
 from tessel_jax import plans as P
-from tessel_jax.cost import compile_pool, measure, search_costs
+from tessel_jax.cost import compile_pool, grouped, measure, search_costs
 
 import test_lowering_models as M
 
@@ -24,7 +24,9 @@ KINDS = ["embed", "layer", "layer", "head"]
 
 def _counted(monkeypatch) -> dict[str, int]:
   """Kernels compiled and timed (timing stubbed: 1 ms a call), one kernel
-  compiled at a time."""
+  compiled at a time, each its own program (``cost.grouped`` off: see
+  ``test_a_bounded_group_holds_no_more_than_the_lookahead`` for it on)."""
+  monkeypatch.setenv(grouped.ENV, "0")
   counts = {"compiled": 0, "timed": 0}
   monkeypatch.setattr(compile_pool, "WORKERS", 1)
   monkeypatch.setattr(compile_pool, "AHEAD", 1)
@@ -155,3 +157,25 @@ def test_kernels_compiled_ahead_of_a_bound(monkeypatch, tmp_path, lookahead,
   monkeypatch.setenv(measure.BOUND_LOOKAHEAD_ENV, lookahead)
   _build_pruned(_step({}, tmp_path))
   assert counts == {"compiled": compiled, "timed": 1}
+
+
+@pytest.mark.parametrize("ahead", [2, 3])
+def test_a_bounded_group_holds_no_more_than_the_lookahead(monkeypatch,
+                                                          tmp_path, ahead):
+  # cost.grouped on: a profile a bound may stop compiles its kernels in
+  # groups of the one-by-one path's lookahead, not all at once.
+  monkeypatch.setenv(grouped.ENV, "1")
+  monkeypatch.setenv(search_costs.PARTIAL_BOUND_ENV, "1")
+  monkeypatch.setattr(compile_pool, "WORKERS", 1)
+  monkeypatch.setattr(compile_pool, "AHEAD", ahead)
+  monkeypatch.setattr(measure, "time_calls",
+                      lambda fn, repeats, warmup, cpu_clock=False: (1e-3, 1))
+  sizes: list[int] = []
+  real = grouped.compile_group
+
+  def counted(kernels, *a, **k):
+    sizes.append(len(kernels))
+    return real(kernels, *a, **k)
+  monkeypatch.setattr(grouped, "compile_group", counted)
+  _build_pruned(_step({}, tmp_path))
+  assert sizes == [ahead]

@@ -469,7 +469,8 @@ def profile_kernels(ks: Any, graph: Any, param_avals: Sequence[Any],
           for bid, k in sorted(ks.kernels.items())}
   on_disk = _disk_records(keys, by_key, cache)
   ahead = _Ahead(keys, ks, by_key, on_disk, param_avals, device, estimator,
-                 stage, hoisted, room=_room_under_bound(before_measure))
+                 stage, hoisted, room=_room_under_bound(before_measure),
+                 bounded=before_measure is not None)
   for bid, key in keys.items():
     k = ks.kernels[bid]
     rec = by_key.get(key)
@@ -566,9 +567,10 @@ class _Ahead:
                by_key: Mapping[str, Any], on_disk: Mapping[str, Any],
                param_avals: Sequence[Any], device: Any, estimator: Any,
                stage: Any, hoisted: frozenset[int] = frozenset(),
-               room: int | None = None):
+               room: int | None = None, bounded: bool = False):
     self._pool = _compile_pool.Prefetch()
     self._room = room  # _next_to_measure's (None: its default)
+    self._bounded = bounded  # a caller's bound may stop the profile
     self._keys, self._by_key, self._on_disk = keys, by_key, on_disk
     self._kernel_of = {key: ks.kernels[bid] for bid, key in keys.items()}
     self._hoist = {key: bid in hoisted for bid, key in keys.items()}
@@ -592,6 +594,17 @@ class _Ahead:
       prepared = self._pool.take(key)
     return prepared
 
+  def _group_room(self) -> int:
+    """Kernels grouped with the one taken: up to ``grouped.MAX_KERNELS``,
+    but while a caller's bound may stop the profile (``before_measure``)
+    no more than the one-by-one path compiles ahead (``_next_to_measure``'s
+    room), so a plan the bound stops has not compiled every kernel."""
+    if not self._bounded:
+      return _grouped.MAX_KERNELS - 1
+    if self._room is not None:
+      return self._room
+    return max(_compile_pool.WORKERS, _compile_pool.AHEAD) - 1
+
   def _grouped(self, key: str) -> bool:
     """With ``cost.grouped`` on: compiles ``key``'s kernel and the next
     ones it will measure (up to ``grouped.MAX_KERNELS``) as one program,
@@ -601,7 +614,7 @@ class _Ahead:
       return False
     keys = [kk for kk in [key] + _next_to_measure(
         key, self._keys, self._by_key, self._on_disk, self._estimator,
-        self._stage, room=_grouped.MAX_KERNELS - 1)
+        self._stage, room=self._group_room())
             if not _fused_grads.applies(self._kernel_of[kk])]
     if len(keys) < 2 or keys[0] != key:
       return False
