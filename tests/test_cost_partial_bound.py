@@ -71,12 +71,19 @@ def _build_pruned(step) -> None:
     step.build(M.make_params(M.num_layers(KINDS)), M.make_batch(16))
 
 
-def test_a_pruned_plan_stops_after_its_first_kernel(monkeypatch, tmp_path):
+def _pruned_build(monkeypatch, tmp_path, partial: str):
+  """Counts, memo and step of a pruned build with the partial bound on
+  (``"1"``) or off (``"0"``)."""
   counts = _counted(monkeypatch)
-  monkeypatch.setenv(search_costs.PARTIAL_BOUND_ENV, "1")
+  monkeypatch.setenv(search_costs.PARTIAL_BOUND_ENV, partial)
   memo: dict = {}
   step = _step(memo, tmp_path)
   _build_pruned(step)
+  return counts, memo, step
+
+
+def test_a_pruned_plan_stops_after_its_first_kernel(monkeypatch, tmp_path):
+  counts, memo, step = _pruned_build(monkeypatch, tmp_path, "1")
   # The first kernel alone prices the plan above its bound: nothing else
   # is compiled or timed; what was measured stays for other plans.
   assert counts == {"compiled": 1, "timed": 1}
@@ -85,11 +92,7 @@ def test_a_pruned_plan_stops_after_its_first_kernel(monkeypatch, tmp_path):
 
 
 def test_the_old_path_profiles_every_kernel_first(monkeypatch, tmp_path):
-  counts = _counted(monkeypatch)
-  monkeypatch.setenv(search_costs.PARTIAL_BOUND_ENV, "0")
-  memo: dict = {}
-  step = _step(memo, tmp_path)
-  _build_pruned(step)
+  counts, memo, step = _pruned_build(monkeypatch, tmp_path, "0")
   assert counts["compiled"] == counts["timed"] == len(memo) > 2
   assert len(step.bounds_seen) == 1   # once, after the whole profile
 
