@@ -96,6 +96,7 @@ _VARIANTS = ("scratch", "start", "scratch_noconstruct", "scratch_first",
              "scratch_after")
 
 
+@contextlib.contextmanager
 def _construct(variant: str):
   """The period search as ``variant`` runs it inside the block: its
   constructive scheduler before the first solve (``scratch_first``), once
