@@ -130,7 +130,9 @@ def same_order(a: Sequence[Any], b: Sequence[Any]) -> bool:
 def choose(step: Any, costs: Any, unrolled: Any, plan: Any,
            candidates: Sequence[Candidate], make_plan: Callable[[Any], Any],
            clock: Any) -> Choice | None:
-  """Searches ``candidates`` in turn and prices each distinct one.
+  """Searches ``candidates`` in turn, then prices each distinct one (the
+  searches and tick plans first: ``cost.price_ahead`` compiles the first
+  price's programs meanwhile).
 
   Args:
     step: The ScheduledFunction being built (``step._costs`` prices).
@@ -147,9 +149,9 @@ def choose(step: Any, costs: Any, unrolled: Any, plan: Any,
     priced: the first is lowered).
   """
   found_before = [(FIRST, unrolled)]
-  priced: list[Priced] = []
   twins: dict[str, str] = {}
-  for cand in candidates:
+  distinct = []  # (name, found, its tick plan)
+  for cand in candidates:  # every search and tick plan before any price
     found = cand.search()
     twin = None if found is None else next(
         (n for n, u in found_before if same_order(found[2].actions,
@@ -158,15 +160,17 @@ def choose(step: Any, costs: Any, unrolled: Any, plan: Any,
               f"the same order as {twin}" if twin else "another order")
     if found is None:
       continue
-    if not priced:  # priced once another is found (FSDP, outside included)
-      priced.append(_price(step, costs, FIRST, None, unrolled, plan))
     if twin is not None:
       twins[cand.name] = twin
       continue
     found_before.append((cand.name, found[2]))
+    distinct.append((cand.name, found, make_plan(found[2].actions)))
+  priced: list[Priced] = []
+  if distinct or twins:  # priced once another is found (FSDP, outside)
+    priced.append(_price(step, costs, FIRST, None, unrolled, plan))
+  for name, found, its_plan in distinct:
     best = min(priced, key=lambda p: p.seconds)
-    priced.append(_price(step, costs, cand.name, found, found[2],
-                         make_plan(found[2].actions), best))
+    priced.append(_price(step, costs, name, found, found[2], its_plan, best))
   if not priced:
     clock.lap("price", "no other schedule: the first lowered unpriced")
     return None

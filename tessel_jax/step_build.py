@@ -29,6 +29,7 @@ from tessel_jax import step_schedule
 from tessel_jax.built import Built, block_modes
 from tessel_jax.cost import calibrate as _calibrate
 from tessel_jax.cost import outside as _outside
+from tessel_jax.cost import price_ahead as _price_ahead
 from tessel_jax.cost import stage as _stage
 from tessel_jax.graph import BlockGraph
 from tessel_jax.hand_placement import forward_reach
@@ -88,6 +89,11 @@ def build(step: Any, params: Any, batch: Any,
                                    data_axes, train, n_total, traced)
   _install_timers(step, costs, make_program, params, batch, data_axes,
                   traced, train)
+  # The first price's programs (cost.ticks, cost.outside) compile on the
+  # background thread while the candidates are searched and planned.
+  ahead = (_price_ahead.start(step._costs, layout, step.mesh,  # pylint: disable=protected-access
+                              step.pipe_axis)
+           if _compares(step, costs) else [])
   try:
     plan, choice, picked = _choose_plan(
         step, costs, graph, ks, unit, layout, n_local, unrolled, make_plan,
@@ -104,6 +110,7 @@ def build(step: Any, params: Any, batch: Any,
     step.replay_run = (None if costs is None else _run_replay(
         step, costs, make_plan, step._costs.extra_last_s))  # pylint: disable=protected-access
   finally:
+    _price_ahead.finish(ahead)
     _release_timers(step)
   clock.lap("lower", f"plan {plan.loop_summary()}")
   clock.total("built (compiles at the first call)")
@@ -250,10 +257,7 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
   cheapest lowered; ``picked``: its ``(graph, schedule, unrolled)``, None
   when it is the first."""
   plan = make_plan(unrolled.actions)
-  # A screening build (tessel_jax.plans, placement="auto") prices only
-  # the schedule searched on measured spans.
-  if (costs is None or step.plan is not None or
-      getattr(step, "screening", False)):
+  if not _compares(step, costs):
     return plan, None, None
   # The first price of a process also measures the lowering's per-tick
   # and packing costs on this machine (cost.ticks, cost.outside; cached).
@@ -265,6 +269,15 @@ def _choose_plan(step: Any, costs: Any, graph: BlockGraph, ks: Any,
     return plan, None, None
   chosen = choice.chosen
   return chosen.plan, choice, chosen.found
+
+
+def _compares(step: Any, costs: Any) -> bool:
+  """Whether the build prices candidate schedules (:func:`_choose_plan`):
+  measured costs and a searched schedule, not a screening build
+  (``tessel_jax.plans``, ``placement="auto"``: it prices only the schedule
+  searched on measured spans)."""
+  return (costs is not None and step.plan is None and
+          not getattr(step, "screening", False))
 
 
 def _program_of(step: Any, part: Any, layout: Any, data_axes: Sequence[str],

@@ -86,14 +86,25 @@ def shared_tick_costs(monkeypatch):
   from tessel_jax.cost import ticks  # pylint: disable=import-outside-toplevel
   real = ticks.measure_tick_costs
 
+  real_prefetch = ticks.prefetch_tick_programs
+
+  def key_of(mesh, axis, kw):
+    return (tuple(d.id for d in mesh.devices.flat), mesh.axis_names, axis,
+            tuple(sorted(kw.items())))
+
   def once(mesh, axis="pipe", **kw):
-    key = (tuple(d.id for d in mesh.devices.flat), mesh.axis_names, axis,
-           tuple(sorted(kw.items())))
+    key = key_of(mesh, axis, kw)
     if key not in _TICK_COSTS:
       _TICK_COSTS[key] = real(mesh, axis, **kw)
     return _TICK_COSTS[key]
 
+  def prefetch(mesh, axis="pipe", **kw):  # nothing to compile for a reuse
+    if key_of(mesh, axis, kw) in _TICK_COSTS:
+      return []
+    return real_prefetch(mesh, axis, **kw)
+
   monkeypatch.setattr(ticks, "measure_tick_costs", once)
+  monkeypatch.setattr(ticks, "prefetch_tick_programs", prefetch)
 
 
 # Per-test CPU seconds with TESSEL_JAX_TEST_CPU_LOG=PATH (tests/cpu_log.py).

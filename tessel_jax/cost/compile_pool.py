@@ -200,6 +200,36 @@ class Background:
     self.taken += 1
     return prepared
 
+  def call(self, key: str, fn: Callable[[], Any]) -> None:
+    """Runs ``fn`` (a program's lowering and compile: ``price_ahead``) on
+    the background thread; :meth:`take_call` gives its result."""
+    if key in self._jobs:
+      return
+    if self._pool is None:
+      self._pool = concurrent.futures.ThreadPoolExecutor(
+          1, thread_name_prefix="tj-speculate")
+    self._jobs[key] = self._pool.submit(fn)
+
+  def take_call(self, key: str) -> Any:
+    """What :meth:`call`'s ``fn`` returned for ``key`` (waiting for every
+    compile in flight: the caller times it next); None when no call was
+    made for ``key`` or it raised (the caller compiles it itself)."""
+    future = self._jobs.pop(key, None)
+    if future is None:
+      return None
+    self.drain()
+    try:
+      return future.result()
+    except Exception:  # pylint: disable=broad-except  (compiled again)
+      return None
+
+  def discard(self, keys: Sequence[str]) -> None:
+    """Drops the results of ``keys`` not taken (after waiting for them)."""
+    for key in keys:
+      future = self._jobs.pop(key, None)
+      if future is not None:
+        concurrent.futures.wait([future])
+
   def drain(self) -> None:
     """Waits until no compile is in flight on the background thread."""
     for future in list(self._jobs.values()):

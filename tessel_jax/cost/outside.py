@@ -19,6 +19,8 @@ inflate the figure.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import re
 import statistics
 import time
@@ -54,12 +56,38 @@ def time_outside(run: Callable[[], Any], parallel: float | None,
   return min(medians)
 
 
+@dataclasses.dataclass(frozen=True)
+class OutsideTimer:
+  """The outside program of one layout, to time.
+
+  Attributes:
+    signature: Its jaxpr text (the cache key's heart).
+    measure: ``() -> seconds``: compiles it (or takes it compiled ahead,
+      :meth:`prefetch`) and times it (:func:`time_outside`).
+    prepare: ``() -> run``: compiles it; ``run()`` calls it once.
+    key: Its background-compile key (``compile_pool.BACKGROUND``).
+  """
+
+  signature: str
+  measure: Callable[[], float]
+  prepare: Callable[[], Callable[[], Any]]
+  key: str
+
+  def __iter__(self):  # ``signature, measure = timer``
+    return iter((self.signature, self.measure))
+
+  def prefetch(self) -> str:
+    """Compiles the program on the background compile thread, for
+    :attr:`measure` to take; returns its key."""
+    _compile_pool.BACKGROUND.call(self.key, self.prepare)
+    return self.key
+
+
 def outside_timer(program: Callable[[Any], Any], params: Any, mesh: Any,
-                  parallel: float | None) -> tuple[str, Callable[[], float]]:
-  """``(signature, measure)`` of the outside program ``program(params)``:
-  its jaxpr text (the cache key's heart) and a function compiling and
-  timing it (:func:`time_outside`) on zeros of ``params``' shapes, placed
-  as ``params`` are on ``mesh`` (replicated where they are not)."""
+                  parallel: float | None) -> OutsideTimer:
+  """The :class:`OutsideTimer` of the outside program ``program(params)``,
+  run on zeros of ``params``' shapes, placed as ``params`` are on ``mesh``
+  (replicated where they are not)."""
   import jax  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
   from jax.sharding import NamedSharding, PartitionSpec  # pylint: disable=import-outside-toplevel
@@ -77,15 +105,22 @@ def outside_timer(program: Callable[[Any], Any], params: Any, mesh: Any,
   text = compat.plain_text(jax.make_jaxpr(program)(avals))
   text = re.sub(r" at 0x[0-9a-f]+", "", text)
 
-  def measure() -> float:
+  key = ("outside:" + hashlib.sha256(text.encode()).hexdigest() +
+         f":{tuple(int(d.id) for d in mesh.devices.flat)}")
+
+  def prepare() -> Callable[[], Any]:
     zeros = jax.tree_util.tree_map(
         # numpy zeros: jnp.zeros compiled a program per shape.
         lambda a: jax.device_put(np.zeros(a.shape, a.dtype), a.sharding),
         avals)
     compiled = jax.jit(program).lower(zeros).compile()
-    return time_outside(lambda: compiled(zeros), parallel)
+    return lambda: compiled(zeros)
 
-  return text, measure
+  def measure() -> float:
+    run = _compile_pool.BACKGROUND.take_call(key)
+    return time_outside(run if run is not None else prepare(), parallel)
+
+  return OutsideTimer(text, measure, prepare, key)
 
 
 def cached_outside_seconds(cache: Any, fields: Mapping[str, Any],
@@ -93,9 +128,7 @@ def cached_outside_seconds(cache: Any, fields: Mapping[str, Any],
                            ) -> tuple[float, bool]:
   """``(seconds, from the cache?)`` of the outside program ``signature``
   on the machine described by ``fields``."""
-  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
-  key = make_key({"what": "outside", "version": OUTSIDE_VERSION, **fields,
-                  "program": signature})
+  key = outside_cache_key(fields, signature)
   rec = cache.get("outside", key)
   if rec is not None:
     return float(rec["outside_s"]), True
@@ -104,12 +137,22 @@ def cached_outside_seconds(cache: Any, fields: Mapping[str, Any],
   return sec, False
 
 
+def outside_cache_key(fields: Mapping[str, Any], signature: str) -> str:
+  """The on-disk cache key (kind ``"outside"``) of the outside program
+  ``signature`` on the machine ``fields`` describes."""
+  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
+  return make_key({"what": "outside", "version": OUTSIDE_VERSION, **fields,
+                   "program": signature})
+
+
 def layout_timer(mesh: Any, pipe_axis: str, data_axes: Any, traced: Any,
                  params: Any) -> Callable[[Any], Any]:
-  """``layout -> (signature, measure)`` of the outside program of a build
+  """``layout ->`` :class:`OutsideTimer` of the outside program of a build
   (``passes.outside`` on ``mesh`` with all axes Auto), for
   ``CostModel.time_outside``; ``None`` for every layout where the program
-  wraps stacked leaves stored as slices (not priced)."""
+  wraps stacked leaves stored as slices (not priced). One timer per layout
+  object: the build prices several schedules of one layout, and tracing
+  the program for its signature took ~0.1 s each time (README GPT)."""
   # pylint: disable=import-outside-toplevel
   from tessel_jax import compat
   from tessel_jax.cost.call_timing import cpu_cores
@@ -122,11 +165,16 @@ def layout_timer(mesh: Any, pipe_axis: str, data_axes: Any, traced: Any,
               if mesh.devices.flat[0].platform == "cpu" else None)
   auto = compat.auto_mesh(mesh)
 
+  made: dict[int, tuple[Any, OutsideTimer]] = {}
+
   def timer(layout: Any) -> Any:
     if getattr(traced, "leaf_split", None) is not None:
       return None
-    program = _program.outside_program(layout, auto, pipe_axis,
-                                       tuple(data_axes), traced.param_avals)
-    return outside_timer(program, params, mesh, parallel)
+    if id(layout) not in made:  # the layout kept: its id stays its own
+      program = _program.outside_program(layout, auto, pipe_axis,
+                                         tuple(data_axes), traced.param_avals)
+      made[id(layout)] = (layout, outside_timer(program, params, mesh,
+                                                parallel))
+    return made[id(layout)][1]
 
   return timer

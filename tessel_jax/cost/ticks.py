@@ -49,6 +49,7 @@ tick (:meth:`TickModel.plus`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -537,6 +538,42 @@ def _tick_program(mesh: Any, axis: str, elems: int, ticks: int
   return lambda: compiled(pool, acc)
 
 
+#: Elements of each port of the microbenchmark's small tick.
+_SMALL_ELEMS = 8
+
+
+def tick_program_key(mesh: Any, axis: str, elems: int, ticks: int) -> str:
+  """The background-compile key (``compile_pool.BACKGROUND``) of
+  :func:`_tick_program` ``(mesh, axis, elems, ticks)``."""
+  ids = tuple(int(d.id) for d in mesh.devices.flat)
+  return (f"ticks:{ids}:{tuple(mesh.axis_names)}:{mesh.devices.shape}:"
+          f"{axis}:{elems}:{ticks}")
+
+
+def prefetch_tick_programs(mesh: Any, axis: str = "pipe", *,
+                           big_elems: int = 1 << 18, ticks: int = 256
+                           ) -> list[str]:
+  """Compiles :func:`measure_tick_costs`' two programs (same arguments) on
+  the background compile thread, for it to take; returns their keys."""
+  keys = []
+  for elems, n in ((_SMALL_ELEMS, ticks), (big_elems, max(16, ticks // 8))):
+    key = tick_program_key(mesh, axis, elems, n)
+    _compile_pool.BACKGROUND.call(
+        key, functools.partial(_tick_program, mesh, axis, elems, n))
+    keys.append(key)
+  return keys
+
+
+def _tick_runner(mesh: Any, axis: str, elems: int, ticks: int
+                 ) -> Callable[[], Any]:
+  """:func:`_tick_program`, compiled ahead (:func:`prefetch_tick_programs`)
+  where it was, else here."""
+  ahead = _compile_pool.BACKGROUND.take_call(
+      tick_program_key(mesh, axis, elems, ticks))
+  return ahead if ahead is not None else _tick_program(mesh, axis, elems,
+                                                       ticks)
+
+
 def _seconds_per_tick(run: Callable[[], Any], ticks: int,
                       repeats: int, devices: int | None = None) -> float:
   """Median wall seconds per tick of ``run``; with ``devices`` (the CPU
@@ -581,8 +618,8 @@ def measure_tick_costs(mesh: Any, axis: str = "pipe", *,
   stage.
   """
   big_ticks = max(16, ticks // 8)
-  small_run = _tick_program(mesh, axis, 8, ticks)
-  big_run = _tick_program(mesh, axis, big_elems, big_ticks)
+  small_run = _tick_runner(mesh, axis, _SMALL_ELEMS, ticks)
+  big_run = _tick_runner(mesh, axis, big_elems, big_ticks)
   traffic = (COPY + 2 * MATERIALISE + COPY + ACCUMULATE) * 4 * big_elems
   on_cpu = mesh.devices.flat[0].platform in RENDEZVOUS_BACKENDS
   devices = int(mesh.devices.size) if on_cpu else None
@@ -601,11 +638,17 @@ def cached_tick_costs(mesh: Any, axis: str, cache: Any,
                       measure: Callable[[], TickCosts] | None = None
                       ) -> TickCosts:
   """:func:`measure_tick_costs` through the on-disk cache."""
-  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
-  key = make_key({"what": "ticks", "version": TICKS_VERSION, **key_fields})
+  key = tick_cache_key(key_fields)
   rec = cache.get("ticks", key)
   if rec is not None:
     return TickCosts(rec["fixed_s"], rec["per_byte_s"], "measured")
   got = (measure or (lambda: measure_tick_costs(mesh, axis)))()
   cache.put("ticks", key, got.to_dict())
   return got
+
+
+def tick_cache_key(key_fields: Mapping[str, Any]) -> str:
+  """The on-disk cache key (kind ``"ticks"``) of the tick costs measured on
+  the machine ``key_fields`` describes."""
+  from tessel_jax.cost.cache import make_key  # pylint: disable=import-outside-toplevel
+  return make_key({"what": "ticks", "version": TICKS_VERSION, **key_fields})
