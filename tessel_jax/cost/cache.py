@@ -146,6 +146,11 @@ class ProfileCache:
   def path(self, kind: str, key: str) -> str:
     return os.path.join(self.directory, f"{kind}-{key}.json")
 
+  def has(self, kind: str, key: str) -> bool:
+    """Whether a record is stored for ``key`` (not read, not checked, no
+    hit or miss counted; False under ``reprofile``)."""
+    return not self.reprofile and os.path.exists(self.path(kind, key))
+
   def get(self, kind: str, key: str) -> dict[str, Any] | None:
     """The record stored for ``key`` (None: absent, bad or reprofile).
 

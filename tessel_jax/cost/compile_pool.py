@@ -179,36 +179,30 @@ class Background:
     """Compiles ``job`` (``key``'s kernel) on the background thread."""
     if key in self._jobs:
       return
-    if self._pool is None:
-      self._pool = concurrent.futures.ThreadPoolExecutor(
-          1, thread_name_prefix="tj-speculate")
-    self._jobs[key] = self._pool.submit(_compile_one, job)
+    self._jobs[key] = self._executor().submit(_compile_one, job)
     self.submitted += 1
 
   def take(self, key: str) -> Prepared | None:
     """``key``'s kernel compiled (waiting for it and every compile still
     in flight: the caller times it next); None when it was not
     submitted or its compile failed."""
-    future = self._jobs.pop(key, None)
-    if future is None:
-      return None
-    self.drain()
-    try:
-      prepared = future.result()
-    except Exception:  # pylint: disable=broad-except  (compiled again)
-      return None
-    self.taken += 1
+    prepared = self.take_call(key)
+    if prepared is not None:
+      self.taken += 1
     return prepared
 
   def call(self, key: str, fn: Callable[[], Any]) -> None:
     """Runs ``fn`` (a program's lowering and compile: ``price_ahead``) on
     the background thread; :meth:`take_call` gives its result."""
-    if key in self._jobs:
-      return
+    if key not in self._jobs:
+      self._jobs[key] = self._executor().submit(fn)
+
+  def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+    """The background thread (started at the first job)."""
     if self._pool is None:
       self._pool = concurrent.futures.ThreadPoolExecutor(
           1, thread_name_prefix="tj-speculate")
-    self._jobs[key] = self._pool.submit(fn)
+    return self._pool
 
   def take_call(self, key: str) -> Any:
     """What :meth:`call`'s ``fn`` returned for ``key`` (waiting for every

@@ -105,7 +105,7 @@ class CostModel:
     # :meth:`predict` calibrates the tick model on each plan's stand-in
     # program (``calibrate``). None: the microbenchmark alone.
     self.time_program: Callable[[Any], float] | None = None
-    # Set by the build: ``layout -> (signature, measure)`` of the step's
+    # Set by the build: ``layout -> cost.outside.OutsideTimer`` of the step's
     # part outside its ticks (``cost.outside``), or None (not priced).
     self.time_outside: Callable[[Any], Any] | None = None
     # Set by tessel_jax.plans (placement="auto"): seconds of the fastest

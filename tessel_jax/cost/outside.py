@@ -73,9 +73,6 @@ class OutsideTimer:
   prepare: Callable[[], Callable[[], Any]]
   key: str
 
-  def __iter__(self):  # ``signature, measure = timer``
-    return iter((self.signature, self.measure))
-
   def prefetch(self) -> str:
     """Compiles the program on the background compile thread, for
     :attr:`measure` to take; returns its key."""

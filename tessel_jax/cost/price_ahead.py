@@ -48,13 +48,12 @@ def start(model: Any, layout: Any, mesh: Any, pipe_axis: str) -> list[str]:
   local = _processes.local_mesh(mesh, pipe_axis)
   fields = _processes.mesh_fields(local, pipe_axis)
   keys = []
-  if model.memo.ticks is None and not _stored(
-      model.cache, "ticks", _ticks.tick_cache_key(fields)):
+  if model.memo.ticks is None and not model.cache.has(
+      "ticks", _ticks.tick_cache_key(fields)):
     keys += _ticks.prefetch_tick_programs(local, pipe_axis)
   timer = None if model.time_outside is None else model.time_outside(layout)
-  if isinstance(timer, _outside.OutsideTimer) and not _stored(
-      model.cache, "outside",
-      _outside.outside_cache_key(fields, timer.signature)):
+  if isinstance(timer, _outside.OutsideTimer) and not model.cache.has(
+      "outside", _outside.outside_cache_key(fields, timer.signature)):
     keys.append(timer.prefetch())
   return keys
 
@@ -64,8 +63,3 @@ def finish(keys: Sequence[str]) -> None:
   stopped before pricing, a figure found in the cache meanwhile)."""
   _compile_pool.BACKGROUND.discard(keys)
 
-
-def _stored(cache: Any, kind: str, key: str) -> bool:
-  """Whether ``cache`` holds a record for ``key`` (not read: no hit or
-  miss counted)."""
-  return not cache.reprofile and os.path.exists(cache.path(kind, key))

@@ -38,7 +38,7 @@ def outside_seconds(model: CostModel, layout: Any, mesh: Any,
     got = model.time_outside(layout)
     if got is None:
       return 0.0
-    signature, measure = got
+    signature, measure = got.signature, got.measure
     fields = _processes.mesh_fields(
         _processes.local_mesh(mesh, pipe_axis), pipe_axis)
     memo_key = _cache.make_key({"program": signature, **fields})

@@ -556,12 +556,18 @@ def prefetch_tick_programs(mesh: Any, axis: str = "pipe", *,
   """Compiles :func:`measure_tick_costs`' two programs (same arguments) on
   the background compile thread, for it to take; returns their keys."""
   keys = []
-  for elems, n in ((_SMALL_ELEMS, ticks), (big_elems, max(16, ticks // 8))):
+  for elems, n in _program_sizes(big_elems, ticks):
     key = tick_program_key(mesh, axis, elems, n)
     _compile_pool.BACKGROUND.call(
         key, functools.partial(_tick_program, mesh, axis, elems, n))
     keys.append(key)
   return keys
+
+
+def _program_sizes(big_elems: int, ticks: int) -> tuple[tuple[int, int], ...]:
+  """``(elems, ticks)`` of :func:`measure_tick_costs`' small and big
+  programs."""
+  return ((_SMALL_ELEMS, ticks), (big_elems, max(16, ticks // 8)))
 
 
 def _tick_runner(mesh: Any, axis: str, elems: int, ticks: int
@@ -617,9 +623,9 @@ def measure_tick_costs(mesh: Any, axis: str = "pipe", *,
   tick, load 12). ``CostModel.predict`` scales them by the devices of one
   stage.
   """
-  big_ticks = max(16, ticks // 8)
-  small_run = _tick_runner(mesh, axis, _SMALL_ELEMS, ticks)
-  big_run = _tick_runner(mesh, axis, big_elems, big_ticks)
+  sizes = _program_sizes(big_elems, ticks)
+  big_ticks = sizes[1][1]
+  small_run, big_run = (_tick_runner(mesh, axis, e, n) for e, n in sizes)
   traffic = (COPY + 2 * MATERIALISE + COPY + ACCUMULATE) * 4 * big_elems
   on_cpu = mesh.devices.flat[0].platform in RENDEZVOUS_BACKENDS
   devices = int(mesh.devices.size) if on_cpu else None
