@@ -26,7 +26,7 @@ import numpy as np
 from . import held as _held
 from .plan_ir import Dyn, ReadPort, Round, Target, TermAcc, Tick
 from .tick_tables import (Env, assign_inputs, assign_outputs, ctx_offset,
-                          grad_ports, read_port, rows_of, term_counts,
+                          grad_ports, read_start, rows_of, term_counts,
                           term_scale, tick_messages)
 
 
@@ -69,23 +69,23 @@ def _reads(env: Env, seg: Sequence[Tick], port_list: Sequence[Any],
   """The segment's read ports: per port its index and row tables over the
   ticks (``port_list``, ``in_map``: ``tick_tables.assign_inputs``)."""
   T, D = len(seg), env.D
-  reads = []
-  for p, cls in enumerate(port_list):
-    index = np.zeros((T, D), np.int64)
-    row = np.zeros((T, D), np.int64)
-    rowed = False
-    for tau, t in enumerate(seg):
-      users = {}
-      for d, k in enumerate(t.kernels):
-        if k is not None and p in in_map[k]:
-          users[d] = (k, in_map[k].index(p))
-      rp = read_port(env, cls, users, t.mb)
-      index[tau] = rp.index.at(0)
-      row[tau] = rp.row
-      rowed = rowed or rp.rowed
-    reads.append(ReadPort(rp.kind, rp.source, rp.aval, rowed, _static(index),
-                          row))
-  return reads
+  index = np.zeros((len(port_list), T, D), np.int64)
+  row = np.zeros((len(port_list), T, D), np.int64)
+  rowed = [False] * len(port_list)
+  for tau, t in enumerate(seg):
+    users: list[dict[int, tuple[int, int]]] = [{} for _ in port_list]
+    for d, k in enumerate(t.kernels):
+      if k is not None:
+        for r, p in enumerate(in_map[k]):
+          users[p][d] = (k, r)
+    for p, cls in enumerate(port_list):
+      idx, rows, port_rowed = read_start(env, cls, users[p], t.mb)
+      index[p, tau] = idx
+      row[p, tau] = rows
+      rowed[p] = rowed[p] or port_rowed
+  return [ReadPort(cls[0], cls[1], cls[2], rowed[p], _static(index[p]),
+                   row[p])
+          for p, cls in enumerate(port_list)]
 
 
 def _sends(env: Env, seg: Sequence[Tick], out_map: Any,

@@ -330,32 +330,32 @@ def _colour(messages: Sequence[Any]) -> list[dict[str, Any]]:
 def _round(env: Env, rd: Mapping[str, Any]) -> Round:
   """The :class:`Round` of one group of :func:`_colour`."""
   D = env.D
-  cands = tuple(sorted({m.port for m in rd["msgs"]}))
-  cand = np.zeros(D, np.int64)
-  src_row = np.zeros(D, np.int64)
+  msgs = rd["msgs"]
+  cands = tuple(sorted({m.port for m in msgs}))
+  cand, src_row = [0] * D, [0] * D
   perm = []
   by_pool: dict[int, dict[int, tuple[Store, int]]] = {}
-  rows_by_pool: dict[int, np.ndarray] = {}
-  rowed = False
-  for m in rd["msgs"]:
+  rows_by_pool: dict[int, list[int]] = {}
+  for m in msgs:
+    store = m.store
     cand[m.src] = cands.index(m.port)
     src_row[m.src] = m.src_row
-    rowed = rowed or m.rowed
     if rd["remote"]:
-      perm.append((m.src, m.store.device))
-    by_pool.setdefault(m.store.pool, {})[m.store.device] = (m.store, m.mb)
-    rows_by_pool.setdefault(m.store.pool, np.zeros(D, np.int64))[
-        m.store.device] = m.dst_row
+      perm.append((m.src, store.device))
+    by_pool.setdefault(store.pool, {})[store.device] = (store, m.mb)
+    rows_by_pool.setdefault(store.pool, [0] * D)[store.device] = m.dst_row
   targets = tuple(
       Target(pool=p, slot=slot_dyn(D, entries, env.pools[p]),
-             row=rows_by_pool[p])
+             row=np.array(rows_by_pool[p], np.int64))
       for p, entries in sorted(by_pool.items()))
-  dues = [env.first_read.get((m.store.key, m.store.device, m.mb), -1)
-          for m in rd["msgs"]]
-  return Round(remote=rd["remote"], payload=rd["payload"], rowed=rowed,
-               candidates=cands, cand=cand, src_row=src_row,
-               perm=tuple(sorted(perm)), targets=targets,
-               due=min(dues) if dues else -1)
+  first_read = env.first_read
+  due = min((first_read.get((m.store.key, m.store.device, m.mb), -1)
+             for m in msgs), default=-1)
+  return Round(remote=rd["remote"], payload=rd["payload"],
+               rowed=any(m.rowed for m in msgs), candidates=cands,
+               cand=np.array(cand, np.int64),
+               src_row=np.array(src_row, np.int64), perm=tuple(sorted(perm)),
+               targets=targets, due=due)
 
 
 def _terms(env: Env, kern: Sequence[int | None], present: Sequence[int],

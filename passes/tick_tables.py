@@ -11,6 +11,7 @@ to. Pure Python and numpy; depends only on ``plan_ir``, ``kernels`` and
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -69,33 +70,65 @@ class Env:
   terminal_index: Mapping[Key, int]
   first_read: Mapping[tuple[Key, int, int], int] = dataclasses.field(
       default_factory=dict)
+  memo: dict[tuple, Any] = dataclasses.field(default_factory=dict)
+  """What depends only on the kernels present (their ports, accumulators
+  and message routes), made once per plan: a plan has hundreds of ticks
+  and a handful of distinct kernel sets (``remembered``)."""
+
+  def remembered(self, key: tuple, make: Any) -> Any:
+    """``make()``, made once per ``key`` for this plan."""
+    value = self.memo.get(key, _MISSING)
+    if value is _MISSING:
+      value = self.memo[key] = make()
+    return value
+
+  def in_avals(self, kid: int) -> tuple[Aval, ...]:
+    """Kernel ``kid``'s input avals as :class:`Aval`."""
+    return self.remembered(("in_avals", kid), lambda: tuple(
+        Aval.of(a) for a in self.kernels[kid].in_avals))
+
+  def out_avals(self, kid: int) -> tuple[Aval, ...]:
+    """Kernel ``kid``'s output avals as :class:`Aval`."""
+    return self.remembered(("out_avals", kid), lambda: tuple(
+        Aval.of(a) for a in self.kernels[kid].out_avals))
+
+
+_MISSING = object()
 
 
 def slot_dyn(D: int, entries: Mapping[int, tuple[Store, int]],
-              pool: Pool) -> Dyn:
-  base = np.full(D, pool.slots, np.int64)
-  scale = np.zeros(D, np.int64)
-  c = np.zeros(D, np.int64)
-  mod = np.zeros(D, np.int64)
+             pool: Pool) -> Dyn:
+  """Slots of ``entries`` (device -> store, micro-batch); the pool's sink
+  slot on the other devices."""
+  base, scale = [pool.slots] * D, [0] * D
+  c, mod = [0] * D, [0] * D
   for d, (s, m) in entries.items():
     base[d], scale[d], c[d], mod[d] = s.base, s.stride, m, s.slots
-  return Dyn(base, scale, c, mod)
+  return Dyn(np.array(base, np.int64), np.array(scale, np.int64),
+             np.array(c, np.int64), np.array(mod, np.int64))
 
 
 def assign_inputs(env: Env, kids: Sequence[int]
                   ) -> tuple[list[tuple], dict[int, tuple[int, ...]]]:
-  """Read ports shared by kernels ``kids``: classes and per-kernel map.
+  """Read ports shared by kernels ``kids``: classes and per-kernel map
+  (made once per kernel set; callers do not change them).
 
   A class is ``("pool", pool, local aval)`` or ``("batch", leaf, aval)``;
   the ``j``-th input of a class of every kernel uses the same port.
   """
+  kids = tuple(kids)
+  return env.remembered(("inputs", kids), lambda: _assign_inputs(env, kids))
+
+
+def _assign_inputs(env: Env, kids: Sequence[int]
+                   ) -> tuple[list[tuple], dict[int, tuple[int, ...]]]:
   kernels, stores = env.kernels, env.stores
   per_kernel: dict[int, list[tuple]] = {}
   for kid in kids:
     k = kernels[kid]
     cls_list = []
     for r, ref in enumerate(k.inputs):
-      loc = Aval.of(k.in_avals[r])
+      loc = env.in_avals(kid)[r]
       if ref.kind == "value":
         pools_here = {stores[(ref.key, d)].pool for d in k.devices}
         if len(pools_here) != 1:
@@ -110,10 +143,11 @@ def assign_inputs(env: Env, kids: Sequence[int]
 
 def assign_outputs(env: Env, kids: Sequence[int]
                    ) -> tuple[list[Aval], dict[int, tuple[int, ...]]]:
-  """Out ports shared by kernels ``kids`` (grouped by shape)."""
-  per_kernel = {kid: [Aval.of(a) for a in env.kernels[kid].out_avals]
-                for kid in kids}
-  return assign_ports(kids, per_kernel)
+  """Out ports shared by kernels ``kids`` (grouped by shape; made once per
+  kernel set, callers do not change them)."""
+  kids = tuple(kids)
+  return env.remembered(("outputs", kids), lambda: assign_ports(
+      kids, {kid: env.out_avals(kid) for kid in kids}))
 
 
 def assign_ports(kids: Sequence[int], per_kernel: Mapping[int, list]
@@ -178,71 +212,115 @@ class Message:
 def tick_messages(env: Env, kern: Sequence[int | None], mb: np.ndarray,
                   out_map: Mapping[int, tuple[int, ...]]) -> list[Message]:
   """Messages produced by the kernels ``kern`` (per device) of one tick."""
-  b = env.b
   out = []
   for d, kid in enumerate(kern):
     if kid is None:
       continue
-    k = env.kernels[kid]
-    my_rows = rows_of(k, d, b)
-    for o, key in enumerate(k.outputs):
-      port = out_map[kid][o]
-      full = Aval.of(k.out_avals[o])
-      for s in sorted(env.stores_of_key.get(key, ()), key=lambda s: s.device):
-        if s.rows is None:
-          src = s.device if s.device in k.devices else k.devices[0]
-          if src == d:
-            out.append(Message(d, port, 0, False, full, s, 0, int(mb[d])))
+    ports = out_map[kid]
+    routes = env.remembered(("messages", kid, d, ports), functools.partial(
+        _kernel_routes, env, kid, d, ports))
+    m = int(mb[d])
+    out.extend(Message(*route, m) for route in routes)
+  return out
+
+
+def _kernel_routes(env: Env, kid: int, d: int, ports: tuple[int, ...]
+                   ) -> list[tuple]:
+  """The messages kernel ``kid`` on device ``d`` sends (out ports
+  ``ports``), as :class:`Message` fields but the micro-batch."""
+  b = env.b
+  k = env.kernels[kid]
+  my_rows = rows_of(k, d, b)
+  out: list[tuple] = []
+  for o, key in enumerate(k.outputs):
+    port = ports[o]
+    full = env.out_avals(kid)[o]
+    for s in sorted(env.stores_of_key.get(key, ()), key=lambda s: s.device):
+      if s.rows is None:
+        src = s.device if s.device in k.devices else k.devices[0]
+        if src == d:
+          out.append((d, port, 0, False, full, s, 0))
+        continue
+      r0, r1 = s.rows
+      if k.out_split[o]:
+        lo, hi = max(r0, my_rows[0]), min(r1, my_rows[1])
+        if lo >= hi:
           continue
-        r0, r1 = s.rows
-        if k.out_split[o]:
-          lo, hi = max(r0, my_rows[0]), min(r1, my_rows[1])
-          if lo >= hi:
-            continue
-          src_row, dst_row = lo - my_rows[0], lo - r0
-        else:
-          src = s.device if s.device in k.devices else k.devices[0]
-          if src != d:
-            continue
-          lo, hi = r0, r1
-          src_row, dst_row = r0, 0
-        payload = full.with_rows(hi - lo)
-        rowed = payload.shape != full.shape or src_row != 0
-        out.append(Message(d, port, src_row, rowed, payload, s, dst_row,
-                           int(mb[d])))
+        src_row, dst_row = lo - my_rows[0], lo - r0
+      else:
+        src = s.device if s.device in k.devices else k.devices[0]
+        if src != d:
+          continue
+        lo, hi = r0, r1
+        src_row, dst_row = r0, 0
+      payload = full.with_rows(hi - lo)
+      rowed = payload.shape != full.shape or src_row != 0
+      out.append((d, port, src_row, rowed, payload, s, dst_row))
   return out
 
 
 
 def read_port(env: Env, cls: tuple, users: Mapping[int, tuple[int, int]],
-               mb: np.ndarray) -> ReadPort:
+              mb: np.ndarray) -> ReadPort:
   """Per-device indices of one read port (``users``: device -> input)."""
+  kind, source, loc = cls
+  fixed, default, row, rowed = _read_fixed(env, cls, users)
+  D = env.D
+  base = np.full(D, default, np.int64)
+  scale = np.zeros(D, np.int64)
+  c = np.zeros(D, np.int64)
+  mod = np.zeros(D, np.int64)
+  for d, (b0, sc, m0) in fixed.items():
+    base[d], scale[d], c[d], mod[d] = b0, sc, mb[d], m0
+  return ReadPort(kind, source, loc, rowed, Dyn(base, scale, c, mod),
+                  np.array(row, np.int64))
+
+
+def read_start(env: Env, cls: tuple, users: Mapping[int, tuple[int, int]],
+               mb: np.ndarray) -> tuple[list[int], list[int], bool]:
+  """``read_port``'s ``(index at iteration 0, row, rowed)`` as lists (the
+  interpreted ramps' tables, built row by row)."""
+  fixed, default, row, rowed = _read_fixed(env, cls, users)
+  index = [default] * env.D
+  for d, (b0, sc, m0) in fixed.items():
+    m = int(mb[d])
+    index[d] = b0 + sc * (m % m0 if m0 > 0 else m)
+  return index, row, rowed
+
+
+def _read_fixed(env: Env, cls: tuple, users: Mapping[int, tuple[int, int]]
+                ) -> tuple[dict[int, tuple[int, int, int]], int, list[int],
+                           bool]:
+  """What a read port's tables hold whatever the micro-batch: per reading
+  device ``(base, scale, mod)`` of ``base + scale * (mb mod m)``, the base
+  of the others, the row inside the slot per device and whether a row
+  range is read (made once per port and readers)."""
+  key = ("read", cls, tuple(users.items()))
+  return env.remembered(key, lambda: _read_tables(env, cls, users))
+
+
+def _read_tables(env: Env, cls: tuple, users: Mapping[int, tuple[int, int]]
+                 ) -> tuple[dict[int, tuple[int, int, int]], int, list[int],
+                            bool]:
   D, b, kernels = env.D, env.b, env.kernels
   kind, source, loc = cls
+  row = [0] * D
+  fixed: dict[int, tuple[int, int, int]] = {}
   if kind == "pool":
     pool = env.pools[source]
-    entries, row = {}, np.zeros(D, np.int64)
     for d, (kid, r) in users.items():
       s = env.stores[(kernels[kid].inputs[r].key, d)]
-      entries[d] = (s, int(mb[d]))
+      fixed[d] = (s.base, s.stride, s.slots)
       if s.rows is not None:
         want = (rows_of(kernels[kid], d, b) if kernels[kid].in_split[r]
                 else (0, b))
         row[d] = want[0] - s.rows[0]
-    rowed = loc.shape != pool.aval.shape or bool(row.any())
-    return ReadPort("pool", source, loc, rowed, slot_dyn(D, entries, pool),
-                    row)
-  base = np.zeros(D, np.int64)
-  scale = np.zeros(D, np.int64)
-  c = np.zeros(D, np.int64)
+    rowed = loc.shape != pool.aval.shape or any(row)
+    return fixed, pool.slots, row, rowed
   for d, (kid, r) in users.items():
     k = kernels[kid]
-    base[d] = rows_of(k, d, b)[0] if k.in_split[r] else 0
-    scale[d] = b
-    c[d] = mb[d]
-  return ReadPort("batch", source, loc, True,
-                  Dyn(base, scale, c, np.zeros(D, np.int64)),
-                  np.zeros(D, np.int64))
+    fixed[d] = (rows_of(k, d, b)[0] if k.in_split[r] else 0, b, 0)
+  return fixed, 0, row, True
 
 
 def grad_ports(env: Env, present: Sequence[int]
@@ -252,8 +330,16 @@ def grad_ports(env: Env, present: Sequence[int]
   Returns:
     ``(ports, grad_map)``: flat accumulators (one per dtype with a region of
     a present kernel) then slot accumulators, each once; ``grad_map[kid]``
-    maps each of the kernel's slot leaves to its port.
+    maps each of the kernel's slot leaves to its port (made once per kernel
+    set; callers do not change them).
   """
+  present = tuple(present)
+  return env.remembered(("grads", present),
+                        lambda: _grad_ports(env, present))
+
+
+def _grad_ports(env: Env, present: Sequence[int]
+                ) -> tuple[list[GradPort], dict[int, dict[int, int]]]:
   layout = env.layout
   keys: dict[tuple, GradPort] = {}
   grad_map: dict[int, dict[int, int]] = {kid: {} for kid in present}
@@ -294,5 +380,5 @@ def grad_ports(env: Env, present: Sequence[int]
 
 
 __all__ = ["Env", "Message", "assign_inputs", "assign_outputs", "ctx_offset",
-           "grad_ports", "is_rowed", "read_port", "rows_of", "slot_dyn",
-           "term_counts", "term_scale", "tick_messages"]
+           "grad_ports", "is_rowed", "read_port", "read_start", "rows_of",
+           "slot_dyn", "term_counts", "term_scale", "tick_messages"]
