@@ -146,16 +146,17 @@ def _rounds(env: Env, per_tick: Sequence[dict[tuple, dict[int, list]]],
   T = len(per_tick)
   order = sorted(lanes, key=lambda l: (l[1] == 0, l[0].shape, l[0].dtype,
                                        l[1]))
-  # Row tau + 1 of (lane, r): the r-th message of each source at tick tau.
-  chosen_of = {(lane, r): [[] for _ in range(T + 1)]
-               for lane in order for r in range(lanes[lane])}
+  # Boundary tau + 1 of (lane, r): the r-th message of each source at tick
+  # tau (boundaries without one left out, the others in increasing order).
+  chosen_of: dict[tuple, dict[int, list]] = {
+      (lane, r): {} for lane in order for r in range(lanes[lane])}
   for tau, by_lane in enumerate(per_tick):
     for lane, srcs in by_lane.items():
       for ms in srcs.values():
         for r, m in enumerate(ms):
-          chosen_of[(lane, r)][tau + 1].append(m)
+          chosen_of[(lane, r)].setdefault(tau + 1, []).append(m)
   points = _flush_points(env, chosen_of, T, start)
-  return [_round(env, lane[0], lane[1], chosen_of[(lane, r)], points)
+  return [_round(env, lane[0], lane[1], chosen_of[(lane, r)], T, points)
           for lane in order for r in range(lanes[lane])]
 
 
@@ -167,7 +168,7 @@ def _flush_points(env: Env, chosen_of: dict, T: int, start: int
     if not lane[1]:
       continue
     held = {}   # src -> boundaries at which it holds a message
-    for p, row in enumerate(chosen):
+    for p, row in chosen.items():
       for m in row:
         held.setdefault(m.src, []).append((p, m))
     for src, items in held.items():
@@ -178,22 +179,23 @@ def _flush_points(env: Env, chosen_of: dict, T: int, start: int
   return _held.flush_points(intervals, T + 1)
 
 
-def _round(env: Env, payload: Any, shift: int, chosen: list[list],
-           points: np.ndarray) -> Round:
+def _round(env: Env, payload: Any, shift: int, chosen: dict[int, list],
+           T: int, points: np.ndarray) -> Round:
   """One round's tables: sender rows by production boundary, receiver rows
-  by the boundary the message is written at (a remote one's flush)."""
-  D, T = env.D, len(chosen) - 1
-  cands = tuple(sorted({m.port for row_ in chosen for m in row_}))
+  by the boundary the message is written at (a remote one's flush);
+  ``chosen``: the messages by production boundary (``0..T``)."""
+  D = env.D
+  cands = tuple(sorted({m.port for row_ in chosen.values() for m in row_}))
   cand = np.zeros((T + 1, D), np.int64)
   src_row = np.zeros((T + 1, D), np.int64)
   hold = np.ones((T + 1, D), np.int64)
   flush = np.zeros((T + 1, D), np.int64)
-  pools = sorted({m.store.pool for row_ in chosen for m in row_})
+  pools = sorted({m.store.pool for row_ in chosen.values() for m in row_})
   slot = {p: np.full((T + 1, D), env.pools[p].slots, np.int64)
           for p in pools}
   dst_row = {p: np.zeros((T + 1, D), np.int64) for p in pools}
   rowed = False
-  for p, row_ in enumerate(chosen):
+  for p, row_ in chosen.items():
     for m in row_:
       cand[p, m.src] = cands.index(m.port)
       src_row[p, m.src] = m.src_row
