@@ -439,15 +439,21 @@ def tick_model(plan: Any, link: Any, costs: TickCosts | None = None,
         spec_of[t] = plan.interps[seg.start]
   tick_costs: dict[int, float] = {}
   device_costs: dict[int, tuple[float, ...]] = {}
+  # An interp tick's costs depend on its segment and its kernel per device
+  # only: priced once per distinct pair (a ramp repeats a few of them).
+  interp_costs: dict[tuple[int, tuple], tuple[float, ...]] = {}
   for t, tick in enumerate(ticks):
     spec = spec_of.get(t)
     if spec is None:
       tick_costs[tick.step] = costs.seconds(tick_traffic(tick),
                                             priced_ports(tick))
       continue
-    per = tuple(costs.seconds(n, p) for n, p in zip(
-        interp_device_traffic(spec, tick, plan),
-        interp_device_ports(spec, tick)))
+    key = (id(spec), tick.kernels)
+    per = interp_costs.get(key)
+    if per is None:
+      per = interp_costs[key] = tuple(costs.seconds(n, p) for n, p in zip(
+          interp_device_traffic(spec, tick, plan),
+          interp_device_ports(spec, tick)))
     device_costs[tick.step] = per
     tick_costs[tick.step] = sum(per) / len(per)
   if not rendezvous:
