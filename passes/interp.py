@@ -26,8 +26,8 @@ import numpy as np
 from . import held as _held
 from .plan_ir import Dyn, ReadPort, Round, Target, TermAcc, Tick
 from .tick_tables import (Env, assign_inputs, assign_outputs, ctx_offset,
-                          grad_ports, read_start, rows_of, term_counts,
-                          term_scale, tick_messages)
+                          grad_ports, port_users, read_start, rows_of,
+                          term_counts, term_scale, tick_messages)
 
 
 def _static(values: np.ndarray) -> Dyn:
@@ -73,11 +73,7 @@ def _reads(env: Env, seg: Sequence[Tick], port_list: Sequence[Any],
   row = np.zeros((len(port_list), T, D), np.int64)
   rowed = [False] * len(port_list)
   for tau, t in enumerate(seg):
-    users: list[dict[int, tuple[int, int]]] = [{} for _ in port_list]
-    for d, k in enumerate(t.kernels):
-      if k is not None:
-        for r, p in enumerate(in_map[k]):
-          users[p][d] = (k, r)
+    users = port_users(t.kernels, in_map, len(port_list))
     for p, cls in enumerate(port_list):
       idx, rows, port_rowed = read_start(env, cls, users[p], t.mb)
       index[p, tau] = idx

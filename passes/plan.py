@@ -43,7 +43,7 @@ from .plan_ir import (Aval, Dyn, GradPort, Plan, PlanError, Pool, ReadPort,
 from . import stash_groups as _stash_groups
 from .interp import build_interp
 from .segments import Segment, find_loops, interp_segments
-from .tick_tables import (Env, assign_inputs, assign_outputs,
+from .tick_tables import (Env, assign_inputs, assign_outputs, port_users,
                           ctx_offset, grad_ports, is_rowed, read_port,
                           rows_of, slot_dyn, term_counts, term_scale,
                           tick_messages)
@@ -273,11 +273,7 @@ def _make_tick(env: Env, step: int, kern: tuple[int | None, ...],
 
   # Read ports.
   port_list, in_map = assign_inputs(env, present)
-  users: list[dict[int, tuple[int, int]]] = [{} for _ in port_list]
-  for kid in present:
-    for r, p in enumerate(in_map[kid]):
-      for d in kernels[kid].devices:
-        users[p][d] = (kid, r)
+  users = port_users(kern, in_map, len(port_list))
   reads = [read_port(env, cls, users[p], mb) for p, cls in enumerate(port_list)]
 
   # Out ports and messages, coloured into rounds.

@@ -260,6 +260,19 @@ def _kernel_routes(env: Env, kid: int, d: int, ports: tuple[int, ...]
 
 
 
+def port_users(kern: Sequence[int | None], in_map: Mapping[int, Sequence[int]],
+               num_ports: int) -> list[dict[int, tuple[int, int]]]:
+  """Per read port, ``device -> (kernel, input)`` of the devices reading it
+  at a tick whose devices run ``kern`` (None: idle; ``in_map``: the
+  ports' per-kernel map, ``assign_inputs``)."""
+  users: list[dict[int, tuple[int, int]]] = [{} for _ in range(num_ports)]
+  for d, kid in enumerate(kern):
+    if kid is not None:
+      for r, p in enumerate(in_map[kid]):
+        users[p][d] = (kid, r)
+  return users
+
+
 def read_port(env: Env, cls: tuple, users: Mapping[int, tuple[int, int]],
               mb: np.ndarray) -> ReadPort:
   """Per-device indices of one read port (``users``: device -> input)."""
@@ -380,5 +393,6 @@ def _grad_ports(env: Env, present: Sequence[int]
 
 
 __all__ = ["Env", "Message", "assign_inputs", "assign_outputs", "ctx_offset",
-           "grad_ports", "is_rowed", "read_port", "read_start", "rows_of",
-           "slot_dyn", "term_counts", "term_scale", "tick_messages"]
+           "grad_ports", "is_rowed", "port_users", "read_port", "read_start",
+           "rows_of", "slot_dyn", "term_counts", "term_scale",
+           "tick_messages"]
