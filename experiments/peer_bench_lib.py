@@ -222,18 +222,24 @@ def _start(kind: str, cores: Sequence[int], args: PeerArgs,
          f"--variants={','.join(args.variants)}", "--output="]
   env = dict(os.environ)
   env.pop("XLA_FLAGS", None)
-  opt_level = _opt_level_flags(os.environ.get("XLA_FLAGS", ""))
-  if opt_level:
-    env["XLA_FLAGS"] = opt_level
+  codegen = codegen_flags(os.environ.get("XLA_FLAGS", ""))
+  if codegen:
+    env["XLA_FLAGS"] = codegen
   return workers.Worker(f"peer_bench worker {kind}", cmd, cores, env, log)
 
 
-def _opt_level_flags(xla_flags: str) -> str:
-  """The backend optimisation level of ``xla_flags``, the one flag a worker
-  inherits (its device count and threads are set by the binary): a test
-  runs the workers at -O0 as the suite runs; a benchmark sets none."""
+# XLA_FLAGS a worker inherits: how the CPU code is generated. Its device
+# count and threads are set by the binary.
+_CODEGEN_FLAGS = ("--xla_backend_optimization_level",
+                  "--xla_cpu_use_fusion_emitters")
+
+
+def codegen_flags(xla_flags: str) -> str:
+  """The code-generation flags of ``xla_flags`` (``_CODEGEN_FLAGS``), the
+  ones a worker inherits: a test runs the workers with the suite's
+  fast-compile flags (tests/conftest.py); a benchmark sets none."""
   return " ".join(f for f in xla_flags.split()
-                  if f.startswith("--xla_backend_optimization_level"))
+                  if f.startswith(_CODEGEN_FLAGS))
 
 
 def _rounds(procs: dict[str, workers.Worker], cases: list[tuple[str, int]],

@@ -2,10 +2,10 @@
 
 The child makes its own devices (``tj.cpu_mesh`` or the runner's flags), so
 the suite's ``--xla_force_host_platform_device_count`` is dropped; every
-other ``XLA_FLAGS`` entry is kept, so the child compiles at the suite's XLA
-optimisation level (``-O0`` unless ``TESSEL_JAX_TEST_XLA_OPT=1``; see
-conftest.py). Subprocess tests check outputs and files, not compile speed:
-at ``-O0`` a child's compiles take about half the time.
+other ``XLA_FLAGS`` entry is kept, so the child compiles with the suite's
+fast-compile flags (``-O0``, the older emitters, unless
+``TESSEL_JAX_TEST_XLA_OPT=1``; see conftest.py). Subprocess tests check
+outputs and files, not compile speed.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Test setup: a CPU mesh of 8 fake devices (XLA's backend at -O0, compiling
-faster), configured before jax loads.
+"""Test setup: a CPU mesh of 8 fake devices (XLA's backend at -O0 with its
+older LLVM IR emitters, compiling faster), configured before jax loads.
 
 XLA reads ``XLA_FLAGS`` and JAX reads ``JAX_PLATFORMS`` once, at import, so
 they are set here, before any test module imports jax.
@@ -11,18 +11,23 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 # XLA's CPU backend (LLVM) at -O0: the suite's time is mostly XLA compiles
 # of small programs, which this halves (a 40-block value_and_grad: compile
 # 3.8 -> 1.7 CPU s, step 22 -> 39 ms; tests/test_lowering_experiments.py's
-# train test 21.5 -> 12.9 CPU s). The tests of HLO text, compiled bytes
-# and numbers pass as at the default. TESSEL_JAX_TEST_XLA_OPT=1, or an
-# optimisation level in XLA_FLAGS, keeps XLA's default. Subprocess tests
-# (examples, README, runners) drop XLA_FLAGS and run at the default.
-_FAST_COMPILE = "--xla_backend_optimization_level=0"
+# train test 21.5 -> 12.9 CPU s). At -O0 most of what is left is XLA's MLIR
+# fusion emitters (a fixed cost per fusion); the older LLVM IR emitters
+# compile a lowered step in about half the CPU (test_lowering's vshape(4):
+# 2.28 -> 1.18 CPU s, step 22 -> 30 ms; test_lowering + test_placed 149 ->
+# 110 CPU s). The tests of HLO text, compiled bytes and numbers pass as at
+# the default. TESSEL_JAX_TEST_XLA_OPT=1, or an optimisation level in
+# XLA_FLAGS, keeps XLA's defaults. Child processes (examples, README,
+# runners: tests/child_env.py) compile with these flags too.
+_FAST_COMPILE = ("--xla_backend_optimization_level=0",
+                 "--xla_cpu_use_fusion_emitters=false")
 
 _flags = os.environ.get("XLA_FLAGS", "").split()
 if _DEVICE_FLAG not in _flags:
   _flags.append(_DEVICE_FLAG)
 if (os.environ.get("TESSEL_JAX_TEST_XLA_OPT") != "1" and
     not any(f.startswith("--xla_backend_optimization_level") for f in _flags)):
-  _flags.append(_FAST_COMPILE)
+  _flags.extend(_FAST_COMPILE)
 os.environ["XLA_FLAGS"] = " ".join(_flags)
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("MPLBACKEND", "Agg")

@@ -11,6 +11,7 @@ the compiled HLO are the groups' representatives, one copy each) and equal
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import jax
@@ -27,6 +28,7 @@ import test_lowering_models as M
 N = 4
 LAYERS = 4
 HEADS = 2
+OLDER_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 TEXT = "the quick brown fox jumps over the lazy dog. " * 20
 
 
@@ -93,9 +95,16 @@ def test_equals_value_and_grad(gpt, runs, on):
 def test_identical_kernels_have_one_body(runs):
   on, out_on, rep, text = runs[True]
   _, out_off, none, text_off = runs[False]
-  for a, b in zip(jax.tree_util.tree_leaves(out_on),
-                  jax.tree_util.tree_leaves(out_off)):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # The same computations in another program: bit-equal under XLA's MLIR
+  # fusion emitters (its default); the older emitters the suite compiles
+  # with (tests/conftest.py) fuse and round the two programs differently
+  # (max relative error 8.1e-7 against 0.0), so there equal to rounding.
+  if OLDER_EMITTERS in os.environ.get("XLA_FLAGS", "").split():
+    assert M.max_rel_err(out_on, out_off) <= 5e-6
+  else:
+    for a, b in zip(jax.tree_util.tree_leaves(out_on),
+                    jax.tree_util.tree_leaves(out_off)):
+      np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert not none  # off: no grouping asked
   kernels = on.built.plan.kernels
   assert {s.kind for s in on.built.plan.segments} == {"interp"}

@@ -67,9 +67,9 @@ def test_data_parallel_equals_value_and_grad():
   _close(want, got)
 
 
-# The workers compile at the suite's optimisation level (tests/conftest.py),
+# The workers compile with the suite's fast-compile flags (tests/conftest.py),
 # nothing else of the suite's XLA_FLAGS: the runner sets its own devices.
-_SUITE_OPT_LEVEL = peer_bench_lib._opt_level_flags(
+_SUITE_CODEGEN = peer_bench_lib.codegen_flags(
     os.environ.get("XLA_FLAGS", ""))
 
 
@@ -77,7 +77,7 @@ def test_peer_bench_smoke(tmp_path):
   """Every variant builds, is timed once and lands in the JSON and table."""
   out = tmp_path / "peer.json"
   env = dict(os.environ, TESSEL_JAX_CACHE=str(tmp_path / "cache"),
-             XLA_FLAGS=_SUITE_OPT_LEVEL)
+             XLA_FLAGS=_SUITE_CODEGEN)
   proc = subprocess.run(
       [sys.executable, "-m", "experiments.peer_bench", "--hidden=16",
        "--rows=4", "--ns=4", "--rounds=1", "--cost=uniform",
@@ -103,7 +103,7 @@ def test_peer_bench_four_stages_smoke(tmp_path):
   fake devices, with the work ratio (CPU x hand GPipe) in the summary."""
   out = tmp_path / "peer4.json"
   env = dict(os.environ, TESSEL_JAX_CACHE=str(tmp_path / "cache"),
-             XLA_FLAGS=_SUITE_OPT_LEVEL)
+             XLA_FLAGS=_SUITE_CODEGEN)
   proc = subprocess.run(
       [sys.executable, "-m", "experiments.peer_bench", "--stages=4",
        "--hidden=16", "--rows=4", "--ns=4", "--rounds=1", "--cost=uniform",
@@ -129,12 +129,13 @@ def test_peer_bench_flags_say_what_is_wrong():
   assert "--layers=4 must be a multiple of 8" in proc.stderr
 
 
-def test_workers_inherit_only_the_optimisation_level():
+def test_workers_inherit_only_the_codegen_flags():
   """A worker sets its own devices and threads; of the parent's XLA_FLAGS it
-  keeps the backend optimisation level alone (the suite's -O0)."""
+  keeps the code-generation flags alone (the suite's -O0, older emitters)."""
   flags = ("--xla_force_host_platform_device_count=8"
-           " --xla_backend_optimization_level=0 --xla_cpu_multi_thread_eigen=false")
-  assert peer_bench_lib._opt_level_flags(flags) == (
-      "--xla_backend_optimization_level=0")
-  assert peer_bench_lib._opt_level_flags(
+           " --xla_backend_optimization_level=0 --xla_cpu_multi_thread_eigen=false"
+           " --xla_cpu_use_fusion_emitters=false")
+  assert peer_bench_lib.codegen_flags(flags) == (
+      "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false")
+  assert peer_bench_lib.codegen_flags(
       "--xla_force_host_platform_device_count=8") == ""
