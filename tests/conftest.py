@@ -22,12 +22,35 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 _FAST_COMPILE = ("--xla_backend_optimization_level=0",
                  "--xla_cpu_use_fusion_emitters=false")
 
+
+def _xla_knows(flag: str) -> bool:
+  """Whether the installed jaxlib's XLA defines ``flag`` (its name is in
+  one of jaxlib's shared libraries): XLA aborts on an unknown flag in
+  XLA_FLAGS, and a later jaxlib may drop one of ``_FAST_COMPILE``."""
+  import glob  # pylint: disable=import-outside-toplevel
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  import mmap  # pylint: disable=import-outside-toplevel
+  spec = importlib.util.find_spec("jaxlib")  # finds it, imports nothing
+  if spec is None or spec.origin is None:
+    return False
+  name = flag.lstrip("-").split("=")[0].encode()
+  for path in glob.glob(os.path.join(
+      os.path.dirname(spec.origin), "**", "*.so"), recursive=True):
+    if not os.path.getsize(path):
+      continue
+    with open(path, "rb") as lib, mmap.mmap(
+        lib.fileno(), 0, access=mmap.ACCESS_READ) as text:
+      if text.find(name) >= 0:
+        return True
+  return False
+
+
 _flags = os.environ.get("XLA_FLAGS", "").split()
 if _DEVICE_FLAG not in _flags:
   _flags.append(_DEVICE_FLAG)
 if (os.environ.get("TESSEL_JAX_TEST_XLA_OPT") != "1" and
     not any(f.startswith("--xla_backend_optimization_level") for f in _flags)):
-  _flags.extend(_FAST_COMPILE)
+  _flags.extend(f for f in _FAST_COMPILE if _xla_knows(f))
 os.environ["XLA_FLAGS"] = " ".join(_flags)
 os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ.setdefault("MPLBACKEND", "Agg")
