@@ -19,8 +19,8 @@ _DEVICE_FLAG = "--xla_force_host_platform_device_count=8"
 # the default. TESSEL_JAX_TEST_XLA_OPT=1, or an optimisation level in
 # XLA_FLAGS, keeps XLA's defaults. Child processes (examples, README,
 # runners: tests/child_env.py) compile with these flags too.
-_FAST_COMPILE = ("--xla_backend_optimization_level=0",
-                 "--xla_cpu_use_fusion_emitters=false")
+OLDER_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
+_FAST_COMPILE = ("--xla_backend_optimization_level=0", OLDER_EMITTERS)
 
 
 def _xla_knows(flag: str) -> bool:

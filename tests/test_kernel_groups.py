@@ -24,11 +24,11 @@ from tessel_jax import placements
 from tessel_jax.passes import kernel_groups, switches
 
 import test_lowering_models as M
+from conftest import OLDER_EMITTERS
 
 N = 4
 LAYERS = 4
 HEADS = 2
-OLDER_EMITTERS = "--xla_cpu_use_fusion_emitters=false"
 TEXT = "the quick brown fox jumps over the lazy dog. " * 20
 
 
