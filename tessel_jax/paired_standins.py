@@ -155,12 +155,19 @@ def _sampler_of(step: Any, params: Any, batch: Any) -> Callable[[], float]:
   process CPU time, ``calibrate.sample_seconds``): the program compiled
   when its plan was priced (``calibrate.kept_runner``), else compiled now
   (its seconds read from the disk cache)."""
-  import jax  # pylint: disable=import-outside-toplevel
   plan = _calibrate.standin_plan(step.built.plan)
   run = _calibrate.kept_runner(step.standin_program, plan)
   if run is None:
     run = _calibrate.program_runner(step.standin_program, params, batch,
                                     plan)
+  return timed_sampler(run)
+
+
+def timed_sampler(run: Callable[[], Any]) -> Callable[[], float]:
+  """A call timing one call of ``run`` (a compiled stand-in step, warmed
+  up here), capped by the process CPU time
+  (``calibrate.sample_seconds``), with no background compile running."""
+  import jax  # pylint: disable=import-outside-toplevel
   _compile_pool.drain()  # no background compile while timing
   cores = _calibrate.cpu_cores_of(jax.block_until_ready(run()))  # warm up
 

@@ -6,7 +6,8 @@ uniform spans) are searched in turn and priced by one loop
 (:func:`choose`) on ``CostModel.step_seconds``, the figure the report
 predicts. A candidate in the same order as one found before it makes the
 same tick plan, so it is not priced again; the cheapest is lowered (ties:
-the earlier).
+the earlier), after the close ones' stand-in programs are timed again side by
+side (``choice_standins``: one timing each is too noisy to rank them).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tessel_jax import choice_standins as _choice_standins
 from tessel_jax.cost import processes as _processes
 
 #: :func:`choose`: a candidate after the first is first priced with the
@@ -174,9 +176,13 @@ def choose(step: Any, costs: Any, unrolled: Any, plan: Any,
   if not priced:
     clock.lap("price", "no other schedule: the first lowered unpriced")
     return None
+  priced, note = _choice_standins.recheck(
+      step, priced, lambda p: _reprice(step, costs, p))
   taken = min(priced, key=lambda p: p.seconds).name  # ties: the earlier
   clock.lap("price", f"{len(priced)} schedule(s), lowering the one searched"
-            f" on {taken} spans")
+            f" on {taken} spans" + (f"; the close ones' stand-ins timed"
+                                    f" again side by side: {note}"
+                                    if note else ""))
   found = tuple(n for n, _ in found_before) + tuple(twins)
   order = [FIRST] + [c.name for c in candidates]
   return Choice(tuple(priced), taken, twins,
@@ -203,6 +209,17 @@ def _price(step: Any, costs: Any, name: str, found: Any, run: Any, plan: Any,
     extra_s = standin_extra(model)
   (seconds,) = _processes.agree([seconds])
   return Priced(name, found, run, plan, float(seconds), extra_s)
+
+
+def _reprice(step: Any, costs: Any, p: Priced) -> Priced:
+  """``p`` priced again on ``CostModel.step_seconds`` (its stand-in figure
+  re-timed, ``choice_standins``)."""
+  model = step._costs  # pylint: disable=protected-access
+  seconds = model.step_seconds(costs, p.unrolled, p.plan, p.plan.layout,
+                               step.mesh, step.pipe_axis)
+  (seconds,) = _processes.agree([seconds])
+  return dataclasses.replace(p, seconds=float(seconds),
+                             extra_s=standin_extra(model))
 
 
 def standin_extra(model: Any) -> float | None:

@@ -145,12 +145,14 @@ def _install_timers(step: Any, costs: Any, make_program: Any, params: Any,
               getattr(step, "cheap_screening", False))
   calibrate = (costs is not None and not screened and
                step._costs.measured)  # pylint: disable=protected-access
-  # placement="auto" times the close leaders' stand-ins again side by side
-  # (tessel_jax.paired_standins): their compiled programs are kept for it.
+  if calibrate:  # filled by calibrate.program_timer
+    make_program.compiled = {}
+  # The build's close candidates are timed again side by side during the
+  # choice (tessel_jax.choice_standins); placement="auto" times the close
+  # leaders' stand-ins again after the builds (tessel_jax.paired_standins).
   keep = calibrate and getattr(step, "keep_standins", False)
-  if keep:
-    make_program.compiled = {}  # filled by calibrate.program_timer
   step.standin_program = make_program if keep else None
+  step.choice_standins = make_program if calibrate else None
   step._costs.time_program = (  # pylint: disable=protected-access
       _calibrate.program_timer(make_program, params, batch)
       if calibrate else None)
@@ -164,6 +166,11 @@ def _release_timers(step: Any) -> None:
   program, never kept past the build."""
   step._costs.time_program = None  # pylint: disable=protected-access
   step._costs.time_outside = None  # pylint: disable=protected-access
+  programs = getattr(step, "choice_standins", None)
+  if programs is not None and getattr(step, "standin_program",
+                                      None) is None:
+    programs.compiled.clear()  # (else kept for paired_standins.recheck)
+  step.choice_standins = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -294,3 +294,11 @@ def cached_standin_seconds(plan: Any, run_standin: Callable[[Any], float],
   cache.put("standin", key, {"standin_s": sec})
   return sec, False
 
+
+
+def store_standin_seconds(plan: Any, seconds: float, cache: Any,
+                          fields: Mapping[str, Any]) -> None:
+  """Replaces the stand-in seconds of ``plan`` in the disk cache (a
+  figure timed again side by side with another plan's, ``choice_standins``)."""
+  cache.put("standin", _standin_key(plan, fields),
+            {"standin_s": float(seconds), "paired": True})

@@ -188,6 +188,13 @@ class CostModel:
     None (logged) where it cannot be built or run."""
     return _standin.standin_seconds(self, plan, mesh, pipe_axis)
 
+  def set_standin_seconds(self, plan: Any, mesh: Any, pipe_axis: str,
+                          seconds: float) -> None:
+    """Replaces the step seconds of ``plan``'s stand-in (memo and disk
+    cache) with a figure timed again side by side with other plans'
+    (``tessel_jax.choice_standins``)."""
+    _standin.replace_seconds(self, plan, mesh, pipe_axis, seconds)
+
   def port_seconds(self, costs: SearchCosts, unrolled: Any, plan: Any,
                    mesh: Any, pipe_axis: str,
                    tick_costs: _ticks.TickCosts) -> tuple[float, float]:

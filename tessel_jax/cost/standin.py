@@ -57,6 +57,16 @@ def standin_seconds(model: CostModel, plan: Any, mesh: Any, pipe_axis: str
   return model.memo.standin[memo_key]
 
 
+def replace_seconds(model: CostModel, plan: Any, mesh: Any, pipe_axis: str,
+                    seconds: float) -> None:
+  """Sets the stand-in seconds of ``plan`` (memo and disk cache): a figure
+  timed again side by side with other plans' (``choice_standins``), which
+  every later price of ``plan`` then reads."""
+  fields, memo_key = _fields_and_key(plan, mesh, pipe_axis)
+  model.memo.standin[memo_key] = float(seconds)
+  _calibrate.store_standin_seconds(plan, seconds, model.cache, fields)
+
+
 def standin_bounds(model: CostModel, costs: Any, unrolled: Any, plan: Any,
                    mesh: Any, pipe_axis: str,
                    tick_model: _ticks.TickModel) -> bool:
