@@ -34,10 +34,11 @@ from tessel_jax.cost import processes as _processes
 _LOG = logging.getLogger(__name__)
 
 #: Candidates priced within this fraction of the cheapest are re-timed:
-#: wider than ``paired_standins.MARGIN`` (0.15), as one stand-in's single
-#: timing was 0.68-1.8x the median of its later ones (eqx_transformer: a
-#: plan priced 15.4% below the next had its stand-in timed at 10.04 ms
-#: against 14.72 later, the next at 12.26 against 15.89).
+#: wider than ``paired_standins.MARGIN`` (0.15), as a stand-in's single
+#: timing in the build was 0.68-1.63x the median of eight later ones
+#: (eqx_transformer, two builds, six stand-ins: a plan priced 15.4% below
+#: the next had its stand-in timed at 10.04 ms against 14.72 later, the
+#: next at 12.26 against 15.89).
 MARGIN = 0.5
 #: Seconds the paired timing may take (its samples are cut to fit, never
 #: below :data:`MIN_SAMPLES` per stand-in).
