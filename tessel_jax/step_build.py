@@ -145,14 +145,16 @@ def _install_timers(step: Any, costs: Any, make_program: Any, params: Any,
               getattr(step, "cheap_screening", False))
   calibrate = (costs is not None and not screened and
                step._costs.measured)  # pylint: disable=protected-access
-  if calibrate:  # filled by calibrate.program_timer
-    make_program.compiled = {}
   # The build's close candidates are timed again side by side during the
-  # choice (tessel_jax.choice_standins); placement="auto" times the close
-  # leaders' stand-ins again after the builds (tessel_jax.paired_standins).
+  # choice (cost="calibrated": tessel_jax.choice_standins); placement="auto"
+  # times the close leaders' stand-ins again after the builds
+  # (tessel_jax.paired_standins). Both take the compiled stand-ins kept.
   keep = calibrate and getattr(step, "keep_standins", False)
+  pair = calibrate and step._costs.calibrated  # pylint: disable=protected-access
+  if keep or pair:
+    make_program.compiled = {}  # filled by calibrate.program_timer
   step.standin_program = make_program if keep else None
-  step.choice_standins = make_program if calibrate else None
+  step.choice_standins = make_program if pair else None
   step._costs.time_program = (  # pylint: disable=protected-access
       _calibrate.program_timer(make_program, params, batch)
       if calibrate else None)

@@ -295,7 +295,6 @@ def cached_standin_seconds(plan: Any, run_standin: Callable[[Any], float],
   return sec, False
 
 
-
 def store_standin_seconds(plan: Any, seconds: float, cache: Any,
                           fields: Mapping[str, Any]) -> None:
   """Replaces the stand-in seconds of ``plan`` in the disk cache (a
