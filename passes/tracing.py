@@ -219,28 +219,43 @@ def _check_arrays(fn_name: str, tree: Any, what: str) -> None:
 
 
 def check_divisible(fn_name: str, batch_avals: Sequence[Any],
-                    num_microbatches: int) -> int:
+                    num_microbatches: int,
+                    paths: Sequence[str] | None = None) -> int:
   """Returns the micro-batch size; raises unless the batch splits evenly.
 
   Args:
     fn_name: For messages.
     batch_avals: Flat leaves of the whole batch.
     num_microbatches: N.
+    paths: Each leaf's path in the batch (``jax.tree_util.keystr``), for
+      messages; None: ``leaf <i>``.
   """
   if not batch_avals:
     raise fail(fn_name, "the batch has no array leaves; pass the batch as the"
                " second argument, split along axis 0 into micro-batches")
-  sizes = set()
-  for a in batch_avals:
+  names = (list(paths) if paths is not None else
+           [f" leaf {i}" for i in range(len(batch_avals))])
+  for name, a in zip(names, batch_avals):
     if not a.shape:
-      raise fail(fn_name, f"a batch leaf is a scalar (shape ()); every batch"
+      raise fail(fn_name, f"batch{name} is a scalar (shape ()); every batch"
                  f" leaf needs a leading batch axis to split into"
-                 f" {num_microbatches} micro-batches")
-    sizes.add(a.shape[0])
+                 f" {num_microbatches} micro-batches. A value shared by"
+                 f" every example (a temperature, a step count) belongs"
+                 f" outside the batch: close over it in the function, or"
+                 f" pass it in params (its gradient is then returned too)")
+  sizes: dict[int, list[str]] = {}
+  for name, a in zip(names, batch_avals):
+    sizes.setdefault(a.shape[0], []).append(name)
   if len(sizes) != 1:
+    which = "; ".join(f"{n}: batch{', batch'.join(ls[:3])}"
+                      f"{' ...' if len(ls) > 3 else ''}"
+                      for n, ls in sorted(sizes.items()))
     raise fail(fn_name, f"batch leaves have different leading sizes"
-               f" {sorted(sizes)}; every leaf must have the same batch axis 0")
-  size = sizes.pop()
+               f" {sorted(sizes)} ({which}); every leaf must have the"
+               f" same batch axis 0: give per-example values one row per"
+               f" example, and pass values shared by the whole batch in"
+               f" params or close over them")
+  size = next(iter(sizes))
   if num_microbatches < 1 or size % num_microbatches:
     raise fail(fn_name, f"the batch has {size} examples along axis 0, which"
                f" does not divide into num_microbatches={num_microbatches};"

@@ -53,10 +53,10 @@ def counts(step: Any, data_axes: Sequence[str]) -> tuple[int, int, int]:
 def trace(step: Any, params: Any, batch: Any, n_total: int) -> tuple:
   """``(traced, rows, microbatch avals, param avals)`` of one micro-batch."""
   name = step.fn_name
-  b_leaves = jax.tree_util.tree_leaves(batch)
+  b_flat = jax.tree_util.tree_flatten_with_path(batch)[0]
   rows = _tracing.check_divisible(
-      name, [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in b_leaves],
-      n_total)
+      name, [jax.ShapeDtypeStruct(x.shape, x.dtype) for _, x in b_flat],
+      n_total, [jax.tree_util.keystr(k) for k, _ in b_flat])
   microbatch = jax.tree_util.tree_map(
       lambda x: jax.ShapeDtypeStruct((rows,) + tuple(x.shape[1:]), x.dtype),
       batch)

@@ -343,6 +343,25 @@ def test_bad_leaves_are_refused_with_their_path(where, value, field, mode,
     step.build(params, batch)
 
 
+@pytest.mark.parametrize("extra, pattern", [
+    ({"temperature": "scalar"},
+     r"batch\['temperature'\] is a scalar .*close over it in the function,"
+     r" or pass it in params"),
+    ({"mask": "short"},
+     r"different leading sizes \[6, 8\] \(6: batch\['mask'\]; 8:"
+     r" batch\['x'\]\).*pass values shared by the whole batch in params"),
+])
+def test_batch_leaves_that_do_not_split_are_named_with_a_fix(
+    extra, pattern, no_solver):
+  tj, jnp, f, mesh, params, batch = _jax_case()
+  from tessel_jax.passes.errors import TesselError  # pylint: disable=import-outside-toplevel
+  values = {"scalar": jnp.float32(2.0), "short": jnp.ones((6, 4))}
+  batch = dict(batch, **{k: values[v] for k, v in extra.items()})
+  step = tj.schedule(f, mesh=mesh, placement="vshape", num_microbatches=4)
+  with pytest.raises(TesselError, match=pattern):
+    step.build(params, batch)
+
+
 def test_int_params_are_refused_like_value_and_grad_refuses_them():
   tj, jnp, f, mesh, params, batch = _jax_case()
   import jax  # pylint: disable=import-outside-toplevel
