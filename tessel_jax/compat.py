@@ -9,6 +9,7 @@ device memory query. Measured on JAX 0.10.2
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -611,6 +612,26 @@ def with_outvars(closed: Any, outvars: Sequence[Any]) -> Any:
                             tuple(f"out{i}" for i in range(len(outvars))))
   return ClosedJaxpr(jaxpr.replace(outvars=list(outvars), debug_info=info),
                      list(closed.consts))
+
+
+# --- a build inside a caller's trace ------------------------------------------
+
+
+@contextlib.contextmanager
+def outside_traces() -> Iterator[None]:
+  """Runs its body as at top level, outside every trace its caller is in.
+
+  A step first called inside the user's ``jax.jit`` builds there: the
+  build's example arrays (``jax.device_put`` of numpy values) and the
+  kernels it times must be concrete values, not tracers of the caller's
+  program. ``jax.ensure_compile_time_eval`` would also fold every
+  constant-only equation of the blocks the build traces, each compiled on
+  its own; this only leaves the caller's trace (traces opened inside, such
+  as ``jax.make_jaxpr``, behave as at top level).
+  """
+  from jax._src import core as _core  # pylint: disable=import-outside-toplevel
+  with _core.set_current_trace(_core.eval_trace):
+    yield
 
 
 # --- source locations in the lowered program's metadata -------------------------

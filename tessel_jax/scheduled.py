@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 
+from tessel_jax import compat
 from tessel_jax import param_sharding as _param_sharding
 from tessel_jax import placed_step as _placed_step
 from tessel_jax import progress as _progress
@@ -202,10 +203,12 @@ class ScheduledFunction:
            jax.tree_util.tree_structure(batch), tuple(sorted(shards.items())),
            axes[0], tuple(sorted(axes[2].items())))
     if key not in self._cache:
-      if self.auto:
-        self._cache[key] = self._auto_build(key, params, batch)
-      else:
-        self._cache[key] = self._build(params, batch, shards, axes)
+      # Inside a caller's jax.jit the build still times real arrays.
+      with compat.outside_traces():
+        if self.auto:
+          self._cache[key] = self._auto_build(key, params, batch)
+        else:
+          self._cache[key] = self._build(params, batch, shards, axes)
     self._last = self._cache[key]
     self.choice = self._choices.get(key)
     return self._last
