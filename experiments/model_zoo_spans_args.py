@@ -26,6 +26,11 @@ flags.DEFINE_string("reference", "nnx_bn_cnn", "With --cost=measured: the"
                     " machine's per-port cost (tessel_jax.cost.ports) before"
                     " the table's models are built, so none of them is its"
                     " own reference; '' leaves it to the first model.")
+flags.DEFINE_bool("price_after", True, "After each model's timing rounds,"
+                  " profile and price both candidates again on an empty"
+                  " cache: the two predictions bracket the rounds, so"
+                  " drift of the machine between profile and timing shows"
+                  " (predicted_after_ms, drift, measured_over_bracket).")
 flags.DEFINE_integer("seed", 0, "CP-SAT and round-order seed.")
 flags.DEFINE_string("output", "results/model_zoo/spans.json",
                     "JSON results (a .md table beside it); '': print only.")
@@ -50,7 +55,8 @@ def from_flags():
   return SpansArgs(models=models, microbatches=microbatches,
                    rows=rows, rounds=f.rounds, realtime=f.realtime,
                    seed=f.seed, output=f.output or None, cost=f.cost,
-                   reference=f.reference or None)
+                   reference=f.reference or None,
+                   price_after=f.price_after)
 
 
 def check_output() -> None:

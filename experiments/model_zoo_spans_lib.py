@@ -12,16 +12,22 @@ and stand-in programs profiled) and timed in shuffled rounds at real-time
 priority where allowed (``experiments.realtime``). Per model: the automatic
 choice, each candidate's predicted and measured step (median of the
 rounds), which one measured faster, and whether the choice took it.
+After a model's rounds both candidates are profiled and priced again on an
+empty cache (:func:`priced_again`): the predictions before and after the
+rounds bracket them, which separates the cost model's error from the
+machine's drift between profile and timing.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import random
 import resource
 import statistics
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
@@ -52,6 +58,7 @@ class SpansArgs(NamedTuple):
   output: str | None = "results/model_zoo/spans.json"
   cost: str = "calibrated"
   reference: str | None = "nnx_bn_cnn"
+  price_after: bool = True
 
 
 @contextlib.contextmanager
@@ -87,21 +94,30 @@ def _cpu_s() -> float:
   return r.ru_utime + r.ru_stime
 
 
+def _build_candidate(model: Any, which: str | None, args: SpansArgs,
+                     mesh: Any, choices: list[str],
+                     cache_dir: str | None = None) -> Any:
+  """``model`` built with the candidate ``which`` forced (None: as
+  chosen; :func:`forced`); ``cache_dir``: a cost and schedule cache of its
+  own (None: the process's)."""
+  with forced(which, choices):
+    step = tj.schedule(model.fn, mesh=mesh,
+                       placement=tj.placements.vshape(2),
+                       num_microbatches=args.microbatches,
+                       has_aux=model.has_aux, cut="auto", cost=args.cost,
+                       seed=args.seed, cache_dir=cache_dir)
+    return step.build(model.params, model.batch)
+
+
 def build_model(name: str, args: SpansArgs, mesh: Any
-                ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
-  """Both candidates of one model: ``({candidate: run}, row)``."""
+                ) -> tuple[dict[str, Callable[[], Any]], dict[str, Any], Any]:
+  """Both candidates of one model: ``({candidate: run}, row, model)``."""
   model = BUILDERS[name](args.rows * args.microbatches)
   row: dict[str, Any] = {"model": name}
   runs = {}
   for which in (None,) + CANDIDATES:
     choices: list[str] = []
-    with forced(which, choices):
-      step = tj.schedule(model.fn, mesh=mesh,
-                         placement=tj.placements.vshape(2),
-                         num_microbatches=args.microbatches,
-                         has_aux=model.has_aux, cut="auto", cost=args.cost,
-                         seed=args.seed)
-      built = step.build(model.params, model.batch)
+    built = _build_candidate(model, which, args, mesh, choices)
     rep = built.report
     if which is None:
       row["choice"] = choices[0] if choices else "measured (no alternative)"
@@ -113,7 +129,29 @@ def build_model(name: str, args: SpansArgs, mesh: Any
                   "makespan_steps": built.unrolled.makespan,
                   "block_ms": {k: round(v, 3)
                                for k, v in rep.block_ms.items()}}
-  return runs, row
+  return runs, row, model
+
+
+def priced_again(model: Any, args: SpansArgs, mesh: Any,
+                 row: dict[str, Any]) -> None:
+  """Each candidate of ``row`` profiled and priced again after its timing
+  rounds (an empty cache: kernels, stand-ins and the machine's per-port
+  cost measured anew), as ``predicted_after_ms``, with whether the build
+  lowered the same schedule (``same_plan_after``). The prediction made
+  before the rounds and this one bracket them: where the two differ, the
+  machine moved between profile and timing, and measured over their
+  geometric mean (``measured_over_bracket``) is the model's error with
+  that drift shared out."""
+  for c in CANDIDATES:
+    if c not in row:
+      continue
+    with tempfile.TemporaryDirectory(prefix="tj_zoo_after_") as cache:
+      built = _build_candidate(model, c, args, mesh, [], cache_dir=cache)
+    got = row[c]
+    got["predicted_after_ms"] = round(built.report.predicted_step_ms, 3)
+    got["same_plan_after"] = (
+        built.plan.loop_summary() == got["lowered_as"]
+        and built.unrolled.makespan == got["makespan_steps"])
 
 
 def time_rounds(runs: dict[str, Callable[[], Any]], rounds: int, seed: int
@@ -148,16 +186,22 @@ def judge(row: dict[str, Any]) -> dict[str, Any]:
       abs(row["measured"]["measured_ms"] - row["uniform"]["measured_ms"])
       <= 0.05 * row[fast]["measured_ms"])
   for c in CANDIDATES:
-    row[c]["measured_over_predicted"] = round(
-        row[c]["measured_ms"] / row[c]["predicted_ms"], 3)
+    got = row[c]
+    got["measured_over_predicted"] = round(
+        got["measured_ms"] / got["predicted_ms"], 3)
+    if got.get("predicted_after_ms"):
+      got["drift"] = round(got["predicted_after_ms"] / got["predicted_ms"], 3)
+      got["measured_over_bracket"] = round(got["measured_ms"] / math.sqrt(
+          got["predicted_ms"] * got["predicted_after_ms"]), 3)
   return row
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
   lines = ["| model | chosen | measured spans: predicted / measured ms |"
            " uniform spans: predicted / measured ms | faster measured |"
-           " choice right (within 5%) | measured / predicted (chosen) |",
-           "|---|---|---|---|---|---|---|"]
+           " choice right (within 5%) | measured / predicted (chosen) |"
+           " priced after / before (chosen) | measured / bracket (chosen) |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for r in rows:
     if "error" in r:
       lines.append(f"| {r['model']} | error: {r['error'][:100]} ||||||")
@@ -168,10 +212,15 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
       cells.append(f"{d.get('predicted_ms', '-')} / {d.get('measured_ms', '-')}"
                    f" (`{d.get('lowered_as', '')}`)")
     chosen = r["choice"].split()[0]
-    ratio = r.get(chosen, {}).get("measured_over_predicted", "-")
+    took = r.get(chosen, {})
+    drift = took.get("drift", "-")
+    if took.get("same_plan_after") is False:
+      drift = f"{drift} (another plan)"
     lines.append(f"| {r['model']} | {r['choice']} | {cells[0]} | {cells[1]} |"
                  f" {r.get('faster_measured', '-')} |"
-                 f" {r.get('choice_right', '-')} | {ratio} |")
+                 f" {r.get('choice_right', '-')} |"
+                 f" {took.get('measured_over_predicted', '-')} | {drift} |"
+                 f" {took.get('measured_over_bracket', '-')} |")
   return "\n".join(lines)
 
 
@@ -219,10 +268,12 @@ def main(args: SpansArgs, log: Callable[[str], None] = print) -> int:
     # priority the candidates are timed at (at normal priority under
     # load, profiles ran 16-18% slower, see ``inference_speedup_lib``).
     rt = realtime.realtime_threads() if args.realtime else 0
-    runs, got = build_model(name, args, mesh)
+    runs, got, model = build_model(name, args, mesh)
     rt = max(rt, realtime.realtime_threads() if args.realtime else 0)
     for c, t in time_rounds(runs, args.rounds, args.seed).items():
       got[c].update(t)
+    if args.price_after:
+      priced_again(model, args, mesh, got)
     got["realtime_threads"] = rt
     return judge(got)
 

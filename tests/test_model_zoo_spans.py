@@ -56,3 +56,19 @@ def test_judge_and_markdown():
                      "measured": {"predicted_ms": 10.0, "measured_ms": 9.8},
                      "uniform": {"predicted_ms": 12.0, "measured_ms": 10.0}})
   assert close["choice_right"]    # within 5%: either is right
+
+
+def test_the_price_after_the_rounds_brackets_them():
+  row = lib.judge({"model": "m", "choice": "measured",
+                   "measured": {"predicted_ms": 10.0, "measured_ms": 12.0,
+                                "predicted_after_ms": 14.4,
+                                "same_plan_after": True},
+                   "uniform": {"predicted_ms": 12.0, "measured_ms": 13.0}})
+  got = row["measured"]
+  assert got["measured_over_predicted"] == 1.2
+  assert got["drift"] == 1.44
+  assert got["measured_over_bracket"] == 1.0     # 12 / sqrt(10 * 14.4)
+  assert "drift" not in row["uniform"]
+  assert "| 1.2 | 1.44 | 1.0 |" in lib.markdown([row])
+  row["measured"]["same_plan_after"] = False
+  assert "1.44 (another plan)" in lib.markdown([row])
