@@ -127,9 +127,17 @@ def build_model(name: str, args: SpansArgs, mesh: Any
     row[which] = {"predicted_ms": round(rep.predicted_step_ms, 3),
                   "lowered_as": built.plan.loop_summary(),
                   "makespan_steps": built.unrolled.makespan,
-                  "block_ms": {k: round(v, 3)
-                               for k, v in rep.block_ms.items()}}
+                  **price_parts(rep)}
   return runs, row, model
+
+
+def price_parts(rep: Any, suffix: str = "") -> dict[str, Any]:
+  """The measured figures a prediction is made of (``CostReport``): each
+  block's kernel ms and the per-tick, barrier and outside ms."""
+  return {"block_ms" + suffix: {k: round(v, 3)
+                                for k, v in rep.block_ms.items()},
+          **{name + suffix: round(getattr(rep, name), 3)
+             for name in ("tick_overhead_ms", "barrier_ms", "outside_ms")}}
 
 
 def priced_again(model: Any, args: SpansArgs, mesh: Any,
@@ -149,6 +157,7 @@ def priced_again(model: Any, args: SpansArgs, mesh: Any,
       built = _build_candidate(model, c, args, mesh, [], cache_dir=cache)
     got = row[c]
     got["predicted_after_ms"] = round(built.report.predicted_step_ms, 3)
+    got.update(price_parts(built.report, "_after"))
     got["same_plan_after"] = (
         built.plan.loop_summary() == got["lowered_as"]
         and built.unrolled.makespan == got["makespan_steps"])
