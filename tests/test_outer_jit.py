@@ -69,3 +69,25 @@ def test_a_cold_step_built_inside_the_callers_jit(tmp_path, cost):
   if cost == "measured":
     assert step.report.block_ms, "no kernel was timed"
 
+
+
+def test_a_cold_step_built_inside_a_scan_over_training_steps(tmp_path):
+  params, batch = _inputs()
+  step = tj.schedule(_fn, mesh=jax.make_mesh((2,), ("pipe",)),
+                     placement=tj.placements.interleaved(2),
+                     num_microbatches=4,
+                     cache_dir=str(tmp_path))
+
+  def one(p, _):
+    loss, grads = step(p, batch)
+    return jax.tree.map(lambda w, g: w - 0.1 * g, p, grads), loss
+
+  got_params, losses = jax.jit(
+      lambda p: jax.lax.scan(one, p, None, length=2))(params)
+  want_params, want_losses = params, []
+  for _ in range(2):
+    loss, grads = _reference(want_params, batch, 4)
+    want_losses.append(float(loss))
+    want_params = jax.tree.map(lambda w, g: w - 0.1 * g, want_params, grads)
+  np.testing.assert_allclose(np.asarray(losses), want_losses, rtol=TOL)
+  assert _max_rel(got_params, want_params) <= TOL
