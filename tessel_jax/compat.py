@@ -634,6 +634,14 @@ def outside_traces() -> Iterator[None]:
     yield
 
 
+def differentiated(x: Any) -> bool:
+  """Whether ``x`` is a value being differentiated: a tracer of
+  ``jax.grad`` / ``jax.vjp`` / ``jax.jvp`` / ``jax.linearize`` (also
+  under ``jax.jit``)."""
+  from jax._src.interpreters import ad as _ad  # pylint: disable=import-outside-toplevel
+  return isinstance(x, (_ad.JVPTracer, _ad.LinearizeTracer))
+
+
 # --- source locations in the lowered program's metadata -------------------------
 
 #: Set to 1 to keep tessel_jax's own frames in the HLO's source locations.

@@ -13,6 +13,7 @@ import jax
 import numpy as np
 
 from tessel_jax import checks as _checks
+from tessel_jax import compat
 from tessel_jax import ramps as _ramps
 
 try:  # installed: passes/ is tessel_jax.passes
@@ -114,6 +115,8 @@ def check_leaves(step: Any, params: Any, batch: Any) -> None:
   for what, tree in (("params", params), ("batch", batch)):
     for path, leaf in jax.tree_util.tree_leaves_with_path(tree):
       where = f"{what}{jax.tree_util.keystr(path)}"
+      if compat.differentiated(leaf):
+        raise fail(_differentiated(step.mode, where))
       if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
         raise fail(
             f"leaf {where} is a {type(leaf).__name__} ({leaf!r:.40}), not"
@@ -127,3 +130,19 @@ def check_leaves(step: Any, params: Any, batch: Any) -> None:
             f" needs floating-point (or complex) inputs and raises for"
             f" {dtype} too. Cast it (e.g. .astype(jnp.float32)), pass it in"
             f" the batch, or close over it in the function")
+
+
+def _differentiated(mode: str, where: str) -> str:
+  """Why the step cannot be differentiated through, and what to do."""
+  if mode == "train":
+    return (f"{where} is being differentiated (jax.grad, jax.vjp or jax.jvp"
+            f" of a function that calls the step). In mode='train' the step"
+            f" already returns jax.value_and_grad of the function: (loss,"
+            f" grads). Use the gradients it returns instead of"
+            f" differentiating through it; put any extra loss term inside"
+            f" the function")
+  return (f"{where} is being differentiated (jax.grad, jax.vjp or jax.jvp of"
+          f" a function that calls the step). A mode='infer' step runs the"
+          f" forward pipeline only and has no derivative; for gradients,"
+          f" schedule the loss with mode='train', which returns (loss,"
+          f" grads) with the backward blocks scheduled too")

@@ -91,3 +91,26 @@ def test_a_cold_step_built_inside_a_scan_over_training_steps(tmp_path):
     want_params = jax.tree.map(lambda w, g: w - 0.1 * g, want_params, grads)
   np.testing.assert_allclose(np.asarray(losses), want_losses, rtol=TOL)
   assert _max_rel(got_params, want_params) <= TOL
+
+
+@pytest.mark.parametrize("mode", ["train", "infer"])
+def test_differentiating_through_the_step_is_refused_with_the_fix(
+    tmp_path, mode):
+  params, batch = _inputs()
+  step = tj.schedule(_fn, mesh=jax.make_mesh((4,), ("pipe",)),
+                     placement=tj.placements.vshape(4), num_microbatches=4,
+                     mode=mode, cost="uniform", cache_dir=str(tmp_path))
+  step(params, batch)   # built and run: differentiating is what fails
+
+  def loss(p):
+    out = step(p, batch)
+    return out[0] if mode == "train" else jnp.sum(out)
+
+  for transform in (jax.grad, lambda f: jax.jit(jax.grad(f))):
+    with pytest.raises(tj.TesselError) as err:
+      transform(loss)(params)
+    text = str(err.value)
+    assert "applied to '_fn'" in text and "params['w'] is being" in text
+    fix = ("Use the gradients it returns" if mode == "train"
+           else "schedule the loss with mode='train'")
+    assert fix in text, text
