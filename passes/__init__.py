@@ -13,7 +13,8 @@ Modules, in pipeline order (``tessel_jax.api`` drives them):
   replicated (exact either way), chosen from ``rows``; ``align`` pairs the
   per-device re-trace's block outputs with the full trace's by where they
   are computed; ``row_scaling`` handles batch-sized values that do not
-  depend on the batch;
+  depend on the batch; ``probe_eval`` compiles the probes that evaluate a
+  block once (sum ratios, shared aux means) at XLA's lowest level;
 * ``kernels``   -- per placement block (F, B, W) the function a device runs
   (``block_vjp``: backward via ``jax.vjp``, keep residuals or recompute;
   gradients and terminals of shared blocks counted once);

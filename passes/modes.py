@@ -33,6 +33,7 @@ import numpy as np
 
 from tessel_jax import compat
 
+from . import probe_eval as _probe_eval
 from . import row_scaling as _scaling
 from . import rows as _rows
 from .partition import ForwardBlock, Partition
@@ -227,8 +228,10 @@ def _probe_ratios(full: ForwardBlock, local: ForwardBlock,
       full_in.append(row)
       local_in.append(row)
   try:
-    f_out = _evaluate(full, full_in, summed)
-    l_out = _evaluate(local, local_in, summed)
+    f_out = _probe_eval.evaluate(lambda *a: [full(*a)[k] for k in summed],
+                                 full_in)
+    l_out = _probe_eval.evaluate(lambda *a: [local(*a)[k] for k in summed],
+                                 local_in)
   except Exception:  # pylint: disable=broad-except
     return ()
   out = []
@@ -239,27 +242,6 @@ def _probe_ratios(full: ForwardBlock, local: ForwardBlock,
       return ()
     out.append((k, r))
   return tuple(out)
-
-
-#: XLA options of the probe's programs: their values are read once, never
-#: timed, so the CPU code is built at LLVM's lowest level (README GPT's
-#: blocks: compiled in 0.23-0.27 s instead of 0.93-1.13 s, session 48).
-PROBE_COMPILE_OPTIONS = {"xla_backend_optimization_level": 0}
-
-
-def _evaluate(block: ForwardBlock, xs: Sequence[np.ndarray],
-              keep: Sequence[int]) -> list[Any]:
-  """Outputs ``keep`` of ``block`` at ``xs`` (the others dead code),
-  compiled with :data:`PROBE_COMPILE_OPTIONS`. Not under
-  ``jax.ensure_compile_time_eval`` (as it was): there every equation of
-  the block on its constants alone ran eagerly, each compiled on its own
-  (README GPT: 18 small compiles, ~0.8 s a build). A build inside a
-  caller's ``jax.jit`` runs outside its trace (``compat.outside_traces``),
-  and the compiled program is called on numpy values, so the values here
-  are concrete either way."""
-  fn = jax.jit(lambda *a: [block(*a)[k] for k in keep])
-  compiled = fn.lower(*xs).compile(compiler_options=PROBE_COMPILE_OPTIONS)
-  return compiled(*xs)
 
 
 def _ratio(f: np.ndarray, gp: np.ndarray, g: int) -> float | None:

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import probe_eval as _probe_eval
 from .errors import fail
 from .kernels import KernelSet
 from .partition import ForwardBlock, Partition
@@ -91,13 +92,11 @@ def _problem(full: ForwardBlock, local: ForwardBlock | None, k: int, g: int,
   split = [bool(a.shape) and a.shape[0] == b and la.shape[0] == b // g
            and s.kind != "param"
            for a, la, s in zip(full.in_avals, local.in_avals, full.inputs)]
-  want = np.asarray(jax.jit(lambda *v: full(*v)[k])(*xs))
-  run_local = jax.jit(lambda *v: local(*v)[k])
-  parts = []
-  for d in range(g):
-    lo, hi = d * b // g, (d + 1) * b // g
-    parts.append(np.asarray(run_local(*[x[lo:hi] if s else x
-                                        for x, s in zip(xs, split)])))
+  want = np.asarray(_probe_eval.evaluate(lambda *v: full(*v)[k], xs))
+  slices = [[x[d * b // g:(d + 1) * b // g] if s else x
+             for x, s in zip(xs, split)] for d in range(g)]
+  run_local = _probe_eval.compiled(lambda *v: local(*v)[k], slices[0])
+  parts = [np.asarray(run_local(*xs_d)) for xs_d in slices]
   got = sum(p * (1.0 / g) for p in parts)
   tol = 1e-4 * (1.0 + float(np.nanmax(np.abs(want), initial=0.0)))
   if np.allclose(got, want, rtol=1e-4, atol=tol, equal_nan=True):
