@@ -418,6 +418,28 @@ def test_loss_block_on_all_devices_sums_partial_losses(kind, mode):
     assert "reduce_sum over the batch axis, then add" in last.reason
 
 
+def test_a_loss_block_taking_the_log_of_its_input_still_splits():
+  # Block 3 reads a positive activation and takes its log: the probe's
+  # signed example values give NaN there, its positive ones do not.
+  def fn(p, batch):
+    h = batch["x"]
+    for i in range(2):
+      h = tj.boundary(jnp.tanh(h @ p["w"][i]) + h)
+    h = tj.boundary(jax.nn.sigmoid(h @ p["w"][2]))
+    return -jnp.mean(jnp.log(h) + 0.1 * (h @ p["w"][3] - batch["y"]) ** 2)
+  params, n = _params(), 4
+  batch = _batch(n * 4)
+  step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
+                     placement=tj.Placement([0, 1, 2, (0, 1, 2, 3)]),
+                     num_microbatches=n, solver_time_limit_s=10.0)
+  loss, grads = step(params, batch)
+  ref_loss, ref_grads = M.reference(fn, params, batch, n)
+  assert M.max_rel_err(loss, ref_loss) <= TOL
+  assert M.max_rel_err(grads, ref_grads) <= TOL
+  last = step.built.kernels.modes[3]
+  assert last.mode == "split" and last.summed == ((0, 0.25),), last
+
+
 def test_partial_sums_in_infer_mode():
   fn, params, n = _loss_last("mean"), _params(), 4
   batch = _batch(n * 4)
