@@ -216,10 +216,10 @@ def _probe_ratios(full: ForwardBlock, local: ForwardBlock,
   """:func:`sum_ratios` without the memo.
 
   Both blocks are compiled once and evaluated on example values of each
-  kind of :data:`_EXAMPLES` in turn until the outputs are finite: a loss
-  block that takes the log of an activation gives NaN on signed values
-  (README GPT, cut with the attention's weights in the loss block: the
-  block was replicated for it)."""
+  kind of :data:`_EXAMPLES` in turn until the outputs are finite: on one
+  of the autocut's cuts of the README GPT the loss block (its equations
+  include ``log`` and ``rsqrt``) gave NaN on signed values, and was
+  replicated for it (session 48)."""
   if any(jax.dtypes.issubdtype(a.dtype, jax.dtypes.prng_key)
          for a in full.in_avals):
     return ()
