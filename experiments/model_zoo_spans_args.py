@@ -28,8 +28,8 @@ flags.DEFINE_string("reference", "nnx_bn_cnn", "With --cost=measured: the"
                     " own reference; '' leaves it to the first model.")
 flags.DEFINE_bool("price_after", True, "After each model's timing rounds,"
                   " profile and price both candidates again on an empty"
-                  " cache: the two predictions bracket the rounds, so"
-                  " drift of the machine between profile and timing shows"
+                  " cache: the two predictions bracket the rounds and show"
+                  " how far a new profile moves the price"
                   " (predicted_after_ms, drift, measured_over_bracket).")
 flags.DEFINE_integer("seed", 0, "CP-SAT and round-order seed.")
 flags.DEFINE_string("output", "results/model_zoo/spans.json",

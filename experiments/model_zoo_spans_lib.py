@@ -14,8 +14,9 @@ choice, each candidate's predicted and measured step (median of the
 rounds), which one measured faster, and whether the choice took it.
 After a model's rounds both candidates are profiled and priced again on an
 empty cache (:func:`priced_again`): the predictions before and after the
-rounds bracket them, which separates the cost model's error from the
-machine's drift between profile and timing.
+rounds bracket them: how far a new profile moves the price (the machine
+between profile and timing, or the profile's own noise) beside how far
+the measured step is from either.
 """
 
 from __future__ import annotations
@@ -144,12 +145,13 @@ def priced_again(model: Any, args: SpansArgs, mesh: Any,
                  row: dict[str, Any]) -> None:
   """Each candidate of ``row`` profiled and priced again after its timing
   rounds (an empty cache: kernels, stand-ins and the machine's per-port
-  cost measured anew), as ``predicted_after_ms``, with whether the build
-  lowered the same schedule (``same_plan_after``). The prediction made
-  before the rounds and this one bracket them: where the two differ, the
-  machine moved between profile and timing, and measured over their
-  geometric mean (``measured_over_bracket``) is the model's error with
-  that drift shared out."""
+  cost measured anew), as ``predicted_after_ms`` with its parts, and
+  whether the build lowered the same schedule (``same_plan_after``: loop
+  summary and makespan; the automatic cut may still differ). The
+  prediction made before the rounds and this one bracket them: where the
+  two differ, the profile moved (the machine, or the profile's noise), and
+  measured over their geometric mean (``measured_over_bracket``) shares
+  that out."""
   for c in CANDIDATES:
     if c not in row:
       continue
