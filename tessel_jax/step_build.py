@@ -313,7 +313,23 @@ def _lower_program(step: Any, plan: Any, part: Any, layout: Any,
   if traced.leaf_split is not None:  # stacked leaves stored as slices
     program = traced.leaf_split.wrap(program, train)
     out_shardings = None  # the wrapper re-stacks the sliced gradients
+  if out_shardings is not None:
+    program = _typed_on(program, out_shardings)
   return lowering, jax.jit(program, out_shardings=out_shardings)
+
+
+def _typed_on(program: Any, out_shardings: Any) -> Any:
+  """``program`` with its outputs resharded to ``out_shardings`` (the
+  user's mesh with its Explicit axes): the shard_map runs on an Auto copy
+  of the mesh, and inside a caller's ``jax.jit`` its outputs were typed on
+  that copy, so an optimizer update mixing them with values typed on the
+  user's mesh (a training loop's second step) failed with JAX's "Mesh for
+  all inputs should be equal"."""
+
+  def typed(*args: Any) -> Any:
+    return jax.sharding.reshard(program(*args), out_shardings)
+
+  return typed
 
 
 def _report(step: Any, costs: Any, unrolled: Any, plan: Any, layout: Any,
