@@ -397,10 +397,10 @@ def _loss_last(kind):
   return fn
 
 
-@pytest.mark.parametrize("kind,mode", [("mean", "split"), ("sum", "split"),
-                                       ("regularised", "replicated")])
-def test_loss_block_on_all_devices_sums_partial_losses(kind, mode):
-  fn, params, n = _loss_last(kind), _params(), 4
+def _last_on_all_devices(fn):
+  """``fn`` (4 blocks) trained with its last block on all 4 devices,
+  checked against ``jax.value_and_grad``; the step."""
+  params, n = _params(), 4
   batch = _batch(n * 4)
   step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
                      placement=tj.Placement([0, 1, 2, (0, 1, 2, 3)]),
@@ -409,6 +409,13 @@ def test_loss_block_on_all_devices_sums_partial_losses(kind, mode):
   ref_loss, ref_grads = M.reference(fn, params, batch, n)
   assert M.max_rel_err(loss, ref_loss) <= TOL
   assert M.max_rel_err(grads, ref_grads) <= TOL
+  return step
+
+
+@pytest.mark.parametrize("kind,mode", [("mean", "split"), ("sum", "split"),
+                                       ("regularised", "replicated")])
+def test_loss_block_on_all_devices_sums_partial_losses(kind, mode):
+  step = _last_on_all_devices(_loss_last(kind))
   last = step.built.kernels.modes[3]
   assert last.mode == mode, last
   if mode == "split":
@@ -427,16 +434,7 @@ def test_a_loss_block_taking_the_log_of_its_input_still_splits():
       h = tj.boundary(jnp.tanh(h @ p["w"][i]) + h)
     h = tj.boundary(jax.nn.sigmoid(h @ p["w"][2]))
     return -jnp.mean(jnp.log(h) + 0.1 * (h @ p["w"][3] - batch["y"]) ** 2)
-  params, n = _params(), 4
-  batch = _batch(n * 4)
-  step = tj.schedule(fn, mesh=jax.make_mesh((4,), ("pipe",)),
-                     placement=tj.Placement([0, 1, 2, (0, 1, 2, 3)]),
-                     num_microbatches=n, solver_time_limit_s=10.0)
-  loss, grads = step(params, batch)
-  ref_loss, ref_grads = M.reference(fn, params, batch, n)
-  assert M.max_rel_err(loss, ref_loss) <= TOL
-  assert M.max_rel_err(grads, ref_grads) <= TOL
-  last = step.built.kernels.modes[3]
+  last = _last_on_all_devices(fn).built.kernels.modes[3]
   assert last.mode == "split" and last.summed == ((0, 0.25),), last
 
 
